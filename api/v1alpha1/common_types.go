@@ -1,0 +1,144 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Condition types shared by the macvirt kinds. Conditions are the API;
+// status.phase is a summary for humans.
+const (
+	// ConditionReady is the summary condition of every kind: True when the
+	// object does what it was asked to do (a class is usable, a pool holds
+	// its idle target, a claim's machine is Ready, a machine's guest answers).
+	ConditionReady = "Ready"
+
+	// ConditionStalled is True when progress needs a human: a permission is
+	// missing, an input is invalid, or a graceful stop cannot be requested.
+	ConditionStalled = "Stalled"
+
+	// ConditionDisksReady is True on a MacMachine when its system and
+	// bootloader DataVolumes have succeeded.
+	ConditionDisksReady = "DisksReady"
+
+	// ConditionVMRunning is True on a MacMachine when its
+	// VirtualMachineInstance is Running.
+	ConditionVMRunning = "VMRunning"
+
+	// ConditionGuestAgentReady is True on a MacMachine when the guest agent
+	// inside macOS has sent a heartbeat within the class heartbeatTimeout.
+	ConditionGuestAgentReady = "GuestAgentReady"
+
+	// ConditionBound is True on a MacClaim once a MacMachine is bound to it.
+	ConditionBound = "Bound"
+)
+
+// Condition reasons. Each one names the observation behind a condition.
+const (
+	// ReasonAsExpected is the reason of a condition in its healthy state.
+	ReasonAsExpected = "AsExpected"
+	// ReasonPending means nothing has been requested yet.
+	ReasonPending = "Pending"
+	// ReasonProvisioning means the machine's DataVolumes are importing or cloning.
+	ReasonProvisioning = "Provisioning"
+	// ReasonDataVolumeFailed means CDI reported a DataVolume as Failed.
+	ReasonDataVolumeFailed = "DataVolumeFailed"
+	// ReasonStarting means the VirtualMachine should run but its VMI is not Running yet.
+	ReasonStarting = "Starting"
+	// ReasonUnschedulable means KubeVirt reports the VMI cannot be scheduled.
+	ReasonUnschedulable = "Unschedulable"
+	// ReasonCrashLoop means KubeVirt reports the VM as crash-looping.
+	ReasonCrashLoop = "CrashLoopBackOff"
+	// ReasonBooting means the VMI runs and the first guest-agent heartbeat is awaited.
+	ReasonBooting = "Booting"
+	// ReasonBootTimeout means no heartbeat arrived within the class bootTimeout.
+	ReasonBootTimeout = "BootTimeout"
+	// ReasonHeartbeatStale means the last heartbeat is older than heartbeatTimeout.
+	ReasonHeartbeatStale = "HeartbeatStale"
+	// ReasonStopping means a graceful stop was requested and the VMI still runs.
+	ReasonStopping = "Stopping"
+	// ReasonStopped means spec.running is false and the VMI is gone; disks are kept.
+	ReasonStopped = "Stopped"
+	// ReasonStopFailed means the stop subresource call failed; the VM is left running.
+	ReasonStopFailed = "StopFailed"
+	// ReasonDeleting means the object is being deleted.
+	ReasonDeleting = "Deleting"
+	// ReasonClassNotFound means the referenced MacClass does not exist.
+	ReasonClassNotFound = "ClassNotFound"
+	// ReasonInvalidClass means the class cannot be rendered into a VirtualMachine.
+	ReasonInvalidClass = "InvalidClass"
+	// ReasonSecretUnavailable means a Secret the class references cannot be read.
+	ReasonSecretUnavailable = "SecretUnavailable"
+	// ReasonMachineLost means a claim's bound machine failed or disappeared.
+	ReasonMachineLost = "MachineLost"
+	// ReasonNamespaceNotAllowed means the class tenancy excludes the claim's namespace.
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+)
+
+// Labels and annotations put on every object macvirt creates.
+const (
+	// LabelMachine carries the name of the MacMachine an object belongs to.
+	LabelMachine = "macvirt.io/machine"
+	// LabelClass carries the name of the MacClass an object was rendered from.
+	LabelClass = "macvirt.io/class"
+	// LabelPool carries the name of the MacPool a machine belongs to, if any.
+	LabelPool = "macvirt.io/pool"
+	// AnnotationDomainHook holds the versioned JSON configuration read by the
+	// domain-hook sidecar, on the VirtualMachine's template.
+	AnnotationDomainHook = "macvirt.io/domain-hook"
+	// MachineFinalizer guards a MacMachine until its VM is stopped gracefully
+	// and its VirtualMachine and DataVolumes are deleted.
+	MachineFinalizer = "macvirt.io/machine-protection"
+)
+
+// ObjectRef names an object by namespace and name and pins it to one
+// incarnation by UID, so a recreated object with the same name never
+// inherits a binding.
+// +kubebuilder:validation:XValidation:rule="size(self.uid) > 0",message="uid must not be empty"
+type ObjectRef struct {
+	// namespace of the referenced object.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+
+	// name of the referenced object.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// uid of the referenced object; a recreated object has another UID.
+	UID types.UID `json:"uid"`
+}
+
+// SecretKeyRef selects one key of a Secret in a given namespace.
+type SecretKeyRef struct {
+	// namespace of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+
+	// name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// key inside the Secret's data.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
+}

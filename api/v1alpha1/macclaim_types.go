@@ -1,0 +1,162 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// ReclaimPolicy says what happens to a claim's machine when the claim is deleted.
+// +kubebuilder:validation:Enum=Delete;Retain
+type ReclaimPolicy string
+
+// Reclaim policies.
+const (
+	// ReclaimDelete stops the machine gracefully and deletes it with its disks.
+	ReclaimDelete ReclaimPolicy = "Delete"
+	// ReclaimRetain keeps the machine, marked released; it never returns to a pool.
+	ReclaimRetain ReclaimPolicy = "Retain"
+)
+
+// ClaimPhase summarises a claim for humans; conditions are the API.
+// +kubebuilder:validation:Enum=Pending;Bound;Ready;Lost
+type ClaimPhase string
+
+// Claim phases.
+const (
+	ClaimPending ClaimPhase = "Pending"
+	ClaimBound   ClaimPhase = "Bound"
+	ClaimReady   ClaimPhase = "Ready"
+	ClaimLost    ClaimPhase = "Lost"
+)
+
+// MacClaimSpec is a tenant's request for one Mac.
+// +kubebuilder:validation:XValidation:rule="has(self.className) || has(self.poolName)",message="set className, poolName, or both"
+// +kubebuilder:validation:XValidation:rule="has(self.className) == has(oldSelf.className) && has(self.poolName) == has(oldSelf.poolName)",message="className and poolName cannot be added or removed after creation"
+type MacClaimSpec struct {
+	// className is the MacClass wanted; required unless poolName is set. Immutable.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="className is immutable"
+	// +optional
+	ClassName string `json:"className,omitempty"`
+
+	// poolName restricts binding to machines of this MacPool. Immutable.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="poolName is immutable"
+	// +optional
+	PoolName string `json:"poolName,omitempty"`
+
+	// reclaimPolicy: Delete (default) stops the machine gracefully and
+	// deletes it when the claim goes; Retain keeps it, marked released.
+	// +kubebuilder:default=Delete
+	// +optional
+	ReclaimPolicy ReclaimPolicy `json:"reclaimPolicy,omitempty"`
+
+	// sshAuthorizedKeys are delivered to the machine by the guest agent.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=16384
+	// +listType=atomic
+	// +optional
+	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitempty"`
+}
+
+// ClaimConnection says how to reach a claimed machine.
+type ClaimConnection struct {
+	// address is the machine's IP address.
+	// +optional
+	Address string `json:"address,omitempty"`
+	// sshPort is the SSH port.
+	// +optional
+	SSHPort int32 `json:"sshPort,omitempty"`
+}
+
+// MacClaimStatus is the observed state of a claim.
+type MacClaimStatus struct {
+	// observedGeneration is the generation the status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// phase is Pending, Bound, Ready or Lost; informational.
+	// +optional
+	Phase ClaimPhase `json:"phase,omitempty"`
+	// machineRef is the bound MacMachine.
+	// +optional
+	MachineRef *ObjectRef `json:"machineRef,omitempty"`
+	// boundAt is when the claim was bound.
+	// +optional
+	BoundAt *metav1.Time `json:"boundAt,omitempty"`
+	// readyAt is when the claim first became Ready.
+	// +optional
+	ReadyAt *metav1.Time `json:"readyAt,omitempty"`
+	// connection says how to reach the machine.
+	// +optional
+	Connection *ClaimConnection `json:"connection,omitempty"`
+	// connectionSecretName is the Secret in the claim's namespace with
+	// host, port, user and a known-hosts line.
+	// +optional
+	ConnectionSecretName string `json:"connectionSecretName,omitempty"`
+	// conditions: Bound, Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// MacClaim is a tenant's request for one Mac; it binds to one MacMachine
+// the way a PersistentVolumeClaim binds to a PersistentVolume.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=mcc,categories=macvirt
+// +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolName`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Machine",type=string,JSONPath=`.status.machineRef.name`
+// +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.status.connection.address`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type MacClaim struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the request.
+	// +required
+	Spec MacClaimSpec `json:"spec"`
+
+	// status is the observed state.
+	// +optional
+	Status MacClaimStatus `json:"status,omitempty"`
+}
+
+// MacClaimList is a list of MacClaim.
+// +kubebuilder:object:root=true
+type MacClaimList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MacClaim `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(func(s *runtime.Scheme) error {
+		s.AddKnownTypes(SchemeGroupVersion, &MacClaim{}, &MacClaimList{})
+		return nil
+	})
+}

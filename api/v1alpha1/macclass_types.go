@@ -1,0 +1,365 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// CPUModel is the CPU model QEMU presents to macOS.
+// +kubebuilder:validation:Enum=Haswell-noTSX;Penryn;Skylake-Client-noTSX-IBRS;host-passthrough
+type CPUModel string
+
+// Supported CPU models.
+const (
+	CPUModelHaswellNoTSX          CPUModel = "Haswell-noTSX"
+	CPUModelPenryn                CPUModel = "Penryn"
+	CPUModelSkylakeClientNoTSXIBS CPUModel = "Skylake-Client-noTSX-IBRS"
+	CPUModelHostPassthrough       CPUModel = "host-passthrough"
+)
+
+// NICModel is the network card model. vmxnet3 and e1000-82545em have drivers
+// in macOS but cannot be expressed in KubeVirt, so the domain hook sets them.
+// +kubebuilder:validation:Enum=vmxnet3;e1000-82545em;virtio
+type NICModel string
+
+// Supported NIC models.
+const (
+	NICModelVmxnet3 NICModel = "vmxnet3"
+	NICModelE1000   NICModel = "e1000-82545em"
+	NICModelVirtio  NICModel = "virtio"
+)
+
+// DiskBus is the bus the system and bootloader disks are attached to.
+// +kubebuilder:validation:Enum=sata;virtio
+type DiskBus string
+
+// Supported disk buses.
+const (
+	DiskBusSATA   DiskBus = "sata"
+	DiskBusVirtio DiskBus = "virtio"
+)
+
+// SMCMode selects how the Apple System Management Controller is provided.
+// +kubebuilder:validation:Enum=VirtualSMC;AppleSMC
+type SMCMode string
+
+// Supported SMC modes.
+const (
+	// SMCModeVirtualSMC relies on the VirtualSMC kext loaded by OpenCore; it
+	// works with any QEMU, including builds without the isa-applesmc device.
+	SMCModeVirtualSMC SMCMode = "VirtualSMC"
+	// SMCModeAppleSMC emulates the SMC in QEMU (isa-applesmc) and needs the
+	// OSK key from a Secret.
+	SMCModeAppleSMC SMCMode = "AppleSMC"
+)
+
+// DisplayModel is the emulated video card.
+// +kubebuilder:validation:Enum=vga;vmware-svga
+type DisplayModel string
+
+// Supported display models.
+const (
+	DisplayModelVGA        DisplayModel = "vga"
+	DisplayModelVMwareSVGA DisplayModel = "vmware-svga"
+)
+
+// ClassResources sizes the VM.
+type ClassResources struct {
+	// cpu is the number of vCPUs (one socket, this many cores). macOS does
+	// not support CPU hotplug, so the topology is pinned.
+	// +kubebuilder:default=4
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	CPU int32 `json:"cpu,omitempty"`
+
+	// memory is the guest memory, at least 4Gi. macOS does not support
+	// memory hotplug, so it is pinned.
+	// +kubebuilder:default="8Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('4Gi')) >= 0",message="memory must be at least 4Gi"
+	// +optional
+	Memory resource.Quantity `json:"memory,omitempty"`
+}
+
+// DiskSource says where a disk's content comes from: exactly one of a CDI
+// source or a reference to a CDI DataSource.
+// +kubebuilder:validation:XValidation:rule="has(self.source) != has(self.sourceRef)",message="set exactly one of source or sourceRef"
+type DiskSource struct {
+	// source is a CDI DataVolume source (http, registry, s3, pvc, ...).
+	// Mutually exclusive with sourceRef.
+	// +optional
+	Source *cdiv1.DataVolumeSource `json:"source,omitempty"`
+
+	// sourceRef names a CDI DataSource (for example a golden image kept in
+	// the macvirt-images namespace). Mutually exclusive with source.
+	// +optional
+	SourceRef *cdiv1.DataVolumeSourceRef `json:"sourceRef,omitempty"`
+
+	// storageClassName is the StorageClass of the machine's disk; the
+	// cluster default when empty.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// ImageSpec is the golden macOS system disk each machine is cloned from.
+type ImageSpec struct {
+	DiskSource `json:",inline"`
+
+	// size of each machine's system disk.
+	// +kubebuilder:default="128Gi"
+	// +optional
+	Size resource.Quantity `json:"size,omitempty"`
+}
+
+// BootloaderSpec is the OpenCore disk each machine boots from.
+type BootloaderSpec struct {
+	DiskSource `json:",inline"`
+
+	// size of each machine's bootloader disk.
+	// +kubebuilder:default="1Gi"
+	// +optional
+	Size resource.Quantity `json:"size,omitempty"`
+}
+
+// SMCSpec configures the Apple System Management Controller.
+// +kubebuilder:validation:XValidation:rule="self.mode != 'AppleSMC' || has(self.oskSecretRef)",message="smc.mode AppleSMC requires oskSecretRef (the Secret holding the OSK key); use mode VirtualSMC otherwise"
+type SMCSpec struct {
+	// mode is VirtualSMC (default, works on any QEMU) or AppleSMC (needs a
+	// QEMU with isa-applesmc and the OSK key).
+	// +kubebuilder:default=VirtualSMC
+	// +optional
+	Mode SMCMode `json:"mode,omitempty"`
+
+	// oskSecretRef names the Secret key holding the OSK string; required
+	// for AppleSMC, ignored otherwise.
+	// +optional
+	OSKSecretRef *SecretKeyRef `json:"oskSecretRef,omitempty"`
+}
+
+// ClassSMBIOS is the SMBIOS identity shared by the class's machines; serial
+// numbers and UUIDs are generated per machine.
+type ClassSMBIOS struct {
+	// productName is the Mac model macOS believes it runs on.
+	// +kubebuilder:default="iMacPro1,1"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	ProductName string `json:"productName,omitempty"`
+}
+
+// DisplaySpec configures the emulated video card.
+type DisplaySpec struct {
+	// model is vga (default) or vmware-svga.
+	// +kubebuilder:default=vga
+	// +optional
+	Model DisplayModel `json:"model,omitempty"`
+}
+
+// HardwareSpec is the emulated hardware.
+type HardwareSpec struct {
+	// cpuModel is the CPU model presented to macOS.
+	// +kubebuilder:default=Haswell-noTSX
+	// +optional
+	CPUModel CPUModel `json:"cpuModel,omitempty"`
+
+	// nicModel is the network card model.
+	// +kubebuilder:default=vmxnet3
+	// +optional
+	NICModel NICModel `json:"nicModel,omitempty"`
+
+	// diskBus is the bus of the system and bootloader disks.
+	// +kubebuilder:default=sata
+	// +optional
+	DiskBus DiskBus `json:"diskBus,omitempty"`
+
+	// smc configures the Apple SMC.
+	// +kubebuilder:default={}
+	// +optional
+	SMC SMCSpec `json:"smc,omitempty"`
+
+	// smbios is the SMBIOS identity of the class.
+	// +kubebuilder:default={}
+	// +optional
+	SMBIOS ClassSMBIOS `json:"smbios,omitempty"`
+
+	// display configures the video card.
+	// +kubebuilder:default={}
+	// +optional
+	Display DisplaySpec `json:"display,omitempty"`
+}
+
+// PlacementSpec says which nodes may run the class's machines. macOS may
+// only run on Apple hardware, so the default selects labelled Apple nodes
+// and tolerates their taint.
+type PlacementSpec struct {
+	// nodeSelector is copied to the VM.
+	// +kubebuilder:default={"macvirt.io/apple-hardware":"true"}
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// tolerations are copied to the VM.
+	// +kubebuilder:default={{key:"macvirt.io/apple-hardware",operator:"Exists",effect:"NoSchedule"}}
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// affinity is copied to the VM.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+}
+
+// LifecycleSpec holds the timeouts of a machine's life.
+type LifecycleSpec struct {
+	// shutdownGracePeriod is the ACPI shutdown budget before KubeVirt forces
+	// the VM off; it becomes the VM's terminationGracePeriodSeconds.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="shutdownGracePeriod must be between 1s and 24h"
+	// +optional
+	ShutdownGracePeriod metav1.Duration `json:"shutdownGracePeriod,omitempty"`
+
+	// bootTimeout bounds the time from VM running to the first guest-agent
+	// heartbeat; past it the machine is Failed.
+	// +kubebuilder:default="20m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="bootTimeout must be between 1m and 24h"
+	// +optional
+	BootTimeout metav1.Duration `json:"bootTimeout,omitempty"`
+
+	// heartbeatTimeout: a guest agent silent longer than this makes the
+	// machine not Ready.
+	// +kubebuilder:default="2m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('1h')",message="heartbeatTimeout must be between 10s and 1h"
+	// +optional
+	HeartbeatTimeout metav1.Duration `json:"heartbeatTimeout,omitempty"`
+}
+
+// TenancySpec says who may use the class.
+type TenancySpec struct {
+	// allowedNamespaces selects, by label, the namespaces whose claims may
+	// use this class; empty or absent allows every namespace.
+	// +optional
+	AllowedNamespaces *metav1.LabelSelector `json:"allowedNamespaces,omitempty"`
+
+	// onDemand lets a claim create a machine when no pool has one idle.
+	// +kubebuilder:default=true
+	// +optional
+	OnDemand *bool `json:"onDemand,omitempty"`
+}
+
+// MacClassSpec is a hardware and image recipe for macOS machines.
+type MacClassSpec struct {
+	// description is a one-line summary shown to tenants.
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Description string `json:"description,omitempty"`
+
+	// resources sizes the VM.
+	// +kubebuilder:default={}
+	// +optional
+	Resources ClassResources `json:"resources,omitempty"`
+
+	// image is the golden macOS system disk.
+	// +required
+	Image ImageSpec `json:"image"`
+
+	// bootloader is the OpenCore disk.
+	// +required
+	Bootloader BootloaderSpec `json:"bootloader"`
+
+	// hardware is the emulated hardware.
+	// +kubebuilder:default={}
+	// +optional
+	Hardware HardwareSpec `json:"hardware,omitempty"`
+
+	// placement says where machines may run.
+	// +kubebuilder:default={}
+	// +optional
+	Placement PlacementSpec `json:"placement,omitempty"`
+
+	// lifecycle holds the timeouts.
+	// +kubebuilder:default={}
+	// +optional
+	Lifecycle LifecycleSpec `json:"lifecycle,omitempty"`
+
+	// tenancy says who may claim machines of this class.
+	// +kubebuilder:default={}
+	// +optional
+	Tenancy TenancySpec `json:"tenancy,omitempty"`
+}
+
+// MacClassStatus is the observed state of a MacClass.
+type MacClassStatus struct {
+	// observedGeneration is the generation the status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// revision is a short hash of everything in the spec that changes a
+	// rendered VM; machines record the revision they were rendered from.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+
+	// conditions: Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// MacClass is a cluster-wide recipe for macOS machines: hardware, images,
+// placement, timeouts and who may claim them (like a StorageClass).
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=mcl,categories=macvirt
+// +kubebuilder:printcolumn:name="CPU",type=integer,JSONPath=`.spec.resources.cpu`
+// +kubebuilder:printcolumn:name="Memory",type=string,JSONPath=`.spec.resources.memory`
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.revision`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Description",type=string,JSONPath=`.spec.description`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type MacClass struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the recipe.
+	// +required
+	Spec MacClassSpec `json:"spec"`
+
+	// status is the observed state.
+	// +optional
+	Status MacClassStatus `json:"status,omitempty"`
+}
+
+// MacClassList is a list of MacClass.
+// +kubebuilder:object:root=true
+type MacClassList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MacClass `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(func(s *runtime.Scheme) error {
+		s.AddKnownTypes(SchemeGroupVersion, &MacClass{}, &MacClassList{})
+		return nil
+	})
+}

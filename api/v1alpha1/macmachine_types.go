@@ -1,0 +1,215 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// MachinePhase summarises a machine for humans; conditions are the API.
+// Every phase is derived from observation, so a restarted operator lands on
+// the same phase.
+// +kubebuilder:validation:Enum=Pending;Provisioning;Starting;Booting;Ready;Stopping;Stopped;Failed;Terminating
+type MachinePhase string
+
+// Machine phases.
+const (
+	// MachinePending: finalizer added, disks not yet requested.
+	MachinePending MachinePhase = "Pending"
+	// MachineProvisioning: system and bootloader DataVolumes importing or cloning.
+	MachineProvisioning MachinePhase = "Provisioning"
+	// MachineStarting: the VirtualMachine should run; its VMI is not Running yet.
+	MachineStarting MachinePhase = "Starting"
+	// MachineBooting: the VMI runs; the first guest-agent heartbeat is awaited.
+	MachineBooting MachinePhase = "Booting"
+	// MachineReady: the last heartbeat is fresher than heartbeatTimeout.
+	MachineReady MachinePhase = "Ready"
+	// MachineStopping: a graceful stop was requested; the VMI still runs.
+	MachineStopping MachinePhase = "Stopping"
+	// MachineStopped: spec.running is false and the VMI is gone; disks are kept.
+	MachineStopped MachinePhase = "Stopped"
+	// MachineFailed: a DataVolume failed, boot timed out or the VM crash-loops. Terminal.
+	MachineFailed MachinePhase = "Failed"
+	// MachineTerminating: deletion in progress (graceful stop, then delete).
+	MachineTerminating MachinePhase = "Terminating"
+)
+
+// MachineSMBIOS is the per-machine SMBIOS identity, generated once.
+type MachineSMBIOS struct {
+	// serialNumber is the system serial number (12 characters, Apple format).
+	// +kubebuilder:validation:Pattern=`^[A-Z0-9]{12}$`
+	// +optional
+	SerialNumber string `json:"serialNumber,omitempty"`
+	// boardSerial is the main logic board serial (17 characters, Apple format).
+	// +kubebuilder:validation:Pattern=`^[A-Z0-9]{17}$`
+	// +optional
+	BoardSerial string `json:"boardSerial,omitempty"`
+	// uuid is the SMBIOS system UUID.
+	// +kubebuilder:validation:Pattern=`^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$`
+	// +optional
+	UUID string `json:"uuid,omitempty"`
+}
+
+// MacMachineSpec is one macOS VM.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.claimRef) || (has(self.claimRef) && self.claimRef == oldSelf.claimRef)",message="claimRef is set once at binding and never changed afterwards"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.smbios) || (has(self.smbios) && self.smbios == oldSelf.smbios)",message="smbios is generated once and immutable"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.classRevision) || (has(self.classRevision) && self.classRevision == oldSelf.classRevision)",message="classRevision is recorded once and immutable"
+type MacMachineSpec struct {
+	// className is the MacClass the machine is rendered from. Immutable.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="className is immutable"
+	// +required
+	ClassName string `json:"className"`
+
+	// classRevision is the class revision the machine was rendered from,
+	// recorded once (by its creator, or by the operator at first render) and
+	// immutable afterwards; a pool replaces idle machines of an old revision.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	ClassRevision string `json:"classRevision,omitempty"`
+
+	// claimRef is the claim the machine is bound to; set once at binding.
+	// +optional
+	ClaimRef *ObjectRef `json:"claimRef,omitempty"`
+
+	// smbios is the machine's SMBIOS identity, generated once when created.
+	// +optional
+	SMBIOS *MachineSMBIOS `json:"smbios,omitempty"`
+
+	// running: false stops the VM gracefully and keeps its disks; true
+	// (default) starts it.
+	// +kubebuilder:default=true
+	// +optional
+	Running *bool `json:"running,omitempty"`
+}
+
+// ProvisioningStatus reports disk import progress.
+type ProvisioningStatus struct {
+	// progress of the slowest DataVolume, as CDI reports it (e.g. "45.2%").
+	// +optional
+	Progress string `json:"progress,omitempty"`
+}
+
+// GuestStatus is what the guest agent inside macOS last reported.
+type GuestStatus struct {
+	// agentVersion is the guest agent's version.
+	// +optional
+	AgentVersion string `json:"agentVersion,omitempty"`
+	// osVersion is the macOS product version (e.g. 14.5).
+	// +optional
+	OSVersion string `json:"osVersion,omitempty"`
+	// osBuild is the macOS build (e.g. 23F79).
+	// +optional
+	OSBuild string `json:"osBuild,omitempty"`
+	// hostname is the guest's hostname.
+	// +optional
+	Hostname string `json:"hostname,omitempty"`
+	// bootTime is when macOS booted.
+	// +optional
+	BootTime *metav1.Time `json:"bootTime,omitempty"`
+	// lastHeartbeat is when the operator last received a heartbeat.
+	// +optional
+	LastHeartbeat *metav1.Time `json:"lastHeartbeat,omitempty"`
+	// ipAddresses are the guest's IP addresses.
+	// +listType=atomic
+	// +optional
+	IPAddresses []string `json:"ipAddresses,omitempty"`
+}
+
+// MacMachineStatus is the observed state of a machine.
+type MacMachineStatus struct {
+	// observedGeneration is the generation the status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// phase summarises the machine; informational.
+	// +optional
+	Phase MachinePhase `json:"phase,omitempty"`
+	// conditions: DisksReady, VMRunning, GuestAgentReady, Ready, Stalled.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// virtualMachineName is the KubeVirt VirtualMachine, in the machine's namespace.
+	// +optional
+	VirtualMachineName string `json:"virtualMachineName,omitempty"`
+	// nodeName is the node running the VM.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// addresses are the VM's IP addresses as KubeVirt reports them.
+	// +listType=atomic
+	// +optional
+	Addresses []string `json:"addresses,omitempty"`
+	// provisioning reports disk import progress.
+	// +optional
+	Provisioning *ProvisioningStatus `json:"provisioning,omitempty"`
+	// guest is what the guest agent last reported.
+	// +optional
+	Guest *GuestStatus `json:"guest,omitempty"`
+	// runningSince is when the VMI was first seen Running in this boot;
+	// bootTimeout counts from it.
+	// +optional
+	RunningSince *metav1.Time `json:"runningSince,omitempty"`
+}
+
+// MacMachine is one macOS VM: a KubeVirt VirtualMachine plus its CDI
+// DataVolumes, bound to at most one claim (like a PersistentVolume). Its
+// name is used as a label value on everything it owns, hence at most 63
+// characters.
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: it becomes the macvirt.io/machine label value"
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=mm,categories=macvirt
+// +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Claim",type=string,JSONPath=`.spec.claimRef.name`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.provisioning.progress`,priority=1
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.spec.classRevision`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type MacMachine struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired machine.
+	// +required
+	Spec MacMachineSpec `json:"spec"`
+
+	// status is the observed machine.
+	// +optional
+	Status MacMachineStatus `json:"status,omitempty"`
+}
+
+// MacMachineList is a list of MacMachine.
+// +kubebuilder:object:root=true
+type MacMachineList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MacMachine `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(func(s *runtime.Scheme) error {
+		s.AddKnownTypes(SchemeGroupVersion, &MacMachine{}, &MacMachineList{})
+		return nil
+	})
+}

@@ -1,0 +1,142 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// MacPoolSpec says how many warm machines of a class to keep.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxMachines) || self.maxMachines >= self.idle",message="maxMachines must be at least idle"
+type MacPoolSpec struct {
+	// className is the MacClass of the pool's machines. Immutable.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="className is immutable; create a new pool for another class"
+	// +required
+	ClassName string `json:"className"`
+
+	// namespace is where the pool's machines live. Immutable.
+	// +kubebuilder:default=macvirt-pools
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="namespace is immutable; create a new pool for another namespace"
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+
+	// idle is the number of warm, unbound, Ready machines to keep.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Idle int32 `json:"idle"`
+
+	// maxMachines caps every machine of the pool: idle, bound, provisioning
+	// and terminating. Defaults to idle when unset.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	MaxMachines *int32 `json:"maxMachines,omitempty"`
+
+	// maxProvisioning is the number of machines provisioning at once,
+	// which protects storage from a burst of clones.
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MaxProvisioning int32 `json:"maxProvisioning,omitempty"`
+
+	// paused stops the pool from creating or deleting machines.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+}
+
+// MacPoolStatus counts the pool's machines.
+type MacPoolStatus struct {
+	// observedGeneration is the generation the status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// machines is every machine of the pool, terminating ones included.
+	// +optional
+	Machines int32 `json:"machines"`
+	// provisioning is the machines not Ready yet.
+	// +optional
+	Provisioning int32 `json:"provisioning"`
+	// idle is the unbound Ready machines.
+	// +optional
+	Idle int32 `json:"idle"`
+	// bound is the machines bound to a claim.
+	// +optional
+	Bound int32 `json:"bound"`
+	// terminating is the machines being deleted.
+	// +optional
+	Terminating int32 `json:"terminating"`
+	// updatedMachines is the machines rendered from the class's current revision.
+	// +optional
+	UpdatedMachines int32 `json:"updatedMachines"`
+	// conditions: Ready (idle target met).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// MacPool keeps a number of warm, Ready, unbound machines of one class so
+// that claims bind in well under a second.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=mpl,categories=macvirt
+// +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`
+// +kubebuilder:printcolumn:name="Namespace",type=string,JSONPath=`.spec.namespace`,priority=1
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.idle`
+// +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.idle`
+// +kubebuilder:printcolumn:name="Bound",type=integer,JSONPath=`.status.bound`
+// +kubebuilder:printcolumn:name="Machines",type=integer,JSONPath=`.status.machines`
+// +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.maxMachines`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type MacPool struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired pool.
+	// +required
+	Spec MacPoolSpec `json:"spec"`
+
+	// status is the observed pool.
+	// +optional
+	Status MacPoolStatus `json:"status,omitempty"`
+}
+
+// MacPoolList is a list of MacPool.
+// +kubebuilder:object:root=true
+type MacPoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MacPool `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(func(s *runtime.Scheme) error {
+		s.AddKnownTypes(SchemeGroupVersion, &MacPool{}, &MacPoolList{})
+		return nil
+	})
+}

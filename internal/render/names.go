@@ -1,0 +1,47 @@
+package render
+
+import (
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// Volume and disk names inside the VirtualMachine.
+const (
+	// BootloaderVolume is the OpenCore disk, first in boot order.
+	BootloaderVolume = "opencore"
+	// SystemVolume is the macOS system disk.
+	SystemVolume = "system"
+	// NetworkName is the pod network interface.
+	NetworkName = "default"
+)
+
+// VirtualMachineName is the name of a machine's VirtualMachine: the
+// machine's own name, in its namespace.
+func VirtualMachineName(m *macvirtv1alpha1.MacMachine) string { return m.Name }
+
+// SystemDataVolumeName is the deterministic name of a machine's system disk.
+func SystemDataVolumeName(m *macvirtv1alpha1.MacMachine) string {
+	return m.Name + "-" + SystemVolume
+}
+
+// BootloaderDataVolumeName is the deterministic name of a machine's
+// OpenCore disk.
+func BootloaderDataVolumeName(m *macvirtv1alpha1.MacMachine) string {
+	return m.Name + "-" + BootloaderVolume
+}
+
+// DataVolumeNames lists the machine's DataVolumes, bootloader first.
+func DataVolumeNames(m *macvirtv1alpha1.MacMachine) []string {
+	return []string{BootloaderDataVolumeName(m), SystemDataVolumeName(m)}
+}
+
+// Labels are put on every object rendered for a machine.
+func Labels(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) map[string]string {
+	l := map[string]string{
+		macvirtv1alpha1.LabelMachine: m.Name,
+		macvirtv1alpha1.LabelClass:   class.Name,
+	}
+	if pool := m.Labels[macvirtv1alpha1.LabelPool]; pool != "" {
+		l[macvirtv1alpha1.LabelPool] = pool
+	}
+	return l
+}

@@ -1,0 +1,51 @@
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// revisionLength is the number of hex digits kept of the revision hash.
+const revisionLength = 10
+
+// revisionInput is every part of a class spec that changes a rendered VM or
+// DataVolume. Description, tenancy and the boot and heartbeat timeouts
+// change nothing rendered, so editing them does not roll machines.
+type revisionInput struct {
+	Resources           macvirtv1alpha1.ClassResources `json:"resources"`
+	Image               macvirtv1alpha1.ImageSpec      `json:"image"`
+	Bootloader          macvirtv1alpha1.BootloaderSpec `json:"bootloader"`
+	Hardware            macvirtv1alpha1.HardwareSpec   `json:"hardware"`
+	Placement           macvirtv1alpha1.PlacementSpec  `json:"placement"`
+	ShutdownGracePeriod string                         `json:"shutdownGracePeriod"`
+}
+
+// ClassRevision is a short, stable hash of everything in the class spec that
+// changes a rendered VM. Quantities are hashed in canonical form, so "8Gi"
+// and "8192Mi" give the same revision.
+func ClassRevision(class *macvirtv1alpha1.MacClass) string {
+	in := revisionInput{
+		Resources:           class.Spec.Resources,
+		Image:               class.Spec.Image,
+		Bootloader:          class.Spec.Bootloader,
+		Hardware:            class.Spec.Hardware,
+		Placement:           class.Spec.Placement,
+		ShutdownGracePeriod: class.Spec.Lifecycle.ShutdownGracePeriod.Duration.String(),
+	}
+	// Canonical quantities: the marshalled form of a Quantity is canonical
+	// already, but a parsed and an unparsed one may differ in cached string.
+	in.Resources.Memory = canonical(in.Resources.Memory)
+	in.Image.Size = canonical(in.Image.Size)
+	in.Bootloader.Size = canonical(in.Bootloader.Size)
+	// json.Marshal sorts map keys, so the encoding is deterministic.
+	b, err := json.Marshal(in)
+	if err != nil {
+		// Only unsupported types fail to marshal; none are used here.
+		panic("render: marshalling class revision input: " + err.Error())
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:revisionLength]
+}
