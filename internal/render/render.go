@@ -95,7 +95,7 @@ func domain(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) kube
 			Threads:    1,
 			Model:      vmCPUModel(class.Spec.Hardware.CPUModel),
 		},
-		Memory: &kubevirtv1.Memory{Guest: &memory, MaxGuest: &maxMemory},
+		Memory:  &kubevirtv1.Memory{Guest: &memory, MaxGuest: &maxMemory},
 		Machine: &kubevirtv1.Machine{Type: q35},
 		Firmware: &kubevirtv1.Firmware{
 			UUID:       types.UID(m.Spec.SMBIOS.UUID),
