@@ -1,0 +1,176 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package simulator
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// Condition reasons and messages CDI reports on DataVolumes.
+const (
+	reasonBound           = "Bound"
+	reasonPending         = "Pending"
+	reasonPodCreating     = "ContainerCreating"
+	reasonPodRunning      = "Pod is running"
+	reasonTransferRunning = "TransferRunning"
+	reasonCompleted       = "Completed"
+	reasonError           = "Error"
+
+	// progressUnknown is CDI's progress before the transfer starts.
+	progressUnknown cdiv1.DataVolumeProgress = "N/A"
+	// progressComplete is CDI's progress once the transfer has succeeded.
+	progressComplete cdiv1.DataVolumeProgress = "100.0%"
+)
+
+// isClone reports whether CDI would clone rather than import the
+// DataVolume: its source is a PVC or a snapshot, or it names a DataSource
+// (whose sources are PVCs or snapshots).
+func isClone(dv *cdiv1.DataVolume) bool {
+	if dv.Spec.SourceRef != nil {
+		return true
+	}
+	src := dv.Spec.Source
+	return src != nil && (src.PVC != nil || src.Snapshot != nil)
+}
+
+// nextDataVolumeStatus returns the DataVolume status one step on from the
+// current one, and false when the DataVolume has no further step. A failed
+// DataVolume (the fault is on) moves to Failed at its next step.
+func nextDataVolumeStatus(dv *cdiv1.DataVolume, steps int, failed bool) (cdiv1.DataVolumeStatus, bool) {
+	st := *dv.Status.DeepCopy()
+	clone := isClone(dv)
+	scheduled, inProgress := cdiv1.ImportScheduled, cdiv1.ImportInProgress
+	if clone {
+		scheduled, inProgress = cdiv1.CloneScheduled, cdiv1.CloneInProgress
+	}
+	st.ClaimName = dv.Name
+	switch {
+	case st.Phase == cdiv1.PhaseUnset:
+		st.Phase, st.Progress = cdiv1.Pending, progressUnknown
+	case failed:
+		st.Phase = cdiv1.Failed
+	case st.Phase == cdiv1.Pending:
+		st.Phase, st.Progress = scheduled, progressUnknown
+	case st.Phase == scheduled:
+		st.Phase, st.Progress = inProgress, progressAt(0, steps)
+	case st.Phase == inProgress:
+		next := progressIndex(st.Progress, steps) + 1
+		if next >= steps {
+			st.Phase, st.Progress = cdiv1.Succeeded, progressComplete
+		} else {
+			st.Progress = progressAt(next, steps)
+		}
+	default:
+		return st, false
+	}
+	st.Conditions = dataVolumeConditions(st.Conditions, dv.Name, st.Phase, clone)
+	return st, true
+}
+
+// progressAt formats step i of steps the way CDI reports progress.
+func progressAt(i, steps int) cdiv1.DataVolumeProgress {
+	return cdiv1.DataVolumeProgress(fmt.Sprintf("%.2f%%", float64(i)*100/float64(steps)))
+}
+
+// progressIndex is the inverse of progressAt; unreadable progress counts as
+// the first step.
+func progressIndex(p cdiv1.DataVolumeProgress, steps int) int {
+	f, err := strconv.ParseFloat(strings.TrimSuffix(string(p), "%"), 64)
+	if err != nil {
+		return 0
+	}
+	return int(math.Round(f * float64(steps) / 100))
+}
+
+// dataVolumeConditions sets the Bound, Running and Ready conditions CDI
+// reports for phase.
+func dataVolumeConditions(conds []cdiv1.DataVolumeCondition, claim string, phase cdiv1.DataVolumePhase, clone bool) []cdiv1.DataVolumeCondition {
+	bound := func(c []cdiv1.DataVolumeCondition) []cdiv1.DataVolumeCondition {
+		return setDataVolumeCondition(c, cdiv1.DataVolumeBound, corev1.ConditionTrue, reasonBound, fmt.Sprintf("PVC %s Bound", claim))
+	}
+	f, t := corev1.ConditionFalse, corev1.ConditionTrue
+	switch phase {
+	case cdiv1.Pending:
+		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeBound, f, reasonPending, fmt.Sprintf("PVC %s Pending", claim))
+		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeRunning, f, "", "")
+		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeReady, f, "", "")
+	case cdiv1.ImportScheduled, cdiv1.CloneScheduled:
+		conds = bound(conds)
+		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeRunning, f, reasonPodCreating, "")
+		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeReady, f, "", "")
+	case cdiv1.ImportInProgress, cdiv1.CloneInProgress:
+		conds = bound(conds)
+		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeRunning, t, reasonPodRunning, "")
+		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeReady, f, reasonTransferRunning, "")
+	case cdiv1.Succeeded:
+		msg := "Import Complete"
+		if clone {
+			msg = "Clone Complete"
+		}
+		conds = bound(conds)
+		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeRunning, f, reasonCompleted, msg)
+		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeReady, t, "", "")
+	case cdiv1.Failed:
+		conds = bound(conds)
+		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeRunning, f, reasonError, dataVolumeFailureMessage(clone))
+		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeReady, f, "", "")
+	}
+	return conds
+}
+
+// dataVolumeFailureMessage is the Running condition message of a DataVolume
+// failed by the DataVolumeFailed fault.
+func dataVolumeFailureMessage(clone bool) string {
+	op := "import"
+	if clone {
+		op = "clone"
+	}
+	return fmt.Sprintf("Unable to process data: %s failed (simulated fault %s)", op, DataVolumeFailed)
+}
+
+// setDataVolumeCondition updates or appends a condition like CDI does: the
+// transition time moves only when the status changes, the heartbeat whenever
+// anything changes.
+func setDataVolumeCondition(conds []cdiv1.DataVolumeCondition, t cdiv1.DataVolumeConditionType,
+	status corev1.ConditionStatus, reason, message string) []cdiv1.DataVolumeCondition {
+	now := metav1.Now()
+	for i := range conds {
+		c := &conds[i]
+		if c.Type != t {
+			continue
+		}
+		if c.Status != status {
+			c.LastTransitionTime = now
+		}
+		if c.Status != status || c.Reason != reason || c.Message != message {
+			c.LastHeartbeatTime = now
+		}
+		c.Status, c.Reason, c.Message = status, reason, message
+		return conds
+	}
+	return append(conds, cdiv1.DataVolumeCondition{
+		Type: t, Status: status, Reason: reason, Message: message,
+		LastTransitionTime: now, LastHeartbeatTime: now,
+	})
+}

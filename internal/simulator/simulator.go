@@ -1,0 +1,153 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package simulator
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+)
+
+// Defaults applied by New to zero-valued Options fields.
+const (
+	DefaultImportSteps      = 4
+	DefaultStepInterval     = 50 * time.Millisecond
+	DefaultStartDelay       = 50 * time.Millisecond
+	DefaultShutdownDelay    = 50 * time.Millisecond
+	DefaultNodeName         = "apple-node-1"
+	DefaultCrashLoopBackoff = time.Second
+)
+
+// faultEventBuffer bounds the queue of reconcile triggers sent by Inject and
+// Clear before the controllers start reading them.
+const faultEventBuffer = 256
+
+// Options tunes the simulated timings. Zero values take the defaults above.
+type Options struct {
+	// ImportSteps is the number of progress updates a DataVolume import or
+	// clone reports before it Succeeds.
+	ImportSteps int
+	// StepInterval is the time between DataVolume phase and progress steps.
+	StepInterval time.Duration
+	// StartDelay is the time from VirtualMachineInstance creation to Running,
+	// spread over the Pending, Scheduling and Scheduled phases.
+	StartDelay time.Duration
+	// ShutdownDelay is the simulated ACPI shutdown time: from a graceful stop
+	// (deletion of the VirtualMachineInstance) to the instance being gone. A
+	// shorter spec.terminationGracePeriodSeconds on the instance cuts it.
+	ShutdownDelay time.Duration
+	// NodeName is the node reported for scheduled VirtualMachineInstances.
+	NodeName string
+	// CrashLoopBackoff is the base wait before a VirtualMachine whose
+	// instance failed to start is retried. Like virt-controller it grows with
+	// the square of the consecutive failures, up to 30 times the base.
+	CrashLoopBackoff time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.ImportSteps <= 0 {
+		o.ImportSteps = DefaultImportSteps
+	}
+	if o.StepInterval <= 0 {
+		o.StepInterval = DefaultStepInterval
+	}
+	if o.StartDelay <= 0 {
+		o.StartDelay = DefaultStartDelay
+	}
+	if o.ShutdownDelay <= 0 {
+		o.ShutdownDelay = DefaultShutdownDelay
+	}
+	if o.NodeName == "" {
+		o.NodeName = DefaultNodeName
+	}
+	if o.CrashLoopBackoff <= 0 {
+		o.CrashLoopBackoff = DefaultCrashLoopBackoff
+	}
+	return o
+}
+
+// Simulator plays KubeVirt and CDI against a cluster that runs neither.
+// Create it with New, register its controllers with SetupWithManager (once
+// per Simulator) and serve StopHandler where virt-api would be.
+type Simulator struct {
+	client client.Client
+	// reader serves the stop endpoint's reads. Like virt-api it reads from
+	// the API server, not from a cache that may lag behind the caller.
+	reader client.Reader
+	opts   Options
+	pacer  *pacer
+
+	mu     sync.Mutex
+	faults map[Fault]struct{}
+	stops  []StopRequest
+
+	dataVolumeEvents chan event.GenericEvent
+	vmEvents         chan event.GenericEvent
+	vmiEvents        chan event.GenericEvent
+}
+
+// New returns a Simulator that reads and writes objects through c. The
+// client's scheme must know the KubeVirt and CDI types (see AddToScheme).
+func New(c client.Client, opts Options) *Simulator {
+	return &Simulator{
+		client:           c,
+		reader:           c,
+		opts:             opts.withDefaults(),
+		pacer:            newPacer(),
+		faults:           map[Fault]struct{}{},
+		dataVolumeEvents: make(chan event.GenericEvent, faultEventBuffer),
+		vmEvents:         make(chan event.GenericEvent, faultEventBuffer),
+		vmiEvents:        make(chan event.GenericEvent, faultEventBuffer),
+	}
+}
+
+// AddToScheme registers the KubeVirt and CDI API types the simulator works
+// with.
+func AddToScheme(s *runtime.Scheme) error {
+	if err := kubevirtv1.AddToScheme(s); err != nil {
+		return fmt.Errorf("adding KubeVirt types to scheme: %w", err)
+	}
+	if err := cdiv1.AddToScheme(s); err != nil {
+		return fmt.Errorf("adding CDI types to scheme: %w", err)
+	}
+	return nil
+}
+
+// SetupWithManager registers the DataVolume, VirtualMachine and
+// VirtualMachineInstance controllers with mgr. Their names start with "sim-"
+// and skip the uniqueness check, so several simulators may run in one
+// process. From then on the stop endpoint reads through the manager's
+// uncached API reader.
+func (s *Simulator) SetupWithManager(mgr ctrl.Manager) error {
+	s.mu.Lock()
+	s.reader = mgr.GetAPIReader()
+	s.mu.Unlock()
+	if err := (&dataVolumeReconciler{sim: s}).setup(mgr); err != nil {
+		return err
+	}
+	if err := (&vmReconciler{sim: s}).setup(mgr); err != nil {
+		return err
+	}
+	return (&vmiReconciler{sim: s}).setup(mgr)
+}

@@ -1,0 +1,180 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package simulator
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+func vmWith(strategy kubevirtv1.VirtualMachineRunStrategy) *kubevirtv1.VirtualMachine {
+	return &kubevirtv1.VirtualMachine{Spec: kubevirtv1.VirtualMachineSpec{
+		RunStrategy: ptr.To(strategy),
+		Template:    &kubevirtv1.VirtualMachineInstanceTemplateSpec{},
+	}}
+}
+
+func vmiIn(phase kubevirtv1.VirtualMachineInstancePhase) *kubevirtv1.VirtualMachineInstance {
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	if phase != kubevirtv1.VmPhaseUnset {
+		setVMIPhase(vmi, phase, time.Now())
+	}
+	return vmi
+}
+
+func TestPrintableStatus(t *testing.T) {
+	now := time.Now()
+	deleted := metav1.NewTime(now)
+	unschedulable := vmiIn(kubevirtv1.Scheduling)
+	stepVMI(unschedulable, vmiFaults{unschedulable: true}, "node", now)
+	stopping := vmiIn(kubevirtv1.Running)
+	stopping.DeletionTimestamp = &deleted
+	terminating := vmWith(kubevirtv1.RunStrategyAlways)
+	terminating.DeletionTimestamp = &deleted
+	crashed := vmWith(kubevirtv1.RunStrategyAlways)
+	crashed.Status.StartFailure = &kubevirtv1.VirtualMachineStartFailure{ConsecutiveFailCount: 1}
+
+	tests := map[string]struct {
+		vm            *kubevirtv1.VirtualMachine
+		vmi           *kubevirtv1.VirtualMachineInstance
+		dvs           dvSummary
+		startExpected bool
+		want          kubevirtv1.VirtualMachinePrintableStatus
+	}{
+		"deleted VM":                 {vm: terminating, vmi: vmiIn(kubevirtv1.Running), want: kubevirtv1.VirtualMachineStatusTerminating},
+		"deleted instance":           {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: stopping, want: kubevirtv1.VirtualMachineStatusStopping},
+		"halted with live instance":  {vm: vmWith(kubevirtv1.RunStrategyHalted), vmi: vmiIn(kubevirtv1.Running), want: kubevirtv1.VirtualMachineStatusStopping},
+		"running instance":           {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: vmiIn(kubevirtv1.Running), want: kubevirtv1.VirtualMachineStatusRunning},
+		"failed DataVolume":          {vm: vmWith(kubevirtv1.RunStrategyAlways), dvs: dvSummary{failure: "x", provisioning: true}, want: kubevirtv1.VirtualMachineStatusDataVolumeError},
+		"unschedulable instance":     {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: unschedulable, want: kubevirtv1.VirtualMachineStatusUnschedulable},
+		"importing DataVolume":       {vm: vmWith(kubevirtv1.RunStrategyAlways), dvs: dvSummary{provisioning: true}, want: kubevirtv1.VirtualMachineStatusProvisioning},
+		"instance about to be made":  {vm: vmWith(kubevirtv1.RunStrategyAlways), startExpected: true, want: kubevirtv1.VirtualMachineStatusStarting},
+		"instance scheduling":        {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: vmiIn(kubevirtv1.Scheduling), want: kubevirtv1.VirtualMachineStatusStarting},
+		"start failure, no instance": {vm: crashed, want: kubevirtv1.VirtualMachineStatusCrashLoopBackOff},
+		"halted, no instance":        {vm: vmWith(kubevirtv1.RunStrategyHalted), want: kubevirtv1.VirtualMachineStatusStopped},
+		"instance powered off":       {vm: vmWith(kubevirtv1.RunStrategyHalted), vmi: vmiIn(kubevirtv1.Succeeded), want: kubevirtv1.VirtualMachineStatusStopped},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			strategy, err := tc.vm.RunStrategy()
+			g.Expect(err).NotTo(HaveOccurred())
+			v := vmView{vm: tc.vm, vmi: tc.vmi, dvs: tc.dvs, now: now}
+			g.Expect(printableStatus(v, &tc.vm.Status, strategy, tc.startExpected)).To(Equal(tc.want))
+		})
+	}
+}
+
+func TestDecideVM(t *testing.T) {
+	now := time.Now()
+	later := metav1.NewTime(now.Add(time.Minute))
+	backingOff := vmWith(kubevirtv1.RunStrategyAlways)
+	backingOff.Status.StartFailure = &kubevirtv1.VirtualMachineStartFailure{ConsecutiveFailCount: 1, RetryAfterTimestamp: &later}
+	ready := dvSummary{ready: true}
+
+	tests := map[string]struct {
+		vm      *kubevirtv1.VirtualMachine
+		vmi     *kubevirtv1.VirtualMachineInstance
+		dvs     dvSummary
+		want    vmAction
+		requeue bool
+	}{
+		"always, disks ready":        {vm: vmWith(kubevirtv1.RunStrategyAlways), dvs: ready, want: actCreate},
+		"always, disks importing":    {vm: vmWith(kubevirtv1.RunStrategyAlways), dvs: dvSummary{provisioning: true}, want: actNone},
+		"always, backing off":        {vm: backingOff, dvs: ready, want: actNone, requeue: true},
+		"always, instance failed":    {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: vmiIn(kubevirtv1.Failed), want: actDelete},
+		"halted, instance running":   {vm: vmWith(kubevirtv1.RunStrategyHalted), vmi: vmiIn(kubevirtv1.Running), want: actDelete},
+		"halted, no instance":        {vm: vmWith(kubevirtv1.RunStrategyHalted), dvs: ready, want: actNone},
+		"rerun, instance succeeded":  {vm: vmWith(kubevirtv1.RunStrategyRerunOnFailure), vmi: vmiIn(kubevirtv1.Succeeded), want: actNone},
+		"rerun, instance failed":     {vm: vmWith(kubevirtv1.RunStrategyRerunOnFailure), vmi: vmiIn(kubevirtv1.Failed), want: actDelete},
+		"manual, no instance":        {vm: vmWith(kubevirtv1.RunStrategyManual), dvs: ready, want: actNone},
+		"always, instance scheduled": {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: vmiIn(kubevirtv1.Scheduled), want: actNone},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			action, requeue := decideVM(vmView{vm: tc.vm, vmi: tc.vmi, dvs: tc.dvs, now: now})
+			g.Expect(action).To(Equal(tc.want))
+			if tc.requeue {
+				g.Expect(requeue).To(BeNumerically(">", 0))
+			} else {
+				g.Expect(requeue).To(BeZero())
+			}
+		})
+	}
+}
+
+func TestStartFailureBackoffGrowsAndIsCapped(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st := kubevirtv1.VirtualMachineStatus{}
+	seconds := []time.Duration{1, 2, 5, 8, 13, 15, 15}
+	for i, want := range seconds {
+		vmi := vmiIn(kubevirtv1.Failed)
+		vmi.UID = types.UID(fmt.Sprintf("uid-%d", i))
+		syncStartFailure(&st, kubevirtv1.RunStrategyAlways, vmView{vmi: vmi, now: now, backoff: 500 * time.Millisecond})
+		g.Expect(st.StartFailure.ConsecutiveFailCount).To(Equal(i + 1))
+		g.Expect(st.StartFailure.RetryAfterTimestamp.Sub(now)).To(Equal(want*time.Second), "failure %d", i+1)
+	}
+	syncStartFailure(&st, kubevirtv1.RunStrategyAlways, vmView{vmi: vmiIn(kubevirtv1.Running), now: now})
+	g.Expect(st.StartFailure).To(BeNil())
+}
+
+func TestNextDataVolumeStatus(t *testing.T) {
+	step := func(dv *cdiv1.DataVolume, failed bool) string {
+		st, ok := nextDataVolumeStatus(dv, 2, failed)
+		if !ok {
+			return "done"
+		}
+		dv.Status = st
+		return string(st.Phase) + " " + string(st.Progress)
+	}
+	g := NewWithT(t)
+	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: "disk"}}
+	var seen []string
+	for range 7 {
+		seen = append(seen, step(dv, false))
+	}
+	g.Expect(seen).To(Equal([]string{"Pending N/A", "ImportScheduled N/A", "ImportInProgress 0.00%",
+		"ImportInProgress 50.00%", "Succeeded 100.0%", "done", "done"}))
+
+	clone := &cdiv1.DataVolume{Spec: cdiv1.DataVolumeSpec{SourceRef: &cdiv1.DataVolumeSourceRef{Name: "base"}}}
+	g.Expect([]string{step(clone, false), step(clone, false), step(clone, true), step(clone, false)}).
+		To(Equal([]string{"Pending N/A", "CloneScheduled N/A", "Failed N/A", "done"}))
+	g.Expect(dataVolumeError(clone)).To(ContainSubstring("Failed phase"))
+	g.Expect(clone.Status.Conditions).To(ContainElement(HaveField("Reason", reasonError)))
+}
+
+func TestIPAddressForIsStablePerVirtualMachine(t *testing.T) {
+	g := NewWithT(t)
+	ip := IPAddressFor("lab", "sequoia")
+	g.Expect(ip).To(MatchRegexp(`^10\.244\.\d{1,3}\.\d{1,3}$`))
+	g.Expect(IPAddressFor("lab", "sequoia")).To(Equal(ip))
+	g.Expect(IPAddressFor("lab", "sonoma")).NotTo(Equal(ip))
+	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "sequoia"}}
+	g.Expect(podInterface(vmi)).To(And(HaveField("Name", "default"), HaveField("IP", ip)))
+	g.Expect(vmiConditionStatus(vmi, kubevirtv1.VirtualMachineInstanceReady)).To(Equal(corev1.ConditionUnknown))
+}

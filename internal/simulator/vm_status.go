@@ -1,0 +1,203 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package simulator
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+// maxBackoffFactor caps the crash-loop backoff at this many times its base,
+// the ratio of virt-controller's 300 s cap to its 10 s base.
+const maxBackoffFactor = 30
+
+// dvSummary is what the VirtualMachine controller needs to know about the
+// DataVolumes a VirtualMachine's volumes reference.
+type dvSummary struct {
+	// ready is true when every referenced DataVolume exists and Succeeded.
+	ready bool
+	// provisioning is true when a referenced DataVolume is missing or still
+	// being populated.
+	provisioning bool
+	// failure describes a referenced DataVolume that failed, if any.
+	failure string
+}
+
+// vmView gathers everything a VirtualMachine's decisions depend on.
+type vmView struct {
+	vm      *kubevirtv1.VirtualMachine
+	vmi     *kubevirtv1.VirtualMachineInstance // nil when there is none
+	dvs     dvSummary
+	now     time.Time
+	backoff time.Duration // base crash-loop backoff
+}
+
+// vmAction is what the VirtualMachine controller does to the instance.
+type vmAction int
+
+const (
+	actNone vmAction = iota
+	actCreate
+	actDelete
+)
+
+// decideVM chooses the action virt-controller would take for the run
+// strategy, and how long to wait before looking again when the start is
+// held back by a crash-loop backoff.
+func decideVM(v vmView) (vmAction, time.Duration) {
+	strategy, err := v.vm.RunStrategy()
+	if err != nil || v.vm.Spec.Template == nil {
+		return actNone, 0
+	}
+	if v.vmi != nil {
+		if v.vmi.DeletionTimestamp != nil {
+			return actNone, 0
+		}
+		switch {
+		case strategy == kubevirtv1.RunStrategyHalted,
+			strategy == kubevirtv1.RunStrategyAlways && v.vmi.IsFinal(),
+			strategy == kubevirtv1.RunStrategyRerunOnFailure && v.vmi.Status.Phase == kubevirtv1.Failed:
+			return actDelete, 0
+		}
+		return actNone, 0
+	}
+	if !restartsOnFailure(strategy) || !v.dvs.ready {
+		return actNone, 0
+	}
+	if left := backoffLeft(v.vm.Status.StartFailure, v.now); left > 0 {
+		return actNone, left
+	}
+	return actCreate, 0
+}
+
+// restartsOnFailure reports the run strategies that start an instance when
+// there is none and track start failures.
+func restartsOnFailure(s kubevirtv1.VirtualMachineRunStrategy) bool {
+	return s == kubevirtv1.RunStrategyAlways || s == kubevirtv1.RunStrategyRerunOnFailure ||
+		s == kubevirtv1.RunStrategyOnce
+}
+
+func backoffLeft(f *kubevirtv1.VirtualMachineStartFailure, now time.Time) time.Duration {
+	if f == nil || f.RetryAfterTimestamp == nil {
+		return 0
+	}
+	return max(f.RetryAfterTimestamp.Sub(now), 0)
+}
+
+// computeVMStatus derives the VirtualMachine status virt-controller would
+// write. startExpected is true when the instance is about to be created.
+func computeVMStatus(v vmView, startExpected bool) kubevirtv1.VirtualMachineStatus {
+	st := *v.vm.Status.DeepCopy()
+	strategy, _ := v.vm.RunStrategy()
+	st.Created = v.vmi != nil
+	st.Ready = v.vmi != nil && vmiConditionStatus(v.vmi, kubevirtv1.VirtualMachineInstanceReady) == corev1.ConditionTrue
+	if st.RunStrategy != "" || st.Created {
+		st.RunStrategy = strategy
+	}
+	if v.vmi != nil {
+		st.DesiredGeneration = v.vm.Generation
+		if g, ok := v.vmi.Annotations[kubevirtv1.VirtualMachineGenerationAnnotation]; ok {
+			st.ObservedGeneration = parseGeneration(g)
+		}
+	}
+	syncStartFailure(&st, strategy, v)
+	syncVMConditions(&st, v.vmi, v.now)
+	st.PrintableStatus = printableStatus(v, &st, strategy, startExpected)
+	return st
+}
+
+// syncStartFailure counts instances that failed before ever running and
+// schedules the next attempt, as virt-controller's crash-loop backoff does.
+func syncStartFailure(st *kubevirtv1.VirtualMachineStatus, strategy kubevirtv1.VirtualMachineRunStrategy, v vmView) {
+	if wasRunning(v.vmi) || !restartsOnFailure(strategy) {
+		st.StartFailure = nil
+		return
+	}
+	if v.vmi == nil || !v.vmi.IsFinal() {
+		return
+	}
+	if st.StartFailure != nil && st.StartFailure.LastFailedVMIUID == v.vmi.UID {
+		return
+	}
+	count := 1
+	if st.StartFailure != nil {
+		count = st.StartFailure.ConsecutiveFailCount + 1
+	}
+	delay := min(v.backoff*time.Duration(count*count), v.backoff*maxBackoffFactor)
+	// The API keeps whole seconds; rounding up keeps the full delay.
+	at := v.now.Add(delay)
+	if whole := at.Truncate(time.Second); whole.Before(at) {
+		at = whole.Add(time.Second)
+	}
+	retry := metav1.NewTime(at)
+	st.StartFailure = &kubevirtv1.VirtualMachineStartFailure{
+		ConsecutiveFailCount: count,
+		LastFailedVMIUID:     v.vmi.UID,
+		RetryAfterTimestamp:  &retry,
+	}
+}
+
+// wasRunning reports whether the instance ever reached phase Running.
+func wasRunning(vmi *kubevirtv1.VirtualMachineInstance) bool {
+	if vmi == nil {
+		return false
+	}
+	for _, t := range vmi.Status.PhaseTransitionTimestamps {
+		if t.Phase == kubevirtv1.Running {
+			return true
+		}
+	}
+	return false
+}
+
+// printableStatus applies virt-controller's ordered checks: the first that
+// holds wins.
+func printableStatus(v vmView, st *kubevirtv1.VirtualMachineStatus, strategy kubevirtv1.VirtualMachineRunStrategy,
+	startExpected bool) kubevirtv1.VirtualMachinePrintableStatus {
+	vmi := v.vmi
+	gone := vmi == nil || vmi.IsFinal()
+	switch {
+	case v.vm.DeletionTimestamp != nil:
+		return kubevirtv1.VirtualMachineStatusTerminating
+	case !gone && (vmi.DeletionTimestamp != nil || strategy == kubevirtv1.RunStrategyHalted):
+		return kubevirtv1.VirtualMachineStatusStopping
+	case vmi != nil && vmi.IsRunning():
+		return kubevirtv1.VirtualMachineStatusRunning
+	case v.dvs.failure != "":
+		return kubevirtv1.VirtualMachineStatusDataVolumeError
+	case vmi != nil && vmiUnschedulable(vmi):
+		return kubevirtv1.VirtualMachineStatusUnschedulable
+	case v.dvs.provisioning:
+		return kubevirtv1.VirtualMachineStatusProvisioning
+	case vmi == nil && startExpected, vmi != nil && !gone:
+		return kubevirtv1.VirtualMachineStatusStarting
+	case !startExpected && restartsOnFailure(strategy) && st.StartFailure != nil && st.StartFailure.ConsecutiveFailCount > 0:
+		return kubevirtv1.VirtualMachineStatusCrashLoopBackOff
+	default:
+		return kubevirtv1.VirtualMachineStatusStopped
+	}
+}
+
+// vmiUnschedulable reports a PodScheduled=False condition with reason
+// Unschedulable, copied by virt-controller from the launcher pod.
+func vmiUnschedulable(vmi *kubevirtv1.VirtualMachineInstance) bool {
+	c := vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled))
+	return c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+}
