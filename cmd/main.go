@@ -14,6 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
+// Command manager runs the macvirt operator: the controllers that turn
+// MacClasses, MacPools, MacClaims and MacMachines into KubeVirt
+// VirtualMachines and CDI DataVolumes.
 package main
 
 import (
@@ -25,9 +28,6 @@ import (
 	// to ensure that exec-entrypoint and run can make use of them.
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -35,24 +35,14 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/controller"
+	"github.com/macvirt/macvirt/internal/operator"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	// +kubebuilder:scaffold:imports
 )
 
-var (
-	scheme   = runtime.NewScheme()
-	setupLog = ctrl.Log.WithName("setup")
-)
+var setupLog = ctrl.Log.WithName("setup")
 
-func init() {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-
-	utilruntime.Must(macvirtv1alpha1.AddToScheme(scheme))
-	// +kubebuilder:scaffold:scheme
-}
-
-// nolint:gocyclo
+//nolint:gocyclo // main wires flags and servers in one sequence.
 func main() {
 	var metricsAddr string
 	var metricsCertPath, metricsCertName, metricsCertKey string
@@ -63,6 +53,11 @@ func main() {
 	var secureMetrics bool
 	var enableHTTP2 bool
 	var tlsOpts []func(*tls.Config)
+	var hookImage, emulatorPath string
+	flag.StringVar(&hookImage, "hook-image", operator.DefaultHookImage,
+		"The domain-hook sidecar image KubeVirt runs next to every macOS VM.")
+	flag.StringVar(&emulatorPath, "emulator-path", "",
+		"Optional QEMU binary on the nodes to use instead of KubeVirt's (for a QEMU with isa-applesmc).")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
@@ -158,13 +153,18 @@ func main() {
 		metricsServerOptions.KeyName = metricsCertKey
 	}
 
+	scheme, err := macvirtscheme.New()
+	if err != nil {
+		setupLog.Error(err, "Failed to build scheme")
+		os.Exit(1)
+	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsServerOptions,
 		WebhookServer:          webhookServer,
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         enableLeaderElection,
-		LeaderElectionID:       "92335f05.io",
+		LeaderElectionID:       "macvirt.io",
 		// LeaderElectionReleaseOnCancel defines if the leader should step down voluntarily
 		// when the Manager ends. This requires the binary to immediately end when the
 		// Manager is stopped, otherwise, this setting is unsafe. Setting this significantly
@@ -182,11 +182,8 @@ func main() {
 		os.Exit(1)
 	}
 
-	if err := (&controller.MacMachineReconciler{
-		Client: mgr.GetClient(),
-		Scheme: mgr.GetScheme(),
-	}).SetupWithManager(mgr); err != nil {
-		setupLog.Error(err, "Failed to create controller", "controller", "macmachine")
+	if err := operator.Setup(mgr, operator.Options{HookImage: hookImage, EmulatorPath: emulatorPath}); err != nil {
+		setupLog.Error(err, "Failed to set up controllers")
 		os.Exit(1)
 	}
 	// +kubebuilder:scaffold:builder

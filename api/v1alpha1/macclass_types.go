@@ -97,7 +97,7 @@ type ClassResources struct {
 	// +kubebuilder:default="8Gi"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('4Gi')) >= 0",message="memory must be at least 4Gi"
 	// +optional
-	Memory resource.Quantity `json:"memory,omitempty"`
+	Memory *resource.Quantity `json:"memory,omitempty"`
 }
 
 // DiskSource says where a disk's content comes from: exactly one of a CDI
@@ -127,7 +127,7 @@ type ImageSpec struct {
 	// size of each machine's system disk.
 	// +kubebuilder:default="128Gi"
 	// +optional
-	Size resource.Quantity `json:"size,omitempty"`
+	Size *resource.Quantity `json:"size,omitempty"`
 }
 
 // BootloaderSpec is the OpenCore disk each machine boots from.
@@ -137,11 +137,11 @@ type BootloaderSpec struct {
 	// size of each machine's bootloader disk.
 	// +kubebuilder:default="1Gi"
 	// +optional
-	Size resource.Quantity `json:"size,omitempty"`
+	Size *resource.Quantity `json:"size,omitempty"`
 }
 
 // SMCSpec configures the Apple System Management Controller.
-// +kubebuilder:validation:XValidation:rule="self.mode != 'AppleSMC' || has(self.oskSecretRef)",message="smc.mode AppleSMC requires oskSecretRef (the Secret holding the OSK key); use mode VirtualSMC otherwise"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'AppleSMC' || has(self.oskSecretRef)",message="smc.mode AppleSMC requires oskSecretRef (the Secret holding the OSK key); use mode VirtualSMC otherwise"
 type SMCSpec struct {
 	// mode is VirtualSMC (default, works on any QEMU) or AppleSMC (needs a
 	// QEMU with isa-applesmc and the OSK key).
@@ -233,21 +233,21 @@ type LifecycleSpec struct {
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="shutdownGracePeriod must be between 1s and 24h"
 	// +optional
-	ShutdownGracePeriod metav1.Duration `json:"shutdownGracePeriod,omitempty"`
+	ShutdownGracePeriod *metav1.Duration `json:"shutdownGracePeriod,omitempty"`
 
 	// bootTimeout bounds the time from VM running to the first guest-agent
 	// heartbeat; past it the machine is Failed.
 	// +kubebuilder:default="20m"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="bootTimeout must be between 1m and 24h"
 	// +optional
-	BootTimeout metav1.Duration `json:"bootTimeout,omitempty"`
+	BootTimeout *metav1.Duration `json:"bootTimeout,omitempty"`
 
 	// heartbeatTimeout: a guest agent silent longer than this makes the
 	// machine not Ready.
 	// +kubebuilder:default="2m"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('1h')",message="heartbeatTimeout must be between 10s and 1h"
 	// +optional
-	HeartbeatTimeout metav1.Duration `json:"heartbeatTimeout,omitempty"`
+	HeartbeatTimeout *metav1.Duration `json:"heartbeatTimeout,omitempty"`
 }
 
 // TenancySpec says who may use the class.

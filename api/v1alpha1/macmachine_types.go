@@ -161,8 +161,8 @@ type MacMachineStatus struct {
 	// guest is what the guest agent last reported.
 	// +optional
 	Guest *GuestStatus `json:"guest,omitempty"`
-	// runningSince is when the VMI was first seen Running in this boot;
-	// bootTimeout counts from it.
+	// runningSince is when the current VMI entered the Running phase, as
+	// KubeVirt recorded it; bootTimeout counts from it.
 	// +optional
 	RunningSince *metav1.Time `json:"runningSince,omitempty"`
 }

@@ -22,7 +22,7 @@ import (
 )
 
 // MacPoolSpec says how many warm machines of a class to keep.
-// +kubebuilder:validation:XValidation:rule="!has(self.maxMachines) || self.maxMachines >= self.idle",message="maxMachines must be at least idle"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxMachines) || !has(self.idle) || self.maxMachines >= self.idle",message="maxMachines must be at least idle"
 type MacPoolSpec struct {
 	// className is the MacClass of the pool's machines. Immutable.
 	// +kubebuilder:validation:MinLength=1
@@ -44,7 +44,7 @@ type MacPoolSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
-	Idle int32 `json:"idle"`
+	Idle *int32 `json:"idle,omitempty"`
 
 	// maxMachines caps every machine of the pool: idle, bound, provisioning
 	// and terminating. Defaults to idle when unset.
@@ -79,7 +79,7 @@ type MacPoolStatus struct {
 	Provisioning int32 `json:"provisioning"`
 	// idle is the unbound Ready machines.
 	// +optional
-	Idle int32 `json:"idle"`
+	Idle *int32 `json:"idle,omitempty"`
 	// bound is the machines bound to a claim.
 	// +optional
 	Bound int32 `json:"bound"`

@@ -18,46 +18,208 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/render"
+	"github.com/macvirt/macvirt/internal/vmstop"
 )
 
-// MacMachineReconciler reconciles a MacMachine object
+// classNameField indexes MacMachines by spec.className, so a class change
+// reaches its machines.
+const classNameField = "spec.className"
+
+// MacMachineReconciler turns a MacMachine into a KubeVirt VirtualMachine and
+// CDI DataVolumes, walks it through its phases, stops it gracefully and
+// deletes it safely.
 type MacMachineReconciler struct {
 	client.Client
-	Scheme *runtime.Scheme
+	// APIReader reads uncached, for Secrets the cache does not hold.
+	APIReader client.Reader
+	// Recorder records events on phase changes.
+	Recorder events.EventRecorder
+	// Stopper requests graceful stops through KubeVirt's stop subresource.
+	Stopper vmstop.Stopper
+	// Render holds operator-wide render settings (hook image, emulator).
+	Render render.Options
+	// Clock is the time source for boot and heartbeat timeouts.
+	Clock clock.PassiveClock
+	// ControllerName overrides the controller's name, so tests can run
+	// several managers in one process.
+	ControllerName string
 }
 
-// +kubebuilder:rbac:groups=macvirt.io,resources=macmachines,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=macvirt.io,resources=macmachines,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macmachines/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macmachines/finalizers,verbs=update
+// +kubebuilder:rbac:groups=macvirt.io,resources=macclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachines,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch
+// +kubebuilder:rbac:groups=subresources.kubevirt.io,resources=virtualmachines/stop,verbs=update
+// +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes/source,verbs=create
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",namespace=macvirt-system,resources=secrets,verbs=get
 
-// Reconcile is part of the main kubernetes reconciliation loop which aims to
-// move the current state of the cluster closer to the desired state.
-// TODO(user): Modify the Reconcile function to compare the state specified by
-// the MacMachine object against the actual cluster state, and then
-// perform operations to make the cluster state reflect the state specified by
-// the user.
-//
-// For more details, check Reconcile and its Result here:
-// - https://pkg.go.dev/sigs.k8s.io/controller-runtime@v0.25.0/pkg/reconcile
-func (r *MacMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	_ = logf.FromContext(ctx)
-
-	// TODO(user): your logic here
-
-	return ctrl.Result{}, nil
+// Reconcile gets the machine, adds the finalizer, runs the ordered ensure
+// functions (or the deletion steps) and patches the status once, computed
+// from what was observed.
+func (r *MacMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, reterr error) {
+	m := &macvirtv1alpha1.MacMachine{}
+	if err := r.Get(ctx, req.NamespacedName, m); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if m.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(m, macvirtv1alpha1.MachineFinalizer) {
+		patch := client.MergeFrom(m.DeepCopy())
+		controllerutil.AddFinalizer(m, macvirtv1alpha1.MachineFinalizer)
+		if err := r.Patch(ctx, m, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+	o := &machineObservation{Now: r.Clock.Now(), Machine: m, Deleting: !m.DeletionTimestamp.IsZero()}
+	defer func() {
+		requeue, err := r.patchStatus(ctx, o)
+		if err != nil && reterr == nil {
+			reterr = err
+		}
+		if requeue > 0 && (result.RequeueAfter == 0 || requeue < result.RequeueAfter) {
+			result.RequeueAfter = requeue
+		}
+	}()
+	if o.Deleting {
+		return r.reconcileDelete(ctx, o)
+	}
+	return ctrl.Result{}, r.reconcileNormal(ctx, o)
 }
 
-// SetupWithManager sets up the controller with the Manager.
+// reconcileNormal runs the ensure functions in order; each records what it
+// found in the observation and stops the chain when it cannot go on.
+func (r *MacMachineReconciler) reconcileNormal(ctx context.Context, o *machineObservation) error {
+	for _, step := range []func(context.Context, *machineObservation) (bool, error){
+		r.loadClass,
+		r.ensureIdentity,
+		r.observeObjects,
+		r.ensureDataVolumes,
+		r.ensureVirtualMachine,
+		r.ensureRunState,
+	} {
+		if proceed, err := step(ctx, o); err != nil || !proceed {
+			return err
+		}
+	}
+	return nil
+}
+
+// patchStatus computes the status from the observation and writes it once,
+// only if it changed, with an event when the phase changed.
+func (r *MacMachineReconciler) patchStatus(ctx context.Context, o *machineObservation) (time.Duration, error) {
+	m := o.Machine
+	computed := computeMachineStatus(*o)
+	if equality.Semantic.DeepEqual(m.Status, computed.Status) {
+		return computed.RequeueAfter, nil
+	}
+	before := m.DeepCopy()
+	oldPhase := m.Status.Phase
+	m.Status = computed.Status
+	if err := r.Status().Patch(ctx, m, client.MergeFrom(before)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("patching status: %w", err)
+	}
+	machinePhaseTransitions.WithLabelValues(string(computed.Status.Phase)).Inc()
+	if oldPhase != computed.Status.Phase {
+		r.recordPhase(m)
+	}
+	return computed.RequeueAfter, nil
+}
+
+func (r *MacMachineReconciler) recordPhase(m *macvirtv1alpha1.MacMachine) {
+	if r.Recorder == nil {
+		return
+	}
+	eventType := corev1.EventTypeNormal
+	if m.Status.Phase == macvirtv1alpha1.MachineFailed {
+		eventType = corev1.EventTypeWarning
+	}
+	note := string(m.Status.Phase)
+	for _, c := range m.Status.Conditions {
+		if c.Type == macvirtv1alpha1.ConditionReady {
+			note = fmt.Sprintf("%s: %s", m.Status.Phase, c.Message)
+		}
+	}
+	r.Recorder.Eventf(m, nil, eventType, "Machine"+string(m.Status.Phase), "Reconcile", "%s", truncate(note, 1024))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// SetupWithManager registers the controller: it owns VMs and DataVolumes,
+// follows VMIs through their VM's name, and follows class changes.
 func (r *MacMachineReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &macvirtv1alpha1.MacMachine{}, classNameField,
+		func(o client.Object) []string { return []string{o.(*macvirtv1alpha1.MacMachine).Spec.ClassName} }); err != nil {
+		return fmt.Errorf("indexing %s: %w", classNameField, err)
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&macvirtv1alpha1.MacMachine{}).
-		Named("macmachine").
-		Complete(r)
+		Owns(&kubevirtv1.VirtualMachine{}).
+		Owns(&cdiv1.DataVolume{}).
+		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(vmiToMachine),
+			builder.WithPredicates(predicate.NewPredicateFuncs(hasMachineLabel))).
+		Watches(&macvirtv1alpha1.MacClass{}, handler.EnqueueRequestsFromMapFunc(r.classToMachines))
+	if r.ControllerName != "" {
+		b = b.Named(r.ControllerName)
+	} else {
+		b = b.Named("macmachine")
+	}
+	return b.Complete(r)
+}
+
+func hasMachineLabel(o client.Object) bool {
+	return o.GetLabels()[macvirtv1alpha1.LabelMachine] != ""
+}
+
+// vmiToMachine maps a VMI to its machine: the VMI carries the machine label
+// from the VM template.
+func vmiToMachine(_ context.Context, o client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{
+		Namespace: o.GetNamespace(), Name: o.GetLabels()[macvirtv1alpha1.LabelMachine]}}}
+}
+
+func (r *MacMachineReconciler) classToMachines(ctx context.Context, o client.Object) []reconcile.Request {
+	var list macvirtv1alpha1.MacMachineList
+	if err := r.List(ctx, &list, client.MatchingFields{classNameField: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing machines of class", "class", o.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
 }

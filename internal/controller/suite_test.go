@@ -14,103 +14,163 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package controller
+package controller_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-
-	"k8s.io/client-go/kubernetes/scheme"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	// +kubebuilder:scaffold:imports
+	"github.com/macvirt/macvirt/internal/operator"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/internal/simulator"
+	"github.com/macvirt/macvirt/internal/testenv"
 )
 
-// These tests use Ginkgo (BDD-style Go testing framework). Refer to
-// http://onsi.github.io/ginkgo/ to learn more about Ginkgo.
-
+// The suite runs a real kube-apiserver and etcd with macvirt's CRDs and
+// KubeVirt's and CDI's full CRDs, the KubeVirt/CDI simulator in its own
+// manager, a stand-in of virt-api's stop endpoint, and the operator wired by
+// operator.Setup, which tests stop and start again to prove recovery.
 var (
-	ctx       context.Context
-	cancel    context.CancelFunc
-	testEnv   *envtest.Environment
 	cfg       *rest.Config
+	testEnv   *envtest.Environment
+	scheme    *runtime.Scheme
 	k8sClient client.Client
+	sim       *simulator.Simulator
+	stopAPI   *stopStandIn
+	clock     = &offsetClock{}
+	suiteCtx  context.Context
+	cancelAll context.CancelFunc
+	operators atomic.Int32
 )
 
 func TestControllers(t *testing.T) {
 	RegisterFailHandler(Fail)
-
 	RunSpecs(t, "Controller Suite")
 }
 
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-
-	ctx, cancel = context.WithCancel(context.TODO())
+	suiteCtx, cancelAll = context.WithCancel(context.Background())
 
 	var err error
-	err = macvirtv1alpha1.AddToScheme(scheme.Scheme)
+	scheme, err = macvirtscheme.New()
 	Expect(err).NotTo(HaveOccurred())
+	// Tests also read CustomResourceDefinitions; the operator does not.
+	Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
 
-	// +kubebuilder:scaffold:scheme
-
-	By("bootstrapping test environment")
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-
-	// Retrieve the first found binary directory to allow running tests from IDEs
-	if getFirstFoundEnvTestBinaryDir() != "" {
-		testEnv.BinaryAssetsDirectory = getFirstFoundEnvTestBinaryDir()
-	}
-
-	// cfg is defined in this file globally.
+	testEnv = testenv.New(scheme)
 	cfg, err = testEnv.Start()
-	Expect(err).NotTo(HaveOccurred())
-	Expect(cfg).NotTo(BeNil())
+	if err != nil {
+		Fail(testenv.MissingBinariesHint(err).Error())
+	}
 
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(k8sClient).NotTo(BeNil())
+	// Strict field validation: a wrong field name fails instead of being pruned.
+	k8sClient = client.WithFieldValidation(c, metav1.FieldValidationStrict)
+
+	simMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	Expect(err).NotTo(HaveOccurred())
+	sim = simulator.New(simMgr.GetClient(), simulator.Options{
+		StepInterval: 40 * time.Millisecond, StartDelay: 60 * time.Millisecond,
+		ShutdownDelay: 400 * time.Millisecond, CrashLoopBackoff: 100 * time.Millisecond,
+	})
+	Expect(sim.SetupWithManager(simMgr)).To(Succeed())
+	go func() {
+		defer GinkgoRecover()
+		Expect(simMgr.Start(suiteCtx)).To(Succeed())
+	}()
+	stopAPI = newStopStandIn(sim.StopHandler())
+	DeferCleanup(stopAPI.Close)
 })
 
 var _ = AfterSuite(func() {
-	By("tearing down the test environment")
-	cancel()
-	err := testEnv.Stop()
-	Expect(err).NotTo(HaveOccurred())
+	cancelAll()
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
 })
 
-// getFirstFoundEnvTestBinaryDir locates the first binary in the specified path.
-// ENVTEST-based tests depend on specific binaries, usually located in paths set by
-// controller-runtime. When running tests directly (e.g., via an IDE) without using
-// Makefile targets, the 'BinaryAssetsDirectory' must be explicitly configured.
-//
-// This function streamlines the process by finding the required binaries, similar to
-// setting the 'KUBEBUILDER_ASSETS' environment variable. To ensure the binaries are
-// properly set up, run 'make setup-envtest' beforehand.
-func getFirstFoundEnvTestBinaryDir() string {
-	basePath := filepath.Join("..", "..", "bin", "k8s")
-	entries, err := os.ReadDir(basePath)
-	if err != nil {
-		logf.Log.Error(err, "Failed to read directory", "path", basePath)
-		return ""
-	}
-	for _, entry := range entries {
-		if entry.IsDir() {
-			return filepath.Join(basePath, entry.Name())
+// startOperator runs a fresh operator manager until the returned function
+// is called, which waits for it to stop.
+func startOperator() (stop func()) {
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(operator.Setup(mgr, operator.Options{
+		HookImage:  "ghcr.io/macvirt/macvirt-domain-hook:test",
+		StopConfig: &rest.Config{Host: stopAPI.URL},
+		Clock:      clock,
+		NameSuffix: fmt.Sprintf("-%d", operators.Add(1)),
+	})).To(Succeed())
+	ctx, cancel := context.WithCancel(suiteCtx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer GinkgoRecover()
+		defer wg.Done()
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
+// offsetClock is the real clock moved forward by an offset, so tests can
+// pass a boot or heartbeat timeout without waiting for it.
+type offsetClock struct{ offset atomic.Int64 }
+
+func (c *offsetClock) Now() time.Time                  { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+func (c *offsetClock) Advance(d time.Duration)         { c.offset.Add(int64(d)) }
+func (c *offsetClock) Reset()                          { c.offset.Store(0) }
+
+// stopStandIn serves virt-api's stop endpoint through the simulator, or
+// answers every request with a forced failure while one is set.
+type stopStandIn struct {
+	*httptest.Server
+	failWith atomic.Int32
+}
+
+func newStopStandIn(h http.Handler) *stopStandIn {
+	s := &stopStandIn{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if code := int(s.failWith.Load()); code != 0 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			_, _ = fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"virtualmachines.subresources.kubevirt.io \"x\" is forbidden: User \"system:serviceaccount:macvirt-system:macvirt\" cannot update resource \"virtualmachines/stop\"","reason":"Forbidden","code":%d}`, code)
+			return
 		}
-	}
-	return ""
+		h.ServeHTTP(w, r)
+	}))
+	return s
+}
+
+// newNamespace creates a namespace for one test and deletes it afterwards.
+func newNamespace() string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "mm-test-"}}
+	Expect(k8sClient.Create(suiteCtx, ns)).To(Succeed())
+	DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), ns) })
+	return ns.Name
 }

@@ -15,8 +15,8 @@ import (
 // against the operator's service account.
 func DataVolumes(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) []cdiv1.DataVolume {
 	return []cdiv1.DataVolume{
-		dataVolume(class, m, BootloaderDataVolumeName(m), class.Spec.Bootloader.DiskSource, class.Spec.Bootloader.Size),
-		dataVolume(class, m, SystemDataVolumeName(m), class.Spec.Image.DiskSource, class.Spec.Image.Size),
+		dataVolume(class, m, BootloaderDataVolumeName(m), class.Spec.Bootloader.DiskSource, class.Spec.Bootloader.SizeOrDefault()),
+		dataVolume(class, m, SystemDataVolumeName(m), class.Spec.Image.DiskSource, class.Spec.Image.SizeOrDefault()),
 	}
 }
 

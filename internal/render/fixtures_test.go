@@ -22,16 +22,16 @@ func testClass(opts ...classOption) *macvirtv1alpha1.MacClass {
 		ObjectMeta: metav1.ObjectMeta{Name: "sonoma"},
 		Spec: macvirtv1alpha1.MacClassSpec{
 			Description: "macOS 14, 4 vCPU, 8 GiB",
-			Resources:   macvirtv1alpha1.ClassResources{CPU: 4, Memory: resource.MustParse("8Gi")},
+			Resources:   macvirtv1alpha1.ClassResources{CPU: 4, Memory: ptr(resource.MustParse("8Gi"))},
 			Image: macvirtv1alpha1.ImageSpec{
 				DiskSource: macvirtv1alpha1.DiskSource{SourceRef: &cdiv1.DataVolumeSourceRef{
 					Kind: cdiv1.DataVolumeDataSource, Namespace: ptr("macvirt-images"), Name: "sonoma"}},
-				Size: resource.MustParse("128Gi"),
+				Size: ptr(resource.MustParse("128Gi")),
 			},
 			Bootloader: macvirtv1alpha1.BootloaderSpec{
 				DiskSource: macvirtv1alpha1.DiskSource{SourceRef: &cdiv1.DataVolumeSourceRef{
 					Kind: cdiv1.DataVolumeDataSource, Namespace: ptr("macvirt-images"), Name: "opencore-1.0"}},
-				Size: resource.MustParse("1Gi"),
+				Size: ptr(resource.MustParse("1Gi")),
 			},
 			Hardware: macvirtv1alpha1.HardwareSpec{
 				CPUModel: macvirtv1alpha1.CPUModelHaswellNoTSX,
@@ -47,9 +47,9 @@ func testClass(opts ...classOption) *macvirtv1alpha1.MacClass {
 					Key: "macvirt.io/apple-hardware", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			},
 			Lifecycle: macvirtv1alpha1.LifecycleSpec{
-				ShutdownGracePeriod: metav1.Duration{Duration: 5 * time.Minute},
-				BootTimeout:         metav1.Duration{Duration: 20 * time.Minute},
-				HeartbeatTimeout:    metav1.Duration{Duration: 2 * time.Minute},
+				ShutdownGracePeriod: &metav1.Duration{Duration: 5 * time.Minute},
+				BootTimeout:         &metav1.Duration{Duration: 20 * time.Minute},
+				HeartbeatTimeout:    &metav1.Duration{Duration: 2 * time.Minute},
 			},
 			Tenancy: macvirtv1alpha1.TenancySpec{OnDemand: ptr(true)},
 		},

@@ -90,11 +90,11 @@ func TestGoldenRenderings(t *testing.T) {
 			got := renderYAML(t, c)
 			path := filepath.Join("testdata", c.name+".yaml")
 			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil { //nolint:gosec // golden files are not secret.
+				if err := os.WriteFile(path, got, 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
-			want, err := os.ReadFile(path)
+			want, err := os.ReadFile(path) //nolint:gosec // path is testdata/<case>.yaml.
 			if err != nil {
 				t.Fatalf("reading %s (run go test ./internal/render -update to create it): %v", path, err)
 			}

@@ -37,7 +37,7 @@ func VirtualMachine(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachi
 	if err != nil {
 		return nil, nil, err
 	}
-	grace := int64(class.Spec.Lifecycle.ShutdownGracePeriod.Seconds())
+	grace := int64(class.Spec.Lifecycle.ShutdownGracePeriodOrDefault().Seconds())
 	if grace <= 0 {
 		return nil, nil, fmt.Errorf("class %s: spec.lifecycle.shutdownGracePeriod must be positive", class.Name)
 	}
@@ -80,7 +80,7 @@ func RunStrategy(m *macvirtv1alpha1.MacMachine) *kubevirtv1.VirtualMachineRunStr
 
 func domain(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) kubevirtv1.DomainSpec {
 	res := class.Spec.Resources
-	memory := canonical(res.Memory)
+	memory := canonical(res.MemoryOrDefault())
 	maxMemory := memory.DeepCopy()
 	secureBoot := false
 	bus := kubevirtv1.DiskBus(class.Spec.Hardware.DiskBus)

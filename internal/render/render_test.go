@@ -64,7 +64,7 @@ func TestVirtualMachineBootsTheBootloaderFirstThenTheSystemDisk(t *testing.T) {
 func TestVirtualMachinePinsCPUAndMemorySoKubeVirtCannotEnableHotplug(t *testing.T) {
 	g := NewWithT(t)
 	vm, _ := renderOK(t, testClass(func(c *macvirtv1alpha1.MacClass) {
-		c.Spec.Resources = macvirtv1alpha1.ClassResources{CPU: 8, Memory: resource.MustParse("16Gi")}
+		c.Spec.Resources = macvirtv1alpha1.ClassResources{CPU: 8, Memory: ptr(resource.MustParse("16Gi"))}
 	}), testMachine(), testOptions)
 	d := vm.Spec.Template.Spec.Domain
 	g.Expect(d.CPU.Cores).To(Equal(uint32(8)))
@@ -208,7 +208,7 @@ func TestDataVolumesUseTheClassSourcesSizesAndStorageClass(t *testing.T) {
 		c.Spec.Image.SourceRef = nil
 		c.Spec.Image.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://images.example.com/sonoma.qcow2"}}
 		c.Spec.Image.StorageClassName = ptr("fast-rbd")
-		c.Spec.Image.Size = resource.MustParse("200Gi")
+		c.Spec.Image.Size = ptr(resource.MustParse("200Gi"))
 	})
 	_, dvs := renderOK(t, class, testMachine(), testOptions)
 	boot, system := dvs[0], dvs[1]
@@ -243,18 +243,22 @@ func TestClassRevision(t *testing.T) {
 	g.Expect(base).To(HaveLen(10))
 	g.Expect(render.ClassRevision(testClass())).To(Equal(base), "stable")
 	same := map[string]classOption{
+		"defaults left unset": func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Resources.Memory, c.Spec.Image.Size, c.Spec.Bootloader.Size = nil, nil, nil
+			c.Spec.Lifecycle.ShutdownGracePeriod = nil
+		},
 		"description":       func(c *macvirtv1alpha1.MacClass) { c.Spec.Description = "other" },
 		"bootTimeout":       func(c *macvirtv1alpha1.MacClass) { c.Spec.Lifecycle.BootTimeout.Duration = time.Hour },
 		"heartbeatTimeout":  func(c *macvirtv1alpha1.MacClass) { c.Spec.Lifecycle.HeartbeatTimeout.Duration = time.Hour },
 		"tenancy":           func(c *macvirtv1alpha1.MacClass) { c.Spec.Tenancy.OnDemand = ptr(false) },
-		"memory spelled 2x": func(c *macvirtv1alpha1.MacClass) { c.Spec.Resources.Memory = resource.MustParse("8192Mi") },
+		"memory spelled 2x": func(c *macvirtv1alpha1.MacClass) { c.Spec.Resources.Memory = ptr(resource.MustParse("8192Mi")) },
 	}
 	for name, o := range same {
 		g.Expect(render.ClassRevision(testClass(o))).To(Equal(base), name+" does not change a rendered VM")
 	}
 	differ := map[string]classOption{
 		"cpu":       func(c *macvirtv1alpha1.MacClass) { c.Spec.Resources.CPU = 6 },
-		"memory":    func(c *macvirtv1alpha1.MacClass) { c.Spec.Resources.Memory = resource.MustParse("12Gi") },
+		"memory":    func(c *macvirtv1alpha1.MacClass) { c.Spec.Resources.Memory = ptr(resource.MustParse("12Gi")) },
 		"image":     func(c *macvirtv1alpha1.MacClass) { c.Spec.Image.SourceRef.Name = "ventura" },
 		"nic":       func(c *macvirtv1alpha1.MacClass) { c.Spec.Hardware.NICModel = macvirtv1alpha1.NICModelVirtio },
 		"placement": func(c *macvirtv1alpha1.MacClass) { c.Spec.Placement.NodeSelector = nil },

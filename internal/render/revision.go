@@ -27,19 +27,21 @@ type revisionInput struct {
 // changes a rendered VM. Quantities are hashed in canonical form, so "8Gi"
 // and "8192Mi" give the same revision.
 func ClassRevision(class *macvirtv1alpha1.MacClass) string {
+	spec := class.Spec.DeepCopy()
 	in := revisionInput{
-		Resources:           class.Spec.Resources,
-		Image:               class.Spec.Image,
-		Bootloader:          class.Spec.Bootloader,
-		Hardware:            class.Spec.Hardware,
-		Placement:           class.Spec.Placement,
-		ShutdownGracePeriod: class.Spec.Lifecycle.ShutdownGracePeriod.Duration.String(),
+		Resources:           spec.Resources,
+		Image:               spec.Image,
+		Bootloader:          spec.Bootloader,
+		Hardware:            spec.Hardware,
+		Placement:           spec.Placement,
+		ShutdownGracePeriod: spec.Lifecycle.ShutdownGracePeriodOrDefault().String(),
 	}
-	// Canonical quantities: the marshalled form of a Quantity is canonical
-	// already, but a parsed and an unparsed one may differ in cached string.
-	in.Resources.Memory = canonical(in.Resources.Memory)
-	in.Image.Size = canonical(in.Image.Size)
-	in.Bootloader.Size = canonical(in.Bootloader.Size)
+	// Unset and explicitly defaulted values hash alike, and quantities are
+	// hashed in canonical form.
+	memory := canonical(spec.Resources.MemoryOrDefault())
+	imageSize := canonical(spec.Image.SizeOrDefault())
+	bootSize := canonical(spec.Bootloader.SizeOrDefault())
+	in.Resources.Memory, in.Image.Size, in.Bootloader.Size = &memory, &imageSize, &bootSize
 	// json.Marshal sorts map keys, so the encoding is deterministic.
 	b, err := json.Marshal(in)
 	if err != nil {

@@ -1,0 +1,206 @@
+package controller
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// diskState is what the DataVolumes say.
+type diskState struct {
+	cond     condition
+	progress string
+}
+
+// observeDisks maps the DataVolumes to the DisksReady condition and the
+// progress of the slowest one.
+func observeDisks(o machineObservation) diskState {
+	if len(o.DataVolumes) == 0 {
+		return diskState{cond: condFalse(macvirtv1alpha1.ReasonPending, "disks not requested yet")}
+	}
+	var waiting []string
+	slowest, slowestPct := "", 101.0
+	for _, dv := range o.DataVolumes {
+		if dv == nil {
+			return diskState{cond: condFalse(macvirtv1alpha1.ReasonPending, "disks not requested yet")}
+		}
+		switch dv.Status.Phase {
+		case cdiv1.Succeeded:
+			continue
+		case cdiv1.Failed:
+			return diskState{cond: condFalse(macvirtv1alpha1.ReasonDataVolumeFailed,
+				"DataVolume %s failed: %s", dv.Name, dataVolumeMessage(dv))}
+		}
+		phase := string(dv.Status.Phase)
+		if phase == "" {
+			phase = "Pending"
+		}
+		waiting = append(waiting, fmt.Sprintf("%s %s %s", dv.Name, phase, dv.Status.Progress))
+		if pct, ok := parsePercent(string(dv.Status.Progress)); ok && pct < slowestPct {
+			slowest, slowestPct = string(dv.Status.Progress), pct
+		} else if !ok && slowestPct > 0 {
+			slowest, slowestPct = "0.00%", 0
+		}
+	}
+	if len(waiting) == 0 {
+		return diskState{cond: condTrue("system and bootloader disks are ready")}
+	}
+	return diskState{
+		cond:     condFalse(macvirtv1alpha1.ReasonProvisioning, "importing: %s", strings.Join(waiting, ", ")),
+		progress: slowest,
+	}
+}
+
+// dataVolumeMessage is the most useful message CDI left on a DataVolume.
+func dataVolumeMessage(dv *cdiv1.DataVolume) string {
+	for _, t := range []cdiv1.DataVolumeConditionType{cdiv1.DataVolumeRunning, cdiv1.DataVolumeReady, cdiv1.DataVolumeBound} {
+		for _, c := range dv.Status.Conditions {
+			if c.Type == t && c.Message != "" {
+				return c.Message
+			}
+		}
+	}
+	return "no message from CDI"
+}
+
+// parsePercent reads CDI's progress strings such as "45.20%".
+func parsePercent(s string) (float64, bool) {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(s), "%"), 64)
+	return v, err == nil && strings.HasSuffix(s, "%")
+}
+
+// vmState is what the VirtualMachine and its instance say.
+type vmState struct {
+	cond         condition
+	node         string
+	addresses    []string
+	runningSince *metav1.Time
+}
+
+// observeVM maps the VM and VMI to the VMRunning condition.
+func observeVM(o machineObservation) vmState {
+	if o.VM != nil && o.VM.Status.PrintableStatus == kubevirtv1.VirtualMachineStatusCrashLoopBackOff {
+		return vmState{cond: condFalse(macvirtv1alpha1.ReasonCrashLoop,
+			"VirtualMachine %s is crash-looping: %s", o.VM.Name, startFailure(o.VM))}
+	}
+	vmi := o.VMI
+	if vmi == nil {
+		if o.VM == nil {
+			return vmState{cond: condFalse(macvirtv1alpha1.ReasonPending, "VirtualMachine not created yet")}
+		}
+		return vmState{cond: condFalse(macvirtv1alpha1.ReasonStarting, "no VirtualMachineInstance yet (VirtualMachine is %s)", printable(o.VM))}
+	}
+	st := vmState{node: vmi.Status.NodeName}
+	for _, iface := range vmi.Status.Interfaces {
+		if iface.IP != "" {
+			st.addresses = append(st.addresses, iface.IP)
+		}
+	}
+	if vmi.Status.Phase != kubevirtv1.Running {
+		if msg, ok := unschedulable(vmi); ok {
+			st.cond = condFalse(macvirtv1alpha1.ReasonUnschedulable, "VirtualMachineInstance cannot be scheduled: %s", msg)
+			return st
+		}
+		st.cond = condFalse(macvirtv1alpha1.ReasonStarting, "VirtualMachineInstance is %s", phaseOrPending(vmi.Status.Phase))
+		return st
+	}
+	st.runningSince = runningSince(vmi)
+	st.cond = condTrue(fmt.Sprintf("running on node %s", vmi.Status.NodeName))
+	return st
+}
+
+func printable(vm *kubevirtv1.VirtualMachine) string {
+	if vm.Status.PrintableStatus == "" {
+		return "not reported yet"
+	}
+	return string(vm.Status.PrintableStatus)
+}
+
+func phaseOrPending(p kubevirtv1.VirtualMachineInstancePhase) string {
+	if p == "" {
+		return string(kubevirtv1.Pending)
+	}
+	return string(p)
+}
+
+func startFailure(vm *kubevirtv1.VirtualMachine) string {
+	if f := vm.Status.StartFailure; f != nil {
+		return fmt.Sprintf("%d consecutive failed starts", f.ConsecutiveFailCount)
+	}
+	return "KubeVirt reports CrashLoopBackOff"
+}
+
+// unschedulable returns the scheduler's message when the VMI's pod cannot
+// be placed (for example, no labelled Apple-hardware node has room).
+func unschedulable(vmi *kubevirtv1.VirtualMachineInstance) (string, bool) {
+	for _, c := range vmi.Status.Conditions {
+		if c.Type == kubevirtv1.VirtualMachineInstanceConditionType("PodScheduled") &&
+			c.Status == "False" && c.Reason == "Unschedulable" {
+			return c.Message, true
+		}
+	}
+	return "", false
+}
+
+// runningSince is when KubeVirt recorded the VMI entering Running; the VMI's
+// creation time when the transition was not recorded.
+func runningSince(vmi *kubevirtv1.VirtualMachineInstance) *metav1.Time {
+	for _, t := range vmi.Status.PhaseTransitionTimestamps {
+		if t.Phase == kubevirtv1.Running {
+			ts := t.PhaseTransitionTimestamp
+			return &ts
+		}
+	}
+	ts := vmi.CreationTimestamp
+	return &ts
+}
+
+// guestState is what the guest agent's heartbeats say.
+type guestState struct {
+	cond         condition
+	recheckAfter time.Duration
+}
+
+// observeGuest maps the last heartbeat to GuestAgentReady. A heartbeat from
+// before the current boot does not count.
+func observeGuest(o machineObservation, since *metav1.Time) guestState {
+	if since == nil || o.Class == nil {
+		return guestState{cond: condFalse(macvirtv1alpha1.ReasonPending, "VM not running")}
+	}
+	lc := o.Class.Spec.Lifecycle
+	var last *metav1.Time
+	if g := o.Machine.Status.Guest; g != nil {
+		last = g.LastHeartbeat
+	}
+	if last == nil || last.Before(since) {
+		waited := o.Now.Sub(since.Time)
+		if waited >= lc.BootTimeoutOrDefault() {
+			return guestState{cond: condFalse(macvirtv1alpha1.ReasonBootTimeout,
+				"no guest-agent heartbeat %s after the VM started (bootTimeout %s): macOS may be stuck at the OpenCore picker or a kernel panic",
+				waited.Round(time.Second), lc.BootTimeoutOrDefault())}
+		}
+		return guestState{
+			cond: condFalse(macvirtv1alpha1.ReasonBooting, "VM running; waiting for the first guest-agent heartbeat (bootTimeout %s)",
+				lc.BootTimeoutOrDefault()),
+			recheckAfter: lc.BootTimeoutOrDefault() - waited,
+		}
+	}
+	// Messages name fixed times, not ages, so an unchanged machine keeps an
+	// unchanged status and a reconcile writes nothing.
+	age := o.Now.Sub(last.Time)
+	if age >= lc.HeartbeatTimeoutOrDefault() {
+		return guestState{cond: condFalse(macvirtv1alpha1.ReasonHeartbeatStale,
+			"guest agent silent since %s, longer than heartbeatTimeout %s", last.UTC().Format(time.RFC3339), lc.HeartbeatTimeoutOrDefault())}
+	}
+	return guestState{
+		cond:         condTrue(fmt.Sprintf("guest agent heartbeats within heartbeatTimeout %s", lc.HeartbeatTimeoutOrDefault())),
+		recheckAfter: lc.HeartbeatTimeoutOrDefault() - age,
+	}
+}

@@ -1,0 +1,256 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/identity"
+	"github.com/macvirt/macvirt/internal/render"
+)
+
+// defaultGracePeriodSeconds is used to stop a VM whose template carries no
+// grace period (one not created by macvirt).
+const defaultGracePeriodSeconds = 300
+
+// loadClass answers: does the machine's class exist?
+func (r *MacMachineReconciler) loadClass(ctx context.Context, o *machineObservation) (bool, error) {
+	class := &macvirtv1alpha1.MacClass{}
+	if err := r.Get(ctx, types.NamespacedName{Name: o.Machine.Spec.ClassName}, class); err != nil {
+		if apierrors.IsNotFound(err) {
+			// GitOps may apply the class later; its creation triggers a reconcile.
+			return false, nil
+		}
+		return false, fmt.Errorf("getting MacClass %s: %w", o.Machine.Spec.ClassName, err)
+	}
+	o.Class = class
+	return true, nil
+}
+
+// ensureIdentity answers: does the machine have its SMBIOS identity and
+// class revision? Both are written once, in one update that carries the
+// resourceVersion, so two reconciles can never give a machine two identities.
+func (r *MacMachineReconciler) ensureIdentity(ctx context.Context, o *machineObservation) (bool, error) {
+	m := o.Machine
+	if m.Spec.SMBIOS != nil && m.Spec.ClassRevision != "" {
+		return true, nil
+	}
+	if m.Spec.SMBIOS == nil {
+		id, err := identity.New(o.Class.Spec.Hardware.SMBIOS.ProductName, nil)
+		if err != nil {
+			return false, err
+		}
+		m.Spec.SMBIOS = &id
+	}
+	if m.Spec.ClassRevision == "" {
+		m.Spec.ClassRevision = render.ClassRevision(o.Class)
+	}
+	if err := r.Update(ctx, m); err != nil {
+		return false, fmt.Errorf("recording SMBIOS identity and class revision: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("recorded machine identity", "serial", m.Spec.SMBIOS.SerialNumber, "classRevision", m.Spec.ClassRevision)
+	return true, nil
+}
+
+// observeObjects reads the machine's DataVolumes, VM and VMI.
+func (r *MacMachineReconciler) observeObjects(ctx context.Context, o *machineObservation) (bool, error) {
+	m := o.Machine
+	o.DataVolumes = make([]*cdiv1.DataVolume, 0, 2)
+	for _, name := range render.DataVolumeNames(m) {
+		dv := &cdiv1.DataVolume{}
+		if err := getOptional(ctx, r.Client, types.NamespacedName{Namespace: m.Namespace, Name: name}, dv); err != nil {
+			return false, err
+		}
+		if dv.Name == "" {
+			dv = nil
+		}
+		o.DataVolumes = append(o.DataVolumes, dv)
+	}
+	vm, vmi, err := r.observeVM(ctx, m)
+	if err != nil {
+		return false, err
+	}
+	o.VM, o.VMI = vm, vmi
+	return true, nil
+}
+
+// observeVM reads the machine's VM and VMI; nil for what does not exist.
+func (r *MacMachineReconciler) observeVM(ctx context.Context, m *macvirtv1alpha1.MacMachine) (*kubevirtv1.VirtualMachine, *kubevirtv1.VirtualMachineInstance, error) {
+	key := types.NamespacedName{Namespace: m.Namespace, Name: render.VirtualMachineName(m)}
+	vm, vmi := &kubevirtv1.VirtualMachine{}, &kubevirtv1.VirtualMachineInstance{}
+	if err := getOptional(ctx, r.Client, key, vm); err != nil {
+		return nil, nil, err
+	}
+	if err := getOptional(ctx, r.Client, key, vmi); err != nil {
+		return nil, nil, err
+	}
+	if vm.Name == "" {
+		vm = nil
+	}
+	if vmi.Name == "" {
+		vmi = nil
+	}
+	return vm, vmi, nil
+}
+
+// getOptional gets an object, leaving it empty when it does not exist.
+func getOptional(ctx context.Context, c client.Reader, key types.NamespacedName, obj client.Object) error {
+	if err := c.Get(ctx, key, obj); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("getting %T %s: %w", obj, key, err)
+	}
+	return nil
+}
+
+// renderMachine renders the machine's objects once per reconcile, and only
+// when something is missing, resolving the AppleSMC key. A problem a human
+// must fix is recorded as Blocked, not returned.
+func (r *MacMachineReconciler) renderMachine(ctx context.Context, o *machineObservation) (*kubevirtv1.VirtualMachine, []cdiv1.DataVolume, bool) {
+	if o.rendered != nil {
+		return o.rendered.vm, o.rendered.dataVolumes, true
+	}
+	if o.Blocked != nil {
+		return nil, nil, false
+	}
+	opts := r.Render
+	smc := o.Class.Spec.Hardware.SMC
+	if smc.Mode == macvirtv1alpha1.SMCModeAppleSMC && smc.OSKSecretRef != nil {
+		osk, p := r.readOSK(ctx, smc.OSKSecretRef)
+		if p != nil {
+			o.Blocked = p
+			return nil, nil, false
+		}
+		opts.OSK = osk
+	}
+	vm, dvs, err := render.VirtualMachine(o.Class, o.Machine, opts)
+	if err != nil {
+		o.Blocked = &problem{Reason: macvirtv1alpha1.ReasonInvalidClass,
+			Message: fmt.Sprintf("cannot render MacClass %s: %v", o.Class.Name, err)}
+		return nil, nil, false
+	}
+	o.rendered = &renderedObjects{vm: vm, dataVolumes: dvs}
+	return vm, dvs, true
+}
+
+func (r *MacMachineReconciler) readOSK(ctx context.Context, ref *macvirtv1alpha1.SecretKeyRef) (string, *problem) {
+	secret := &corev1.Secret{}
+	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+	if err := r.APIReader.Get(ctx, key, secret); err != nil {
+		return "", &problem{Reason: macvirtv1alpha1.ReasonSecretUnavailable, Message: fmt.Sprintf(
+			"cannot read the AppleSMC OSK Secret %s (the operator needs get on it, granted by default only in its own namespace): %v", key, err)}
+	}
+	osk, ok := secret.Data[ref.Key]
+	if !ok || len(osk) == 0 {
+		return "", &problem{Reason: macvirtv1alpha1.ReasonSecretUnavailable,
+			Message: fmt.Sprintf("Secret %s has no key %q holding the AppleSMC OSK", key, ref.Key)}
+	}
+	return string(osk), nil
+}
+
+// ensureDataVolumes answers: do the machine's DataVolumes exist? A Failed
+// machine gets nothing new.
+func (r *MacMachineReconciler) ensureDataVolumes(ctx context.Context, o *machineObservation) (bool, error) {
+	if _, failed := previousFailure(o.Machine); failed {
+		return false, nil
+	}
+	for i := range o.DataVolumes {
+		if o.DataVolumes[i] != nil {
+			continue
+		}
+		_, dvs, ok := r.renderMachine(ctx, o)
+		if !ok {
+			return false, nil
+		}
+		if err := r.Create(ctx, &dvs[i]); err != nil && !apierrors.IsAlreadyExists(err) {
+			return false, fmt.Errorf("creating DataVolume %s/%s: %w", dvs[i].Namespace, dvs[i].Name, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("created DataVolume", "dataVolume", dvs[i].Name)
+		o.DataVolumes[i] = &dvs[i]
+	}
+	return true, nil
+}
+
+// ensureVirtualMachine answers: does the VM exist? It is created once, as
+// rendered; KubeVirt itself waits for the DataVolumes. A class change does
+// not touch an existing VM: pools replace machines of an old revision.
+func (r *MacMachineReconciler) ensureVirtualMachine(ctx context.Context, o *machineObservation) (bool, error) {
+	if o.VM != nil {
+		return true, nil
+	}
+	vm, _, ok := r.renderMachine(ctx, o)
+	if !ok {
+		return false, nil
+	}
+	if err := r.Create(ctx, vm); err != nil && !apierrors.IsAlreadyExists(err) {
+		return false, fmt.Errorf("creating VirtualMachine %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("created VirtualMachine", "virtualMachine", vm.Name)
+	o.VM = vm
+	return true, nil
+}
+
+// ensureRunState answers: does the VM run as spec.running says? Stopping
+// always goes through the stop subresource; starting sets runStrategy back.
+func (r *MacMachineReconciler) ensureRunState(ctx context.Context, o *machineObservation) (bool, error) {
+	vm := o.VM
+	halted := isHalted(vm)
+	switch {
+	case !wantsRunning(o.Machine) && !halted:
+		return false, r.requestStop(ctx, o)
+	case wantsRunning(o.Machine) && halted && o.VMI == nil:
+		patch := client.MergeFrom(vm.DeepCopy())
+		vm.Spec.RunStrategy = render.RunStrategy(o.Machine)
+		vm.Spec.Running = nil // cleared so runStrategy alone decides.
+		if err := r.Patch(ctx, vm, patch); err != nil {
+			return false, fmt.Errorf("starting VirtualMachine %s: %w", vm.Name, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("started VirtualMachine", "virtualMachine", vm.Name)
+	}
+	return true, nil
+}
+
+// requestStop calls the stop subresource with the VM's own grace period.
+// A failure is recorded (Stalled) and returned for backoff; nothing else
+// happens to the VM.
+func (r *MacMachineReconciler) requestStop(ctx context.Context, o *machineObservation) error {
+	// The cache may not show a stop this operator requested a moment ago; a
+	// second request would be refused by virt-api as a conflict. An uncached
+	// read decides.
+	fresh := &kubevirtv1.VirtualMachine{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(o.VM), fresh); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("reading VirtualMachine %s before stopping it: %w", o.VM.Name, err)
+	}
+	if isHalted(fresh) {
+		o.VM = fresh
+		return nil
+	}
+	grace := int64(defaultGracePeriodSeconds)
+	if t := o.VM.Spec.Template; t != nil && t.Spec.TerminationGracePeriodSeconds != nil {
+		grace = *t.Spec.TerminationGracePeriodSeconds
+	}
+	if err := r.Stopper.Stop(ctx, o.VM.Namespace, o.VM.Name, grace); err != nil {
+		o.StopError = err
+		return fmt.Errorf("stopping VirtualMachine %s/%s: %w", o.VM.Namespace, o.VM.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("requested graceful stop", "virtualMachine", o.VM.Name, "gracePeriodSeconds", grace)
+	return nil
+}
+
+// isHalted reports whether the VM is asked not to run, by runStrategy or by
+// the deprecated running field.
+func isHalted(vm *kubevirtv1.VirtualMachine) bool {
+	if vm.Spec.RunStrategy != nil {
+		return *vm.Spec.RunStrategy == kubevirtv1.RunStrategyHalted
+	}
+	return vm.Spec.Running != nil && !*vm.Spec.Running
+}

@@ -1,0 +1,188 @@
+package controller
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// machineObservation is everything a reconcile read about one machine. The
+// status is computed from it alone, so a restarted operator that observes
+// the same objects computes the same phase.
+type machineObservation struct {
+	Now     time.Time
+	Machine *macvirtv1alpha1.MacMachine
+	// Class is nil when the machine's class does not exist.
+	Class *macvirtv1alpha1.MacClass
+	// Blocked, when set, is a problem that needs a human before the machine
+	// can be rendered (an unreadable Secret, an unrenderable class).
+	Blocked *problem
+	// DataVolumes holds the rendered DataVolumes' live objects, bootloader
+	// first; an entry is nil while that DataVolume does not exist.
+	DataVolumes []*cdiv1.DataVolume
+	VM          *kubevirtv1.VirtualMachine
+	VMI         *kubevirtv1.VirtualMachineInstance
+	// StopError is the failure of a stop request made in this reconcile.
+	StopError error
+	// Deleting is true once the machine has a deletion timestamp;
+	// DeletionStep says what deletion waits for.
+	Deleting     bool
+	DeletionStep string
+
+	// rendered memoizes this reconcile's rendering.
+	rendered *renderedObjects
+}
+
+// renderedObjects is what render produced for the machine.
+type renderedObjects struct {
+	vm          *kubevirtv1.VirtualMachine
+	dataVolumes []cdiv1.DataVolume
+}
+
+// problem is a reason and a human-readable message.
+type problem struct {
+	Reason  string
+	Message string
+}
+
+// machineStatus is the computed status plus when to look again for things
+// no watch reports (boot timeout, heartbeat expiry).
+type machineStatus struct {
+	Status       macvirtv1alpha1.MacMachineStatus
+	RequeueAfter time.Duration
+}
+
+// terminalReasons are Ready reasons of the Failed phase; a machine that
+// reached one stays Failed (a pool replaces it, its claim goes Lost).
+var terminalReasons = map[string]bool{
+	macvirtv1alpha1.ReasonDataVolumeFailed: true,
+	macvirtv1alpha1.ReasonBootTimeout:      true,
+	macvirtv1alpha1.ReasonCrashLoop:        true,
+}
+
+// computeMachineStatus derives phase and conditions from an observation.
+func computeMachineStatus(o machineObservation) machineStatus {
+	m := o.Machine
+	st := m.Status.DeepCopy()
+	st.ObservedGeneration = m.Generation
+	st.VirtualMachineName = ""
+	if o.VM != nil {
+		st.VirtualMachineName = o.VM.Name
+	}
+	disks := observeDisks(o)
+	vm := observeVM(o)
+	guest := observeGuest(o, vm.runningSince)
+	st.Provisioning = nil
+	if disks.progress != "" {
+		st.Provisioning = &macvirtv1alpha1.ProvisioningStatus{Progress: disks.progress}
+	}
+	st.NodeName, st.Addresses, st.RunningSince = vm.node, vm.addresses, vm.runningSince
+
+	phase, ready := summarize(o, disks.cond, vm, guest)
+	st.Phase = phase
+	set := func(t string, c condition) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: c.status,
+			Reason: c.Reason, Message: c.Message, ObservedGeneration: m.Generation})
+	}
+	set(macvirtv1alpha1.ConditionDisksReady, disks.cond)
+	set(macvirtv1alpha1.ConditionVMRunning, vm.cond)
+	set(macvirtv1alpha1.ConditionGuestAgentReady, guest.cond)
+	set(macvirtv1alpha1.ConditionReady, ready)
+	set(macvirtv1alpha1.ConditionStalled, stalled(o, phase, ready))
+	requeue := time.Duration(0)
+	if phase == macvirtv1alpha1.MachineBooting || phase == macvirtv1alpha1.MachineReady {
+		requeue = guest.recheckAfter
+	}
+	return machineStatus{Status: *st, RequeueAfter: requeue}
+}
+
+// condition is a condition's status with its reason and message.
+type condition struct {
+	status metav1.ConditionStatus
+	problem
+}
+
+func condTrue(msg string) condition {
+	return condition{metav1.ConditionTrue, problem{macvirtv1alpha1.ReasonAsExpected, msg}}
+}
+
+func condFalse(reason, format string, args ...any) condition {
+	return condition{metav1.ConditionFalse, problem{reason, fmt.Sprintf(format, args...)}}
+}
+
+// summarize picks the phase and the Ready condition, in order of precedence.
+func summarize(o machineObservation, disks condition, vm vmState, guest guestState) (macvirtv1alpha1.MachinePhase, condition) {
+	m := o.Machine
+	switch {
+	case o.Deleting:
+		return macvirtv1alpha1.MachineTerminating, condFalse(macvirtv1alpha1.ReasonDeleting, "deleting: %s", o.DeletionStep)
+	case o.Class == nil:
+		return macvirtv1alpha1.MachinePending, condFalse(macvirtv1alpha1.ReasonClassNotFound,
+			"MacClass %q does not exist; create it or fix spec.className", m.Spec.ClassName)
+	case o.Blocked != nil:
+		return macvirtv1alpha1.MachinePending, condFalse(o.Blocked.Reason, "%s", o.Blocked.Message)
+	}
+	if failed, ok := previousFailure(m); ok {
+		return macvirtv1alpha1.MachineFailed, failed
+	}
+	switch {
+	case disks.Reason == macvirtv1alpha1.ReasonDataVolumeFailed:
+		return macvirtv1alpha1.MachineFailed, disks
+	case vm.cond.Reason == macvirtv1alpha1.ReasonCrashLoop:
+		return macvirtv1alpha1.MachineFailed, vm.cond
+	case disks.Reason == macvirtv1alpha1.ReasonPending:
+		return macvirtv1alpha1.MachinePending, disks
+	case disks.status != metav1.ConditionTrue:
+		return macvirtv1alpha1.MachineProvisioning, disks
+	case !wantsRunning(m):
+		if o.VMI != nil {
+			return macvirtv1alpha1.MachineStopping, condFalse(macvirtv1alpha1.ReasonStopping, "graceful stop requested; waiting for macOS to shut down")
+		}
+		return macvirtv1alpha1.MachineStopped, condFalse(macvirtv1alpha1.ReasonStopped, "stopped (spec.running is false); disks are kept")
+	case vm.cond.status != metav1.ConditionTrue:
+		return macvirtv1alpha1.MachineStarting, vm.cond
+	case guest.cond.Reason == macvirtv1alpha1.ReasonBootTimeout:
+		return macvirtv1alpha1.MachineFailed, guest.cond
+	case guest.cond.status != metav1.ConditionTrue:
+		return macvirtv1alpha1.MachineBooting, guest.cond
+	}
+	return macvirtv1alpha1.MachineReady, condTrue("macOS is up and its guest agent answers")
+}
+
+// previousFailure returns the recorded terminal failure, if any: Failed is
+// terminal, so what caused it stays the machine's state.
+func previousFailure(m *macvirtv1alpha1.MacMachine) (condition, bool) {
+	if m.Status.Phase != macvirtv1alpha1.MachineFailed {
+		return condition{}, false
+	}
+	c := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionReady)
+	if c == nil || !terminalReasons[c.Reason] {
+		return condition{}, false
+	}
+	return condition{metav1.ConditionFalse, problem{c.Reason, c.Message}}, true
+}
+
+// stalled is True when progress needs a human: a failed stop request, a
+// blocked class, or a terminal failure.
+func stalled(o machineObservation, phase macvirtv1alpha1.MachinePhase, ready condition) condition {
+	switch {
+	case o.StopError != nil:
+		return condition{metav1.ConditionTrue, problem{macvirtv1alpha1.ReasonStopFailed, fmt.Sprintf(
+			"graceful stop failed, so the VirtualMachine is left as it is and not deleted: %v", o.StopError)}}
+	case o.Blocked != nil && !o.Deleting:
+		return condition{metav1.ConditionTrue, *o.Blocked}
+	case phase == macvirtv1alpha1.MachineFailed:
+		return condition{metav1.ConditionTrue, ready.problem}
+	}
+	return condition{metav1.ConditionFalse, problem{macvirtv1alpha1.ReasonAsExpected, "making progress"}}
+}
+
+func wantsRunning(m *macvirtv1alpha1.MacMachine) bool {
+	return m.Spec.Running == nil || *m.Spec.Running
+}

@@ -1,0 +1,75 @@
+package controller_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The ClusterRole generated from the RBAC markers, bound to a service
+// account, must allow the graceful stop and cross-namespace clones and must
+// not allow reading Secrets cluster-wide.
+var _ = Describe("The generated ClusterRole", func() {
+	var user string
+	BeforeEach(func() {
+		ns := newNamespace()
+		roles := readObjects(filepath.Join("..", "..", "config", "rbac", "role.yaml"))
+		var role *rbacv1.ClusterRole
+		for _, obj := range roles {
+			if obj.GetKind() == "ClusterRole" {
+				role = &rbacv1.ClusterRole{}
+				Expect(runtimeConvert(obj.Object, role)).To(Succeed())
+			}
+		}
+		Expect(role).NotTo(BeNil(), "config/rbac/role.yaml has no ClusterRole")
+		role.Name = "macvirt-manager-" + ns
+		Expect(k8sClient.Create(context.Background(), role)).To(Succeed())
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "macvirt", Namespace: ns}}
+		Expect(k8sClient.Create(context.Background(), sa)).To(Succeed())
+		Expect(k8sClient.Create(context.Background(), &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: ns}},
+		})).To(Succeed())
+		user = "system:serviceaccount:" + ns + ":macvirt"
+	})
+
+	allowed := func(attrs authorizationv1.ResourceAttributes) bool {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: []string{"system:serviceaccounts"}, ResourceAttributes: &attrs}}
+		Expect(k8sClient.Create(context.Background(), sar)).To(Succeed())
+		return sar.Status.Allowed
+	}
+
+	It("may stop a VirtualMachine through subresources.kubevirt.io", func() {
+		Expect(allowed(authorizationv1.ResourceAttributes{Namespace: "tenant-a", Verb: "update",
+			Group: "subresources.kubevirt.io", Resource: "virtualmachines", Subresource: "stop", Name: "mac-1"})).To(BeTrue())
+	})
+
+	It("may clone across namespaces (create datavolumes/source)", func() {
+		Expect(allowed(authorizationv1.ResourceAttributes{Namespace: "macvirt-images", Verb: "create",
+			Group: "cdi.kubevirt.io", Resource: "datavolumes", Subresource: "source"})).To(BeTrue())
+	})
+
+	It("may not read Secrets cluster-wide", func() {
+		for _, verb := range []string{"get", "list", "watch"} {
+			Expect(allowed(authorizationv1.ResourceAttributes{Verb: verb, Resource: "secrets"})).To(BeFalse(), verb)
+			Expect(allowed(authorizationv1.ResourceAttributes{Namespace: "tenant-a", Verb: verb, Resource: "secrets"})).To(BeFalse(), verb)
+		}
+	})
+
+	It("has no wildcard rule", func() {
+		data, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "role.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(strings.Contains(string(data), "'*'") || strings.Contains(string(data), `"*"`) ||
+			strings.Contains(string(data), "- *")).To(BeFalse(), "config/rbac/role.yaml grants a wildcard")
+	})
+})
