@@ -1,0 +1,99 @@
+package repo
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/testenv"
+)
+
+func read(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), name)) //nolint:gosec // fixed repository files.
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestProjectFileListsEveryKind keeps PROJECT true, so `kubebuilder create`
+// keeps working: one v1alpha1 resource per registered kind, with the right
+// scope.
+func TestProjectFileListsEveryKind(t *testing.T) {
+	var project struct {
+		Domain    string   `json:"domain"`
+		Layout    []string `json:"layout"`
+		Repo      string   `json:"repo"`
+		Resources []struct {
+			API struct {
+				Namespaced bool `json:"namespaced"`
+			} `json:"api"`
+			Group   string `json:"group"`
+			Kind    string `json:"kind"`
+			Version string `json:"version"`
+		} `json:"resources"`
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "PROJECT")), &project); err != nil {
+		t.Fatal(err)
+	}
+	if project.Domain != "io" || project.Repo != "github.com/macvirt/macvirt" || !slices.Contains(project.Layout, "go.kubebuilder.io/v4") {
+		t.Errorf("PROJECT header = %+v", project)
+	}
+	namespaced := map[string]bool{"MacClass": false, "MacPool": false, "MacClaim": true, "MacMachine": true}
+	var kinds []string
+	for _, r := range project.Resources {
+		kinds = append(kinds, r.Kind)
+		if r.Group+"."+project.Domain != macvirtv1alpha1.GroupVersion.Group || r.Version != macvirtv1alpha1.GroupVersion.Version {
+			t.Errorf("%s is in %s.%s/%s, want %s", r.Kind, r.Group, project.Domain, r.Version, macvirtv1alpha1.GroupVersion)
+		}
+		if want, ok := namespaced[r.Kind]; !ok || want != r.API.Namespaced {
+			t.Errorf("%s: namespaced=%v in PROJECT", r.Kind, r.API.Namespaced)
+		}
+	}
+	slices.Sort(kinds)
+	if !slices.Equal(kinds, []string{"MacClaim", "MacClass", "MacMachine", "MacPool"}) {
+		t.Errorf("PROJECT kinds = %v", kinds)
+	}
+}
+
+// TestReadmeQuickStartIsTwoCommands checks the first code block of the
+// README's quick start.
+func TestReadmeQuickStartIsTwoCommands(t *testing.T) {
+	readme := read(t, "README.md")
+	m := regexp.MustCompile("(?s)## Quick start\\s*```sh\\n(.*?)```").FindStringSubmatch(readme)
+	if m == nil {
+		t.Fatal("README.md has no '## Quick start' followed by a sh code block")
+	}
+	var cmds []string
+	for _, line := range strings.Split(strings.TrimSpace(m[1]), "\n") {
+		cmds = append(cmds, strings.TrimSpace(strings.SplitN(line, "#", 2)[0]))
+	}
+	if len(cmds) != 2 || !slices.Contains(cmds, "make test") {
+		t.Errorf("quick start commands = %q, want two, one of them 'make test'", cmds)
+	}
+}
+
+// TestMakeHelpListsTheDocumentedTargets runs `make help`.
+func TestMakeHelpListsTheDocumentedTargets(t *testing.T) {
+	cmd := exec.Command("make", "--no-print-directory", "help")
+	cmd.Dir = testenv.RepoRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make help: %v", err)
+	}
+	out = regexp.MustCompile(`\x1b\[[0-9;]*m`).ReplaceAll(out, nil)
+	for _, target := range []string{"help", "manifests", "generate", "fmt", "vet", "lint", "test", "verify-gen",
+		"build", "run", "docker-build", "envtest", "crds"} {
+		if !regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(target) + `\s`).Match(out) {
+			t.Errorf("make help does not list %q", target)
+		}
+	}
+}
