@@ -20,9 +20,10 @@ const (
 	yearAlphabet = "CDFGHJKLMNPQRSTVWXYZ"
 	// weekAlphabet encodes the week within the half-year.
 	weekAlphabet = "123456789CDFGHJKLMNPQRTVWXY"
-	// location is a factory code of the serial's first three characters.
-	location = "C02"
 )
+
+// locations are factory codes Apple uses as a serial's first three characters.
+var locations = []string{"C02", "C07", "C17", "D25", "F5K", "W80"}
 
 // modelCodes are the last four serial characters Apple uses for the models
 // macOS virtual machines commonly present as.
@@ -43,6 +44,7 @@ func New(productName string, r io.Reader) (macvirtv1alpha1.MachineSMBIOS, error)
 	if !ok {
 		model = g.pick(serialAlphabet, 4)
 	}
+	location := locations[g.index(len(locations))]
 	serial := location + g.pick(yearAlphabet, 1) + g.pick(weekAlphabet, 1) + g.pick(serialAlphabet, 3) + model
 	board := location + g.pick("0123456789", 3) + g.pick(serialAlphabet, 5) + model + g.pick(serialAlphabet, 2)
 	uuid := g.uuid()
@@ -75,6 +77,26 @@ func (g *gen) pick(alphabet string, n int) string {
 		out[i] = alphabet[v.Int64()]
 	}
 	return string(out)
+}
+
+// index returns a random index below n.
+func (g *gen) index(n int) int {
+	if g.err != nil {
+		return 0
+	}
+	v, err := rand.Int(g.r, big.NewInt(int64(n)))
+	if err != nil {
+		g.err = err
+		return 0
+	}
+	return int(v.Int64())
+}
+
+// SerialSpace is the number of distinct serial numbers New draws from for
+// one product: serials are short, so uniqueness across a fleet is
+// probabilistic and checked at admission.
+func SerialSpace() int {
+	return len(locations) * len(yearAlphabet) * len(weekAlphabet) * len(serialAlphabet) * len(serialAlphabet) * len(serialAlphabet)
 }
 
 // uuid returns an RFC 4122 version 4 UUID in upper case, as macOS prints it.

@@ -35,19 +35,30 @@ func TestNewUsesTheModelCodeOfKnownProducts(t *testing.T) {
 	}
 }
 
-func TestNewIsUniqueAcrossManyMachines(t *testing.T) {
+// TestBoardSerialsAndUUIDsDoNotCollide draws many identities: board serials
+// (about 6e13 values) and UUIDs (122 random bits) must not repeat.
+func TestBoardSerialsAndUUIDsDoNotCollide(t *testing.T) {
 	seen := map[string]bool{}
 	for range 2000 {
 		id, err := New("iMacPro1,1", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, v := range []string{id.SerialNumber + "/s", id.BoardSerial + "/b", id.UUID + "/u"} {
+		for _, v := range []string{id.BoardSerial + "/b", id.UUID + "/u"} {
 			if seen[v] {
 				t.Fatalf("duplicate identity value %s", v)
 			}
 			seen[v] = true
 		}
+	}
+}
+
+// TestSerialSpaceKeepsFleetCollisionsRare: with 1,000 machines of one
+// product the chance that two share a serial is n^2/2N, under 0.5%.
+func TestSerialSpaceKeepsFleetCollisionsRare(t *testing.T) {
+	const fleet = 1000.0
+	if p := fleet * fleet / (2 * float64(SerialSpace())); p > 0.005 {
+		t.Errorf("serial space %d gives a %.2f%% collision chance for %d machines", SerialSpace(), p*100, int(fleet))
 	}
 }
 
