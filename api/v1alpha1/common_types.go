@@ -88,6 +88,22 @@ const (
 	ReasonMachineLost = "MachineLost"
 	// ReasonNamespaceNotAllowed means the class tenancy excludes the claim's namespace.
 	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	// ReasonPoolNotFound means the referenced MacPool does not exist.
+	ReasonPoolNotFound = "PoolNotFound"
+	// ReasonClassMismatch means a claim names a class and a pool of another class.
+	ReasonClassMismatch = "ClassMismatch"
+	// ReasonWaitingForMachine means no idle machine is available yet.
+	ReasonWaitingForMachine = "WaitingForMachine"
+	// ReasonBound means the claim is bound to a machine.
+	ReasonBound = "Bound"
+	// ReasonMachineNotReady means the bound machine is not Ready yet.
+	ReasonMachineNotReady = "MachineNotReady"
+	// ReasonIdleTargetNotMet means a pool holds fewer idle machines than asked.
+	ReasonIdleTargetNotMet = "IdleTargetNotMet"
+	// ReasonNamespaceMissing means the pool's namespace does not exist.
+	ReasonNamespaceMissing = "NamespaceMissing"
+	// ReasonDataSourceMissing means a class references a DataSource that does not exist.
+	ReasonDataSourceMissing = "DataSourceMissing"
 )
 
 // Labels and annotations put on every object macvirt creates.
@@ -101,6 +117,13 @@ const (
 	// AnnotationDomainHook holds the versioned JSON configuration read by the
 	// domain-hook sidecar, on the VirtualMachine's template.
 	AnnotationDomainHook = "macvirt.io/domain-hook"
+	// LabelReleased marks a machine whose claim is gone under the Retain
+	// policy; it is kept for a human and never bound again.
+	LabelReleased = "macvirt.io/released"
+	// AnnotationReclaimPolicy records, on a bound machine, its claim's
+	// reclaimPolicy, so the machine can be released as the claim asked even
+	// after the claim is gone (as a PersistentVolume carries its policy).
+	AnnotationReclaimPolicy = "macvirt.io/reclaim-policy"
 	// MachineFinalizer guards a MacMachine until its VM is stopped gracefully
 	// and its VirtualMachine and DataVolumes are deleted.
 	MachineFinalizer = "macvirt.io/machine-protection"

@@ -175,6 +175,8 @@ type MacMachineStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=mm,categories=macvirt
+// +kubebuilder:selectablefield:JSONPath=`.spec.claimRef.uid`
+// +kubebuilder:selectablefield:JSONPath=`.spec.className`
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Claim",type=string,JSONPath=`.spec.claimRef.name`

@@ -79,7 +79,7 @@ type MacPoolStatus struct {
 	Provisioning int32 `json:"provisioning"`
 	// idle is the unbound Ready machines.
 	// +optional
-	Idle *int32 `json:"idle,omitempty"`
+	Idle int32 `json:"idle"`
 	// bound is the machines bound to a claim.
 	// +optional
 	Bound int32 `json:"bound"`
@@ -97,7 +97,9 @@ type MacPoolStatus struct {
 }
 
 // MacPool keeps a number of warm, Ready, unbound machines of one class so
-// that claims bind in well under a second.
+// that claims bind in well under a second. Its machines are named
+// <pool>-<slot>, so the name is at most 52 characters.
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: machines are named <pool>-<slot> and carry it in a label"
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=mpl,categories=macvirt

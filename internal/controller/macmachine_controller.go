@@ -66,7 +66,8 @@ type MacMachineReconciler struct {
 	ControllerName string
 }
 
-// +kubebuilder:rbac:groups=macvirt.io,resources=macmachines,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=macvirt.io,resources=macmachines,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=macvirt.io,resources=macclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macmachines/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macmachines/finalizers,verbs=update
 // +kubebuilder:rbac:groups=macvirt.io,resources=macclasses,verbs=get;list;watch
@@ -113,6 +114,7 @@ func (r *MacMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // found in the observation and stops the chain when it cannot go on.
 func (r *MacMachineReconciler) reconcileNormal(ctx context.Context, o *machineObservation) error {
 	for _, step := range []func(context.Context, *machineObservation) (bool, error){
+		r.releaseIfClaimGone,
 		r.loadClass,
 		r.ensureIdentity,
 		r.observeObjects,
@@ -181,17 +183,14 @@ func (r *MacMachineReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &macvirtv1alpha1.MacMachine{}, classNameField,
-		func(o client.Object) []string { return []string{o.(*macvirtv1alpha1.MacMachine).Spec.ClassName} }); err != nil {
-		return fmt.Errorf("indexing %s: %w", classNameField, err)
-	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&macvirtv1alpha1.MacMachine{}).
 		Owns(&kubevirtv1.VirtualMachine{}).
 		Owns(&cdiv1.DataVolume{}).
 		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(vmiToMachine),
 			builder.WithPredicates(predicate.NewPredicateFuncs(hasMachineLabel))).
-		Watches(&macvirtv1alpha1.MacClass{}, handler.EnqueueRequestsFromMapFunc(r.classToMachines))
+		Watches(&macvirtv1alpha1.MacClass{}, handler.EnqueueRequestsFromMapFunc(r.classToMachines)).
+		Watches(&macvirtv1alpha1.MacClaim{}, handler.EnqueueRequestsFromMapFunc(r.claimToMachines))
 	if r.ControllerName != "" {
 		b = b.Named(r.ControllerName)
 	} else {
@@ -209,6 +208,19 @@ func hasMachineLabel(o client.Object) bool {
 func vmiToMachine(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{
 		Namespace: o.GetNamespace(), Name: o.GetLabels()[macvirtv1alpha1.LabelMachine]}}}
+}
+
+// claimToMachines maps a claim (also its deletion) to the machine bound to it.
+func (r *MacMachineReconciler) claimToMachines(ctx context.Context, o client.Object) []reconcile.Request {
+	var list macvirtv1alpha1.MacMachineList
+	if err := r.List(ctx, &list, client.MatchingFields{claimUIDField: string(o.GetUID())}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
 }
 
 func (r *MacMachineReconciler) classToMachines(ctx context.Context, o client.Object) []reconcile.Request {

@@ -58,7 +58,8 @@ func (c *machineCollector) Collect(ch chan<- prometheus.Metric) {
 // RegisterMetrics registers the operator's metrics with controller-runtime's
 // registry; reader is normally the manager's cache.
 func RegisterMetrics(reader client.Reader) error {
-	for _, c := range []prometheus.Collector{machinePhaseTransitions, &machineCollector{reader: reader}} {
+	for _, c := range []prometheus.Collector{machinePhaseTransitions, &machineCollector{reader: reader},
+		poolMachineOps, poolMachines, claimBindSeconds} {
 		if err := metrics.Registry.Register(c); err != nil {
 			if _, already := err.(prometheus.AlreadyRegisteredError); !already {
 				return err
@@ -71,4 +72,31 @@ func RegisterMetrics(reader client.Reader) error {
 func ptrUID(obj client.Object) *types.UID {
 	uid := obj.GetUID()
 	return &uid
+}
+
+// poolMachineOps counts machines a pool created and deleted; a steady
+// rise with no claims is a create/delete storm.
+var poolMachineOps = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "macvirt_pool_machine_operations_total",
+	Help: "Machines created and deleted by pools.",
+}, []string{"operation"})
+
+// poolMachines is each pool's machines by state, as last reconciled.
+var poolMachines = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "macvirt_pool_machines",
+	Help: "MacPool machines by state (idle, bound, provisioning, terminating).",
+}, []string{"pool", "state"})
+
+// claimBindSeconds is the time from a claim's creation to its binding.
+var claimBindSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+	Name:    "macvirt_claim_bind_duration_seconds",
+	Help:    "Time from MacClaim creation to Bound.",
+	Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800},
+})
+
+func poolGauges(pool string, st macvirtv1alpha1.MacPoolStatus) {
+	poolMachines.WithLabelValues(pool, "idle").Set(float64(st.Idle))
+	poolMachines.WithLabelValues(pool, "bound").Set(float64(st.Bound))
+	poolMachines.WithLabelValues(pool, "provisioning").Set(float64(st.Provisioning))
+	poolMachines.WithLabelValues(pool, "terminating").Set(float64(st.Terminating))
 }

@@ -113,19 +113,23 @@ var _ = AfterSuite(func() {
 
 // startOperator runs a fresh operator manager until the returned function
 // is called, which waits for it to stop.
-func startOperator() (stop func()) {
+func startOperator(mods ...func(*operator.Options)) (stop func()) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(operator.Setup(mgr, operator.Options{
+	opts := operator.Options{
 		HookImage:  "ghcr.io/macvirt/macvirt-domain-hook:test",
 		StopConfig: &rest.Config{Host: stopAPI.URL},
 		Clock:      clock,
 		NameSuffix: fmt.Sprintf("-%d", operators.Add(1)),
-	})).To(Succeed())
+	}
+	for _, mod := range mods {
+		mod(&opts)
+	}
+	Expect(operator.Setup(mgr, opts)).To(Succeed())
 	ctx, cancel := context.WithCancel(suiteCtx)
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -4,11 +4,14 @@
 package operator
 
 import (
+	"context"
 	"fmt"
+	"slices"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/macvirt/macvirt/internal/controller"
 	"github.com/macvirt/macvirt/internal/render"
@@ -29,9 +32,31 @@ type Options struct {
 	StopConfig *rest.Config
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
+	// Controllers selects the controllers to run; all when empty. Tests run
+	// a subset (for example only claims, against hand-made machines).
+	Controllers []Controller
+	// WrapClient, when set, wraps the manager's client for the controllers
+	// (tests inject conflicts and stale lists with it).
+	WrapClient func(client.Client) client.Client
+	// ClaimWorkers is the number of claims bound in parallel (default 4).
+	ClaimWorkers int
 	// NameSuffix is appended to controller names so several managers can run
 	// in one process (tests).
 	NameSuffix string
+}
+
+// Controller names one of the operator's controllers.
+type Controller string
+
+// The operator's controllers.
+const (
+	MachineController Controller = "machine"
+	PoolController    Controller = "pool"
+	ClaimController   Controller = "claim"
+)
+
+func (o Options) runs(c Controller) bool {
+	return len(o.Controllers) == 0 || slices.Contains(o.Controllers, c)
 }
 
 // Setup registers macvirt's controllers and metrics with mgr.
@@ -44,6 +69,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if opts.ClaimWorkers <= 0 {
+		opts.ClaimWorkers = 4
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -51,16 +79,53 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if hookImage == "" {
 		hookImage = DefaultHookImage
 	}
-	if err := (&controller.MacMachineReconciler{
-		Client:         mgr.GetClient(),
-		APIReader:      mgr.GetAPIReader(),
-		Recorder:       mgr.GetEventRecorder("macvirt-machine-controller"),
-		Stopper:        stopper,
-		Render:         render.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath},
-		Clock:          opts.Clock,
-		ControllerName: "macmachine" + opts.NameSuffix,
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the MacMachine controller: %w", err)
+	if err := controller.RegisterIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	c := mgr.GetClient()
+	if opts.WrapClient != nil {
+		c = opts.WrapClient(c)
+	}
+	setups := []struct {
+		name  Controller
+		setup func() error
+	}{
+		{MachineController, func() error {
+			return (&controller.MacMachineReconciler{
+				Client:         c,
+				APIReader:      mgr.GetAPIReader(),
+				Recorder:       mgr.GetEventRecorder("macvirt-machine-controller"),
+				Stopper:        stopper,
+				Render:         render.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath},
+				Clock:          opts.Clock,
+				ControllerName: "macmachine" + opts.NameSuffix,
+			}).SetupWithManager(mgr)
+		}},
+		{PoolController, func() error {
+			return (&controller.MacPoolReconciler{
+				Client:         c,
+				Recorder:       mgr.GetEventRecorder("macvirt-pool-controller"),
+				ControllerName: "macpool" + opts.NameSuffix,
+			}).SetupWithManager(mgr)
+		}},
+		{ClaimController, func() error {
+			return (&controller.MacClaimReconciler{
+				Client:                  c,
+				APIReader:               mgr.GetAPIReader(),
+				Recorder:                mgr.GetEventRecorder("macvirt-claim-controller"),
+				Clock:                   opts.Clock,
+				MaxConcurrentReconciles: opts.ClaimWorkers,
+				ControllerName:          "macclaim" + opts.NameSuffix,
+			}).SetupWithManager(mgr)
+		}},
+	}
+	for _, s := range setups {
+		if !opts.runs(s.name) {
+			continue
+		}
+		if err := s.setup(); err != nil {
+			return fmt.Errorf("setting up the %s controller: %w", s.name, err)
+		}
 	}
 	return controller.RegisterMetrics(mgr.GetCache())
 }

@@ -1,0 +1,130 @@
+package controller_test
+
+import (
+	"context"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// startGuests plays the guest agent of every running machine in ns: it
+// heartbeats them until the test ends.
+func startGuests(ns string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	DeferCleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				heartbeatRunning(ctx, ns)
+			}
+		}
+	}()
+}
+
+func heartbeatRunning(ctx context.Context, ns string) {
+	var list macvirtv1alpha1.MacMachineList
+	if err := k8sClient.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return
+	}
+	for i := range list.Items {
+		m := &list.Items[i]
+		if !meta.IsStatusConditionTrue(m.Status.Conditions, macvirtv1alpha1.ConditionVMRunning) {
+			continue
+		}
+		if g := m.Status.Guest; g != nil && g.LastHeartbeat != nil && clock.Now().Sub(g.LastHeartbeat.Time) < 30*time.Second {
+			continue
+		}
+		before := m.DeepCopy()
+		now := metav1.NewTime(clock.Now())
+		m.Status.Guest = &macvirtv1alpha1.GuestStatus{LastHeartbeat: &now, AgentVersion: "test", IPAddresses: []string{"192.0.2.10"}}
+		_ = k8sClient.Status().Patch(ctx, m, client.MergeFrom(before))
+	}
+}
+
+// newPool creates a pool of class whose machines live in a fresh namespace.
+func newPool(class string, idle, maxMachines int32, mods ...func(*macvirtv1alpha1.MacPool)) (*macvirtv1alpha1.MacPool, string) {
+	ns := newNamespace()
+	pool := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{GenerateName: "pool-"},
+		Spec: macvirtv1alpha1.MacPoolSpec{ClassName: class, Namespace: ns, Idle: &idle, MaxMachines: &maxMachines}}
+	for _, mod := range mods {
+		mod(pool)
+	}
+	Expect(k8sClient.Create(context.Background(), pool)).To(Succeed())
+	DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), pool) })
+	return pool, ns
+}
+
+func newClaim(ns string, mod func(*macvirtv1alpha1.MacClaim)) *macvirtv1alpha1.MacClaim {
+	c := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{GenerateName: "claim-", Namespace: ns}}
+	mod(c)
+	Expect(k8sClient.Create(context.Background(), c)).To(Succeed())
+	return c
+}
+
+func getClaim(k types.NamespacedName) *macvirtv1alpha1.MacClaim {
+	c := &macvirtv1alpha1.MacClaim{}
+	Expect(k8sClient.Get(context.Background(), k, c)).To(Succeed())
+	return c
+}
+
+func claimPhase(k types.NamespacedName) func() macvirtv1alpha1.ClaimPhase {
+	return func() macvirtv1alpha1.ClaimPhase {
+		c := &macvirtv1alpha1.MacClaim{}
+		if err := k8sClient.Get(context.Background(), k, c); err != nil {
+			return ""
+		}
+		return c.Status.Phase
+	}
+}
+
+func claimCondition(k types.NamespacedName, t string) func() metav1.Condition {
+	return func() metav1.Condition {
+		c := &macvirtv1alpha1.MacClaim{}
+		if err := k8sClient.Get(context.Background(), k, c); err != nil {
+			return metav1.Condition{}
+		}
+		if cond := meta.FindStatusCondition(c.Status.Conditions, t); cond != nil {
+			return *cond
+		}
+		return metav1.Condition{}
+	}
+}
+
+func poolStatus(name string) func() macvirtv1alpha1.MacPoolStatus {
+	return func() macvirtv1alpha1.MacPoolStatus {
+		p := &macvirtv1alpha1.MacPool{}
+		if err := k8sClient.Get(context.Background(), types.NamespacedName{Name: name}, p); err != nil {
+			return macvirtv1alpha1.MacPoolStatus{}
+		}
+		return p.Status
+	}
+}
+
+func machinesIn(ns string) []macvirtv1alpha1.MacMachine {
+	var list macvirtv1alpha1.MacMachineList
+	Expect(k8sClient.List(context.Background(), &list, client.InNamespace(ns))).To(Succeed())
+	return list.Items
+}
+
+func labelNamespace(ns string, labels map[string]string) {
+	n := &corev1.Namespace{}
+	Expect(k8sClient.Get(context.Background(), types.NamespacedName{Name: ns}, n)).To(Succeed())
+	before := n.DeepCopy()
+	n.Labels = labels
+	Expect(k8sClient.Patch(context.Background(), n, client.MergeFrom(before))).To(Succeed())
+}

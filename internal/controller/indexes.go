@@ -1,0 +1,48 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// RegisterIndexes adds every cache index the controllers look objects up by.
+// Call it once per manager, before setting up the controllers.
+func RegisterIndexes(ctx context.Context, idx client.FieldIndexer) error {
+	for _, i := range []struct {
+		obj   client.Object
+		field string
+		fn    client.IndexerFunc
+	}{
+		{&macvirtv1alpha1.MacMachine{}, classNameField, func(o client.Object) []string {
+			return []string{o.(*macvirtv1alpha1.MacMachine).Spec.ClassName}
+		}},
+		{&macvirtv1alpha1.MacMachine{}, bindableField, func(o client.Object) []string {
+			return bindableKeys(o.(*macvirtv1alpha1.MacMachine))
+		}},
+		{&macvirtv1alpha1.MacMachine{}, claimUIDField, func(o client.Object) []string {
+			if ref := o.(*macvirtv1alpha1.MacMachine).Spec.ClaimRef; ref != nil {
+				return []string{string(ref.UID)}
+			}
+			return nil
+		}},
+		{&macvirtv1alpha1.MacPool{}, poolClassField, func(o client.Object) []string {
+			return []string{o.(*macvirtv1alpha1.MacPool).Spec.ClassName}
+		}},
+		{&macvirtv1alpha1.MacClaim{}, claimWaitingField, func(o client.Object) []string {
+			c := o.(*macvirtv1alpha1.MacClaim)
+			if c.Status.MachineRef != nil {
+				return nil
+			}
+			return []string{bindKey(c)}
+		}},
+	} {
+		if err := idx.IndexField(ctx, i.obj, i.field, i.fn); err != nil {
+			return fmt.Errorf("indexing %T by %s: %w", i.obj, i.field, err)
+		}
+	}
+	return nil
+}

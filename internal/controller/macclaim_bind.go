@@ -1,0 +1,91 @@
+package controller
+
+import (
+	"hash/fnv"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// Field indexes on MacMachines used for binding.
+const (
+	// bindableField holds "class/<name>" and "pool/<name>" for every idle
+	// pool machine a claim may take.
+	bindableField = "macvirt.io/bindable"
+	// claimUIDField holds spec.claimRef.uid, so a claim finds the machine it
+	// won even before its own status records it.
+	claimUIDField = "spec.claimRef.uid"
+)
+
+// bindableKeys indexes a machine that a claim may bind now: a pool's,
+// unbound, never released, not being deleted, and Ready.
+func bindableKeys(m *macvirtv1alpha1.MacMachine) []string {
+	pool := m.Labels[macvirtv1alpha1.LabelPool]
+	if pool == "" || m.Spec.ClaimRef != nil || m.Labels[macvirtv1alpha1.LabelReleased] != "" ||
+		!m.DeletionTimestamp.IsZero() || m.Status.Phase != macvirtv1alpha1.MachineReady || !machineIsReady(m) {
+		return nil
+	}
+	return []string{"class/" + m.Spec.ClassName, "pool/" + pool}
+}
+
+// bindKey is the bindable index key a claim looks up.
+func bindKey(claim *macvirtv1alpha1.MacClaim) string {
+	if claim.Spec.PoolName != "" {
+		return "pool/" + claim.Spec.PoolName
+	}
+	return "class/" + claim.Spec.ClassName
+}
+
+// candidateOrder orders idle machines for one claim by rendezvous hashing:
+// each machine's score is a hash of the claim's UID and the machine's name.
+// Concurrent claims thus start at different machines instead of all racing
+// for the first one, and two operators reconciling the same claim with
+// slightly different caches still put the same machine first, so they
+// collide on one machine (one wins, the other adopts its binding) instead
+// of binding two.
+func candidateOrder(claimUID types.UID, machines []*macvirtv1alpha1.MacMachine) []*macvirtv1alpha1.MacMachine {
+	type scored struct {
+		m     *macvirtv1alpha1.MacMachine
+		score uint64
+	}
+	all := make([]scored, 0, len(machines))
+	for _, m := range machines {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(claimUID))
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write([]byte(m.Namespace + "/" + m.Name))
+		all = append(all, scored{m, h.Sum64()})
+	}
+	slices.SortFunc(all, func(a, b scored) int {
+		if a.score != b.score {
+			if a.score > b.score {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.m.Name, b.m.Name)
+	})
+	out := make([]*macvirtv1alpha1.MacMachine, len(all))
+	for i := range all {
+		out[i] = all[i].m
+	}
+	return out
+}
+
+// onDemandName is the deterministic name of the machine a claim creates
+// for itself: a recreated claim (new UID) gets a new name, a retried
+// reconcile of the same claim gets the same one.
+func onDemandName(claim *macvirtv1alpha1.MacClaim) string {
+	base := claim.Name
+	if len(base) > 54 {
+		base = base[:54]
+	}
+	uid := strings.ReplaceAll(string(claim.UID), "-", "")
+	if len(uid) > 8 {
+		uid = uid[:8]
+	}
+	return strings.TrimSuffix(base, "-") + "-" + uid
+}

@@ -1,0 +1,399 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/render"
+)
+
+// claimWaitingField indexes unbound MacClaims by the bind key they wait on.
+const claimWaitingField = "macvirt.io/waiting-for"
+
+// MacClaimReconciler binds claims to machines. The machine side is written
+// first (spec.claimRef, with the machine's resourceVersion, so two claims
+// can never win the same machine), then the claim's status.
+type MacClaimReconciler struct {
+	client.Client
+	// APIReader confirms, uncached, that a bound machine is really gone.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	// MaxConcurrentReconciles is the number of claims bound in parallel.
+	MaxConcurrentReconciles int
+	ControllerName          string
+}
+
+// +kubebuilder:rbac:groups=macvirt.io,resources=macclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups=macvirt.io,resources=macclaims/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=macvirt.io,resources=macpools,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create;patch
+
+// claimScope is what one reconcile of a claim observed and decided.
+type claimScope struct {
+	claim   *macvirtv1alpha1.MacClaim
+	class   *macvirtv1alpha1.MacClass
+	machine *macvirtv1alpha1.MacMachine
+	lost    string
+	waiting *problem
+}
+
+// Reconcile finds or makes the claim's binding, then writes status once.
+func (r *MacClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	claim := &macvirtv1alpha1.MacClaim{}
+	if err := r.Get(ctx, req.NamespacedName, claim); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !claim.DeletionTimestamp.IsZero() {
+		// Release happens on the machine side, which sees its claim gone.
+		return ctrl.Result{}, nil
+	}
+	s := &claimScope{claim: claim}
+	if err := r.findBound(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if s.machine == nil && s.lost == "" {
+		if err := r.bind(ctx, s); err != nil {
+			if errors.Is(err, errLostBindRace) {
+				if perr := r.patchClaimStatus(ctx, s); perr != nil {
+					return ctrl.Result{}, perr
+				}
+			}
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, r.patchClaimStatus(ctx, s)
+}
+
+// findBound finds the machine bound to the claim: the one its status names,
+// or, after a restart between the two binding writes, the one whose
+// claimRef carries the claim's UID. A named machine that is gone, bound to
+// another UID, or Failed makes the claim Lost; it is never re-bound.
+func (r *MacClaimReconciler) findBound(ctx context.Context, s *claimScope) error {
+	var won macvirtv1alpha1.MacMachineList
+	if err := r.List(ctx, &won, client.MatchingFields{claimUIDField: string(s.claim.UID)}); err != nil {
+		return err
+	}
+	ref := s.claim.Status.MachineRef
+	if ref == nil {
+		// The lowest name, so every operator adopts the same machine when
+		// two of them bound one each; the claim's status write, guarded by
+		// its resourceVersion, lets only one of them record it.
+		for i := range won.Items {
+			if s.machine == nil || won.Items[i].Name < s.machine.Name {
+				s.machine = &won.Items[i]
+			}
+		}
+		return nil
+	}
+	if err := r.deleteOrphans(ctx, s.claim, ref, won.Items); err != nil {
+		return err
+	}
+	m := &macvirtv1alpha1.MacMachine{}
+	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+	err := r.Get(ctx, key, m)
+	if apierrors.IsNotFound(err) {
+		// The cache may lag; only the API server can say it is gone.
+		err = r.APIReader.Get(ctx, key, m)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		s.lost = fmt.Sprintf("bound machine %s no longer exists", key)
+	case err != nil:
+		return err
+	case m.UID != ref.UID || m.Spec.ClaimRef == nil || m.Spec.ClaimRef.UID != s.claim.UID:
+		s.lost = fmt.Sprintf("machine %s is not the one bound to this claim any more", key)
+	case m.Status.Phase == macvirtv1alpha1.MachineFailed:
+		s.lost = fmt.Sprintf("bound machine %s failed", key)
+		s.machine = m
+	default:
+		s.machine = m
+	}
+	return nil
+}
+
+// deleteOrphans deletes machines bound to this claim that its status does
+// not name: two operators each bound one, and only one was recorded. The
+// orphan was never handed to the tenant, and its claimRef cannot change, so
+// it goes (with its resourceVersion as precondition) and its pool replaces it.
+func (r *MacClaimReconciler) deleteOrphans(ctx context.Context, claim *macvirtv1alpha1.MacClaim, ref *macvirtv1alpha1.ObjectRef,
+	bound []macvirtv1alpha1.MacMachine) error {
+	for i := range bound {
+		m := &bound[i]
+		if m.UID == ref.UID || !m.DeletionTimestamp.IsZero() {
+			continue
+		}
+		uid, rv := m.UID, m.ResourceVersion
+		if err := r.Delete(ctx, m, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil &&
+			!apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting orphaned machine %s/%s: %w", m.Namespace, m.Name, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("deleted a machine bound twice to the claim", "machine", m.Name, "kept", ref.Name)
+		if r.Recorder != nil {
+			r.Recorder.Eventf(claim, nil, corev1.EventTypeNormal, "OrphanDeleted", "Bind",
+				"machine %s/%s was also bound to this claim by a concurrent reconcile; deleted it, keeping %s", m.Namespace, m.Name, ref.Name)
+		}
+	}
+	return nil
+}
+
+// bind takes an idle machine, or creates one on demand, or records why the
+// claim waits.
+func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) error {
+	class, p, err := r.resolveClass(ctx, s.claim)
+	if err != nil || p != nil {
+		s.waiting = p
+		return err
+	}
+	s.class = class
+	if p, err := r.checkTenancy(ctx, s.claim, class); err != nil || p != nil {
+		s.waiting = p
+		return err
+	}
+	var list macvirtv1alpha1.MacMachineList
+	if err := r.List(ctx, &list, client.MatchingFields{bindableField: bindKey(s.claim)}); err != nil {
+		return err
+	}
+	candidates := make([]*macvirtv1alpha1.MacMachine, 0, len(list.Items))
+	for i := range list.Items {
+		candidates = append(candidates, &list.Items[i])
+	}
+	if len(candidates) > 0 {
+		// Another operator (or a lagging cache) may have bound a machine to
+		// this claim already: ask the API server before taking another one.
+		var bound macvirtv1alpha1.MacMachineList
+		if err := r.APIReader.List(ctx, &bound, client.MatchingFields{claimUIDField: string(s.claim.UID)}); err != nil {
+			return fmt.Errorf("checking for an existing binding: %w", err)
+		}
+		if len(bound.Items) > 0 {
+			s.machine = &bound.Items[0]
+			return nil
+		}
+	}
+	for _, m := range candidateOrder(s.claim.UID, candidates) {
+		won, err := r.claimMachine(ctx, s.claim, m)
+		if err != nil {
+			return err
+		}
+		if won {
+			s.machine = m
+			return nil
+		}
+	}
+	if s.claim.Spec.PoolName == "" && class.Spec.Tenancy.OnDemand != nil && *class.Spec.Tenancy.OnDemand {
+		return r.createOnDemand(ctx, s)
+	}
+	s.waiting = &problem{macvirtv1alpha1.ReasonWaitingForMachine, fmt.Sprintf("no idle machine in %s yet", bindKey(s.claim))}
+	if len(candidates) > 0 {
+		// Every candidate was taken by another claim (or changed) under us;
+		// the cache may still list machines that are free. Try again soon.
+		return errLostBindRace
+	}
+	return nil
+}
+
+// errLostBindRace asks for a retry with backoff after losing every race.
+var errLostBindRace = errors.New("every idle machine tried was bound by another claim first; retrying")
+
+// claimMachine writes the machine side of the binding in one update that
+// carries the machine's resourceVersion: claimRef, the reclaim policy, and
+// no pool owner reference (deleting the pool must not delete a tenant's
+// machine). On a conflict it reads the machine from the API server: bound
+// to this claim already (by another operator) means won; bound to another
+// claim means lost; still free means one more try with the fresh copy.
+func (r *MacClaimReconciler) claimMachine(ctx context.Context, claim *macvirtv1alpha1.MacClaim, m *macvirtv1alpha1.MacMachine) (bool, error) {
+	for attempt := 0; attempt < 2; attempt++ {
+		err := r.Update(ctx, bindingOf(claim, m))
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsNotFound(err) || apierrors.IsInvalid(err):
+			return false, nil
+		case !apierrors.IsConflict(err):
+			return false, fmt.Errorf("binding machine %s/%s: %w", m.Namespace, m.Name, err)
+		}
+		fresh := &macvirtv1alpha1.MacMachine{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), fresh); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if ref := fresh.Spec.ClaimRef; ref != nil {
+			*m = *fresh
+			return ref.UID == claim.UID, nil
+		}
+		if len(bindableKeys(fresh)) == 0 {
+			return false, nil
+		}
+		m = fresh
+	}
+	return false, nil
+}
+
+// bindingOf is the machine with the claim's binding written in.
+func bindingOf(claim *macvirtv1alpha1.MacClaim, m *macvirtv1alpha1.MacMachine) *macvirtv1alpha1.MacMachine {
+	m = m.DeepCopy()
+	m.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
+	if m.Annotations == nil {
+		m.Annotations = map[string]string{}
+	}
+	m.Annotations[macvirtv1alpha1.AnnotationReclaimPolicy] = string(reclaimPolicy(claim))
+	refs := m.OwnerReferences[:0]
+	for _, o := range m.OwnerReferences {
+		if o.Kind != "MacPool" {
+			refs = append(refs, o)
+		}
+	}
+	m.OwnerReferences = refs
+	return m
+}
+
+func reclaimPolicy(claim *macvirtv1alpha1.MacClaim) macvirtv1alpha1.ReclaimPolicy {
+	if claim.Spec.ReclaimPolicy == "" {
+		return macvirtv1alpha1.ReclaimDelete
+	}
+	return claim.Spec.ReclaimPolicy
+}
+
+// createOnDemand creates a machine in the claim's namespace, pre-bound to
+// it. It is owned by the claim under the Delete policy only, so a cluster's
+// garbage collector never deletes a Retained machine.
+func (r *MacClaimReconciler) createOnDemand(ctx context.Context, s *claimScope) error {
+	claim := s.claim
+	m := &macvirtv1alpha1.MacMachine{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: onDemandName(claim), Namespace: claim.Namespace,
+			Labels:      map[string]string{macvirtv1alpha1.LabelClass: s.class.Name},
+			Annotations: map[string]string{macvirtv1alpha1.AnnotationReclaimPolicy: string(reclaimPolicy(claim))},
+		},
+		Spec: macvirtv1alpha1.MacMachineSpec{
+			ClassName: s.class.Name, ClassRevision: render.ClassRevision(s.class),
+			ClaimRef: &macvirtv1alpha1.ObjectRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID},
+		},
+	}
+	if reclaimPolicy(claim) == macvirtv1alpha1.ReclaimDelete {
+		t := true
+		m.OwnerReferences = []metav1.OwnerReference{{APIVersion: macvirtv1alpha1.GroupVersion.String(), Kind: "MacClaim",
+			Name: claim.Name, UID: claim.UID, Controller: &t}}
+	}
+	err := r.Create(ctx, m)
+	if apierrors.IsAlreadyExists(err) {
+		err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), m)
+	}
+	if err != nil {
+		return fmt.Errorf("creating on-demand machine %s/%s: %w", m.Namespace, m.Name, err)
+	}
+	if m.Spec.ClaimRef == nil || m.Spec.ClaimRef.UID != claim.UID {
+		s.waiting = &problem{macvirtv1alpha1.ReasonWaitingForMachine, fmt.Sprintf("machine %s exists and belongs to another claim", m.Name)}
+		return nil
+	}
+	ctrl.LoggerFrom(ctx).Info("created on-demand machine", "machine", m.Name)
+	s.machine = m
+	return nil
+}
+
+// resolveClass finds the claim's class, through its pool when it names one.
+func (r *MacClaimReconciler) resolveClass(ctx context.Context, claim *macvirtv1alpha1.MacClaim) (*macvirtv1alpha1.MacClass, *problem, error) {
+	className := claim.Spec.ClassName
+	if claim.Spec.PoolName != "" {
+		pool := &macvirtv1alpha1.MacPool{}
+		if err := r.Get(ctx, types.NamespacedName{Name: claim.Spec.PoolName}, pool); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, &problem{macvirtv1alpha1.ReasonPoolNotFound, fmt.Sprintf("MacPool %q does not exist", claim.Spec.PoolName)}, nil
+			}
+			return nil, nil, err
+		}
+		if className != "" && className != pool.Spec.ClassName {
+			return nil, &problem{macvirtv1alpha1.ReasonClassMismatch, fmt.Sprintf(
+				"spec.className %q differs from pool %q's class %q; drop spec.className or name a pool of that class",
+				className, pool.Name, pool.Spec.ClassName)}, nil
+		}
+		className = pool.Spec.ClassName
+	}
+	class := &macvirtv1alpha1.MacClass{}
+	if err := r.Get(ctx, types.NamespacedName{Name: className}, class); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &problem{macvirtv1alpha1.ReasonClassNotFound, fmt.Sprintf("MacClass %q does not exist", className)}, nil
+		}
+		return nil, nil, err
+	}
+	return class, nil, nil
+}
+
+// checkTenancy refuses a claim from a namespace outside the class's
+// allowedNamespaces selector.
+func (r *MacClaimReconciler) checkTenancy(ctx context.Context, claim *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacClass) (*problem, error) {
+	sel := class.Spec.Tenancy.AllowedNamespaces
+	if sel == nil || (len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0) {
+		return nil, nil
+	}
+	selector, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return &problem{macvirtv1alpha1.ReasonInvalidClass, fmt.Sprintf("MacClass %s has an invalid tenancy.allowedNamespaces: %v", class.Name, err)}, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := r.Get(ctx, types.NamespacedName{Name: claim.Namespace}, ns); err != nil {
+		return nil, err
+	}
+	if !selector.Matches(labels.Set(ns.Labels)) {
+		return &problem{macvirtv1alpha1.ReasonNamespaceNotAllowed, fmt.Sprintf(
+			"namespace %q is not allowed to claim MacClass %s: its labels do not match tenancy.allowedNamespaces (%s)",
+			claim.Namespace, class.Name, selector)}, nil
+	}
+	return nil, nil
+}
+
+// SetupWithManager watches claims, machines (to complete, lose or wake
+// claims) and namespaces' labels (tenancy).
+func (r *MacClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	name := r.ControllerName
+	if name == "" {
+		name = "macclaim"
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&macvirtv1alpha1.MacClaim{}).
+		Watches(&macvirtv1alpha1.MacMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToClaims)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
+		Named(name).
+		Complete(r)
+}
+
+// machineToClaims wakes the claim a machine is bound to, and, when the
+// machine is idle, the claims waiting for one like it.
+func (r *MacClaimReconciler) machineToClaims(ctx context.Context, o client.Object) []reconcile.Request {
+	m := o.(*macvirtv1alpha1.MacMachine)
+	if ref := m.Spec.ClaimRef; ref != nil {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}}}
+	}
+	keys := bindableKeys(m)
+	if len(keys) == 0 {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, k := range keys {
+		var claims macvirtv1alpha1.MacClaimList
+		if err := r.List(ctx, &claims, client.MatchingFields{claimWaitingField: k}); err != nil {
+			return nil
+		}
+		for i := range claims.Items {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&claims.Items[i])})
+		}
+	}
+	return out
+}

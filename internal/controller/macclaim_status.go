@@ -1,0 +1,162 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// Connection defaults until the guest agent reports them.
+const (
+	defaultSSHPort = 22
+	defaultSSHUser = "admin"
+	fieldOwner     = "macvirt-operator"
+)
+
+// computeClaimStatus derives a claim's status from its scope.
+func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatus {
+	c := s.claim
+	st := *c.Status.DeepCopy()
+	st.ObservedGeneration = c.Generation
+	set := func(t string, ok bool, reason, msg string) {
+		status := metav1.ConditionFalse
+		if ok {
+			status = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason,
+			Message: msg, ObservedGeneration: c.Generation})
+	}
+	switch {
+	case s.lost != "":
+		st.Phase = macvirtv1alpha1.ClaimLost
+		st.Connection = nil
+		set(macvirtv1alpha1.ConditionReady, false, macvirtv1alpha1.ReasonMachineLost, s.lost+"; the claim is not re-bound: delete it and claim again")
+		return st
+	case s.machine == nil:
+		st.Phase = macvirtv1alpha1.ClaimPending
+		p := s.waiting
+		if p == nil {
+			p = &problem{macvirtv1alpha1.ReasonWaitingForMachine, "waiting for a machine"}
+		}
+		set(macvirtv1alpha1.ConditionBound, false, p.Reason, p.Message)
+		set(macvirtv1alpha1.ConditionReady, false, p.Reason, p.Message)
+		return st
+	}
+	m := s.machine
+	st.MachineRef = &macvirtv1alpha1.ObjectRef{Namespace: m.Namespace, Name: m.Name, UID: m.UID}
+	if st.BoundAt == nil {
+		st.BoundAt = &now
+	}
+	set(macvirtv1alpha1.ConditionBound, true, macvirtv1alpha1.ReasonBound, fmt.Sprintf("bound to MacMachine %s/%s", m.Namespace, m.Name))
+	if !machineIsReady(m) {
+		st.Phase = macvirtv1alpha1.ClaimBound
+		msg := "machine is " + string(m.Status.Phase)
+		if rc := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionReady); rc != nil {
+			msg = fmt.Sprintf("machine is %s: %s", m.Status.Phase, rc.Message)
+		}
+		set(macvirtv1alpha1.ConditionReady, false, macvirtv1alpha1.ReasonMachineNotReady, msg)
+		return st
+	}
+	st.Phase = macvirtv1alpha1.ClaimReady
+	if st.ReadyAt == nil {
+		st.ReadyAt = &now
+	}
+	st.Connection = &macvirtv1alpha1.ClaimConnection{Address: machineAddress(m), SSHPort: defaultSSHPort}
+	set(macvirtv1alpha1.ConditionReady, true, macvirtv1alpha1.ReasonAsExpected,
+		fmt.Sprintf("machine %s is Ready at %s", m.Name, st.Connection.Address))
+	return st
+}
+
+// machineAddress is the address a tenant connects to: the guest's own
+// report first, then KubeVirt's.
+func machineAddress(m *macvirtv1alpha1.MacMachine) string {
+	if g := m.Status.Guest; g != nil && len(g.IPAddresses) > 0 {
+		return g.IPAddresses[0]
+	}
+	if len(m.Status.Addresses) > 0 {
+		return m.Status.Addresses[0]
+	}
+	return ""
+}
+
+// patchClaimStatus writes the computed status once, if it changed, after
+// applying the connection Secret when the connection changed.
+func (r *MacClaimReconciler) patchClaimStatus(ctx context.Context, s *claimScope) error {
+	c := s.claim
+	st := computeClaimStatus(s, metav1.NewTime(r.Clock.Now()))
+	if st.Connection != nil && (c.Status.ConnectionSecretName == "" || !equality.Semantic.DeepEqual(c.Status.Connection, st.Connection)) {
+		if err := r.applyConnectionSecret(ctx, c, st.Connection); err != nil {
+			return err
+		}
+		st.ConnectionSecretName = connectionSecretName(c)
+	}
+	if equality.Semantic.DeepEqual(c.Status, st) {
+		return nil
+	}
+	before := c.DeepCopy()
+	oldPhase := c.Status.Phase
+	c.Status = st
+	patch := client.MergeFrom(before)
+	if before.Status.MachineRef == nil && st.MachineRef != nil {
+		// Recording the binding is guarded by the claim's resourceVersion:
+		// of two operators that bound a machine each, only one records it.
+		patch = client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
+	}
+	if err := r.Status().Patch(ctx, c, patch); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if before.Status.BoundAt == nil && st.BoundAt != nil {
+		claimBindSeconds.Observe(st.BoundAt.Sub(c.CreationTimestamp.Time).Seconds())
+	}
+	if oldPhase != st.Phase {
+		r.recordClaimPhase(c)
+	}
+	return nil
+}
+
+func (r *MacClaimReconciler) recordClaimPhase(c *macvirtv1alpha1.MacClaim) {
+	if r.Recorder == nil {
+		return
+	}
+	eventType, note := corev1.EventTypeNormal, string(c.Status.Phase)
+	if c.Status.Phase == macvirtv1alpha1.ClaimLost {
+		eventType = corev1.EventTypeWarning
+	}
+	if rc := meta.FindStatusCondition(c.Status.Conditions, macvirtv1alpha1.ConditionReady); rc != nil {
+		note = rc.Message
+	}
+	reason := "Claim" + string(c.Status.Phase)
+	r.Recorder.Eventf(c, nil, eventType, reason, "Bind", "%s", truncate(note, 1024))
+}
+
+func connectionSecretName(c *macvirtv1alpha1.MacClaim) string { return c.Name + "-connection" }
+
+// applyConnectionSecret writes host, port and user into a Secret owned by
+// the claim, by server-side apply: the operator creates and updates Secrets
+// but never reads them.
+func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvirtv1alpha1.MacClaim, conn *macvirtv1alpha1.ClaimConnection) error {
+	secret := corev1ac.Secret(connectionSecretName(c), c.Namespace).
+		WithLabels(map[string]string{macvirtv1alpha1.LabelClass: c.Spec.ClassName}).
+		WithOwnerReferences(metav1ac.OwnerReference().
+			WithAPIVersion(macvirtv1alpha1.GroupVersion.String()).WithKind("MacClaim").
+			WithName(c.Name).WithUID(c.UID).WithController(true)).
+		WithType(corev1.SecretTypeOpaque).
+		WithStringData(map[string]string{
+			"host": conn.Address,
+			"port": fmt.Sprint(conn.SSHPort),
+			"user": defaultSSHUser,
+		})
+	if err := r.Apply(ctx, secret, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying connection Secret %s/%s: %w", c.Namespace, connectionSecretName(c), err)
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// releaseIfClaimGone answers: does the claim this machine is bound to still
+// exist? When it is gone (or was recreated under another UID), the machine
+// is released as the claim asked, the way a PersistentVolume is: Delete
+// deletes the machine (its finalizer stops it gracefully first); Retain
+// labels it released and keeps it. A released machine is never bound again.
+func (r *MacMachineReconciler) releaseIfClaimGone(ctx context.Context, o *machineObservation) (bool, error) {
+	m := o.Machine
+	ref := m.Spec.ClaimRef
+	if ref == nil || m.Labels[macvirtv1alpha1.LabelReleased] != "" {
+		return true, nil
+	}
+	present, err := r.claimPresent(ctx, ref)
+	if err != nil || present {
+		return err == nil, err
+	}
+	log := ctrl.LoggerFrom(ctx)
+	if m.Annotations[macvirtv1alpha1.AnnotationReclaimPolicy] == string(macvirtv1alpha1.ReclaimRetain) {
+		patch := client.MergeFrom(m.DeepCopy())
+		if m.Labels == nil {
+			m.Labels = map[string]string{}
+		}
+		m.Labels[macvirtv1alpha1.LabelReleased] = "true"
+		if err := r.Patch(ctx, m, patch); err != nil {
+			return false, fmt.Errorf("marking machine released: %w", err)
+		}
+		log.Info("claim gone; machine retained and released", "claim", ref.Namespace+"/"+ref.Name)
+		r.event(m, corev1.EventTypeNormal, "Released", "claim %s/%s is gone; machine retained (reclaimPolicy Retain)", ref.Namespace, ref.Name)
+		return true, nil
+	}
+	uid := m.UID
+	if err := r.Delete(ctx, m, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("deleting released machine: %w", err)
+	}
+	log.Info("claim gone; deleting machine gracefully", "claim", ref.Namespace+"/"+ref.Name)
+	r.event(m, corev1.EventTypeNormal, "Released", "claim %s/%s is gone; stopping and deleting the machine (reclaimPolicy Delete)", ref.Namespace, ref.Name)
+	return false, nil
+}
+
+// claimPresent reports whether the referenced claim incarnation exists. An
+// absence seen in the cache is confirmed by the API server before anything
+// is released.
+func (r *MacMachineReconciler) claimPresent(ctx context.Context, ref *macvirtv1alpha1.ObjectRef) (bool, error) {
+	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+	for _, reader := range []client.Reader{r.Client, r.APIReader} {
+		claim := &macvirtv1alpha1.MacClaim{}
+		err := reader.Get(ctx, key, claim)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("getting MacClaim %s: %w", key, err)
+		}
+		if err == nil && claim.UID == ref.UID && claim.DeletionTimestamp.IsZero() {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (r *MacMachineReconciler) event(m *macvirtv1alpha1.MacMachine, eventType, reason, format string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(m, nil, eventType, reason, "Release", format, args...)
+	}
+}

@@ -1,0 +1,115 @@
+package controller
+
+import (
+	"slices"
+	"testing"
+)
+
+func machines(state machineState, rev string, names ...string) []poolMachine {
+	out := make([]poolMachine, 0, len(names))
+	for _, n := range names {
+		out = append(out, poolMachine{Name: n, Revision: rev, State: state})
+	}
+	return out
+}
+
+func join(parts ...[]poolMachine) []poolMachine { return slices.Concat(parts...) }
+
+func TestPlanPool(t *testing.T) {
+	cases := map[string]struct {
+		in             poolInput
+		create, delete []string
+	}{
+		"empty pool fills up to maxProvisioning": {
+			in:     poolInput{Idle: 3, Max: 10, MaxProv: 2},
+			create: []string{"p-0", "p-1"}},
+		"provisioning machines count as supply": {
+			in:     poolInput{Idle: 3, Max: 10, MaxProv: 5, Machines: machines(stateProvisioning, "r1", "p-0", "p-1")},
+			create: []string{"p-2"}},
+		"never above maxMachines, terminating included": {
+			in: poolInput{Idle: 3, Max: 4, MaxProv: 5, Machines: join(
+				machines(stateBound, "r1", "p-0", "p-1"), machines(stateTerminating, "r1", "p-2"))},
+			create: []string{"p-3"}},
+		"slots beyond the cap are never used": {
+			in:     poolInput{Idle: 2, Max: 2, MaxProv: 2, Machines: machines(stateBound, "r1", "p-5")},
+			create: []string{"p-0"}},
+		"a full pool creates nothing": {
+			in: poolInput{Idle: 2, Max: 2, MaxProv: 2, Machines: machines(stateIdle, "r1", "p-0", "p-1")}},
+		"failed machines are deleted and replaced once gone": {
+			in:     poolInput{Idle: 1, Max: 1, MaxProv: 1, Machines: machines(stateFailed, "r1", "p-0")},
+			delete: []string{"p-0"}},
+		"scale-down deletes idle only, newest slots first": {
+			in: poolInput{Idle: 1, Max: 10, MaxProv: 2, Machines: join(
+				machines(stateIdle, "r1", "p-0", "p-1", "p-2"), machines(stateProvisioning, "r1", "p-3"), machines(stateBound, "r1", "p-4"))},
+			delete: []string{"p-2", "p-1"}},
+		"scale-down deletes old revisions first": {
+			in: poolInput{Idle: 1, Max: 10, MaxProv: 2, Machines: join(
+				machines(stateIdle, "r1", "p-0"), machines(stateIdle, "r0", "p-1"))},
+			delete: []string{"p-1"}},
+		"rolling: surge a replacement before deleting an old idle machine": {
+			in:     poolInput{Idle: 2, Max: 10, MaxProv: 2, Machines: machines(stateIdle, "r0", "p-0", "p-1")},
+			create: []string{"p-2", "p-3"}},
+		"rolling: delete old idle machines once replacements are Ready": {
+			in: poolInput{Idle: 2, Max: 10, MaxProv: 2, Machines: join(
+				machines(stateIdle, "r0", "p-0", "p-1"), machines(stateIdle, "r1", "p-2", "p-3"))},
+			delete: []string{"p-1", "p-0"}},
+		"rolling: no surge past the cap": {
+			in: poolInput{Idle: 2, Max: 2, MaxProv: 2, Machines: machines(stateIdle, "r0", "p-0", "p-1")}},
+		"paused does nothing": {
+			in: poolInput{Idle: 3, Max: 10, MaxProv: 2, Paused: true, Machines: machines(stateFailed, "r1", "p-0")}},
+		"bound machines never return to idle": {
+			in:     poolInput{Idle: 1, Max: 10, MaxProv: 2, Machines: machines(stateBound, "r1", "p-0", "p-1")},
+			create: []string{"p-2"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tc.in.Pool, tc.in.Revision = "p", "r1"
+			got := planPool(tc.in)
+			if !slices.Equal(got.Create, tc.create) || !slices.Equal(got.Delete, tc.delete) {
+				t.Errorf("plan = %s, want create %v, delete %v", describePlan(got), tc.create, tc.delete)
+			}
+		})
+	}
+}
+
+// TestPlanPoolNeverExceedsTheCap replays many plans, applying each, and
+// checks the invariant the pool promises.
+func TestPlanPoolNeverExceedsTheCap(t *testing.T) {
+	for maxM := int32(0); maxM <= 6; maxM++ {
+		for idle := int32(0); idle <= maxM; idle++ {
+			in := poolInput{Pool: "p", Idle: idle, Max: maxM, MaxProv: 2, Revision: "r1"}
+			for step := range 20 {
+				plan := planPool(in)
+				for _, n := range plan.Create {
+					in.Machines = append(in.Machines, poolMachine{Name: n, Revision: "r1", State: stateProvisioning})
+				}
+				if len(in.Machines) > int(maxM) {
+					t.Fatalf("idle=%d max=%d step %d: %d machines", idle, maxM, step, len(in.Machines))
+				}
+				// Every other step, provisioning machines become Ready and one gets bound.
+				for i := range in.Machines {
+					if in.Machines[i].State == stateProvisioning && step%2 == 1 {
+						in.Machines[i].State = stateIdle
+					}
+				}
+				if step%3 == 2 {
+					for i := range in.Machines {
+						if in.Machines[i].State == stateIdle {
+							in.Machines[i].State = stateBound
+							break
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestSlotOf(t *testing.T) {
+	for name, want := range map[string]int{"p-0": 0, "p-12": 12, "p-x": -1, "p-01": -1, "q-1": -1, "p--1": -1} {
+		got, ok := slotOf("p", name)
+		if (want < 0 && ok) || (want >= 0 && (!ok || got != want)) {
+			t.Errorf("slotOf(%q) = %d, %v; want %d", name, got, ok, want)
+		}
+	}
+}
