@@ -76,6 +76,10 @@ verify-gen: manifests generate crds golden ## Regenerate everything and fail if 
 		exit 1; \
 	fi
 
+.PHONY: bench
+bench: envtest $(ENVTEST_DIR)/kube-controller-manager ## Benchmark claim binding against Kubernetes' PV binder and report memory (prints figures).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./test/bench -kube-controller-manager "$(ENVTEST_DIR)/kube-controller-manager"
+
 ##@ Build
 
 .PHONY: build
@@ -159,6 +163,10 @@ $(ENVTEST_DIR)/kube-apiserver: hack/envtest/go.mod hack/envtest/kube-apiserver/m
 
 $(ENVTEST_DIR)/etcd: hack/envtest/go.mod hack/envtest/etcd/main.go
 	cd hack/envtest && go build -o "$@" ./etcd
+
+# Only `make bench` needs it: Kubernetes' controller manager, for its PV binder.
+$(ENVTEST_DIR)/kube-controller-manager: hack/envtest/go.mod hack/envtest/kube-controller-manager/main.go
+	cd hack/envtest && go build -ldflags "-X k8s.io/component-base/version.gitVersion=$(KUBERNETES_VERSION)" -o "$@" ./kube-controller-manager
 
 .PHONY: golangci-lint
 golangci-lint: $(GOLANGCI_LINT) ## Install golangci-lint locally if necessary.

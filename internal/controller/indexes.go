@@ -32,6 +32,13 @@ func RegisterIndexes(ctx context.Context, idx client.FieldIndexer) error {
 		{&macvirtv1alpha1.MacPool{}, poolClassField, func(o client.Object) []string {
 			return []string{o.(*macvirtv1alpha1.MacPool).Spec.ClassName}
 		}},
+		{&macvirtv1alpha1.MacClass{}, classDataSourceField, func(o client.Object) []string {
+			var keys []string
+			for _, ref := range dataSourceRefs(o.(*macvirtv1alpha1.MacClass)) {
+				keys = append(keys, ref.String())
+			}
+			return keys
+		}},
 		{&macvirtv1alpha1.MacClaim{}, claimWaitingField, func(o client.Object) []string {
 			c := o.(*macvirtv1alpha1.MacClaim)
 			if c.Status.MachineRef != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,10 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -37,6 +40,13 @@ type MacClaimReconciler struct {
 	// MaxConcurrentReconciles is the number of claims bound in parallel.
 	MaxConcurrentReconciles int
 	ControllerName          string
+
+	// inFlight holds machines a worker of this operator is binding or has
+	// just bound, until the cache shows their claimRef. Workers skip them, so
+	// they neither race each other nor retry a machine the cache still shows
+	// idle. The API server's resourceVersion check still decides every race
+	// with other operators; this only avoids losing races to ourselves.
+	inFlight reservations
 }
 
 // +kubebuilder:rbac:groups=macvirt.io,resources=macclaims,verbs=get;list;watch
@@ -70,9 +80,9 @@ func (r *MacClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if s.machine == nil && s.lost == "" {
 		if err := r.bind(ctx, s); err != nil {
 			if errors.Is(err, errLostBindRace) {
-				if perr := r.patchClaimStatus(ctx, s); perr != nil {
-					return ctrl.Result{}, perr
-				}
+				// Retry soon, without the growing backoff of an error and
+				// without a status write: the cache is about to catch up.
+				return ctrl.Result{RequeueAfter: lostRaceRetry}, nil
 			}
 			return ctrl.Result{}, err
 		}
@@ -173,20 +183,15 @@ func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) error {
 	for i := range list.Items {
 		candidates = append(candidates, &list.Items[i])
 	}
-	if len(candidates) > 0 {
-		// Another operator (or a lagging cache) may have bound a machine to
-		// this claim already: ask the API server before taking another one.
-		var bound macvirtv1alpha1.MacMachineList
-		if err := r.APIReader.List(ctx, &bound, client.MatchingFields{claimUIDField: string(s.claim.UID)}); err != nil {
-			return fmt.Errorf("checking for an existing binding: %w", err)
-		}
-		if len(bound.Items) > 0 {
-			s.machine = &bound.Items[0]
-			return nil
-		}
-	}
 	for _, m := range candidateOrder(s.claim.UID, candidates) {
+		key := client.ObjectKeyFromObject(m)
+		if !r.inFlight.reserve(key, r.Clock.Now()) {
+			continue
+		}
 		won, err := r.claimMachine(ctx, s.claim, m)
+		if !won {
+			r.inFlight.release(key)
+		}
 		if err != nil {
 			return err
 		}
@@ -207,7 +212,10 @@ func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) error {
 	return nil
 }
 
-// errLostBindRace asks for a retry with backoff after losing every race.
+// lostRaceRetry is how soon a claim that lost every race looks again.
+const lostRaceRetry = 10 * time.Millisecond
+
+// errLostBindRace reports that every candidate was taken under us.
 var errLostBindRace = errors.New("every idle machine tried was bound by another claim first; retrying")
 
 // claimMachine writes the machine side of the binding in one update that
@@ -368,32 +376,52 @@ func (r *MacClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&macvirtv1alpha1.MacClaim{}).
-		Watches(&macvirtv1alpha1.MacMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToClaims)).
+		Watches(&macvirtv1alpha1.MacMachine{}, r.machineEvents()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Named(name).
 		Complete(r)
 }
 
-// machineToClaims wakes the claim a machine is bound to, and, when the
-// machine is idle, the claims waiting for one like it.
-func (r *MacClaimReconciler) machineToClaims(ctx context.Context, o client.Object) []reconcile.Request {
-	m := o.(*macvirtv1alpha1.MacMachine)
-	if ref := m.Spec.ClaimRef; ref != nil {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}}}
+// machineEvents wakes the claim a machine is bound to and, when a machine
+// becomes bindable (created Ready, or turned Ready and unbound), the claims
+// waiting for one like it. Other machine updates wake nobody: waking every
+// waiting claim on every update would make them race for machines they
+// cannot get.
+func (r *MacClaimReconciler) machineEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	bound := func(m *macvirtv1alpha1.MacMachine, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		if ref := m.Spec.ClaimRef; ref != nil {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}})
+		}
 	}
-	keys := bindableKeys(m)
-	if len(keys) == 0 {
-		return nil
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			m := e.Object.(*macvirtv1alpha1.MacMachine)
+			bound(m, q)
+			r.wakeWaiting(ctx, bindableKeys(m), q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			old, m := e.ObjectOld.(*macvirtv1alpha1.MacMachine), e.ObjectNew.(*macvirtv1alpha1.MacMachine)
+			bound(m, q)
+			if len(bindableKeys(old)) == 0 {
+				r.wakeWaiting(ctx, bindableKeys(m), q)
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if m, ok := e.Object.(*macvirtv1alpha1.MacMachine); ok {
+				bound(m, q)
+			}
+		},
 	}
-	var out []reconcile.Request
+}
+
+func (r *MacClaimReconciler) wakeWaiting(ctx context.Context, keys []string, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	for _, k := range keys {
 		var claims macvirtv1alpha1.MacClaimList
 		if err := r.List(ctx, &claims, client.MatchingFields{claimWaitingField: k}); err != nil {
-			return nil
+			return
 		}
 		for i := range claims.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&claims.Items[i])})
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&claims.Items[i])})
 		}
 	}
-	return out
 }

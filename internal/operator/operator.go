@@ -38,7 +38,7 @@ type Options struct {
 	// WrapClient, when set, wraps the manager's client for the controllers
 	// (tests inject conflicts and stale lists with it).
 	WrapClient func(client.Client) client.Client
-	// ClaimWorkers is the number of claims bound in parallel (default 4).
+	// ClaimWorkers is the number of claims bound in parallel (default 16).
 	ClaimWorkers int
 	// NameSuffix is appended to controller names so several managers can run
 	// in one process (tests).
@@ -51,6 +51,7 @@ type Controller string
 // The operator's controllers.
 const (
 	MachineController Controller = "machine"
+	ClassController   Controller = "class"
 	PoolController    Controller = "pool"
 	ClaimController   Controller = "claim"
 )
@@ -70,7 +71,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	if opts.ClaimWorkers <= 0 {
-		opts.ClaimWorkers = 4
+		opts.ClaimWorkers = 16
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -99,6 +100,13 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 				Render:         render.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath},
 				Clock:          opts.Clock,
 				ControllerName: "macmachine" + opts.NameSuffix,
+			}).SetupWithManager(mgr)
+		}},
+		{ClassController, func() error {
+			return (&controller.MacClassReconciler{
+				Client:         c,
+				APIReader:      mgr.GetAPIReader(),
+				ControllerName: "macclass" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},
 		{PoolController, func() error {

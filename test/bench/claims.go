@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/operator"
+	"github.com/macvirt/macvirt/internal/render"
+)
+
+// benchClaims binds n claims over n Ready idle machines with the claim
+// controller alone and measures each claim from its create call to the
+// first watch event showing it bound.
+func benchClaims(ctx context.Context, cfg *rest.Config, c client.Client, n int) (result, error) {
+	class, err := benchClass(ctx, c)
+	if err != nil {
+		return result{}, err
+	}
+	poolNS, claimNS := "bench-pool", "bench-claims"
+	for _, ns := range []string{poolNS, claimNS} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return result{}, err
+		}
+	}
+	idle, maxM := int32(n), int32(n) //nolint:gosec // n is a small flag value.
+	pool := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: macvirtv1alpha1.MacPoolSpec{ClassName: class.Name, Namespace: poolNS, Idle: &idle, MaxMachines: &maxM, Paused: true}}
+	if err := c.Create(ctx, pool); err != nil {
+		return result{}, err
+	}
+	if err := parallel(n, func(i int) error { return readyMachine(ctx, c, class, poolNS, fmt.Sprintf("bench-%d", i), "bench") }); err != nil {
+		return result{}, err
+	}
+
+	writes := &atomic.Int64{}
+	mgr, err := managerFor(cfg)
+	if err != nil {
+		return result{}, err
+	}
+	if err := operator.Setup(mgr, operator.Options{Controllers: []operator.Controller{operator.ClaimController},
+		WrapClient: func(inner client.Client) client.Client { return &countingClient{Client: inner, writes: writes} }}); err != nil {
+		return result{}, err
+	}
+	mctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { _ = mgr.Start(mctx) }()
+	if !mgr.GetCache().WaitForCacheSync(mctx) {
+		return result{}, fmt.Errorf("cache did not sync")
+	}
+	return measure(ctx, cfg, n, &macvirtv1alpha1.MacClaimList{}, claimNS,
+		func(i int) client.Object {
+			return &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c-%d", i), Namespace: claimNS},
+				Spec: macvirtv1alpha1.MacClaimSpec{PoolName: "bench"}}
+		},
+		func(o runtime.Object) (string, bool) {
+			cl, ok := o.(*macvirtv1alpha1.MacClaim)
+			return cl.GetName(), ok && cl.Status.MachineRef != nil
+		}, c, writes)
+}
+
+// measure creates n objects at once and times each until bound says so.
+func measure(ctx context.Context, cfg *rest.Config, n int, list client.ObjectList, ns string,
+	build func(int) client.Object, bound func(runtime.Object) (string, bool), c client.Client, writes *atomic.Int64) (result, error) {
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: c.Scheme()})
+	if err != nil {
+		return result{}, err
+	}
+	w, err := wc.Watch(ctx, list, client.InNamespace(ns))
+	if err != nil {
+		return result{}, err
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	started := map[string]time.Time{}
+	done := map[string]time.Time{}
+	all := make(chan struct{})
+	go func() {
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue
+			}
+			name, ok := bound(ev.Object)
+			mu.Lock()
+			if _, seen := done[name]; ok && !seen {
+				done[name] = time.Now()
+				if len(done) == n {
+					close(all)
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	writes.Store(0)
+	begin := time.Now()
+	if err := parallel(n, func(i int) error {
+		obj := build(i)
+		mu.Lock()
+		started[obj.GetName()] = time.Now()
+		mu.Unlock()
+		return c.Create(ctx, obj)
+	}); err != nil {
+		return result{}, err
+	}
+	select {
+	case <-all:
+	case <-time.After(2 * time.Minute):
+		mu.Lock()
+		defer mu.Unlock()
+		return result{}, fmt.Errorf("only %d of %d bound after 2 minutes", len(done), n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	r := result{writes: writes.Load()}
+	var last time.Time
+	for name, at := range done {
+		r.latencies = append(r.latencies, at.Sub(started[name]))
+		if at.After(last) {
+			last = at
+		}
+	}
+	r.elapsed = last.Sub(begin)
+	return r, nil
+}
+
+func benchClass(ctx context.Context, c client.Client) (*macvirtv1alpha1.MacClass, error) {
+	ns := "macvirt-images"
+	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: macvirtv1alpha1.MacClassSpec{
+			Image: macvirtv1alpha1.ImageSpec{DiskSource: macvirtv1alpha1.DiskSource{
+				SourceRef: &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: &ns, Name: "sonoma"}}},
+			Bootloader: macvirtv1alpha1.BootloaderSpec{DiskSource: macvirtv1alpha1.DiskSource{
+				SourceRef: &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: &ns, Name: "opencore"}}},
+		}}
+	return class, c.Create(ctx, class)
+}
+
+// readyMachine creates a pool machine and marks it Ready, as the machine
+// controller would once its guest answered.
+func readyMachine(ctx context.Context, c client.Client, class *macvirtv1alpha1.MacClass, ns, name, pool string) error {
+	m := &macvirtv1alpha1.MacMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+			Labels: map[string]string{macvirtv1alpha1.LabelPool: pool, macvirtv1alpha1.LabelClass: class.Name}},
+		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: class.Name, ClassRevision: render.ClassRevision(class)},
+	}
+	if err := c.Create(ctx, m); err != nil {
+		return err
+	}
+	m.Status.Phase = macvirtv1alpha1.MachineReady
+	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionReady,
+		Status: metav1.ConditionTrue, Reason: macvirtv1alpha1.ReasonAsExpected, Message: "ready"})
+	return c.Status().Update(ctx, m)
+}
+
+// countingClient counts every write the operator makes.
+type countingClient struct {
+	client.Client
+	writes *atomic.Int64
+}
+
+func (c *countingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	c.writes.Add(1)
+	return c.Client.Create(ctx, obj, opts...)
+}
+
+func (c *countingClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	c.writes.Add(1)
+	return c.Client.Update(ctx, obj, opts...)
+}
+
+func (c *countingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	c.writes.Add(1)
+	return c.Client.Patch(ctx, obj, patch, opts...)
+}
+
+func (c *countingClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	c.writes.Add(1)
+	return c.Client.Delete(ctx, obj, opts...)
+}
+
+func (c *countingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+	c.writes.Add(1)
+	return c.Client.Apply(ctx, obj, opts...)
+}
+
+func (c *countingClient) Status() client.SubResourceWriter {
+	return &countingStatus{SubResourceWriter: c.Client.Status(), writes: c.writes}
+}
+
+type countingStatus struct {
+	client.SubResourceWriter
+	writes *atomic.Int64
+}
+
+func (s *countingStatus) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	s.writes.Add(1)
+	return s.SubResourceWriter.Update(ctx, obj, opts...)
+}
+
+func (s *countingStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	s.writes.Add(1)
+	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// benchPVs runs kube-controller-manager's PV binder (client limit lifted)
+// and binds n PVCs over n pre-created PVs, timed like the claims.
+func benchPVs(ctx context.Context, env *envtest.Environment, c client.Client, n int, kcmPath string) (result, error) {
+	const ns, class = "bench-pvcs", "bench"
+	mode := storagev1.VolumeBindingImmediate
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return result{}, err
+	}
+	if err := c.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class},
+		Provisioner: "kubernetes.io/no-provisioner", VolumeBindingMode: &mode}); err != nil {
+		return result{}, err
+	}
+	if err := parallel(n+1, func(i int) error { return c.Create(ctx, pv(fmt.Sprintf("pv-%d", i), class)) }); err != nil {
+		return result{}, err
+	}
+	stop, err := startKCM(env, kcmPath)
+	if err != nil {
+		return result{}, err
+	}
+	defer stop()
+	// One PVC first, so the measurement starts with the binder running.
+	if err := c.Create(ctx, pvc("warmup", ns, class)); err != nil {
+		return result{}, err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		got := &corev1.PersistentVolumeClaim{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "warmup"}, got); err == nil && got.Status.Phase == corev1.ClaimBound {
+			break
+		}
+		if time.Now().After(deadline) {
+			return result{}, fmt.Errorf("kube-controller-manager bound no PVC within 2 minutes")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return measure(ctx, env.Config, n, &corev1.PersistentVolumeClaimList{}, ns,
+		func(i int) client.Object { return pvc(fmt.Sprintf("c-%d", i), ns, class) },
+		func(o runtime.Object) (string, bool) {
+			p, ok := o.(*corev1.PersistentVolumeClaim)
+			return p.GetName(), ok && p.Name != "warmup" && p.Status.Phase == corev1.ClaimBound
+		}, c, &atomic.Int64{})
+}
+
+func pv(name, class string) *corev1.PersistentVolume {
+	return &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              class,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv/" + name}},
+		},
+	}
+}
+
+func pvc(name, ns, class string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &class,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+}
+
+// startKCM runs kube-controller-manager with only the PV binder, as an
+// administrator of the envtest API server.
+func startKCM(env *envtest.Environment, path string) (func(), error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("%s: %w (run 'make envtest')", path, err)
+	}
+	user, err := env.ControlPlane.AddUser(envtest.User{Name: "kube-controller-manager", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "macvirt-bench-")
+	if err != nil {
+		return nil, err
+	}
+	kc := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kc, kubeconfig, 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(path, //nolint:gosec // the binary built by make envtest.
+		"--kubeconfig="+kc, "--controllers=persistentvolume-binder-controller", "--leader-elect=false",
+		"--kube-api-qps=1000", "--kube-api-burst=2000", "--secure-port=0", "--v=0")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	logFile, err := os.Create(filepath.Join(dir, "kube-controller-manager.log")) //nolint:gosec // a fresh temp dir.
+	if err == nil {
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if os.Getenv("BENCH_KEEP_LOGS") == "" {
+			_ = os.RemoveAll(dir)
+		} else {
+			fmt.Fprintln(os.Stderr, "kube-controller-manager log kept in", dir)
+		}
+	}, nil
+}
