@@ -36,9 +36,10 @@ func TestProjectFileListsEveryKind(t *testing.T) {
 			API struct {
 				Namespaced bool `json:"namespaced"`
 			} `json:"api"`
-			Group   string `json:"group"`
-			Kind    string `json:"kind"`
-			Version string `json:"version"`
+			Controller bool   `json:"controller"`
+			Group      string `json:"group"`
+			Kind       string `json:"kind"`
+			Version    string `json:"version"`
 		} `json:"resources"`
 	}
 	if err := yaml.Unmarshal([]byte(read(t, "PROJECT")), &project); err != nil {
@@ -56,6 +57,10 @@ func TestProjectFileListsEveryKind(t *testing.T) {
 		}
 		if want, ok := namespaced[r.Kind]; !ok || want != r.API.Namespaced {
 			t.Errorf("%s: namespaced=%v in PROJECT", r.Kind, r.API.Namespaced)
+		}
+		controllerFile := filepath.Join(testenv.RepoRoot(), "internal", "controller", strings.ToLower(r.Kind)+"_controller.go")
+		if _, err := os.Stat(controllerFile); (err == nil) != r.Controller {
+			t.Errorf("%s: PROJECT says controller=%v, but %s exists=%v", r.Kind, r.Controller, controllerFile, err == nil)
 		}
 	}
 	slices.Sort(kinds)
