@@ -401,7 +401,11 @@ func (r *MacClaimReconciler) machineEvents() handler.TypedEventHandler[client.Ob
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			old, m := e.ObjectOld.(*macvirtv1alpha1.MacMachine), e.ObjectNew.(*macvirtv1alpha1.MacMachine)
-			bound(m, q)
+			if old.Spec.ClaimRef != nil {
+				// The binding write itself needs no echo: the reconcile that
+				// made it records it (a restarted operator lists every claim).
+				bound(m, q)
+			}
 			if len(bindableKeys(old)) == 0 {
 				r.wakeWaiting(ctx, bindableKeys(m), q)
 			}

@@ -114,6 +114,7 @@ func measure(ctx context.Context, cfg *rest.Config, n int, list client.ObjectLis
 	}); err != nil {
 		return result{}, err
 	}
+	created := time.Since(begin)
 	select {
 	case <-all:
 	case <-time.After(2 * time.Minute):
@@ -123,7 +124,7 @@ func measure(ctx context.Context, cfg *rest.Config, n int, list client.ObjectLis
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	r := result{writes: writes.Load()}
+	r := result{writes: writes.Load(), created: created}
 	var last time.Time
 	for name, at := range done {
 		r.latencies = append(r.latencies, at.Sub(started[name]))
