@@ -50,7 +50,7 @@ func benchClaims(ctx context.Context, cfg *rest.Config, c client.Client, n int) 
 	if err != nil {
 		return result{}, err
 	}
-	if err := operator.Setup(mgr, operator.Options{Controllers: []operator.Controller{operator.ClaimController},
+	if err := operator.Setup(mgr, operator.Options{Controllers: []operator.Controller{operator.ClaimController}, ClaimWorkers: benchWorkers,
 		WrapClient: func(inner client.Client) client.Client { return &countingClient{Client: inner, writes: writes} }}); err != nil {
 		return result{}, err
 	}
@@ -78,31 +78,30 @@ func measure(ctx context.Context, cfg *rest.Config, n int, list client.ObjectLis
 	if err != nil {
 		return result{}, err
 	}
-	w, err := wc.Watch(ctx, list, client.InNamespace(ns))
-	if err != nil {
-		return result{}, err
-	}
-	defer w.Stop()
 	var mu sync.Mutex
 	started := map[string]time.Time{}
 	done := map[string]time.Time{}
 	all := make(chan struct{})
-	go func() {
-		for ev := range w.ResultChan() {
-			if ev.Type != watch.Added && ev.Type != watch.Modified {
-				continue
+	record := func(o runtime.Object) {
+		name, ok := bound(o)
+		mu.Lock()
+		defer mu.Unlock()
+		if _, seen := done[name]; ok && !seen && len(done) < n {
+			done[name] = time.Now()
+			if len(done) == n {
+				close(all)
 			}
-			name, ok := bound(ev.Object)
-			mu.Lock()
-			if _, seen := done[name]; ok && !seen {
-				done[name] = time.Now()
-				if len(done) == n {
-					close(all)
-				}
-			}
-			mu.Unlock()
 		}
-	}()
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	first, err := wc.Watch(wctx, list, client.InNamespace(ns))
+	if err != nil {
+		return result{}, err
+	}
+	// A watch the API server closes (a slow reader under load) is replaced
+	// after a relist, so no binding goes unseen.
+	go followWatch(wctx, wc, first, list, ns, record)
 	writes.Store(0)
 	begin := time.Now()
 	if err := parallel(n, func(i int) error {
@@ -134,6 +133,30 @@ func measure(ctx context.Context, cfg *rest.Config, n int, list client.ObjectLis
 	}
 	r.elapsed = last.Sub(begin)
 	return r, nil
+}
+
+// followWatch feeds every event to record, relisting and watching again
+// whenever the watch ends, until ctx is done.
+func followWatch(ctx context.Context, wc client.WithWatch, w watch.Interface, list client.ObjectList, ns string, record func(runtime.Object)) {
+	for {
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Added || ev.Type == watch.Modified {
+				record(ev.Object)
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return
+		}
+		fresh := list.DeepCopyObject().(client.ObjectList)
+		if err := wc.List(ctx, fresh, client.InNamespace(ns)); err == nil {
+			_ = meta.EachListItem(fresh, func(o runtime.Object) error { record(o); return nil })
+		}
+		var err error
+		if w, err = wc.Watch(ctx, list, client.InNamespace(ns)); err != nil {
+			return
+		}
+	}
 }
 
 func benchClass(ctx context.Context, c client.Client) (*macvirtv1alpha1.MacClass, error) {

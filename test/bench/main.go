@@ -34,6 +34,7 @@ func main() {
 	cacheN := flag.Int("cache-machines", 5000, "MacMachines in the cache for the memory figure (0 skips it)")
 	kcm := flag.String("kube-controller-manager", filepath.Join(testenv.RepoRoot(), "bin", "envtest", "kube-controller-manager"),
 		"kube-controller-manager binary (make envtest builds it)")
+	flag.IntVar(&benchWorkers, "workers", 16, "claim workers of the operator")
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel)))
 	if err := run(*n, *cacheN, *kcm); err != nil {
@@ -118,6 +119,9 @@ func verdict(ok bool) string {
 	}
 	return "NOT met"
 }
+
+// benchWorkers is the claim workers; set by -workers.
+var benchWorkers = 16
 
 // creators is how many goroutines create objects at once.
 const creators = 20
