@@ -93,16 +93,9 @@ func claimPhase(k types.NamespacedName) func() macvirtv1alpha1.ClaimPhase {
 }
 
 func claimCondition(k types.NamespacedName, t string) func() metav1.Condition {
-	return func() metav1.Condition {
-		c := &macvirtv1alpha1.MacClaim{}
-		if err := k8sClient.Get(context.Background(), k, c); err != nil {
-			return metav1.Condition{}
-		}
-		if cond := meta.FindStatusCondition(c.Status.Conditions, t); cond != nil {
-			return *cond
-		}
-		return metav1.Condition{}
-	}
+	return pollCondition(k, t, &macvirtv1alpha1.MacClaim{}, func(c *macvirtv1alpha1.MacClaim) []metav1.Condition {
+		return c.Status.Conditions
+	})
 }
 
 func poolStatus(name string) func() macvirtv1alpha1.MacPoolStatus {

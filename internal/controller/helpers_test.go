@@ -78,12 +78,18 @@ func phase(k types.NamespacedName) func() macvirtv1alpha1.MachinePhase {
 
 // conditionOf polls one condition of a machine.
 func conditionOf(k types.NamespacedName, t string) func() metav1.Condition {
+	return pollCondition(k, t, &macvirtv1alpha1.MacMachine{}, func(m *macvirtv1alpha1.MacMachine) []metav1.Condition {
+		return m.Status.Conditions
+	})
+}
+
+// pollCondition polls condition t of the object at k.
+func pollCondition[T client.Object](k types.NamespacedName, t string, obj T, conds func(T) []metav1.Condition) func() metav1.Condition {
 	return func() metav1.Condition {
-		m := &macvirtv1alpha1.MacMachine{}
-		if err := k8sClient.Get(context.Background(), k, m); err != nil {
+		if err := k8sClient.Get(context.Background(), k, obj); err != nil {
 			return metav1.Condition{}
 		}
-		if c := meta.FindStatusCondition(m.Status.Conditions, t); c != nil {
+		if c := meta.FindStatusCondition(conds(obj), t); c != nil {
 			return *c
 		}
 		return metav1.Condition{}

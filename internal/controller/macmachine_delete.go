@@ -6,6 +6,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,7 +42,7 @@ func (r *MacMachineReconciler) reconcileDelete(ctx context.Context, o *machineOb
 		o.DeletionStep = "waiting for macOS to shut down"
 		return ctrl.Result{}, nil
 	}
-	remaining, err := r.deleteOwned(ctx, m)
+	remaining, err := r.deleteOwned(ctx, m, vm)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -59,15 +60,11 @@ func (r *MacMachineReconciler) reconcileDelete(ctx context.Context, o *machineOb
 	return ctrl.Result{}, nil
 }
 
-// deleteOwned deletes the machine's VM and DataVolumes that still exist and
-// returns how many existed.
-func (r *MacMachineReconciler) deleteOwned(ctx context.Context, m *macvirtv1alpha1.MacMachine) (int, error) {
+// deleteOwned deletes the machine's VM (as already observed) and the
+// DataVolumes that still exist, and returns how many existed.
+func (r *MacMachineReconciler) deleteOwned(ctx context.Context, m *macvirtv1alpha1.MacMachine, vm *kubevirtv1.VirtualMachine) (int, error) {
 	remaining := 0
 	objs := []client.Object{}
-	vm, _, err := r.observeVM(ctx, m)
-	if err != nil {
-		return 0, err
-	}
 	if vm != nil {
 		objs = append(objs, vm)
 	}
