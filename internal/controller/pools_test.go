@@ -85,8 +85,9 @@ var _ = Describe("A pool", func() {
 		Expect(added).To(Equal(2), "machines created while VMs cannot be scheduled")
 		Expect(deleted).To(BeZero())
 		Expect(len(machinesIn(ns))).To(BeNumerically("<=", int(maxM)))
-		Expect(conditionOf(types.NamespacedName{Namespace: ns, Name: name + "-0"}, macvirtv1alpha1.ConditionReady)()).
-			To(HaveField("Reason", macvirtv1alpha1.ReasonUnschedulable))
+		Eventually(conditionOf(types.NamespacedName{Namespace: ns, Name: name + "-0"}, macvirtv1alpha1.ConditionReady)).
+			WithTimeout(timeout).Should(HaveField("Reason", macvirtv1alpha1.ReasonUnschedulable))
+		Expect(len(machinesIn(ns))).To(Equal(2), "still no machine beyond the two stuck ones")
 	})
 
 	It("converges after a crash in the middle of a scale-up, with no duplicates", func() {
