@@ -87,7 +87,7 @@ var _ = Describe("A pool", func() {
 		Expect(len(machinesIn(ns))).To(BeNumerically("<=", int(maxM)))
 		Eventually(conditionOf(types.NamespacedName{Namespace: ns, Name: name + "-0"}, macvirtv1alpha1.ConditionReady)).
 			WithTimeout(timeout).Should(HaveField("Reason", macvirtv1alpha1.ReasonUnschedulable))
-		Expect(len(machinesIn(ns))).To(Equal(2), "still no machine beyond the two stuck ones")
+		Expect(machinesIn(ns)).To(HaveLen(2), "still no machine beyond the two stuck ones")
 	})
 
 	It("converges after a crash in the middle of a scale-up, with no duplicates", func() {
