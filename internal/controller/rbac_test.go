@@ -19,6 +19,12 @@ import (
 // not allow reading Secrets cluster-wide.
 var _ = Describe("The generated ClusterRole", func() {
 	var user string
+	allowed := func(attrs authorizationv1.ResourceAttributes) bool {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: []string{"system:serviceaccounts"}, ResourceAttributes: &attrs}}
+		Expect(k8sClient.Create(context.Background(), sar)).To(Succeed())
+		return sar.Status.Allowed
+	}
 	BeforeEach(func() {
 		ns := newNamespace()
 		roles := readObjects(filepath.Join("..", "..", "config", "rbac", "role.yaml"))
@@ -40,14 +46,13 @@ var _ = Describe("The generated ClusterRole", func() {
 			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: ns}},
 		})).To(Succeed())
 		user = "system:serviceaccount:" + ns + ":macvirt"
+		// The API server's RBAC authorizer learns of new bindings through
+		// its own cache; wait until it grants something the role grants, so
+		// a denial below is the role's, not the cache's.
+		Eventually(func() bool {
+			return allowed(authorizationv1.ResourceAttributes{Namespace: "tenant-a", Verb: "get", Group: "macvirt.io", Resource: "macmachines"})
+		}).WithTimeout(timeout).Should(BeTrue())
 	})
-
-	allowed := func(attrs authorizationv1.ResourceAttributes) bool {
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user, Groups: []string{"system:serviceaccounts"}, ResourceAttributes: &attrs}}
-		Expect(k8sClient.Create(context.Background(), sar)).To(Succeed())
-		return sar.Status.Allowed
-	}
 
 	It("may stop a VirtualMachine through subresources.kubevirt.io", func() {
 		Expect(allowed(authorizationv1.ResourceAttributes{Namespace: "tenant-a", Verb: "update",

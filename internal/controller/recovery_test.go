@@ -77,7 +77,11 @@ var _ = Describe("A restarted operator", func() {
 				return apierrors.IsNotFound(k8sClient.Get(context.Background(), k, &macvirtv1alpha1.MacMachine{}))
 			}).WithTimeout(timeout).Should(BeTrue())
 			Expect(ownedBy(k)()).To(Equal(owned{}))
-			Expect(stopRequestsFor(k)).To(HaveLen(1), "exactly one graceful stop, never a second one or a kill")
+			// A stop call cut off by the first operator's shutdown may reach
+			// the stand-in without taking effect, so the second operator asks
+			// again; every request must still be a graceful stop.
+			Expect(stopRequestsFor(k)).To(And(Not(BeEmpty()),
+				HaveEach(HaveField("GracePeriod", HaveValue(Equal(int64(300)))))), "only graceful stops with the class grace period")
 		},
 		Entry("right after the deletion request", func(types.NamespacedName) bool { return true }),
 		Entry("after the stop request", func(k types.NamespacedName) bool {
