@@ -103,6 +103,10 @@ func measure(ctx context.Context, cfg *rest.Config, n int, list client.ObjectLis
 	// after a relist, so no binding goes unseen.
 	go followWatch(wctx, wc, first, list, ns, record)
 	writes.Store(0)
+	before, err := sampleServer(ctx, cfg)
+	if err != nil {
+		return result{}, err
+	}
 	begin := time.Now()
 	if err := parallel(n, func(i int) error {
 		obj := build(i)
@@ -121,9 +125,16 @@ func measure(ctx context.Context, cfg *rest.Config, n int, list client.ObjectLis
 		defer mu.Unlock()
 		return result{}, fmt.Errorf("only %d of %d bound after 2 minutes", len(done), n)
 	}
+	// Work a binder does after the last bind (events, a last status)
+	// belongs to this side too.
+	time.Sleep(settle)
+	after, err := sampleServer(ctx, cfg)
+	if err != nil {
+		return result{}, err
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	r := result{writes: writes.Load(), created: created}
+	r := result{writes: writes.Load(), created: created, server: after.minus(before)}
 	var last time.Time
 	for name, at := range done {
 		r.latencies = append(r.latencies, at.Sub(started[name]))
@@ -134,6 +145,10 @@ func measure(ctx context.Context, cfg *rest.Config, n int, list client.ObjectLis
 	r.elapsed = last.Sub(begin)
 	return r, nil
 }
+
+// settle is how long a side's server load is still counted after its last
+// bind.
+const settle = time.Second
 
 // followWatch feeds every event to record, relisting and watching again
 // whenever the watch ends, until ctx is done.

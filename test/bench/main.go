@@ -84,6 +84,9 @@ type result struct {
 	// sooner, so it bounds binds per second from above.
 	created time.Duration
 	writes  int64
+	// server is the API server's load from the first create until settle
+	// after the last bind, the bench's own creates included.
+	server serverLoad
 }
 
 func (r result) percentile(p float64) time.Duration {
@@ -107,6 +110,13 @@ func report(n int, ours, theirs result) {
 	}
 	row("macvirt MacClaim binder", ours, fmt.Sprintf("%.2f", float64(ours.writes)/float64(n)))
 	row("kube-controller-manager PV binder", theirs, "n/a")
+	fmt.Printf("\nAPI server, from the first create to %s after the last bind (the %d creates included):\n", settle, n)
+	fmt.Printf("%-34s %22s %22s\n", "", "mutating requests/bind", "server CPU ms/bind")
+	load := func(name string, r result) {
+		fmt.Printf("%-34s %22.2f %22.1f\n", name, r.server.mutating/float64(n), 1000*r.server.cpuSeconds/float64(n))
+	}
+	load("macvirt MacClaim binder", ours)
+	load("kube-controller-manager PV binder", theirs)
 	speed := ours.perSecond() / theirs.perSecond()
 	p99 := float64(ours.percentile(0.99)) / float64(theirs.percentile(0.99))
 	fmt.Printf("\nratios: binds/s %.2fx the PV binder (target >= 3x: %s); p99 %.2f of the PV binder's (target <= 0.33: %s); writes/bind %.2f (target <= 3: %s)\n",

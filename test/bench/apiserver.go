@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// serverLoad is what the API server's own metrics say it did: CPU seconds
+// of the kube-apiserver process and mutating requests served.
+type serverLoad struct {
+	cpuSeconds float64
+	mutating   float64
+}
+
+func (l serverLoad) minus(o serverLoad) serverLoad {
+	return serverLoad{cpuSeconds: l.cpuSeconds - o.cpuSeconds, mutating: l.mutating - o.mutating}
+}
+
+// mutatingVerbs are the apiserver_request_total verbs that write.
+var mutatingVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "APPLY": true, "DELETE": true, "DELETECOLLECTION": true}
+
+// sampleServer reads the API server's /metrics. Both sides of the bench
+// are measured against the same server, so the difference of two samples
+// is each side's cost: requests the binder (and its events) caused, and
+// the server CPU they took.
+func sampleServer(ctx context.Context, cfg *rest.Config) (serverLoad, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return serverLoad{}, err
+	}
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return serverLoad{}, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		return serverLoad{}, fmt.Errorf("parsing the API server's metrics: %w", err)
+	}
+	var l serverLoad
+	if f := families["process_cpu_seconds_total"]; f != nil && len(f.GetMetric()) > 0 {
+		l.cpuSeconds = f.GetMetric()[0].GetCounter().GetValue()
+	}
+	if f := families["apiserver_request_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "verb" && mutatingVerbs[lp.GetValue()] {
+					l.mutating += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return l, nil
+}
