@@ -13,6 +13,11 @@ YEAR ?= 2026
 
 CONTAINER_TOOL ?= docker
 
+# Tools are installed into LOCALBIN; envtest's binaries into ENVTEST_DIR.
+# Defined before any rule names them as prerequisites.
+LOCALBIN ?= $(shell pwd)/bin
+ENVTEST_DIR ?= $(LOCALBIN)/envtest
+
 # Setting SHELL to bash allows bash commands to be executed by recipes.
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
@@ -123,8 +128,6 @@ undeploy: kustomize ## Remove the operator from the cluster.
 
 ##@ Dependencies
 
-## Location to install dependencies to
-LOCALBIN ?= $(shell pwd)/bin
 $(LOCALBIN):
 	mkdir -p "$(LOCALBIN)"
 
@@ -134,7 +137,6 @@ KUSTOMIZE ?= $(LOCALBIN)/kustomize
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 GOLANGCI_LINT = $(LOCALBIN)/golangci-lint
 # ENVTEST_ASSETS holds kube-apiserver and etcd; KUBEBUILDER_ASSETS, if set, wins.
-ENVTEST_DIR ?= $(LOCALBIN)/envtest
 ENVTEST_ASSETS = $(or $(KUBEBUILDER_ASSETS),$(ENVTEST_DIR))
 
 ## Tool Versions
