@@ -78,11 +78,8 @@ var _ = BeforeSuite(func() {
 	// Tests also read CustomResourceDefinitions; the operator does not.
 	Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
 
-	testEnv = testenv.New(scheme)
-	cfg, err = testEnv.Start()
-	if err != nil {
-		Fail(testenv.MissingBinariesHint(err).Error())
-	}
+	testEnv, cfg, err = testenv.Start(scheme)
+	Expect(err).NotTo(HaveOccurred())
 
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())

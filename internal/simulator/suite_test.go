@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -74,11 +75,10 @@ var _ = BeforeSuite(func() {
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(simulator.AddToScheme(scheme)).To(Succeed())
 
-	testEnv = testenv.New(scheme)
-	cfg, err := testEnv.Start()
-	if err != nil {
-		Fail(testenv.MissingBinariesHint(err).Error())
-	}
+	var cfg *rest.Config
+	var err error
+	testEnv, cfg, err = testenv.Start(scheme)
+	Expect(err).NotTo(HaveOccurred())
 
 	watcher, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())

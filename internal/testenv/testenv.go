@@ -11,6 +11,7 @@ import (
 	"runtime"
 
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -35,6 +36,17 @@ func New(scheme *kruntime.Scheme) *envtest.Environment {
 		env.BinaryAssetsDirectory = filepath.Join(root, "bin", "envtest")
 	}
 	return env
+}
+
+// Start starts an environment from New, explaining how to get the binaries
+// when they are missing.
+func Start(scheme *kruntime.Scheme) (*envtest.Environment, *rest.Config, error) {
+	env := New(scheme)
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, nil, MissingBinariesHint(err)
+	}
+	return env, cfg, nil
 }
 
 // MissingBinariesHint explains how to get the envtest binaries.

@@ -48,10 +48,9 @@ func run(n, cacheN int, kcm string) error {
 	if err != nil {
 		return err
 	}
-	env := testenv.New(scheme)
-	cfg, err := env.Start()
+	env, cfg, err := testenv.Start(scheme)
 	if err != nil {
-		return testenv.MissingBinariesHint(err)
+		return err
 	}
 	defer func() { _ = env.Stop() }()
 	cfg.QPS, cfg.Burst = -1, -1 // no client-side limit, like the PV binder's lifted one.
