@@ -27,13 +27,32 @@ import (
 // values; the accessors below return them when a field is unset (an object
 // that never went through the API server).
 var (
-	DefaultMemory              = resource.MustParse("8Gi")
-	DefaultImageSize           = resource.MustParse("128Gi")
-	DefaultBootloaderSize      = resource.MustParse("1Gi")
-	DefaultShutdownGracePeriod = 5 * time.Minute
-	DefaultBootTimeout         = 20 * time.Minute
-	DefaultHeartbeatTimeout    = 2 * time.Minute
+	DefaultCPU                 int32 = 4
+	DefaultMemory                    = resource.MustParse("8Gi")
+	DefaultImageSize                 = resource.MustParse("128Gi")
+	DefaultBootloaderSize            = resource.MustParse("1Gi")
+	DefaultShutdownGracePeriod       = 5 * time.Minute
+	DefaultBootTimeout               = 20 * time.Minute
+	DefaultHeartbeatTimeout          = 2 * time.Minute
 )
+
+// Defaults of the non-pointer fields; the CRD carries the same values.
+const (
+	DefaultCPUModel              = CPUModelHaswellNoTSX
+	DefaultNICModel              = NICModelVmxnet3
+	DefaultDiskBus               = DiskBusSATA
+	DefaultSMCMode               = SMCModeVirtualSMC
+	DefaultProductName           = "iMacPro1,1"
+	DefaultDisplayModel          = DisplayModelVGA
+	DefaultPoolNamespace         = "macvirt-pools"
+	DefaultPoolIdle        int32 = 1
+	DefaultMaxProvisioning int32 = 2
+	DefaultReclaimPolicy         = ReclaimDelete
+)
+
+// LabelAppleHardware marks, and taints, the nodes that may run macOS. A
+// class's default placement selects it and tolerates its NoSchedule taint.
+const LabelAppleHardware = "macvirt.io/apple-hardware"
 
 // MemoryOrDefault returns the guest memory.
 func (r *ClassResources) MemoryOrDefault() resource.Quantity {

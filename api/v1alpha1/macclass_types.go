@@ -254,6 +254,7 @@ type LifecycleSpec struct {
 type TenancySpec struct {
 	// allowedNamespaces selects, by label, the namespaces whose claims may
 	// use this class; empty or absent allows every namespace.
+	// +kubebuilder:default={}
 	// +optional
 	AllowedNamespaces *metav1.LabelSelector `json:"allowedNamespaces,omitempty"`
 

@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/identity"
 )
 
 // RegisterIndexes adds every cache index the controllers look objects up by.
@@ -29,6 +30,7 @@ func RegisterIndexes(ctx context.Context, idx client.FieldIndexer) error {
 			}
 			return nil
 		}},
+		{&macvirtv1alpha1.MacMachine{}, identity.Field, identity.IndexValues},
 		{&macvirtv1alpha1.MacPool{}, poolClassField, func(o client.Object) []string {
 			return []string{o.(*macvirtv1alpha1.MacPool).Spec.ClassName}
 		}},

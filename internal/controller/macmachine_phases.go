@@ -44,7 +44,9 @@ func (r *MacMachineReconciler) ensureIdentity(ctx context.Context, o *machineObs
 		return true, nil
 	}
 	if m.Spec.SMBIOS == nil {
-		id, err := identity.New(o.Class.Spec.Hardware.SMBIOS.ProductName, nil)
+		// The admission webhook normally generated it; this covers machines
+		// admitted while the webhook was unavailable.
+		id, err := identity.NewUnique(ctx, r.Client, o.Class.Spec.Hardware.SMBIOS.ProductName)
 		if err != nil {
 			return false, err
 		}
