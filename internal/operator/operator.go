@@ -16,6 +16,7 @@ import (
 	"github.com/macvirt/macvirt/internal/controller"
 	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/vmstop"
+	webhookv1alpha1 "github.com/macvirt/macvirt/internal/webhook/v1alpha1"
 )
 
 // DefaultHookImage is the domain-hook sidecar image used when none is set.
@@ -40,6 +41,9 @@ type Options struct {
 	WrapClient func(client.Client) client.Client
 	// ClaimWorkers is the number of claims bound in parallel (default 16).
 	ClaimWorkers int
+	// Webhooks registers the admission webhooks with the manager's webhook
+	// server (cmd/main.go does; the controller tests run without them).
+	Webhooks bool
 	// NameSuffix is appended to controller names so several managers can run
 	// in one process (tests).
 	NameSuffix string
@@ -133,6 +137,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		}
 		if err := s.setup(); err != nil {
 			return fmt.Errorf("setting up the %s controller: %w", s.name, err)
+		}
+	}
+	if opts.Webhooks {
+		if err := webhookv1alpha1.Setup(mgr, webhookv1alpha1.Options{EmulatorOverride: opts.EmulatorPath != ""}); err != nil {
+			return err
 		}
 	}
 	return controller.RegisterMetrics(mgr.GetCache())

@@ -36,10 +36,15 @@ func TestProjectFileListsEveryKind(t *testing.T) {
 			API struct {
 				Namespaced bool `json:"namespaced"`
 			} `json:"api"`
-			Controller bool   `json:"controller"`
-			Group      string `json:"group"`
-			Kind       string `json:"kind"`
-			Version    string `json:"version"`
+			Controller bool `json:"controller"`
+			Webhooks   *struct {
+				Defaulting     bool   `json:"defaulting"`
+				Validation     bool   `json:"validation"`
+				WebhookVersion string `json:"webhookVersion"`
+			} `json:"webhooks"`
+			Group   string `json:"group"`
+			Kind    string `json:"kind"`
+			Version string `json:"version"`
 		} `json:"resources"`
 	}
 	if err := yaml.Unmarshal([]byte(read(t, "PROJECT")), &project); err != nil {
@@ -49,6 +54,7 @@ func TestProjectFileListsEveryKind(t *testing.T) {
 		t.Errorf("PROJECT header = %+v", project)
 	}
 	namespaced := map[string]bool{"MacClass": false, "MacPool": false, "MacClaim": true, "MacMachine": true}
+	served := webhookNames(t)
 	var kinds []string
 	for _, r := range project.Resources {
 		kinds = append(kinds, r.Kind)
@@ -61,6 +67,17 @@ func TestProjectFileListsEveryKind(t *testing.T) {
 		controllerFile := filepath.Join(testenv.RepoRoot(), "internal", "controller", strings.ToLower(r.Kind)+"_controller.go")
 		if _, err := os.Stat(controllerFile); (err == nil) != r.Controller {
 			t.Errorf("%s: PROJECT says controller=%v, but %s exists=%v", r.Kind, r.Controller, controllerFile, err == nil)
+		}
+		kind := strings.ToLower(r.Kind)
+		webhookFile := filepath.Join(testenv.RepoRoot(), "internal", "webhook", "v1alpha1", kind+"_webhook.go")
+		_, err := os.Stat(webhookFile)
+		if (err == nil) != (r.Webhooks != nil) {
+			t.Errorf("%s: PROJECT lists webhooks=%v, but %s exists=%v", r.Kind, r.Webhooks != nil, webhookFile, err == nil)
+		}
+		if w := r.Webhooks; w != nil {
+			if w.WebhookVersion != "v1" || w.Defaulting != served["m"+kind+"-v1alpha1.macvirt.io"] || w.Validation != served["v"+kind+"-v1alpha1.macvirt.io"] {
+				t.Errorf("%s: PROJECT webhooks %+v differ from config/webhook/manifests.yaml", r.Kind, *w)
+			}
 		}
 	}
 	slices.Sort(kinds)
@@ -101,4 +118,27 @@ func TestMakeHelpListsTheDocumentedTargets(t *testing.T) {
 			t.Errorf("make help does not list %q", target)
 		}
 	}
+}
+
+// webhookNames are the webhooks of the generated configurations.
+func webhookNames(t *testing.T) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	for _, doc := range strings.Split(read(t, "config/webhook/manifests.yaml"), "\n---\n") {
+		var cfg struct {
+			Webhooks []struct {
+				Name string `json:"name"`
+			} `json:"webhooks"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range cfg.Webhooks {
+			names[w.Name] = true
+		}
+	}
+	if len(names) == 0 {
+		t.Fatal("config/webhook/manifests.yaml lists no webhook")
+	}
+	return names
 }
