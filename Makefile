@@ -61,6 +61,20 @@ vet: ## Run go vet against code.
 test: manifests generate fmt vet envtest ## Run every test layer: unit, golden, envtest integration.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 20m -coverprofile cover.out
 
+# FUZZTIME is how long `make fuzz` runs each target; `make test` runs
+# only their seed corpora.
+FUZZTIME ?= 30s
+FUZZ_TARGETS ?= ./internal/webhook/v1alpha1:FuzzMacClass ./internal/webhook/v1alpha1:FuzzMacPool \
+	./internal/webhook/v1alpha1:FuzzMacClaim ./internal/webhook/v1alpha1:FuzzMacMachine
+
+.PHONY: fuzz
+fuzz: ## Fuzz every target for FUZZTIME each (default 30s).
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzzing $$fn in $$pkg for $(FUZZTIME)"; \
+		go test "$$pkg" -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
+
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint.
 	"$(GOLANGCI_LINT)" run ./...
@@ -92,8 +106,8 @@ build: manifests generate fmt vet ## Build the manager binary.
 	go build -o bin/manager ./cmd
 
 .PHONY: run
-run: manifests generate fmt vet ## Run the operator against the current kubeconfig.
-	go run ./cmd --hook-image=$(HOOK_IMG)
+run: manifests generate fmt vet ## Run the operator against the current kubeconfig, serving its admission webhooks locally.
+	go run ./cmd --hook-image=$(HOOK_IMG) --local-webhooks
 
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a container engine).

@@ -23,6 +23,7 @@ import (
 	"crypto/tls"
 	"flag"
 	"os"
+	"path/filepath"
 
 	// Import all Kubernetes client auth plugins (e.g. Azure, GCP, OIDC, etc.)
 	// to ensure that exec-entrypoint and run can make use of them.
@@ -35,6 +36,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/macvirt/macvirt/internal/localwebhook"
 	"github.com/macvirt/macvirt/internal/operator"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	// +kubebuilder:scaffold:imports
@@ -54,6 +56,16 @@ func main() {
 	var enableHTTP2 bool
 	var tlsOpts []func(*tls.Config)
 	var hookImage, emulatorPath string
+	var localWebhooks bool
+	var localWebhookHost, webhookManifests string
+	flag.BoolVar(&localWebhooks, "local-webhooks", false,
+		"Serve the admission webhooks from this process outside the cluster: generate a throw-away serving "+
+			"certificate and register webhook configurations pointing at --local-webhook-host (make run does). "+
+			"They are removed when the process stops.")
+	flag.StringVar(&localWebhookHost, "local-webhook-host", "127.0.0.1",
+		"With --local-webhooks: the address the API server reaches this process at.")
+	flag.StringVar(&webhookManifests, "webhook-manifests", filepath.Join("config", "webhook", "manifests.yaml"),
+		"With --local-webhooks: the generated webhook configurations to register.")
 	flag.StringVar(&hookImage, "hook-image", operator.DefaultHookImage,
 		"The domain-hook sidecar image KubeVirt runs next to every macOS VM.")
 	flag.StringVar(&emulatorPath, "emulator-path", "",
@@ -117,6 +129,21 @@ func main() {
 	}
 
 	webhookServer := webhook.NewServer(webhookServerOptions)
+	var local *localwebhook.Server
+	if localWebhooks {
+		manifests, err := os.ReadFile(webhookManifests) //nolint:gosec // a path the developer passes on the command line.
+		if err != nil {
+			setupLog.Error(err, "Failed to read the webhook configurations; run from the repository root or set --webhook-manifests")
+			os.Exit(1)
+		}
+		local, err = localwebhook.Prepare(localwebhook.Options{Host: localWebhookHost, Port: webhookPort, Manifests: manifests})
+		if err != nil {
+			setupLog.Error(err, "Failed to prepare the local webhook server")
+			os.Exit(1)
+		}
+		webhookServer = local.WebhookServer(webhook.Options{TLSOpts: webhookTLSOpts})
+		setupLog.Info("Serving admission webhooks locally", "url", local.URL(), "configurations", localwebhook.NamePrefix+"*")
+	}
 
 	// Metrics endpoint is enabled in 'config/default/kustomization.yaml'. The Metrics options configure the server.
 	// More info:
@@ -182,14 +209,25 @@ func main() {
 		os.Exit(1)
 	}
 
-	if err := operator.Setup(mgr, operator.Options{HookImage: hookImage, EmulatorPath: emulatorPath}); err != nil {
+	if err := operator.Setup(mgr, operator.Options{HookImage: hookImage, EmulatorPath: emulatorPath, Webhooks: true}); err != nil {
 		setupLog.Error(err, "Failed to set up controllers")
 		os.Exit(1)
+	}
+	if local != nil {
+		if err := mgr.Add(&localwebhook.Registrar{Server: local, Client: mgr.GetClient(),
+			Started: func() bool { return mgr.GetWebhookServer().StartedChecker()(nil) == nil }}); err != nil {
+			setupLog.Error(err, "Failed to set up the local webhook registration")
+			os.Exit(1)
+		}
 	}
 	// +kubebuilder:scaffold:builder
 
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		setupLog.Error(err, "Failed to set up health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		setupLog.Error(err, "Failed to set up the webhook ready check")
 		os.Exit(1)
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
@@ -198,7 +236,9 @@ func main() {
 	}
 
 	setupLog.Info("Starting manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	err = mgr.Start(ctrl.SetupSignalHandler())
+	local.Close()
+	if err != nil {
 		setupLog.Error(err, "Failed to run manager")
 		os.Exit(1)
 	}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/localwebhook"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/internal/testenv"
+)
+
+// TestLocalWebhooks runs the manager binary the way `make run` does, out of
+// the cluster against a real API server, and checks that objects get the
+// webhooks' defaults and refusals, and that the webhook configurations are
+// gone once it stops.
+func TestLocalWebhooks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an API server and the manager binary")
+	}
+	scheme, err := macvirtscheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, cfg, err := testenv.Start(scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	admin, err := env.AddUser(envtest.User{Name: "developer", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubeconfigPath := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "manager")
+	build := exec.Command("go", "build", "-o", bin, ".") //nolint:gosec // bin is the test's own temporary path.
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the manager: %v\n%s", err, out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var logs bytes.Buffer
+	manager := exec.CommandContext(ctx, bin, //nolint:gosec // the binary this test just built.
+		"--kubeconfig="+kubeconfigPath, "--local-webhooks", "--webhook-port=0",
+		"--health-probe-bind-address=0", "--metrics-bind-address=0")
+	manager.Dir = testenv.RepoRoot()
+	manager.Stdout, manager.Stderr = &logs, &logs
+	if err := manager.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- manager.Wait() }()
+	defer func() {
+		if manager.ProcessState == nil {
+			_ = manager.Process.Kill()
+		}
+	}()
+
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	badPool := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: "bad"},
+		Spec: macvirtv1alpha1.MacPoolSpec{ClassName: "sonoma", Namespace: "Not_A_Namespace"}}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := c.Create(ctx, badPool.DeepCopy(), client.DryRunAll)
+		if err != nil && strings.Contains(err.Error(), `admission webhook "vmacpool-v1alpha1.macvirt.io" denied the request`) {
+			break
+		}
+		select {
+		case werr := <-exited:
+			t.Fatalf("the manager exited (%v) before serving webhooks:\n%s", werr, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the local webhooks never refused the pool (last answer: %v); manager logs:\n%s", err, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	idle := int32(3)
+	pool := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: "ci"}, Spec: macvirtv1alpha1.MacPoolSpec{ClassName: "sonoma", Idle: &idle}}
+	if err := c.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if pool.Spec.MaxMachines == nil || *pool.Spec.MaxMachines != 3 {
+		t.Errorf("maxMachines = %v, want 3 from the defaulting webhook", pool.Spec.MaxMachines)
+	}
+
+	if err := manager.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("the manager did not stop cleanly: %v\n%s", err, logs.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("the manager did not stop within a minute of SIGTERM:\n%s", logs.String())
+	}
+	var mutating admissionregistrationv1.MutatingWebhookConfigurationList
+	var validating admissionregistrationv1.ValidatingWebhookConfigurationList
+	if err := c.List(ctx, &mutating); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.List(ctx, &validating); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mutating.Items {
+		if strings.HasPrefix(m.Name, localwebhook.NamePrefix) {
+			t.Errorf("%s left behind", m.Name)
+		}
+	}
+	for _, v := range validating.Items {
+		if strings.HasPrefix(v.Name, localwebhook.NamePrefix) {
+			t.Errorf("%s left behind", v.Name)
+		}
+	}
+}
