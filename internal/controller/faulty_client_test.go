@@ -21,6 +21,10 @@ type faultyClient struct {
 	conflictEvery int64
 	staleLists    int64
 	crashAfter    int64
+	// scope, when set, limits the writes crashAfter counts to the objects
+	// it accepts, so objects other specs left behind cannot move the
+	// crash point.
+	scope func(client.Object) bool
 
 	updates, lists, writes atomic.Int64
 	crashed                chan struct{}
@@ -36,8 +40,16 @@ func newFaultyClient(c client.Client) *faultyClient {
 
 var errCrashed = apierrors.NewServiceUnavailable("simulated operator crash")
 
-// write counts a write and reports whether the process has "crashed".
-func (f *faultyClient) write() bool {
+// write counts a write of obj and reports whether the process has "crashed".
+func (f *faultyClient) write(obj client.Object) bool {
+	select {
+	case <-f.crashed:
+		return true
+	default:
+	}
+	if f.scope != nil && !f.scope(obj) {
+		return false
+	}
 	n := f.writes.Add(1)
 	if f.crashAfter > 0 && n > f.crashAfter {
 		f.crashOnce.Do(func() { close(f.crashed) })
@@ -47,7 +59,7 @@ func (f *faultyClient) write() bool {
 }
 
 func (f *faultyClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	if f.write() {
+	if f.write(obj) {
 		return errCrashed
 	}
 	err := f.Client.Create(ctx, obj, opts...)
@@ -60,7 +72,7 @@ func (f *faultyClient) Create(ctx context.Context, obj client.Object, opts ...cl
 }
 
 func (f *faultyClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	if f.write() {
+	if f.write(obj) {
 		return errCrashed
 	}
 	if _, ok := obj.(*macvirtv1alpha1.MacMachine); ok && f.conflictEvery > 0 && f.updates.Add(1)%f.conflictEvery == 0 {
@@ -71,14 +83,14 @@ func (f *faultyClient) Update(ctx context.Context, obj client.Object, opts ...cl
 }
 
 func (f *faultyClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	if f.write() {
+	if f.write(obj) {
 		return errCrashed
 	}
 	return f.Client.Patch(ctx, obj, patch, opts...)
 }
 
 func (f *faultyClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	if f.write() {
+	if f.write(obj) {
 		return errCrashed
 	}
 	return f.Client.Delete(ctx, obj, opts...)
@@ -116,14 +128,14 @@ type faultyStatus struct {
 }
 
 func (s *faultyStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	if s.f.write() {
+	if s.f.write(obj) {
 		return errCrashed
 	}
 	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }
 
 func (s *faultyStatus) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	if s.f.write() {
+	if s.f.write(obj) {
 		return errCrashed
 	}
 	return s.SubResourceWriter.Update(ctx, obj, opts...)

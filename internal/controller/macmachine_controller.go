@@ -107,7 +107,15 @@ func (r *MacMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if o.Deleting {
 		return r.reconcileDelete(ctx, o)
 	}
-	return ctrl.Result{}, r.reconcileNormal(ctx, o)
+	err := r.reconcileNormal(ctx, o)
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		// Nothing can be created in a namespace being deleted, and its
+		// deletion deletes the machine (and wakes us); retrying until then
+		// would only keep the workers busy.
+		ctrl.LoggerFrom(ctx).V(1).Info("namespace is being deleted; waiting for the machine's deletion", "reason", err.Error())
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{}, err
 }
 
 // reconcileNormal runs the ensure functions in order; each records what it

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -98,10 +99,14 @@ var _ = Describe("A pool", func() {
 			o.WrapClient = func(c client.Client) client.Client {
 				faulty = newFaultyClient(c)
 				faulty.crashAfter = 1
+				// This spec's pool and its machines (named <pool>-<slot>) only.
+				faulty.scope = func(o client.Object) bool { return strings.HasPrefix(o.GetName(), "crash-pool-") }
 				return faulty
 			}
 		})
-		pool, ns := newPool(class.Name, 3, 5, func(p *macvirtv1alpha1.MacPool) { p.Spec.MaxProvisioning = 3 })
+		pool, ns := newPool(class.Name, 3, 5, func(p *macvirtv1alpha1.MacPool) {
+			p.GenerateName, p.Spec.MaxProvisioning = "crash-pool-", 3
+		})
 		Eventually(faulty.crashed).WithTimeout(timeout).Should(BeClosed())
 		stop()
 		Expect(machinesIn(ns)).To(HaveLen(1), "the crash came after the first create")
@@ -122,16 +127,18 @@ var _ = Describe("A bind", func() {
 		class := newClass()
 		pool, poolNS := newPool(class.Name, 5, 5, paused)
 		readyIdleMachines(pool, class, 5)
+		claimNS := newNamespace()
 		var faulty *faultyClient
 		stop := startOperator(func(o *operator.Options) {
 			o.Controllers = []operator.Controller{operator.ClaimController}
 			o.WrapClient = func(c client.Client) client.Client {
 				faulty = newFaultyClient(c)
 				faulty.crashAfter = 1
+				faulty.scope = func(o client.Object) bool { return o.GetNamespace() == claimNS || o.GetNamespace() == poolNS }
 				return faulty
 			}
 		})
-		claim := newClaim(newNamespace(), func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name })
+		claim := newClaim(claimNS, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name })
 		Eventually(faulty.crashed).WithTimeout(timeout).Should(BeClosed())
 		stop()
 		var bound []string
