@@ -45,9 +45,14 @@ generate: controller-gen ## Generate DeepCopy methods.
 crds: controller-gen ## Regenerate the KubeVirt and CDI CRDs in test/crds (hack/crdgen).
 	CONTROLLER_GEN="$(CONTROLLER_GEN)" hack/crdgen/generate.sh
 
+.PHONY: domain-fixtures
+domain-fixtures: ## Regenerate the domain hook's KubeVirt domain XML fixtures from the render goldens (hack/domainxml).
+	hack/domainxml/generate.sh
+
 .PHONY: golden
-golden: ## Rewrite internal/render golden files from the current renderer (review the diff!).
+golden: ## Rewrite the render and domain-hook golden files from the current code (review the diff!).
 	go test ./internal/render/ -run TestGoldenRenderings -update
+	go test ./internal/domainhook/ -run TestGoldenDomains -update
 
 .PHONY: fmt
 fmt: ## Run go fmt against code.
@@ -65,7 +70,8 @@ test: manifests generate fmt vet envtest ## Run every test layer: unit, golden, 
 # only their seed corpora.
 FUZZTIME ?= 30s
 FUZZ_TARGETS ?= ./internal/webhook/v1alpha1:FuzzMacClass ./internal/webhook/v1alpha1:FuzzMacPool \
-	./internal/webhook/v1alpha1:FuzzMacClaim ./internal/webhook/v1alpha1:FuzzMacMachine
+	./internal/webhook/v1alpha1:FuzzMacClaim ./internal/webhook/v1alpha1:FuzzMacMachine \
+	./internal/domainhook:FuzzApply
 
 .PHONY: fuzz
 fuzz: ## Fuzz every target for FUZZTIME each (default 30s).
@@ -110,12 +116,14 @@ run: manifests generate fmt vet ## Run the operator against the current kubeconf
 	go run ./cmd --hook-image=$(HOOK_IMG) --local-webhooks
 
 .PHONY: docker-build
-docker-build: ## Build the manager image (needs a container engine).
+docker-build: ## Build the manager and domain-hook images (needs a container engine).
 	$(CONTAINER_TOOL) build -t $(IMG) .
+	$(CONTAINER_TOOL) build -f Dockerfile.hook -t $(HOOK_IMG) .
 
 .PHONY: docker-push
-docker-push: ## Push the manager image.
+docker-push: ## Push the manager and domain-hook images.
 	$(CONTAINER_TOOL) push $(IMG)
+	$(CONTAINER_TOOL) push $(HOOK_IMG)
 
 ##@ Deployment
 

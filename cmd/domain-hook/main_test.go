@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/macvirt/macvirt/internal/hookconfig"
+)
+
+func TestOnDefineDomain(t *testing.T) {
+	domain, err := os.ReadFile(filepath.Join("..", "..", "internal", "domainhook", "testdata", "kubevirt", "default.domain.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &hookconfig.Config{Version: hookconfig.Version, CPU: hookconfig.CPU{Model: "Penryn"}, NIC: hookconfig.NIC{Model: "vmxnet3"},
+		SMC: hookconfig.SMC{Mode: "VirtualSMC"}, Display: hookconfig.Display{Model: "vga"}, USBKeyboard: true,
+		SMBIOS: hookconfig.SMBIOS{Manufacturer: hookconfig.AppleManufacturer, Product: "iMacPro1,1", Serial: "C02XK1ZJHX87",
+			BoardSerial: "C02123ABCDEHX87FG", UUID: "5B3E8F7A-2C41-4D9E-8F0A-1B2C3D4E5F60"}}
+	raw, err := cfg.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmi, err := json.Marshal(map[string]any{"metadata": map[string]any{"name": "m", "namespace": "ns",
+		"annotations": map[string]string{hookconfig.Annotation: raw}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--vmi", string(vmi), "--domain", string(domain)}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if !strings.HasPrefix(stdout.String(), "<domain") || !strings.Contains(stdout.String(), "Penryn,vendor=GenuineIntel") || stderr.Len() != 0 {
+		t.Errorf("stdout %q, stderr %q", stdout.String(), stderr.String())
+	}
+
+	for name, tc := range map[string]struct {
+		args []string
+		code int
+		want string
+	}{
+		"no arguments":    {nil, 2, "usage: onDefineDomain"},
+		"unknown flag":    {[]string{"--vmi", "{}", "--domain", "<domain/>", "--extra"}, 2, "flag provided but not defined"},
+		"no annotation":   {[]string{"--vmi", `{"metadata":{"name":"m","namespace":"ns"}}`, "--domain", string(domain)}, 1, "has no macvirt.io/domain-hook annotation"},
+		"malformed XML":   {[]string{"--vmi", string(vmi), "--domain", "<domain>"}, 1, "parsing the domain XML"},
+		"malformed VMI":   {[]string{"--vmi", "{", "--domain", string(domain)}, 1, "parsing the VMI JSON"},
+		"stray arguments": {[]string{"--vmi", string(vmi), "--domain", string(domain), "more"}, 2, "usage"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.want) || stdout.Len() != 0 {
+				t.Errorf("exit %d (want %d), stderr %q (want %q), stdout %q", code, tc.code, stderr.String(), tc.want, stdout.String())
+			}
+		})
+	}
+}

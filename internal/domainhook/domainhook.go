@@ -1,0 +1,308 @@
+// Package domainhook applies to a libvirt domain, as KubeVirt's virt-launcher
+// defines it, the macOS settings KubeVirt cannot express: the CPU model with
+// the vendor and flags macOS checks, the Apple SMC device in AppleSMC mode,
+// the SMBIOS system and board identity, a NIC model macOS has a driver for,
+// a USB keyboard, the video card, and optionally another QEMU binary.
+//
+// Apply is pure and idempotent, and independent of how the domain arrives:
+// cmd/domain-hook calls it from KubeVirt's sidecar-shim (onDefineDomain), and
+// a KubeVirt Plugin's MutateDomain could call it the same way. It owns only
+// what it sets; everything else KubeVirt put in the domain is kept.
+package domainhook
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/macvirt/macvirt/internal/hookconfig"
+)
+
+// cpuFlags are the -cpu properties each supported model needs. Every model
+// reports an Intel vendor (macOS refuses others) and an invariant TSC whose
+// frequency it can read through the VMware CPUID leaf; the named models add
+// the instruction sets macOS's kernel and frameworks use. "check" makes
+// QEMU warn, not fail, when the host lacks one.
+var cpuFlags = map[string]struct {
+	qemuModel string
+	flags     []string
+}{
+	"Haswell-noTSX": {"Haswell-noTSX", []string{"+pcid", "+ssse3", "+sse4.2", "+popcnt", "+avx", "+avx2", "+aes", "+fma",
+		"+bmi1", "+bmi2", "+xsave", "+xsaveopt", "check"}},
+	"Skylake-Client-noTSX-IBRS": {"Skylake-Client-noTSX-IBRS", []string{"+pcid", "+ssse3", "+sse4.2", "+popcnt", "+avx",
+		"+avx2", "+aes", "+fma", "+bmi1", "+bmi2", "+xsave", "+xsaveopt", "check"}},
+	"Penryn":           {"Penryn", []string{"+ssse3", "+sse4.2", "+popcnt", "+avx", "+aes", "+xsave", "+xsaveopt", "check"}},
+	"host-passthrough": {"host", nil},
+}
+
+// baseCPUFlags come first for every model.
+var baseCPUFlags = []string{"vendor=GenuineIntel", "+invtsc", "vmware-cpuid-freq=on"}
+
+// nicModels maps a configured NIC model to libvirt's interface model.
+var nicModels = map[string]string{"vmxnet3": "vmxnet3", "e1000-82545em": "e1000-82545em", "virtio": ""}
+
+// videoModels maps a configured display to libvirt's video model.
+var videoModels = map[string]string{"vga": "vga", "vmware-svga": "vmvga"}
+
+// Apply returns domainXML with cfg applied. Malformed XML, an invalid
+// configuration or a domain the settings cannot be applied to (no network
+// interface, no USB controller) is an error naming what is wrong; there is
+// never a partial result.
+func Apply(domainXML string, cfg *hookconfig.Config) (string, error) {
+	if cfg == nil {
+		return "", errors.New("no domain-hook configuration")
+	}
+	if err := cfg.Validate(); err != nil {
+		return "", err
+	}
+	d := &libvirtxml.Domain{}
+	if err := d.Unmarshal(domainXML); err != nil {
+		return "", fmt.Errorf("parsing the domain XML: %w", err)
+	}
+	if d.Devices == nil {
+		return "", errors.New("the domain has no <devices>")
+	}
+	for _, step := range []func(*libvirtxml.Domain, *hookconfig.Config) error{
+		applyCommandline, applyNIC, applySMBIOS, applyKeyboard, applyVideo,
+	} {
+		if err := step(d, cfg); err != nil {
+			return "", err
+		}
+	}
+	if cfg.Emulator != "" {
+		d.Devices.Emulator = cfg.Emulator
+	}
+	out, err := d.Marshal()
+	if err != nil {
+		return "", fmt.Errorf("writing the domain XML: %w", err)
+	}
+	return out + "\n", nil
+}
+
+// ConfigFromVMI reads the hook configuration from the VMI's annotation.
+func ConfigFromVMI(vmiJSON []byte) (*hookconfig.Config, error) {
+	var vmi struct {
+		Metadata struct {
+			Name        string            `json:"name"`
+			Namespace   string            `json:"namespace"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(vmiJSON, &vmi); err != nil {
+		return nil, fmt.Errorf("parsing the VMI JSON: %w", err)
+	}
+	raw, ok := vmi.Metadata.Annotations[hookconfig.Annotation]
+	if !ok {
+		return nil, fmt.Errorf("VMI %s/%s has no %s annotation: it was not rendered by macvirt, or the annotation was removed",
+			vmi.Metadata.Namespace, vmi.Metadata.Name, hookconfig.Annotation)
+	}
+	return hookconfig.Parse(raw)
+}
+
+// qemuValue escapes a QEMU option value: a comma is written twice.
+func qemuValue(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+// ownedArg says whether a -flag value pair on the QEMU command line is one
+// Apply writes, so applying again replaces it instead of adding a second.
+func ownedArg(flag, value string) bool {
+	switch flag {
+	case "-cpu":
+		return true
+	case "-smbios":
+		return strings.HasPrefix(value, "type=2")
+	case "-device":
+		return strings.HasPrefix(value, "isa-applesmc")
+	}
+	return false
+}
+
+// applyCommandline sets the -cpu, -smbios type=2 and (AppleSMC) -device
+// isa-applesmc arguments, keeping every other argument and environment
+// variable in the domain.
+func applyCommandline(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
+	model, ok := cpuFlags[cfg.CPU.Model]
+	if !ok {
+		return fmt.Errorf("cpu.model %q is not supported; use one of Haswell-noTSX, Penryn, Skylake-Client-noTSX-IBRS, host-passthrough",
+			cfg.CPU.Model)
+	}
+	if d.QEMUCommandline == nil {
+		d.QEMUCommandline = &libvirtxml.DomainQEMUCommandline{}
+	}
+	var kept []libvirtxml.DomainQEMUCommandlineArg
+	args := d.QEMUCommandline.Args
+	for i := 0; i < len(args); i++ {
+		if i+1 < len(args) && ownedArg(args[i].Value, args[i+1].Value) {
+			i++
+			continue
+		}
+		kept = append(kept, args[i])
+	}
+	add := func(flag, value string) {
+		kept = append(kept, libvirtxml.DomainQEMUCommandlineArg{Value: flag}, libvirtxml.DomainQEMUCommandlineArg{Value: value})
+	}
+	cpu := append([]string{model.qemuModel}, baseCPUFlags...)
+	add("-cpu", strings.Join(append(cpu, model.flags...), ","))
+	add("-smbios", fmt.Sprintf("type=2,manufacturer=%s,product=%s,serial=%s",
+		qemuValue(cfg.SMBIOS.Manufacturer), qemuValue(cfg.SMBIOS.Product), qemuValue(cfg.SMBIOS.BoardSerial)))
+	switch cfg.SMC.Mode {
+	case "AppleSMC":
+		add("-device", "isa-applesmc,osk="+qemuValue(cfg.SMC.OSK))
+	case "VirtualSMC":
+	default:
+		return fmt.Errorf("smc.mode %q is not supported; use VirtualSMC or AppleSMC", cfg.SMC.Mode)
+	}
+	d.QEMUCommandline.Args = kept
+	return nil
+}
+
+// applyNIC rewrites every interface's model, keeping its MAC, PCI address,
+// target and everything else KubeVirt wired. Options of KubeVirt's virtio
+// driver do not apply to other models and are dropped with it.
+func applyNIC(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
+	model, ok := nicModels[cfg.NIC.Model]
+	if !ok {
+		return fmt.Errorf("nic.model %q is not supported; use vmxnet3, e1000-82545em or virtio", cfg.NIC.Model)
+	}
+	if len(d.Devices.Interfaces) == 0 {
+		return errors.New("the domain has no network interface to give the NIC model to")
+	}
+	if model == "" {
+		return nil
+	}
+	for i := range d.Devices.Interfaces {
+		iface := &d.Devices.Interfaces[i]
+		if iface.Model == nil || iface.Model.Type != model {
+			iface.Driver = nil
+		}
+		iface.Model = &libvirtxml.DomainInterfaceModel{Type: model}
+	}
+	return nil
+}
+
+// applySMBIOS writes the system identity into the domain's SMBIOS sysinfo
+// and makes the guest read it. libvirt refuses a sysinfo UUID that differs
+// from the domain's, so a mismatch is an error, never a silent change.
+func applySMBIOS(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
+	if d.UUID != "" && !strings.EqualFold(d.UUID, cfg.SMBIOS.UUID) {
+		return fmt.Errorf("smbios.uuid %s differs from the domain's UUID %s (the VMI's spec.domain.firmware.uuid); libvirt would refuse it",
+			cfg.SMBIOS.UUID, d.UUID)
+	}
+	var smbios *libvirtxml.DomainSysInfoSMBIOS
+	for i := range d.SysInfo {
+		if d.SysInfo[i].SMBIOS != nil {
+			smbios = d.SysInfo[i].SMBIOS
+			break
+		}
+	}
+	if smbios == nil {
+		d.SysInfo = append(d.SysInfo, libvirtxml.DomainSysInfo{SMBIOS: &libvirtxml.DomainSysInfoSMBIOS{}})
+		smbios = d.SysInfo[len(d.SysInfo)-1].SMBIOS
+	}
+	if smbios.System == nil {
+		smbios.System = &libvirtxml.DomainSysInfoSystem{}
+	}
+	dropEmptySMBIOS(smbios)
+	for _, e := range []libvirtxml.DomainSysInfoEntry{
+		{Name: "manufacturer", Value: cfg.SMBIOS.Manufacturer},
+		{Name: "product", Value: cfg.SMBIOS.Product},
+		{Name: "serial", Value: cfg.SMBIOS.Serial},
+		{Name: "uuid", Value: cfg.SMBIOS.UUID},
+		{Name: "family", Value: "Mac"},
+	} {
+		setEntry(&smbios.System.Entry, e)
+	}
+	if d.OS == nil {
+		d.OS = &libvirtxml.DomainOS{}
+	}
+	d.OS.SMBios = &libvirtxml.DomainSMBios{Mode: "sysinfo"}
+	return nil
+}
+
+// dropEmptySMBIOS removes the entries without a value, and the sections left
+// without entries, that KubeVirt writes: libvirt's schema refuses them, and
+// they carry nothing.
+func dropEmptySMBIOS(s *libvirtxml.DomainSysInfoSMBIOS) {
+	nonEmpty := func(entries []libvirtxml.DomainSysInfoEntry) []libvirtxml.DomainSysInfoEntry {
+		var out []libvirtxml.DomainSysInfoEntry
+		for _, e := range entries {
+			if e.Value != "" || e.File != "" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	if s.System != nil {
+		s.System.Entry = nonEmpty(s.System.Entry)
+	}
+	if s.BIOS != nil {
+		if s.BIOS.Entry = nonEmpty(s.BIOS.Entry); len(s.BIOS.Entry) == 0 {
+			s.BIOS = nil
+		}
+	}
+	if s.Chassis != nil {
+		if s.Chassis.Entry = nonEmpty(s.Chassis.Entry); len(s.Chassis.Entry) == 0 {
+			s.Chassis = nil
+		}
+	}
+	var boards []libvirtxml.DomainSysInfoBaseBoard
+	for _, b := range s.BaseBoard {
+		if b.Entry = nonEmpty(b.Entry); len(b.Entry) > 0 {
+			boards = append(boards, b)
+		}
+	}
+	s.BaseBoard = boards
+}
+
+func setEntry(entries *[]libvirtxml.DomainSysInfoEntry, e libvirtxml.DomainSysInfoEntry) {
+	for i := range *entries {
+		if (*entries)[i].Name == e.Name {
+			(*entries)[i] = e
+			return
+		}
+	}
+	*entries = append(*entries, e)
+}
+
+// applyKeyboard adds a USB keyboard (macOS has no PS/2 driver) on the USB
+// controller KubeVirt created for the tablet.
+func applyKeyboard(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
+	if !cfg.USBKeyboard {
+		return nil
+	}
+	for _, in := range d.Devices.Inputs {
+		if in.Type == "keyboard" && in.Bus == "usb" {
+			return nil
+		}
+	}
+	usb := false
+	for _, c := range d.Devices.Controllers {
+		if c.Type == "usb" && c.Model != "none" {
+			usb = true
+		}
+	}
+	if !usb {
+		return errors.New("the domain has no USB controller for the keyboard; the VMI needs a USB input device (macvirt renders a USB tablet)")
+	}
+	d.Devices.Inputs = append(d.Devices.Inputs, libvirtxml.DomainInput{Type: "keyboard", Bus: "usb"})
+	return nil
+}
+
+// applyVideo sets the video card model, keeping its other settings.
+func applyVideo(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
+	model, ok := videoModels[cfg.Display.Model]
+	if !ok {
+		return fmt.Errorf("display.model %q is not supported; use vga or vmware-svga", cfg.Display.Model)
+	}
+	if len(d.Devices.Videos) == 0 {
+		d.Devices.Videos = []libvirtxml.DomainVideo{{Model: libvirtxml.DomainVideoModel{Type: model, Heads: 1}}}
+		return nil
+	}
+	v := &d.Devices.Videos[0]
+	if v.Model.Type != model {
+		v.Model = libvirtxml.DomainVideoModel{Type: model, Heads: v.Model.Heads, VRam: v.Model.VRam}
+	}
+	return nil
+}

@@ -1,0 +1,171 @@
+package domainhook
+
+import (
+	"crypto/sha256"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/macvirt/macvirt/internal/hookconfig"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files from Apply's output")
+
+// appleOSK is the well-known OSK string the isa-applesmc device takes.
+const appleOSK = "ourhardworkbythesewordsguardedpleasedontsteal(c)AppleComputerInc"
+
+// baseConfig is the configuration of the rendered default class; its UUID
+// is the one of every fixture's domain.
+func baseConfig() *hookconfig.Config {
+	return &hookconfig.Config{
+		Version: hookconfig.Version,
+		CPU:     hookconfig.CPU{Model: "Haswell-noTSX"},
+		NIC:     hookconfig.NIC{Model: "vmxnet3"},
+		SMC:     hookconfig.SMC{Mode: "VirtualSMC"},
+		SMBIOS: hookconfig.SMBIOS{Manufacturer: hookconfig.AppleManufacturer, Product: "iMacPro1,1", Serial: "C02XK1ZJHX87",
+			BoardSerial: "C02123ABCDEHX87FG", UUID: "5B3E8F7A-2C41-4D9E-8F0A-1B2C3D4E5F60"},
+		Display:     hookconfig.Display{Model: "vga"},
+		USBKeyboard: true,
+	}
+}
+
+// variants are the golden cases: every CPU model, NIC model, SMC mode and
+// display, and the emulator override, each applied to a KubeVirt domain.
+var variants = []struct {
+	name    string
+	fixture string
+	mutate  func(*hookconfig.Config)
+}{
+	{"haswell-vmxnet3-virtualsmc-vga", "default", func(*hookconfig.Config) {}},
+	{"penryn-e1000", "default", func(c *hookconfig.Config) {
+		c.CPU.Model, c.NIC.Model = "Penryn", "e1000-82545em"
+	}},
+	{"skylake-virtio", "virtio-penryn-http", func(c *hookconfig.Config) {
+		c.CPU.Model, c.NIC.Model = "Skylake-Client-noTSX-IBRS", "virtio"
+	}},
+	{"host-passthrough", "e1000-host-passthrough-stopped", func(c *hookconfig.Config) {
+		c.CPU.Model, c.NIC.Model = "host-passthrough", "e1000-82545em"
+	}},
+	{"applesmc-vmware-svga-emulator", "applesmc-vmware-svga", func(c *hookconfig.Config) {
+		c.SMC = hookconfig.SMC{Mode: "AppleSMC", OSK: appleOSK}
+		c.Display.Model = "vmware-svga"
+		c.Emulator = "/opt/qemu/bin/qemu-system-x86_64"
+	}},
+}
+
+func fixture(t testing.TB, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "kubevirt", name+".domain.xml")) //nolint:gosec // a fixture name of this package.
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// applyVariant applies the base configuration, changed by mutate, to a fixture.
+func applyVariant(t *testing.T, fixtureName string, mutate func(*hookconfig.Config)) (*hookconfig.Config, string) {
+	t.Helper()
+	cfg := baseConfig()
+	mutate(cfg)
+	out, err := Apply(fixture(t, fixtureName), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, out
+}
+
+func goldenPath(name string) string { return filepath.Join("testdata", "golden", name+".xml") }
+
+func TestGoldenDomains(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			cfg, out := applyVariant(t, v.fixture, v.mutate)
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(goldenPath(v.name)), 0o750); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(goldenPath(v.name), []byte(out), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(goldenPath(v.name))
+			if err != nil {
+				t.Fatalf("%v (run go test ./internal/domainhook -run TestGoldenDomains -update)", err)
+			}
+			if out != string(want) {
+				t.Errorf("Apply output differs from %s; review and run with -update:\n%s", goldenPath(v.name), out)
+			}
+			again, err := Apply(out, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again != out {
+				t.Errorf("applying twice differs from applying once:\n%s", again)
+			}
+		})
+	}
+}
+
+// TestApplySetsWhatTheConfigSays checks each setting in the output of the
+// variant that has it, independently of the golden files.
+func TestApplySetsWhatTheConfigSays(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			cfg, out := applyVariant(t, v.fixture, v.mutate)
+			want := []string{
+				`<commandline xmlns="http://libvirt.org/schemas/domain/qemu/1.0">`, `<arg value="-cpu"></arg>`, "vendor=GenuineIntel,+invtsc,vmware-cpuid-freq=on",
+				`<arg value="type=2,manufacturer=Apple Inc.,product=iMacPro1,,1,serial=C02123ABCDEHX87FG"></arg>`,
+				`<entry name="manufacturer">Apple Inc.</entry>`, `<entry name="product">iMacPro1,1</entry>`,
+				`<entry name="serial">C02XK1ZJHX87</entry>`, `<entry name="uuid">5B3E8F7A-2C41-4D9E-8F0A-1B2C3D4E5F60</entry>`,
+				`<smbios mode="sysinfo"></smbios>`, `<input type="keyboard" bus="usb"></input>`,
+			}
+			cpu := map[string]string{"Haswell-noTSX": "Haswell-noTSX,", "Penryn": "Penryn,", "Skylake-Client-noTSX-IBRS": "Skylake-Client-noTSX-IBRS,",
+				"host-passthrough": `"host,vendor`}[cfg.CPU.Model]
+			want = append(want, cpu)
+			if cfg.NIC.Model != "virtio" {
+				want = append(want, `<model type="`+cfg.NIC.Model+`"></model>`)
+			}
+			if cfg.SMC.Mode == "AppleSMC" {
+				want = append(want, `<arg value="isa-applesmc,osk=`+appleOSK+`"></arg>`)
+			}
+			if cfg.Display.Model == "vmware-svga" {
+				want = append(want, `<model type="vmvga"`)
+			}
+			if cfg.Emulator != "" {
+				want = append(want, "<emulator>"+cfg.Emulator+"</emulator>")
+			}
+			for _, w := range want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %s", w)
+				}
+			}
+			if cfg.SMC.Mode != "AppleSMC" && strings.Contains(out, "isa-applesmc") {
+				t.Error("isa-applesmc added in VirtualSMC mode")
+			}
+		})
+	}
+}
+
+// TestFixturesAreFromTheCurrentRenderings fails when a rendering changed
+// after its domain fixture was generated.
+func TestFixturesAreFromTheCurrentRenderings(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "kubevirt", "*.domain.xml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures (%v)", err)
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".domain.xml")
+		rendering, err := os.ReadFile(filepath.Join("..", "render", "testdata", name+".yaml")) //nolint:gosec // a fixture name of this package.
+		if err != nil {
+			t.Errorf("%s has no rendering: %v", f, err)
+			continue
+		}
+		want := fmt.Sprintf("(sha256 %x)", sha256.Sum256(rendering))
+		if first, _, _ := strings.Cut(fixture(t, name), "\n"); !strings.Contains(first, want) {
+			t.Errorf("%s was generated from another version of internal/render/testdata/%s.yaml; run make domain-fixtures", f, name)
+		}
+	}
+}

@@ -1,0 +1,290 @@
+package domainhook
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"libvirt.org/go/libvirtxml"
+)
+
+// These tests hand the golden domains to the real libvirt and QEMU. They
+// run when the tools are installed (.ci/run installs them); in CI a missing
+// tool is a failure, not a skip.
+
+func requireTool(t *testing.T, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	msg := fmt.Sprintf("%s not found; install libvirt-clients, libvirt-daemon, libvirt-daemon-driver-qemu, qemu-system-x86 and ovmf", name)
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// libvirtd is the daemon this package's tests started, if any.
+var libvirtd struct {
+	once sync.Once
+	cmd  *exec.Cmd
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if libvirtd.cmd != nil {
+		_ = libvirtd.cmd.Process.Kill()
+		_ = libvirtd.cmd.Wait()
+	}
+	os.Exit(code)
+}
+
+const libvirtURI = "qemu:///system"
+
+// ensureLibvirtd makes sure a libvirt daemon answers on qemu:///system,
+// starting one for the duration of the tests when it is not running (as
+// root: .ci/run creates the libvirt-qemu user it needs).
+func ensureLibvirtd(t *testing.T, virsh string) {
+	t.Helper()
+	answers := func() bool { return exec.Command(virsh, "-c", libvirtURI, "uri").Run() == nil }
+	if answers() {
+		return
+	}
+	daemon := requireTool(t, "libvirtd")
+	libvirtd.once.Do(func() {
+		if os.Geteuid() != 0 {
+			libvirtd.err = errors.New("libvirtd is not running and only root can start it here")
+			return
+		}
+		for _, dir := range []string{"/var/run/libvirt", "/var/log/libvirt", "/var/lib/libvirt"} {
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				libvirtd.err = err
+				return
+			}
+		}
+		libvirtd.cmd = exec.Command(daemon)
+		if libvirtd.err = libvirtd.cmd.Start(); libvirtd.err != nil {
+			libvirtd.cmd = nil
+			return
+		}
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if answers() {
+				return
+			}
+		}
+		libvirtd.err = errors.New("libvirtd started but did not answer within 30s")
+	})
+	if libvirtd.err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(libvirtd.err)
+		}
+		t.Skip(libvirtd.err)
+	}
+}
+
+func TestGoldenDomainsValidateAgainstLibvirtSchema(t *testing.T) {
+	validate := requireTool(t, "virt-xml-validate")
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			out, err := exec.Command(validate, goldenPath(v.name), "domain").CombinedOutput() //nolint:gosec // test-owned paths.
+			if err != nil {
+				t.Errorf("virt-xml-validate %s: %v\n%s", goldenPath(v.name), err, out)
+			}
+		})
+	}
+}
+
+// nativeArgs asks libvirt for the QEMU command line of a golden domain.
+// libvirt reads the capabilities of the domain's emulator, so a domain that
+// names another emulator (the override variant) is converted with this
+// machine's QEMU in its place, and without /dev/kvm as a TCG domain.
+func nativeArgs(t *testing.T, name string) string {
+	t.Helper()
+	virsh := requireTool(t, "virsh")
+	qemu := requireTool(t, "qemu-system-x86_64")
+	ensureLibvirtd(t, virsh)
+	d := &libvirtxml.Domain{}
+	b, err := os.ReadFile(goldenPath(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Unmarshal(string(b)); err != nil {
+		t.Fatal(err)
+	}
+	d.Devices.Emulator = qemu
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		d.Type = "qemu"
+		// TCG cannot pass the host CPU through; libvirt's own <cpu> is
+		// then the emulator's maximum. The -cpu argument the hook adds,
+		// which QEMU takes over libvirt's, is what is checked.
+		if d.CPU != nil && (d.CPU.Mode == "host-passthrough" || d.CPU.Mode == "host-model") {
+			d.CPU.Mode = "maximum"
+		}
+	}
+	xml, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), name+".xml")
+	if err := os.WriteFile(file, []byte(xml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(virsh, "-c", libvirtURI, "domxml-to-native", "qemu-argv", file).CombinedOutput() //nolint:gosec // test-owned paths.
+	if err != nil {
+		t.Fatalf("virsh domxml-to-native %s: %v\n%s", name, err, out)
+	}
+	return string(out)
+}
+
+func TestLibvirtTurnsGoldenDomainsIntoTheExpectedQEMUArguments(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			cfg := baseConfig()
+			v.mutate(cfg)
+			argv := nativeArgs(t, v.name)
+			cpu := cpuFlags[cfg.CPU.Model].qemuModel + ",vendor=GenuineIntel,+invtsc,vmware-cpuid-freq=on"
+			want := []string{"-cpu " + cpu, "-smbios 'type=2,manufacturer=Apple Inc.,product=iMacPro1,,1,serial=" + cfg.SMBIOS.BoardSerial + "'",
+				"serial=" + cfg.SMBIOS.Serial, "uuid=" + strings.ToLower(cfg.SMBIOS.UUID), `"driver":"usb-kbd"`}
+			switch cfg.NIC.Model {
+			case "virtio":
+				want = append(want, `"driver":"virtio-net-pci`)
+			default:
+				want = append(want, `"driver":"`+cfg.NIC.Model+`"`)
+			}
+			if cfg.SMC.Mode == "AppleSMC" {
+				want = append(want, "isa-applesmc,osk="+appleOSK)
+			}
+			if cfg.Display.Model == "vmware-svga" {
+				want = append(want, `"driver":"vmware-svga"`)
+			}
+			for _, w := range want {
+				if !strings.Contains(argv, w) && !strings.Contains(strings.ToLower(argv), strings.ToLower(w)) {
+					t.Errorf("QEMU arguments lack %s:\n%s", w, argv)
+				}
+			}
+		})
+	}
+}
+
+// TestQEMUStartsTheAppleSMCVmxnet3Variant starts QEMU (TCG, OVMF, no disk)
+// with the CPU, SMBIOS and Apple SMC arguments of the AppleSMC golden
+// domain and its NIC model, and asks it over QMP which devices it built.
+func TestQEMUStartsTheAppleSMCVmxnet3Variant(t *testing.T) {
+	qemu := requireTool(t, "qemu-system-x86_64")
+	ovmf := ""
+	for _, f := range []string{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_CODE.fd"} {
+		if _, err := os.Stat(f); err == nil {
+			ovmf = f
+			break
+		}
+	}
+	if ovmf == "" {
+		requireTool(t, "ovmf-not-installed")
+	}
+	const name = "applesmc-vmware-svga-emulator"
+	b, err := os.ReadFile(goldenPath(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &libvirtxml.Domain{}
+	if err := d.Unmarshal(string(b)); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-machine", "q35,accel=tcg", "-nodefaults", "-no-user-config", "-display", "none", "-m", "1024",
+		"-drive", "if=pflash,format=raw,readonly=on,file=" + ovmf}
+	for _, a := range d.QEMUCommandline.Args {
+		args = append(args, a.Value)
+	}
+	nic := d.Devices.Interfaces[0].Model.Type
+	args = append(args, "-netdev", "user,id=net0", "-device", nic+",netdev=net0",
+		"-device", "qemu-xhci,id=usb", "-device", "usb-kbd", "-qmp", "stdio")
+	cmd := exec.Command(qemu, args...) //nolint:gosec // arguments come from the test's golden file.
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+	}()
+
+	replies := make(chan map[string]any, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				if _, event := m["event"]; !event {
+					replies <- m
+				}
+			}
+		}
+		close(replies)
+	}()
+	next := func() map[string]any {
+		t.Helper()
+		select {
+		case m, ok := <-replies:
+			if !ok {
+				t.Fatalf("QEMU closed QMP: %s", stderr.String())
+			}
+			return m
+		case <-time.After(time.Minute):
+			t.Fatalf("no QMP reply within a minute: %s", stderr.String())
+		}
+		return nil
+	}
+	send := func(cmd string) {
+		t.Helper()
+		if _, err := fmt.Fprintln(stdin, cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next() // greeting
+	send(`{"execute":"qmp_capabilities"}`)
+	next()
+	send(`{"execute":"human-monitor-command","arguments":{"command-line":"info qtree"}}`)
+	reply := next()
+	qtree, _ := reply["return"].(string)
+	for _, dev := range []string{"dev: isa-applesmc", "dev: " + nic, "dev: usb-kbd"} {
+		if !strings.Contains(qtree, dev) {
+			t.Errorf("QEMU did not build %q; info qtree:\n%s\nstderr: %s", dev, qtree, stderr.String())
+		}
+	}
+	for _, line := range strings.Split(qtree, "\n") {
+		if strings.Contains(line, "dev: isa-applesmc") || strings.Contains(line, "dev: "+nic) || strings.Contains(line, "dev: usb-kbd") {
+			t.Logf("QEMU built %s", strings.TrimSpace(line))
+		}
+	}
+	send(`{"execute":"quit"}`)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("QEMU exited with %v after quit: %s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("QEMU did not quit")
+	}
+}
