@@ -124,6 +124,11 @@ const (
 	// reclaimPolicy, so the machine can be released as the claim asked even
 	// after the claim is gone (as a PersistentVolume carries its policy).
 	AnnotationReclaimPolicy = "macvirt.io/reclaim-policy"
+	// AnnotationAgentTokenHash records, on a MacMachine, the hex SHA-256 of
+	// its guest agent's token (the token itself is only in the machine's
+	// agent Secret), so the operator authenticates heartbeats without
+	// reading Secrets.
+	AnnotationAgentTokenHash = "macvirt.io/agent-token-sha256"
 	// MachineFinalizer guards a MacMachine until its VM is stopped gracefully
 	// and its VirtualMachine and DataVolumes are deleted.
 	MachineFinalizer = "macvirt.io/machine-protection"

@@ -1,0 +1,147 @@
+// Package agentapi is version 1 of the protocol between macvirt's guest
+// agent, inside macOS, and the operator: the one place both sides take the
+// paths, limits, JSON bodies and the layout of the agent's config disk
+// from. docs/guest-agent.md describes it for people.
+package agentapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// Version is the protocol version, the first element of every path.
+const Version = "v1"
+
+// HeartbeatPath is where the agent POSTs a Heartbeat.
+const HeartbeatPath = "/" + Version + "/heartbeat"
+
+// MaxBodyBytes bounds a request body; larger ones are refused unread.
+const MaxBodyBytes = 16 << 10
+
+// Limits of the values a heartbeat carries.
+const (
+	MaxIPAddresses = 32
+	MaxStringBytes = 256
+)
+
+// The config disk: a KubeVirt secret volume with this ISO 9660 volume label
+// (macOS mounts it at /Volumes/<label>), holding one file per key.
+const (
+	ConfigVolumeLabel = "MACVIRTAGENT"
+	// KeyEndpoint is the operator's agent endpoint, https://host:port.
+	KeyEndpoint = "endpoint"
+	// KeyCABundle is the PEM CA bundle the endpoint's certificate chains to.
+	KeyCABundle = "ca.crt"
+	// KeyToken is the machine's bearer token.
+	KeyToken = "token"
+	// KeyNamespace and KeyMachine name the MacMachine.
+	KeyNamespace = "namespace"
+	KeyMachine   = "machine"
+)
+
+// MachineRef names the MacMachine a heartbeat is for.
+type MachineRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// Heartbeat is what the agent reports, every HeartbeatInterval.
+type Heartbeat struct {
+	Machine      MachineRef `json:"machine"`
+	AgentVersion string     `json:"agentVersion"`
+	// OSVersion and OSBuild are macOS's product version and build (14.5, 23F79).
+	OSVersion   string    `json:"osVersion"`
+	OSBuild     string    `json:"osBuild"`
+	Hostname    string    `json:"hostname"`
+	BootTime    time.Time `json:"bootTime"`
+	IPAddresses []string  `json:"ipAddresses,omitempty"`
+}
+
+// DefaultSSHUser is the macOS account the claim's keys are written for.
+const DefaultSSHUser = "admin"
+
+// DesiredState is the operator's reply: what the agent makes true.
+type DesiredState struct {
+	// Hostname is the name macOS should have.
+	Hostname string `json:"hostname"`
+	// SSHUser is the account whose authorized_keys the agent writes.
+	SSHUser string `json:"sshUser"`
+	// SSHAuthorizedKeys are the bound claim's keys; empty when unbound.
+	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys"`
+	// HeartbeatIntervalSeconds is when to send the next heartbeat.
+	HeartbeatIntervalSeconds int `json:"heartbeatIntervalSeconds"`
+}
+
+// Error is the body of every 4xx and 5xx reply.
+type Error struct {
+	// Reason is a stable word a program can switch on.
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// Reasons of Error.
+const (
+	ReasonUnauthorized     = "Unauthorized"
+	ReasonMalformed        = "Malformed"
+	ReasonTooLarge         = "TooLarge"
+	ReasonRateLimited      = "RateLimited"
+	ReasonUnsupported      = "Unsupported"
+	ReasonInternal         = "Internal"
+	ReasonMethodNotAllowed = "MethodNotAllowed"
+)
+
+// DecodeHeartbeat reads one heartbeat strictly: unknown fields, trailing
+// data, a body over MaxBodyBytes and values over the limits are errors.
+func DecodeHeartbeat(r io.Reader) (*Heartbeat, error) {
+	body, err := io.ReadAll(io.LimitReader(r, MaxBodyBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > MaxBodyBytes {
+		return nil, ErrTooLarge
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	h := &Heartbeat{}
+	if err := dec.Decode(h); err != nil {
+		return nil, fmt.Errorf("decoding the heartbeat: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("decoding the heartbeat: trailing data after the JSON object")
+	}
+	return h, h.Validate()
+}
+
+// ErrTooLarge is a body over MaxBodyBytes.
+var ErrTooLarge = fmt.Errorf("the body is larger than %d bytes", MaxBodyBytes)
+
+// Validate checks the required values and the limits.
+func (h *Heartbeat) Validate() error {
+	var errs []error
+	if h.Machine.Namespace == "" || h.Machine.Name == "" {
+		errs = append(errs, errors.New("machine.namespace and machine.name are required"))
+	}
+	for name, v := range map[string]string{"machine.namespace": h.Machine.Namespace, "machine.name": h.Machine.Name,
+		"agentVersion": h.AgentVersion, "osVersion": h.OSVersion, "osBuild": h.OSBuild, "hostname": h.Hostname} {
+		if len(v) > MaxStringBytes {
+			errs = append(errs, fmt.Errorf("%s is longer than %d bytes", name, MaxStringBytes))
+		}
+	}
+	if h.AgentVersion == "" {
+		errs = append(errs, errors.New("agentVersion is required"))
+	}
+	if len(h.IPAddresses) > MaxIPAddresses {
+		errs = append(errs, fmt.Errorf("ipAddresses has more than %d entries", MaxIPAddresses))
+	}
+	for _, ip := range h.IPAddresses {
+		if net.ParseIP(ip) == nil {
+			errs = append(errs, fmt.Errorf("ipAddresses entry %.64q is not an IP address", ip))
+		}
+	}
+	return errors.Join(errs...)
+}

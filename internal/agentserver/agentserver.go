@@ -1,0 +1,195 @@
+// Package agentserver is the operator's side of the guest-agent protocol
+// (internal/agentapi): an HTTPS handler that authenticates a machine's
+// heartbeat by its token, records it in the MacMachine's status.guest, and
+// answers with what the agent should apply. Anything it refuses gets a 4xx
+// and writes nothing.
+package agentserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/agentapi"
+)
+
+// Handler serves the protocol. Client reads machines, claims and classes
+// (a cache is fine) and writes machine status.
+type Handler struct {
+	Client client.Client
+	Clock  clock.PassiveClock
+	// Rate and Burst limit each machine's accepted heartbeats (defaults:
+	// one per second, bursts of 5), so a misbehaving agent cannot turn into
+	// a stream of API writes.
+	Rate  rate.Limit
+	Burst int
+
+	mu       sync.Mutex
+	limiters map[types.NamespacedName]*rate.Limiter
+}
+
+// HashToken is the hex SHA-256 recorded in AnnotationAgentTokenHash.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// unauthorized is one answer for an unknown machine and a wrong token, so
+// the endpoint does not tell which machines exist.
+const unauthorized = "unknown machine or wrong token"
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path != agentapi.HeartbeatPath:
+		writeError(w, http.StatusNotFound, agentapi.ReasonUnsupported, "no such endpoint; this server speaks "+agentapi.HeartbeatPath)
+		return
+	case r.Method != http.MethodPost:
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, agentapi.ReasonMethodNotAllowed, "use POST")
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, agentapi.ReasonUnsupported, "the body must be application/json")
+		return
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		writeError(w, http.StatusUnauthorized, agentapi.ReasonUnauthorized, "send the machine's token as Authorization: Bearer <token>")
+		return
+	}
+	hb, err := agentapi.DecodeHeartbeat(http.MaxBytesReader(w, r.Body, agentapi.MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.Is(err, agentapi.ErrTooLarge) || errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, agentapi.ReasonTooLarge, agentapi.ErrTooLarge.Error())
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, agentapi.ReasonMalformed, err.Error())
+		return
+	}
+	ctx := r.Context()
+	key := types.NamespacedName{Namespace: hb.Machine.Namespace, Name: hb.Machine.Name}
+	m := &macvirtv1alpha1.MacMachine{}
+	if err := h.Client.Get(ctx, key, m); err != nil {
+		if apierrors.IsNotFound(err) {
+			writeError(w, http.StatusUnauthorized, agentapi.ReasonUnauthorized, unauthorized)
+			return
+		}
+		writeError(w, http.StatusInternalServerError, agentapi.ReasonInternal, "reading the machine failed; retry")
+		return
+	}
+	want := m.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash]
+	if want == "" || subtle.ConstantTimeCompare([]byte(want), []byte(HashToken(token))) != 1 {
+		writeError(w, http.StatusUnauthorized, agentapi.ReasonUnauthorized, unauthorized)
+		return
+	}
+	if !h.limiter(key).Allow() {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, agentapi.ReasonRateLimited, "heartbeats too frequent; wait for the interval the last reply gave")
+		return
+	}
+	if err := h.record(ctx, m, hb); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "recording a heartbeat", "machine", key)
+		writeError(w, http.StatusInternalServerError, agentapi.ReasonInternal, "recording the heartbeat failed; retry")
+		return
+	}
+	state, err := h.desiredState(ctx, m)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, agentapi.ReasonInternal, "reading the desired state failed; retry")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(state)
+}
+
+func (h *Handler) limiter(key types.NamespacedName) *rate.Limiter {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.limiters == nil {
+		h.limiters = map[types.NamespacedName]*rate.Limiter{}
+	}
+	l, ok := h.limiters[key]
+	if !ok {
+		r, b := h.Rate, h.Burst
+		if r == 0 {
+			r = 1
+		}
+		if b == 0 {
+			b = 5
+		}
+		l = rate.NewLimiter(r, b)
+		h.limiters[key] = l
+	}
+	return l
+}
+
+// record writes the heartbeat into status.guest.
+func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb *agentapi.Heartbeat) error {
+	now := metav1.NewTime(h.now())
+	before := m.DeepCopy()
+	g := &macvirtv1alpha1.GuestStatus{
+		AgentVersion: hb.AgentVersion, OSVersion: hb.OSVersion, OSBuild: hb.OSBuild, Hostname: hb.Hostname,
+		LastHeartbeat: &now, IPAddresses: hb.IPAddresses,
+	}
+	if !hb.BootTime.IsZero() {
+		bt := metav1.NewTime(hb.BootTime)
+		g.BootTime = &bt
+	}
+	m.Status.Guest = g
+	return h.Client.Status().Patch(ctx, m, client.MergeFrom(before))
+}
+
+// desiredState is the bound claim's keys, the machine's name as hostname,
+// and an interval a quarter of the class's heartbeatTimeout (5s to 60s).
+func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachine) (*agentapi.DesiredState, error) {
+	state := &agentapi.DesiredState{Hostname: m.Name, SSHUser: agentapi.DefaultSSHUser, SSHAuthorizedKeys: []string{}}
+	timeout := macvirtv1alpha1.DefaultHeartbeatTimeout
+	class := &macvirtv1alpha1.MacClass{}
+	if err := h.Client.Get(ctx, types.NamespacedName{Name: m.Spec.ClassName}, class); err == nil {
+		timeout = class.Spec.Lifecycle.HeartbeatTimeoutOrDefault()
+	} else if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	state.HeartbeatIntervalSeconds = int(min(max(timeout/4, 5*time.Second), time.Minute) / time.Second)
+	if ref := m.Spec.ClaimRef; ref != nil {
+		claim := &macvirtv1alpha1.MacClaim{}
+		err := h.Client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, claim)
+		switch {
+		case err == nil && claim.UID == ref.UID:
+			state.SSHAuthorizedKeys = append(state.SSHAuthorizedKeys, claim.Spec.SSHAuthorizedKeys...)
+		case err != nil && !apierrors.IsNotFound(err):
+			return nil, err
+		}
+	}
+	return state, nil
+}
+
+func (h *Handler) now() time.Time {
+	if h.Clock == nil {
+		return time.Now()
+	}
+	return h.Clock.Now()
+}
+
+func writeError(w http.ResponseWriter, code int, reason, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(agentapi.Error{Reason: reason, Message: msg})
+}

@@ -1,0 +1,179 @@
+package agentserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/agentapi"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+)
+
+const (
+	tokenA = "token-of-machine-a-0123456789abcdef"
+	tokenB = "token-of-machine-b-0123456789abcdef"
+)
+
+var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func machine(name, token string) *macvirtv1alpha1.MacMachine {
+	return &macvirtv1alpha1.MacMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a",
+			Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: HashToken(token)}},
+		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "sonoma"},
+	}
+}
+
+// setup returns a handler over machines a (bound to a claim with a key) and
+// b, and the client to inspect what it wrote.
+func setup(t *testing.T) (*Handler, client.Client) {
+	t.Helper()
+	scheme, err := macvirtscheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team-a", UID: "claim-uid"},
+		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: "sonoma", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA dev@example"}}}
+	a := machine("a", tokenA)
+	a.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: "team-a", Name: "build", UID: "claim-uid"}
+	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}
+	class.Spec.Lifecycle.HeartbeatTimeout = &metav1.Duration{Duration: 2 * time.Minute}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(a, machine("b", tokenB), claim, class).
+		WithStatusSubresource(&macvirtv1alpha1.MacMachine{}).Build()
+	return &Handler{Client: c, Clock: clocktesting.NewFakePassiveClock(now)}, c
+}
+
+func heartbeat(name string) []byte {
+	b, _ := json.Marshal(agentapi.Heartbeat{Machine: agentapi.MachineRef{Namespace: "team-a", Name: name}, AgentVersion: "1.0.0",
+		OSVersion: "14.5", OSBuild: "23F79", Hostname: "mac", BootTime: now.Add(-time.Hour), IPAddresses: []string{"10.0.2.2"}})
+	return b
+}
+
+// post sends a heartbeat body with a token.
+func post(h http.Handler, token string, body []byte) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, agentapi.HeartbeatPath, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func guestOf(t *testing.T, c client.Client, name string) *macvirtv1alpha1.GuestStatus {
+	t.Helper()
+	m := &macvirtv1alpha1.MacMachine{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: name}, m); err != nil {
+		t.Fatal(err)
+	}
+	return m.Status.Guest
+}
+
+func TestHeartbeatIsRecordedAndAnsweredWithTheDesiredState(t *testing.T) {
+	h, c := setup(t)
+	rec := post(h, tokenA, heartbeat("a"))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	var state agentapi.DesiredState
+	if err := json.Unmarshal(rec.Body.Bytes(), &state); err != nil {
+		t.Fatal(err)
+	}
+	if state.Hostname != "a" || state.SSHUser != "admin" || len(state.SSHAuthorizedKeys) != 1 || state.HeartbeatIntervalSeconds != 30 {
+		t.Errorf("desired state %+v", state)
+	}
+	g := guestOf(t, c, "a")
+	if g == nil || !g.LastHeartbeat.Time.Equal(now) || g.OSVersion != "14.5" || g.OSBuild != "23F79" || g.AgentVersion != "1.0.0" ||
+		g.BootTime == nil || len(g.IPAddresses) != 1 {
+		t.Errorf("status.guest %+v", g)
+	}
+	// Unbound machine b gets no keys.
+	rec = post(h, tokenB, heartbeat("b"))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"sshAuthorizedKeys":[]`) {
+		t.Errorf("machine b: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestRejectionsWriteNothing(t *testing.T) {
+	oversized := []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"` + strings.Repeat("x", agentapi.MaxBodyBytes) + `"}`)
+	tests := map[string]struct {
+		method, path, token, contentType string
+		body                             []byte
+		code                             int
+		reason                           string
+	}{
+		"unknown machine":         {"POST", agentapi.HeartbeatPath, tokenA, "application/json", heartbeat("nope"), 401, agentapi.ReasonUnauthorized},
+		"wrong token":             {"POST", agentapi.HeartbeatPath, "guessed", "application/json", heartbeat("a"), 401, agentapi.ReasonUnauthorized},
+		"another machine's token": {"POST", agentapi.HeartbeatPath, tokenB, "application/json", heartbeat("a"), 401, agentapi.ReasonUnauthorized},
+		"no token":                {"POST", agentapi.HeartbeatPath, "", "application/json", heartbeat("a"), 401, agentapi.ReasonUnauthorized},
+		"oversized body":          {"POST", agentapi.HeartbeatPath, tokenA, "application/json", oversized, 413, agentapi.ReasonTooLarge},
+		"malformed JSON":          {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":`), 400, agentapi.ReasonMalformed},
+		"unknown field":           {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","root":true}`), 400, agentapi.ReasonMalformed},
+		"trailing data":           {"POST", agentapi.HeartbeatPath, tokenA, "application/json", append(heartbeat("a"), []byte(`{}`)...), 400, agentapi.ReasonMalformed},
+		"not an IP address":       {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","ipAddresses":["evil"]}`), 400, agentapi.ReasonMalformed},
+		"no agent version":        {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"}}`), 400, agentapi.ReasonMalformed},
+		"wrong content type":      {"POST", agentapi.HeartbeatPath, tokenA, "text/plain", heartbeat("a"), 415, agentapi.ReasonUnsupported},
+		"GET":                     {"GET", agentapi.HeartbeatPath, tokenA, "application/json", nil, 405, agentapi.ReasonMethodNotAllowed},
+		"unknown path":            {"POST", "/v2/heartbeat", tokenA, "application/json", heartbeat("a"), 404, agentapi.ReasonUnsupported},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h, c := setup(t)
+			req := httptest.NewRequest(tc.method, tc.path, bytes.NewReader(tc.body))
+			req.Header.Set("Content-Type", tc.contentType)
+			if tc.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			var e agentapi.Error
+			if rec.Code != tc.code || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Reason != tc.reason {
+				t.Errorf("got %d %s, want %d %s", rec.Code, rec.Body, tc.code, tc.reason)
+			}
+			if g := guestOf(t, c, "a"); g != nil {
+				t.Errorf("a rejected request wrote status.guest: %+v", g)
+			}
+		})
+	}
+}
+
+func TestHeartbeatsAreRateLimitedPerMachine(t *testing.T) {
+	h, _ := setup(t)
+	h.Rate, h.Burst = 0.001, 2
+	for i, want := range []int{200, 200, 429} {
+		if rec := post(h, tokenA, heartbeat("a")); rec.Code != want {
+			t.Fatalf("heartbeat %d: %d, want %d", i, rec.Code, want)
+		}
+	}
+	if rec := post(h, tokenB, heartbeat("b")); rec.Code != 200 {
+		t.Errorf("machine b was limited by machine a's heartbeats: %d", rec.Code)
+	}
+}
+
+func FuzzDecodeHeartbeat(f *testing.F) {
+	f.Add(heartbeat("a"))
+	f.Add([]byte(`{"machine":{"namespace":"n","name":"m"},"agentVersion":"1","ipAddresses":["::1","10.0.0.1"],"bootTime":"2026-01-01T00:00:00Z"}`))
+	f.Add([]byte(`{"machine":{}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		hb, err := agentapi.DecodeHeartbeat(bytes.NewReader(body))
+		if err != nil {
+			return
+		}
+		if len(body) > agentapi.MaxBodyBytes || hb.Machine.Name == "" || hb.AgentVersion == "" || len(hb.IPAddresses) > agentapi.MaxIPAddresses {
+			t.Fatalf("accepted a heartbeat outside the limits: %q", body)
+		}
+	})
+}
