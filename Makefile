@@ -111,6 +111,10 @@ bench: envtest $(ENVTEST_DIR)/kube-controller-manager ## Benchmark claim binding
 build: manifests generate fmt vet ## Build the manager binary.
 	go build -o bin/manager ./cmd
 
+.PHONY: build-agent
+build-agent: ## Cross-compile the macOS guest agent (darwin/amd64, no cgo) into bin/macvirt-agent.
+	GOOS=darwin GOARCH=amd64 CGO_ENABLED=0 go build -o bin/macvirt-agent ./cmd/macvirt-agent
+
 .PHONY: run
 run: manifests generate fmt vet ## Run the operator against the current kubeconfig, serving its admission webhooks locally.
 	go run ./cmd --hook-image=$(HOOK_IMG) --local-webhooks

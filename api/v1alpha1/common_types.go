@@ -128,7 +128,7 @@ const (
 	// its guest agent's token (the token itself is only in the machine's
 	// agent Secret), so the operator authenticates heartbeats without
 	// reading Secrets.
-	AnnotationAgentTokenHash = "macvirt.io/agent-token-sha256"
+	AnnotationAgentTokenHash = "macvirt.io/agent-token-sha256" //nolint:gosec // the name of an annotation, not a credential.
 	// MachineFinalizer guards a MacMachine until its VM is stopped gracefully
 	// and its VirtualMachine and DataVolumes are deleted.
 	MachineFinalizer = "macvirt.io/machine-protection"

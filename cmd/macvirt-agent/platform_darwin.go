@@ -1,0 +1,96 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/macvirt/macvirt/internal/agent"
+	"github.com/macvirt/macvirt/internal/agentapi"
+)
+
+// darwin finds the config disk under /Volumes and asks macOS's own tools.
+type darwin struct{}
+
+func newPlatform() (agent.Platform, error) { return darwin{}, nil }
+
+func (darwin) ConfigDir() (string, error) {
+	dir := filepath.Join("/Volumes", agentapi.ConfigVolumeLabel)
+	if _, err := os.Stat(filepath.Join(dir, agentapi.KeyToken)); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", nil
+		}
+		return "", err
+	}
+	return dir, nil
+}
+
+var bootTimeRE = regexp.MustCompile(`sec = (\d+)`)
+
+func (darwin) Facts() (agent.Facts, error) {
+	var f agent.Facts
+	out := func(name string, args ...string) (string, error) {
+		b, err := exec.Command(name, args...).Output() //nolint:gosec // fixed macOS tools.
+		return strings.TrimSpace(string(b)), err
+	}
+	var err error
+	if f.OSVersion, err = out("/usr/bin/sw_vers", "-productVersion"); err != nil {
+		return f, fmt.Errorf("sw_vers: %w", err)
+	}
+	if f.OSBuild, err = out("/usr/bin/sw_vers", "-buildVersion"); err != nil {
+		return f, fmt.Errorf("sw_vers: %w", err)
+	}
+	if f.Hostname, err = os.Hostname(); err != nil {
+		return f, err
+	}
+	if boot, err := out("/usr/sbin/sysctl", "-n", "kern.boottime"); err == nil {
+		if m := bootTimeRE.FindStringSubmatch(boot); m != nil {
+			if sec, err := strconv.ParseInt(m[1], 10, 64); err == nil {
+				f.BootTime = time.Unix(sec, 0).UTC()
+			}
+		}
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return f, err
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.IsGlobalUnicast() && len(f.IPAddresses) < agentapi.MaxIPAddresses {
+			f.IPAddresses = append(f.IPAddresses, ipn.IP.String())
+		}
+	}
+	return f, nil
+}
+
+func (darwin) AuthorizedKeysPath(user string) (string, error) {
+	if user == "" || strings.ContainsAny(user, "/.") {
+		return "", fmt.Errorf("refusing user name %q", user)
+	}
+	return filepath.Join("/Users", user, ".ssh", "authorized_keys"), nil
+}
+
+// Own gives the file and its directory to the owner of the user's home.
+func (darwin) Own(path, user string) error {
+	info, err := os.Stat(filepath.Join("/Users", user))
+	if err != nil {
+		return fmt.Errorf("the home of %s: %w", user, err)
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return errors.New("no owner information for the home directory")
+	}
+	for _, p := range []string{filepath.Dir(path), path} {
+		if err := os.Chown(p, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

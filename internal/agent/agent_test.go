@@ -1,0 +1,181 @@
+package agent
+
+import (
+	"context"
+	"encoding/pem"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/agentapi"
+	"github.com/macvirt/macvirt/internal/agentserver"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+)
+
+const token = "a-machine-token-0123456789abcdef"
+
+// operator serves the real heartbeat handler over TLS for one bound machine
+// and returns the config disk an agent of that machine would see.
+func operator(t *testing.T) (configDir string, c client.Client) {
+	t.Helper()
+	scheme, err := macvirtscheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &macvirtv1alpha1.MacMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: "ci-0", Namespace: "macvirt-pools",
+			Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: agentserver.HashToken(token)}},
+		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "sonoma",
+			ClaimRef: &macvirtv1alpha1.ObjectRef{Namespace: "team-a", Name: "build", UID: "u1"}},
+	}
+	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team-a", UID: "u1"},
+		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: "sonoma", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAAkey dev@example"}}}
+	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(m, claim).WithStatusSubresource(&macvirtv1alpha1.MacMachine{}).Build()
+	srv := httptest.NewTLSServer(&agentserver.Handler{Client: c})
+	t.Cleanup(srv.Close)
+
+	dir := t.TempDir()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	for key, value := range map[string]string{agentapi.KeyEndpoint: srv.URL, agentapi.KeyCABundle: string(ca), agentapi.KeyToken: token + "\n",
+		agentapi.KeyNamespace: "macvirt-pools", agentapi.KeyMachine: "ci-0"} {
+		if err := os.WriteFile(filepath.Join(dir, key), []byte(value), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, c
+}
+
+// linux is a Platform for tests: a fixed config dir and a home directory.
+type linux struct {
+	configDir, home string
+}
+
+func (l linux) ConfigDir() (string, error) { return l.configDir, nil }
+func (l linux) Facts() (Facts, error) {
+	return Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: "ci-0", BootTime: time.Now().Add(-time.Minute), IPAddresses: []string{"10.0.2.2"}}, nil
+}
+func (l linux) Own(string, string) error { return nil }
+func (l linux) AuthorizedKeysPath(user string) (string, error) {
+	return filepath.Join(l.home, user, ".ssh", "authorized_keys"), nil
+}
+
+func TestRunHeartbeatsAndDeliversTheClaimsKeys(t *testing.T) {
+	dir, c := operator(t)
+	home := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, linux{configDir: dir, home: home}, t.Logf) }()
+	keys := filepath.Join(home, "admin", ".ssh", "authorized_keys")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile(keys) //nolint:gosec // the test's own file.
+		if err == nil && strings.Contains(string(b), "ssh-ed25519 AAAAkey dev@example\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keys not delivered within 30s (%v)", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	m := &macvirtv1alpha1.MacMachine{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "macvirt-pools", Name: "ci-0"}, m); err != nil {
+		t.Fatal(err)
+	}
+	if g := m.Status.Guest; g == nil || g.LastHeartbeat == nil || g.AgentVersion != Version || g.OSBuild != "23F79" {
+		t.Errorf("status.guest after a heartbeat: %+v", g)
+	}
+	if info, err := os.Stat(keys); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("authorized_keys mode %v (%v), want 0600", info.Mode(), err)
+	}
+}
+
+func TestAWrongTokenIsAnUnretryableRefusal(t *testing.T) {
+	dir, _ := operator(t)
+	cfg, err := ReadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Token != token {
+		t.Fatalf("token %q: the trailing newline was not trimmed", cfg.Token)
+	}
+	cfg.Token = "stolen"
+	cl, err := NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cl.Heartbeat(context.Background(), Facts{})
+	var se *StatusError
+	if !errors.As(err, &se) || se.Code != 401 || se.Body.Reason != agentapi.ReasonUnauthorized || se.Retryable() {
+		t.Errorf("error %v, want a 401 Unauthorized that is not retried", err)
+	}
+}
+
+func TestReadConfigRefusesAnIncompleteDisk(t *testing.T) {
+	dir, _ := operator(t)
+	for key, content := range map[string]string{agentapi.KeyToken: "", agentapi.KeyEndpoint: "http://plain.example:80"} {
+		t.Run(key, func(t *testing.T) {
+			d := t.TempDir()
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				b, _ := os.ReadFile(filepath.Join(dir, e.Name())) //nolint:gosec // the test's own files.
+				if e.Name() == key {
+					b = []byte(content)
+				}
+				if err := os.WriteFile(filepath.Join(d, e.Name()), b, 0o600); err != nil { //nolint:gosec // names from the test's own directory.
+					t.Fatal(err)
+				}
+			}
+			if _, err := ReadConfig(d); err == nil {
+				t.Error("accepted")
+			}
+		})
+	}
+	if _, err := ReadConfig(t.TempDir()); err == nil {
+		t.Error("an empty directory was accepted")
+	}
+}
+
+func TestWriteAuthorizedKeysReplacesTheFileWhole(t *testing.T) {
+	path := filepath.Join(t.TempDir(), ".ssh", "authorized_keys")
+	if err := WriteAuthorizedKeys(path, []string{"ssh-ed25519 AAAA1 a", " ssh-ed25519 AAAA2 b \n"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteAuthorizedKeys(path, []string{"ssh-ed25519 AAAA3 c"}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path) //nolint:gosec // the test's own file.
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(b); !strings.HasSuffix(got, "\nssh-ed25519 AAAA3 c\n") || strings.Contains(got, "AAAA1") {
+		t.Errorf("authorized_keys = %q", got)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 1 {
+		t.Errorf("temporary files left: %v", entries)
+	}
+}
+
+func TestBackoffGrowsIsCappedAndJittered(t *testing.T) {
+	for n, want := range map[int]time.Duration{0: time.Second, 3: 8 * time.Second, 20: time.Minute} {
+		for range 50 {
+			if d := Backoff(n, time.Second, time.Minute); d < want/2 || d > want {
+				t.Fatalf("Backoff(%d) = %s, want within [%s, %s]", n, d, want/2, want)
+			}
+		}
+	}
+}
