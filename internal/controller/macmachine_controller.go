@@ -59,6 +59,8 @@ type MacMachineReconciler struct {
 	Stopper vmstop.Stopper
 	// Render holds operator-wide render settings (hook image, emulator).
 	Render render.Options
+	// Agent is what machines' agent config disks say about the endpoint.
+	Agent AgentOptions
 	// Clock is the time source for boot and heartbeat timeouts.
 	Clock clock.PassiveClock
 	// ControllerName overrides the controller's name, so tests can run
@@ -125,6 +127,7 @@ func (r *MacMachineReconciler) reconcileNormal(ctx context.Context, o *machineOb
 		r.releaseIfClaimGone,
 		r.loadClass,
 		r.ensureIdentity,
+		r.ensureAgentConfig,
 		r.observeObjects,
 		r.ensureDataVolumes,
 		r.ensureVirtualMachine,

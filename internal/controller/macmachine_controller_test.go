@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/agentserver"
 	"github.com/macvirt/macvirt/internal/simulator"
 )
 
@@ -34,6 +35,25 @@ var _ = Describe("MacMachine", func() {
 		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineBooting))
 		return k
 	}
+
+	It("gives the machine a guest-agent token: the Secret its config disk is made of, and only the hash on the machine", func() {
+		k := booted(newClass().Name)
+		m := getMachine(k)
+		hash := m.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash]
+		Expect(hash).To(HaveLen(64))
+		secret := &corev1.Secret{}
+		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: k.Name + "-agent"}, secret)).To(Succeed())
+		Expect(secret.Data).To(HaveKeyWithValue("endpoint", []byte("https://agent.test:9444")))
+		Expect(secret.Data).To(HaveKeyWithValue("ca.crt", []byte("test CA bundle")))
+		Expect(secret.Data).To(HaveKeyWithValue("namespace", []byte(ns)))
+		Expect(secret.Data).To(HaveKeyWithValue("machine", []byte(k.Name)))
+		Expect(agentserver.HashToken(string(secret.Data["token"]))).To(Equal(hash), "the Secret's token is the one whose hash the machine records")
+		Expect(secret.OwnerReferences).To(ContainElement(HaveField("UID", m.UID)), "the Secret goes with its machine")
+
+		vm := &kubevirtv1.VirtualMachine{}
+		Expect(k8sClient.Get(context.Background(), k, vm)).To(Succeed())
+		Expect(vm.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", k.Name+"-agent")))
+	})
 
 	It("walks Pending, Provisioning, Starting, Booting to Ready on the first heartbeat", func() {
 		class := newClass()

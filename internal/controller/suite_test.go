@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/macvirt/macvirt/internal/controller"
 	"github.com/macvirt/macvirt/internal/operator"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/simulator"
@@ -122,6 +123,7 @@ func startOperator(mods ...func(*operator.Options)) (stop func()) {
 		StopConfig: &rest.Config{Host: stopAPI.URL},
 		Clock:      clock,
 		NameSuffix: fmt.Sprintf("-%d", operators.Add(1)),
+		Agent:      controller.AgentOptions{Endpoint: "https://agent.test:9444", CABundle: []byte("test CA bundle")},
 	}
 	for _, mod := range mods {
 		mod(&opts)

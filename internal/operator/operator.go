@@ -41,6 +41,9 @@ type Options struct {
 	WrapClient func(client.Client) client.Client
 	// ClaimWorkers is the number of claims bound in parallel (default 16).
 	ClaimWorkers int
+	// Agent is the guest-agent endpoint written into every machine's
+	// config disk.
+	Agent controller.AgentOptions
 	// Webhooks registers the admission webhooks with the manager's webhook
 	// server (cmd/main.go does; the controller tests run without them).
 	Webhooks bool
@@ -102,6 +105,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 				Recorder:       mgr.GetEventRecorder("macvirt-machine-controller"),
 				Stopper:        stopper,
 				Render:         render.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath},
+				Agent:          opts.Agent,
 				Clock:          opts.Clock,
 				ControllerName: "macmachine" + opts.NameSuffix,
 			}).SetupWithManager(mgr)

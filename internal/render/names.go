@@ -10,6 +10,9 @@ const (
 	BootloaderVolume = "opencore"
 	// SystemVolume is the macOS system disk.
 	SystemVolume = "system"
+	// AgentConfigVolume is the guest agent's config disk, from the
+	// machine's agent Secret.
+	AgentConfigVolume = "agent-config"
 	// NetworkName is the pod network interface.
 	NetworkName = "default"
 )
@@ -45,3 +48,8 @@ func Labels(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) map[
 	}
 	return l
 }
+
+// AgentSecretName is the Secret holding a machine's guest-agent
+// configuration (endpoint, CA bundle, token, machine), attached to its VM as
+// the agent's config disk.
+func AgentSecretName(m *macvirtv1alpha1.MacMachine) string { return m.Name + "-agent" }

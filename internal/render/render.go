@@ -10,6 +10,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/agentapi"
 )
 
 // Options carry the operator-wide settings that are not part of a class.
@@ -107,6 +108,9 @@ func domain(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) kube
 			Disks: []kubevirtv1.Disk{
 				disk(BootloaderVolume, bus, 1),
 				disk(SystemVolume, bus, 2),
+				// The agent's config disk: an ISO on a SATA CD-ROM, which macOS
+				// mounts at /Volumes/<volume label> with its own drivers.
+				{Name: AgentConfigVolume, DiskDevice: kubevirtv1.DiskDevice{CDRom: &kubevirtv1.CDRomTarget{Bus: kubevirtv1.DiskBusSATA}}},
 			},
 			Interfaces: []kubevirtv1.Interface{{
 				Name:                   NetworkName,
@@ -134,6 +138,8 @@ func volumes(m *macvirtv1alpha1.MacMachine) []kubevirtv1.Volume {
 			DataVolume: &kubevirtv1.DataVolumeSource{Name: BootloaderDataVolumeName(m)}}},
 		{Name: SystemVolume, VolumeSource: kubevirtv1.VolumeSource{
 			DataVolume: &kubevirtv1.DataVolumeSource{Name: SystemDataVolumeName(m)}}},
+		{Name: AgentConfigVolume, VolumeSource: kubevirtv1.VolumeSource{
+			Secret: &kubevirtv1.SecretVolumeSource{SecretName: AgentSecretName(m), VolumeLabel: agentapi.ConfigVolumeLabel}}},
 	}
 }
 

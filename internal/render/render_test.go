@@ -50,7 +50,7 @@ func TestVirtualMachineBootsTheBootloaderFirstThenTheSystemDisk(t *testing.T) {
 	g := NewWithT(t)
 	vm, _ := renderOK(t, testClass(), testMachine(), testOptions)
 	disks := vm.Spec.Template.Spec.Domain.Devices.Disks
-	g.Expect(disks).To(HaveLen(2))
+	g.Expect(disks).To(HaveLen(3))
 	g.Expect(disks[0].Name).To(Equal(render.BootloaderVolume))
 	g.Expect(*disks[0].BootOrder).To(Equal(uint(1)))
 	g.Expect(disks[1].Name).To(Equal(render.SystemVolume))
@@ -58,6 +58,12 @@ func TestVirtualMachineBootsTheBootloaderFirstThenTheSystemDisk(t *testing.T) {
 	vols := vm.Spec.Template.Spec.Volumes
 	g.Expect(vols[0].DataVolume.Name).To(Equal("sonoma-7k2xq-opencore"))
 	g.Expect(vols[1].DataVolume.Name).To(Equal("sonoma-7k2xq-system"))
+	// The agent's config disk never boots.
+	g.Expect(disks[2].Name).To(Equal(render.AgentConfigVolume))
+	g.Expect(disks[2].BootOrder).To(BeNil())
+	g.Expect(disks[2].CDRom).NotTo(BeNil())
+	g.Expect(vols[2].Secret.SecretName).To(Equal("sonoma-7k2xq-agent"))
+	g.Expect(vols[2].Secret.VolumeLabel).To(Equal("MACVIRTAGENT"))
 	g.Expect(vm.Spec.DataVolumeTemplates).To(BeEmpty(), "DataVolumes are created by the operator, not templated")
 }
 
@@ -78,7 +84,13 @@ func TestVirtualMachineDiskBus(t *testing.T) {
 	for _, bus := range []macvirtv1alpha1.DiskBus{macvirtv1alpha1.DiskBusSATA, macvirtv1alpha1.DiskBusVirtio} {
 		t.Run(string(bus), func(t *testing.T) {
 			vm, _ := renderOK(t, testClass(func(c *macvirtv1alpha1.MacClass) { c.Spec.Hardware.DiskBus = bus }), testMachine(), testOptions)
+			// The class's bus is the system and bootloader disks'; the
+			// agent's config CD-ROM stays on SATA, which macOS always reads.
 			for _, d := range vm.Spec.Template.Spec.Domain.Devices.Disks {
+				if d.Name == render.AgentConfigVolume {
+					NewWithT(t).Expect(d.CDRom.Bus).To(Equal(kubevirtv1.DiskBusSATA))
+					continue
+				}
 				NewWithT(t).Expect(string(d.Disk.Bus)).To(Equal(string(bus)))
 			}
 		})
