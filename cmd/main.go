@@ -22,8 +22,11 @@ package main
 import (
 	"crypto/tls"
 	"flag"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	// Import all Kubernetes client auth plugins (e.g. Azure, GCP, OIDC, etc.)
 	// to ensure that exec-entrypoint and run can make use of them.
@@ -36,6 +39,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/macvirt/macvirt/internal/agentserver"
+	"github.com/macvirt/macvirt/internal/controller"
 	"github.com/macvirt/macvirt/internal/localwebhook"
 	"github.com/macvirt/macvirt/internal/operator"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
@@ -56,6 +61,13 @@ func main() {
 	var enableHTTP2 bool
 	var tlsOpts []func(*tls.Config)
 	var hookImage, emulatorPath string
+	var agentAddr, agentEndpoint, agentCertPath string
+	flag.StringVar(&agentAddr, "agent-bind-address", ":9444",
+		"The address the guest-agent endpoint listens on (HTTPS). Set to 0 to disable it.")
+	flag.StringVar(&agentEndpoint, "agent-endpoint", "https://macvirt-agent.macvirt-system.svc",
+		"The URL guest agents reach the agent endpoint at, written into every machine's config disk.")
+	flag.StringVar(&agentCertPath, "agent-cert-path", "",
+		"The directory with the agent endpoint's tls.crt, tls.key and ca.crt; the webhook certificate's when empty.")
 	var localWebhooks bool
 	var localWebhookHost, webhookManifests string
 	flag.BoolVar(&localWebhooks, "local-webhooks", false,
@@ -209,7 +221,22 @@ func main() {
 		os.Exit(1)
 	}
 
-	if err := operator.Setup(mgr, operator.Options{HookImage: hookImage, EmulatorPath: emulatorPath, Webhooks: true}); err != nil {
+	agent, agentServer, err := agentEndpointConfig(agentAddr, agentEndpoint, agentCertPath, webhookCertPath, local, localWebhookHost)
+	if err != nil {
+		setupLog.Error(err, "Failed to configure the guest-agent endpoint")
+		os.Exit(1)
+	}
+	if agentServer != nil {
+		agentServer.Handler = &agentserver.Handler{Client: mgr.GetClient()}
+		agentServer.TLSOpts = tlsOpts
+		if err := mgr.Add(agentServer); err != nil {
+			setupLog.Error(err, "Failed to add the guest-agent endpoint")
+			os.Exit(1)
+		}
+	} else {
+		setupLog.Info("Guest-agent endpoint disabled: no address or no certificate; machines will not become Ready")
+	}
+	if err := operator.Setup(mgr, operator.Options{HookImage: hookImage, EmulatorPath: emulatorPath, Webhooks: true, Agent: agent}); err != nil {
 		setupLog.Error(err, "Failed to set up controllers")
 		os.Exit(1)
 	}
@@ -242,4 +269,45 @@ func main() {
 		setupLog.Error(err, "Failed to run manager")
 		os.Exit(1)
 	}
+}
+
+// agentEndpointConfig decides where the guest-agent endpoint listens, with
+// which certificate, and what machines' config disks say about it: out of
+// the cluster (--local-webhooks) it shares the local webhook certificate and
+// listens on that host; in the cluster it uses --agent-cert-path, or the
+// webhook certificate, whose directory also holds ca.crt.
+func agentEndpointConfig(addr, endpoint, certPath, webhookCertPath string, local *localwebhook.Server,
+	localHost string) (controller.AgentOptions, *agentserver.Server, error) {
+	opts := controller.AgentOptions{Endpoint: endpoint}
+	if addr == "0" {
+		return opts, nil, nil
+	}
+	if local != nil {
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return opts, nil, fmt.Errorf("--agent-bind-address %q: %w", addr, err)
+		}
+		if port == "" || port == "0" {
+			p, err := localwebhook.FreePort(localHost)
+			if err != nil {
+				return opts, nil, err
+			}
+			port = strconv.Itoa(p)
+		}
+		hostPort := net.JoinHostPort(localHost, port)
+		opts.Endpoint, opts.CABundle = "https://"+hostPort, local.CABundle
+		return opts, &agentserver.Server{Addr: hostPort, CertDir: local.CertDir}, nil
+	}
+	if certPath == "" {
+		certPath = webhookCertPath
+	}
+	if certPath == "" {
+		return opts, nil, nil
+	}
+	ca, err := os.ReadFile(filepath.Join(certPath, "ca.crt")) //nolint:gosec // a directory the deployment names.
+	if err != nil {
+		return opts, nil, fmt.Errorf("reading the CA bundle agents trust: %w", err)
+	}
+	opts.CABundle = ca
+	return opts, &agentserver.Server{Addr: addr, CertDir: certPath}, nil
 }

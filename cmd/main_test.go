@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,8 +64,12 @@ func TestLocalWebhooks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var logs bytes.Buffer
+	agentPort, err := localwebhook.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	manager := exec.CommandContext(ctx, bin, //nolint:gosec // the binary this test just built.
-		"--kubeconfig="+kubeconfigPath, "--local-webhooks", "--webhook-port=0",
+		"--kubeconfig="+kubeconfigPath, "--local-webhooks", "--webhook-port=0", fmt.Sprintf("--agent-bind-address=:%d", agentPort),
 		"--health-probe-bind-address=0", "--metrics-bind-address=0")
 	manager.Dir = testenv.RepoRoot()
 	manager.Stdout, manager.Stderr = &logs, &logs
@@ -107,6 +114,20 @@ func TestLocalWebhooks(t *testing.T) {
 	}
 	if pool.Spec.MaxMachines == nil || *pool.Spec.MaxMachines != 3 {
 		t.Errorf("maxMachines = %v, want 3 from the defaulting webhook", pool.Spec.MaxMachines)
+	}
+
+	// The guest-agent endpoint listens too, and refuses a heartbeat for an
+	// unknown machine. (The test does not know the generated CA; it only
+	// checks who answers.)
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above.
+	resp, err := insecure.Post(fmt.Sprintf("https://127.0.0.1:%d/v1/heartbeat", agentPort), "application/json",
+		strings.NewReader(`{"machine":{"namespace":"x","name":"y"},"agentVersion":"1"}`))
+	if err != nil {
+		t.Fatalf("the agent endpoint does not answer: %v\n%s", err, logs.String())
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("an unauthenticated heartbeat got %d, want 401", resp.StatusCode)
 	}
 
 	if err := manager.Process.Signal(syscall.SIGTERM); err != nil {

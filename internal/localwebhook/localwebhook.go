@@ -75,7 +75,7 @@ func Prepare(opts Options) (*Server, error) {
 		s.Host = "127.0.0.1"
 	}
 	if s.Port == 0 {
-		port, err := freePort(s.Host)
+		port, err := FreePort(s.Host)
 		if err != nil {
 			return nil, err
 		}
@@ -274,7 +274,8 @@ func pointAt(cc *admissionregistrationv1.WebhookClientConfig, base string, ca []
 	return nil
 }
 
-func freePort(host string) (int, error) {
+// FreePort returns a TCP port free on host right now.
+func FreePort(host string) (int, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, fmt.Errorf("finding a free port on %s: %w", host, err)
