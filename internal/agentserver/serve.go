@@ -46,7 +46,7 @@ func (s *Server) Start(ctx context.Context) error {
 	ctrl.Log.WithName("agent-endpoint").Info("serving guest agents", "address", ln.Addr().String())
 	go func() {
 		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
