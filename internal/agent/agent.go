@@ -267,3 +267,6 @@ func apply(p Platform, state *agentapi.DesiredState) error {
 	}
 	return p.Own(path, state.SSHUser)
 }
+
+// Token is the bearer token the client sends.
+func (c *Client) Token() string { return c.cfg.Token }
