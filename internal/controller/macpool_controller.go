@@ -90,13 +90,15 @@ func derefInt32(p *int32, def int32) int32 {
 
 // poolMachineState classifies a machine for its pool. A machine that was
 // ever bound counts as bound: a used machine never returns to the idle set.
+// An unbound machine whose guest agent fell silent past heartbeatTimeout is
+// replaced like a failed one: nobody should be handed a hung Mac.
 func poolMachineState(m *macvirtv1alpha1.MacMachine) machineState {
 	switch {
 	case !m.DeletionTimestamp.IsZero():
 		return stateTerminating
 	case m.Spec.ClaimRef != nil || m.Labels[macvirtv1alpha1.LabelReleased] != "":
 		return stateBound
-	case m.Status.Phase == macvirtv1alpha1.MachineFailed:
+	case m.Status.Phase == macvirtv1alpha1.MachineFailed, guestFellSilent(m):
 		return stateFailed
 	case machineIsReady(m):
 		return stateIdle
@@ -244,4 +246,11 @@ func poolRequests(pools []macvirtv1alpha1.MacPool, namespace string) []reconcile
 		}
 	}
 	return out
+}
+
+// guestFellSilent says the machine's agent answered once and then stayed
+// silent past heartbeatTimeout.
+func guestFellSilent(m *macvirtv1alpha1.MacMachine) bool {
+	c := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionGuestAgentReady)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == macvirtv1alpha1.ReasonHeartbeatStale
 }

@@ -3,6 +3,10 @@ package controller
 import (
 	"slices"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
 
 func machines(state machineState, rev string, names ...string) []poolMachine {
@@ -110,6 +114,27 @@ func TestSlotOf(t *testing.T) {
 		got, ok := slotOf("p", name)
 		if (want < 0 && ok) || (want >= 0 && (!ok || got != want)) {
 			t.Errorf("slotOf(%q) = %d, %v; want %d", name, got, ok, want)
+		}
+	}
+}
+
+func TestPoolMachineStateReplacesAMachineWhoseAgentFellSilent(t *testing.T) {
+	cond := func(reason string) []metav1.Condition {
+		return []metav1.Condition{{Type: macvirtv1alpha1.ConditionGuestAgentReady, Status: metav1.ConditionFalse, Reason: reason}}
+	}
+	for name, tc := range map[string]struct {
+		m    macvirtv1alpha1.MacMachine
+		want machineState
+	}{
+		"silent past heartbeatTimeout": {macvirtv1alpha1.MacMachine{Status: macvirtv1alpha1.MacMachineStatus{
+			Phase: macvirtv1alpha1.MachineBooting, Conditions: cond(macvirtv1alpha1.ReasonHeartbeatStale)}}, stateFailed},
+		"still booting": {macvirtv1alpha1.MacMachine{Status: macvirtv1alpha1.MacMachineStatus{
+			Phase: macvirtv1alpha1.MachineBooting, Conditions: cond(macvirtv1alpha1.ReasonBooting)}}, stateProvisioning},
+		"silent but bound": {macvirtv1alpha1.MacMachine{Spec: macvirtv1alpha1.MacMachineSpec{ClaimRef: &macvirtv1alpha1.ObjectRef{Name: "c"}},
+			Status: macvirtv1alpha1.MacMachineStatus{Conditions: cond(macvirtv1alpha1.ReasonHeartbeatStale)}}, stateBound},
+	} {
+		if got := poolMachineState(&tc.m); got != tc.want {
+			t.Errorf("%s: state %d, want %d", name, got, tc.want)
 		}
 	}
 }
