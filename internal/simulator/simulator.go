@@ -63,6 +63,12 @@ type Options struct {
 	// instance failed to start is retried. Like virt-controller it grows with
 	// the square of the consecutive failures, up to 30 times the base.
 	CrashLoopBackoff time.Duration
+	// Guests runs a simulated macOS guest, speaking the guest agent's real
+	// protocol, in every Running instance with a macvirt agent config disk.
+	Guests bool
+	// GuestBootDelay is the simulated macOS boot: from Running to the first
+	// heartbeat.
+	GuestBootDelay time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -105,6 +111,8 @@ type Simulator struct {
 	dataVolumeEvents chan event.GenericEvent
 	vmEvents         chan event.GenericEvent
 	vmiEvents        chan event.GenericEvent
+
+	guests guests
 }
 
 // New returns a Simulator that reads and writes objects through c. The
@@ -147,6 +155,9 @@ func (s *Simulator) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	if err := (&vmReconciler{sim: s}).setup(mgr); err != nil {
+		return err
+	}
+	if err := mgr.Add(guestRunnable{sim: s}); err != nil {
 		return err
 	}
 	return (&vmiReconciler{sim: s}).setup(mgr)

@@ -96,6 +96,8 @@ var _ = BeforeSuite(func() {
 		StartDelay:       startDelay,
 		ShutdownDelay:    shutdownDelay,
 		CrashLoopBackoff: crashLoopBackoff,
+		Guests:           true,
+		GuestBootDelay:   50 * time.Millisecond,
 	})
 	Expect(sim.SetupWithManager(mgr)).To(Succeed())
 	go func() {

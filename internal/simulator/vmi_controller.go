@@ -73,10 +73,12 @@ func (r *vmiReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err := r.sim.client.Get(ctx, req.NamespacedName, vmi); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.sim.pacer.forget(key)
+			r.sim.syncGuest(req.NamespacedName, nil)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("getting VirtualMachineInstance %s: %w", req.NamespacedName, err)
 	}
+	r.sim.syncGuest(req.NamespacedName, vmi)
 	orphan, err := r.orphaned(ctx, vmi)
 	if err != nil {
 		return ctrl.Result{}, err

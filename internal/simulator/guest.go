@@ -1,0 +1,146 @@
+package simulator
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/macvirt/macvirt/internal/agent"
+	"github.com/macvirt/macvirt/internal/agentapi"
+)
+
+// Simulated macOS guests. With Options.Guests, every Running instance that
+// carries a macvirt agent config disk (a secret volume labelled
+// agentapi.ConfigVolumeLabel) gets a guest that boots for GuestBootDelay and
+// then runs the real agent's protocol code against the endpoint its config
+// Secret names, until the instance stops running. So the operator sees the
+// same heartbeats it would from macOS.
+
+// guests tracks the running simulated guests.
+type guests struct {
+	mu      sync.Mutex
+	base    context.Context
+	running map[types.NamespacedName]guest
+}
+
+type guest struct {
+	uid    types.UID
+	cancel context.CancelFunc
+}
+
+// guestRunnable gives the guests the manager's lifetime.
+type guestRunnable struct{ sim *Simulator }
+
+func (g guestRunnable) Start(ctx context.Context) error {
+	g.sim.guests.mu.Lock()
+	g.sim.guests.base = ctx
+	g.sim.guests.mu.Unlock()
+	<-ctx.Done()
+	return nil
+}
+
+// NeedLeaderElection: guests run wherever the simulator runs.
+func (g guestRunnable) NeedLeaderElection() bool { return false }
+
+// syncGuest starts the guest of a Running instance and stops the guest of
+// one that is not (any more).
+func (s *Simulator) syncGuest(key types.NamespacedName, vmi *kubevirtv1.VirtualMachineInstance) {
+	if !s.opts.Guests {
+		return
+	}
+	s.guests.mu.Lock()
+	defer s.guests.mu.Unlock()
+	g, running := s.guests.running[key]
+	wanted := vmi != nil && vmi.DeletionTimestamp == nil && vmi.Status.Phase == kubevirtv1.Running && configSecret(vmi) != ""
+	if running && (!wanted || g.uid != vmi.UID) {
+		g.cancel()
+		delete(s.guests.running, key)
+		running = false
+	}
+	if !wanted || running || s.guests.base == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(s.guests.base)
+	if s.guests.running == nil {
+		s.guests.running = map[types.NamespacedName]guest{}
+	}
+	s.guests.running[key] = guest{uid: vmi.UID, cancel: cancel}
+	go s.runGuest(ctx, vmi.DeepCopy())
+}
+
+// configSecret is the Secret of the instance's agent config disk, if any.
+func configSecret(vmi *kubevirtv1.VirtualMachineInstance) string {
+	for _, v := range vmi.Spec.Volumes {
+		if v.Secret != nil && v.Secret.VolumeLabel == agentapi.ConfigVolumeLabel {
+			return v.Secret.SecretName
+		}
+	}
+	return ""
+}
+
+// runGuest boots, then heartbeats with the agent's client until ctx ends.
+func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) {
+	log := ctrl.Log.WithName("sim-guest").WithValues("vmi", types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name})
+	bootedAt := time.Now()
+	wait := s.opts.GuestBootDelay
+	failures := 0
+	var client *agent.Client
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		err := func() error {
+			if client == nil {
+				cfg, err := s.guestConfig(ctx, vmi)
+				if err != nil {
+					return err
+				}
+				if client, err = agent.NewClient(cfg); err != nil {
+					return err
+				}
+			}
+			facts := agent.Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: vmi.Name, BootTime: bootedAt.UTC()}
+			for _, iface := range vmi.Status.Interfaces {
+				if iface.IP != "" {
+					facts.IPAddresses = append(facts.IPAddresses, iface.IP)
+				}
+			}
+			state, err := client.Heartbeat(ctx, facts)
+			if err != nil {
+				return err
+			}
+			wait = time.Duration(max(state.HeartbeatIntervalSeconds, 1)) * time.Second
+			return nil
+		}()
+		if err != nil {
+			var se *agent.StatusError
+			if errors.As(err, &se) && se.Code == 401 {
+				client = nil // the token may have been replaced
+			}
+			wait = agent.Backoff(failures, 100*time.Millisecond, 10*time.Second)
+			failures++
+			log.V(1).Info("simulated guest heartbeat failed", "retryIn", wait, "error", err.Error())
+			continue
+		}
+		failures = 0
+	}
+}
+
+// guestConfig reads the config disk's Secret, as the agent reads the disk.
+func (s *Simulator) guestConfig(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (*agent.Config, error) {
+	secret := &corev1.Secret{}
+	if err := s.reader.Get(ctx, types.NamespacedName{Namespace: vmi.Namespace, Name: configSecret(vmi)}, secret); err != nil {
+		return nil, err
+	}
+	d := secret.Data
+	return &agent.Config{Endpoint: string(d[agentapi.KeyEndpoint]), CABundle: d[agentapi.KeyCABundle], Token: string(d[agentapi.KeyToken]),
+		Namespace: string(d[agentapi.KeyNamespace]), Machine: string(d[agentapi.KeyMachine])}, nil
+}
