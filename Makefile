@@ -71,7 +71,7 @@ test: manifests generate fmt vet envtest ## Run every test layer: unit, golden, 
 FUZZTIME ?= 30s
 FUZZ_TARGETS ?= ./internal/webhook/v1alpha1:FuzzMacClass ./internal/webhook/v1alpha1:FuzzMacPool \
 	./internal/webhook/v1alpha1:FuzzMacClaim ./internal/webhook/v1alpha1:FuzzMacMachine \
-	./internal/domainhook:FuzzApply
+	./internal/domainhook:FuzzApply ./internal/agentserver:FuzzDecodeHeartbeat
 
 .PHONY: fuzz
 fuzz: ## Fuzz every target for FUZZTIME each (default 30s).
