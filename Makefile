@@ -115,6 +115,13 @@ build: manifests generate fmt vet ## Build the manager binary.
 build-agent: ## Cross-compile the macOS guest agent (darwin/amd64, no cgo) into bin/macvirt-agent.
 	GOOS=darwin GOARCH=amd64 CGO_ENABLED=0 go build -o bin/macvirt-agent ./cmd/macvirt-agent
 
+# SANDBOX_ARGS are passed to macvirt-sandbox, e.g. SANDBOX_ARGS="--until-ready --speed 4".
+SANDBOX_ARGS ?=
+
+.PHONY: sandbox
+sandbox: envtest ## Run all of macvirt on this machine (API server, operator, webhooks, simulated KubeVirt and macOS) with the samples.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./cmd/macvirt-sandbox $(SANDBOX_ARGS)
+
 .PHONY: run
 run: manifests generate fmt vet ## Run the operator against the current kubeconfig, serving its admission webhooks locally.
 	go run ./cmd --hook-image=$(HOOK_IMG) --local-webhooks

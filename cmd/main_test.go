@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -55,34 +53,17 @@ func TestLocalWebhooks(t *testing.T) {
 	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "manager")
-	build := exec.Command("go", "build", "-o", bin, ".") //nolint:gosec // bin is the test's own temporary path.
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the manager: %v\n%s", err, out)
-	}
+	bin := testenv.Build(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var logs bytes.Buffer
 	agentPort, err := localwebhook.FreePort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	manager := exec.CommandContext(ctx, bin, //nolint:gosec // the binary this test just built.
+	manager := testenv.StartProcess(t, testenv.RepoRoot(), nil, bin,
 		"--kubeconfig="+kubeconfigPath, "--local-webhooks", "--webhook-port=0", fmt.Sprintf("--agent-bind-address=:%d", agentPort),
 		"--health-probe-bind-address=0", "--metrics-bind-address=0")
-	manager.Dir = testenv.RepoRoot()
-	manager.Stdout, manager.Stderr = &logs, &logs
-	if err := manager.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- manager.Wait() }()
-	defer func() {
-		if manager.ProcessState == nil {
-			_ = manager.Process.Kill()
-		}
-	}()
 
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
@@ -97,12 +78,12 @@ func TestLocalWebhooks(t *testing.T) {
 			break
 		}
 		select {
-		case werr := <-exited:
-			t.Fatalf("the manager exited (%v) before serving webhooks:\n%s", werr, logs.String())
+		case werr := <-manager.Exited():
+			t.Fatalf("the manager exited (%v) before serving webhooks:\n%s", werr, manager.Output())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the local webhooks never refused the pool (last answer: %v); manager logs:\n%s", err, logs.String())
+			t.Fatalf("the local webhooks never refused the pool (last answer: %v); manager logs:\n%s", err, manager.Output())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -123,24 +104,14 @@ func TestLocalWebhooks(t *testing.T) {
 	resp, err := insecure.Post(fmt.Sprintf("https://127.0.0.1:%d/v1/heartbeat", agentPort), "application/json",
 		strings.NewReader(`{"machine":{"namespace":"x","name":"y"},"agentVersion":"1"}`))
 	if err != nil {
-		t.Fatalf("the agent endpoint does not answer: %v\n%s", err, logs.String())
+		t.Fatalf("the agent endpoint does not answer: %v\n%s", err, manager.Output())
 	}
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("an unauthenticated heartbeat got %d, want 401", resp.StatusCode)
 	}
 
-	if err := manager.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("the manager did not stop cleanly: %v\n%s", err, logs.String())
-		}
-	case <-time.After(time.Minute):
-		t.Fatalf("the manager did not stop within a minute of SIGTERM:\n%s", logs.String())
-	}
+	manager.Stop(t, syscall.SIGTERM)
 	var mutating admissionregistrationv1.MutatingWebhookConfigurationList
 	var validating admissionregistrationv1.ValidatingWebhookConfigurationList
 	if err := c.List(ctx, &mutating); err != nil {

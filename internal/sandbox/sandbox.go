@@ -1,0 +1,358 @@
+// Package sandbox runs the whole of macvirt on one machine: a real API
+// server and etcd (the envtest binaries) with macvirt's, KubeVirt's and
+// CDI's CRDs; the operator with its admission webhooks served over TLS and
+// registered with that API server, and its guest-agent endpoint; and the
+// KubeVirt/CDI simulator, whose simulated macOS guests speak the real
+// guest-agent protocol. It applies config/samples and shows progress.
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/yaml"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/agentserver"
+	"github.com/macvirt/macvirt/internal/controller"
+	"github.com/macvirt/macvirt/internal/localwebhook"
+	"github.com/macvirt/macvirt/internal/operator"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/internal/simulator"
+	"github.com/macvirt/macvirt/internal/testenv"
+)
+
+// Options configure a sandbox.
+type Options struct {
+	// UntilReady returns once the sample claim is Ready (or Timeout passed).
+	UntilReady bool
+	// Timeout bounds UntilReady.
+	Timeout time.Duration
+	// Machines is the sample pool's idle target.
+	Machines int32
+	// Speed scales simulated time: 2 makes imports and boots twice as fast.
+	Speed float64
+	// Kubeconfig is where to write the kubeconfig; a temporary file if empty.
+	Kubeconfig string
+	// Out receives progress; Live redraws a table in place (a terminal).
+	Out  io.Writer
+	Live bool
+}
+
+// sampleClaim is the claim of config/samples the sandbox waits for.
+var sampleClaim = types.NamespacedName{Namespace: "default", Name: "ios-build"}
+
+// Run runs the sandbox until ctx ends (or, with UntilReady, the sample
+// claim is Ready), then stops everything it started and removes its files.
+func Run(ctx context.Context, opts Options) (err error) {
+	if opts.Speed <= 0 {
+		opts.Speed = 1
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Minute
+	}
+	start := time.Now()
+	tmp, err := os.MkdirTemp("", "macvirt-sandbox-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+
+	scheme, err := macvirtscheme.New()
+	if err != nil {
+		return err
+	}
+	_, _ = fmt.Fprintln(opts.Out, "starting the API server and etcd ...")
+	env, cfg, err := testenv.Start(scheme)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = env.Stop() }()
+	kubeconfig, err := writeKubeconfig(env, opts.Kubeconfig, tmp)
+	if err != nil {
+		return err
+	}
+	if opts.Kubeconfig != "" {
+		defer func() { _ = os.Remove(kubeconfig) }()
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done, err := startManagers(runCtx, cfg, scheme, opts)
+	if err != nil {
+		return err
+	}
+	defer func() { stop(); done() }()
+
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	if err := applySamples(runCtx, c, opts.Machines); err != nil {
+		return err
+	}
+	_, _ = fmt.Fprintf(opts.Out, "\nsandbox up in %s\n  kubeconfig: %s\n  try: kubectl --kubeconfig %s get macvirt -A\n       kubectl --kubeconfig %s get macclaim ios-build -o yaml\n\n",
+		time.Since(start).Round(100*time.Millisecond), kubeconfig, kubeconfig, kubeconfig)
+	return watch(runCtx, c, opts, start)
+}
+
+func writeKubeconfig(env *envtest.Environment, path, tmp string) (string, error) {
+	user, err := env.AddUser(envtest.User{Name: "sandbox-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	b, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	if path == "" {
+		path = filepath.Join(tmp, "kubeconfig")
+	}
+	return path, os.WriteFile(path, b, 0o600)
+}
+
+// startManagers starts the simulator and the operator (webhooks, agent
+// endpoint) and returns a function that waits for both to stop.
+func startManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts Options) (func(), error) {
+	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) / opts.Speed) }
+	simMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		return nil, err
+	}
+	sim := simulator.New(simMgr.GetClient(), simulator.Options{
+		StepInterval: scale(400 * time.Millisecond), StartDelay: scale(2 * time.Second), ShutdownDelay: scale(2 * time.Second),
+		Guests: true, GuestBootDelay: scale(3 * time.Second),
+	})
+	if err := sim.SetupWithManager(simMgr); err != nil {
+		return nil, err
+	}
+	stopAPI := httptest.NewServer(sim.StopHandler())
+
+	manifests, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "webhook", "manifests.yaml"))
+	if err != nil {
+		stopAPI.Close()
+		return nil, err
+	}
+	local, err := localwebhook.Prepare(localwebhook.Options{Manifests: manifests})
+	if err != nil {
+		stopAPI.Close()
+		return nil, err
+	}
+	agentPort, err := localwebhook.FreePort(local.Host)
+	if err != nil {
+		stopAPI.Close()
+		local.Close()
+		return nil, err
+	}
+	agentAddr := net.JoinHostPort(local.Host, strconv.Itoa(agentPort))
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", WebhookServer: local.WebhookServer(webhook.Options{})})
+	if err == nil {
+		err = operator.Setup(mgr, operator.Options{Webhooks: true, StopConfig: &rest.Config{Host: stopAPI.URL},
+			Agent: controller.AgentOptions{Endpoint: "https://" + agentAddr, CABundle: local.CABundle}})
+	}
+	if err == nil {
+		err = mgr.Add(&agentserver.Server{Addr: agentAddr, CertDir: local.CertDir, Handler: &agentserver.Handler{Client: mgr.GetClient()}})
+	}
+	if err == nil {
+		err = mgr.Add(&localwebhook.Registrar{Server: local, Client: mgr.GetClient(),
+			Started: func() bool { return mgr.GetWebhookServer().StartedChecker()(nil) == nil }})
+	}
+	if err != nil {
+		stopAPI.Close()
+		local.Close()
+		return nil, err
+	}
+	stopped := make(chan struct{}, 2)
+	for _, m := range []ctrl.Manager{simMgr, mgr} {
+		go func() {
+			defer func() { stopped <- struct{}{} }()
+			if err := m.Start(ctx); err != nil {
+				ctrl.Log.Error(err, "sandbox manager stopped")
+			}
+		}()
+	}
+	// Objects are applied only once the webhooks answer, as in a cluster.
+	deadline := time.Now().Add(time.Minute)
+	for mgr.GetWebhookServer().StartedChecker()(nil) != nil && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return func() {
+		for range 2 {
+			select {
+			case <-stopped:
+			case <-time.After(30 * time.Second):
+			}
+		}
+		stopAPI.Close()
+		local.Close()
+	}, nil
+}
+
+// applySamples creates what the samples need that a cluster would already
+// have (namespaces, the golden-image DataSources), then config/samples.
+func applySamples(ctx context.Context, c client.Client, machines int32) error {
+	for _, ns := range []string{"macvirt-images", "macvirt-pools"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{"sonoma", "opencore-1.0"} {
+		ds := &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Namespace: "macvirt-images", Name: name},
+			Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "macvirt-images", Name: name}}}}
+		if err := c.Create(ctx, ds); err != nil {
+			return err
+		}
+	}
+	dir := filepath.Join(testenv.RepoRoot(), "config", "samples")
+	for _, file := range []string{"macvirt_v1alpha1_macclass.yaml", "macvirt_v1alpha1_macpool.yaml", "macvirt_v1alpha1_macclaim.yaml"} {
+		objs, err := readObjects(filepath.Join(dir, file), c.Scheme())
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			if p, ok := o.(*macvirtv1alpha1.MacPool); ok && machines > 0 {
+				p.Spec.Idle = &machines
+				if p.Spec.MaxMachines != nil && *p.Spec.MaxMachines < machines+1 {
+					maxM := machines + 1
+					p.Spec.MaxMachines = &maxM
+				}
+			}
+			if err := c.Create(ctx, o); err != nil {
+				return fmt.Errorf("applying %s: %w", file, err)
+			}
+		}
+	}
+	return nil
+}
+
+func readObjects(path string, scheme *runtime.Scheme) ([]client.Object, error) {
+	f, err := os.Open(path) //nolint:gosec // the repository's own samples.
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	var out []client.Object
+	r := utilyaml.NewYAMLReader(bufio.NewReader(f))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if strings.TrimSpace(string(doc)) == "" {
+			continue
+		}
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &tm); err != nil {
+			return nil, err
+		}
+		obj, err := scheme.New(tm.GroupVersionKind())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, obj.(client.Object))
+	}
+}
+
+// watch shows claims and machines until ctx ends or, with UntilReady, the
+// sample claim is Ready.
+func watch(ctx context.Context, c client.Client, opts Options, start time.Time) error {
+	var deadline <-chan time.Time
+	if opts.UntilReady {
+		deadline = time.After(opts.Timeout)
+	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	last := ""
+	for {
+		table, ready, why := snapshot(ctx, c)
+		if table != last {
+			if opts.Live {
+				_, _ = fmt.Fprint(opts.Out, "\033[H\033[2J")
+			}
+			_, _ = fmt.Fprint(opts.Out, table)
+			last = table
+		}
+		if opts.UntilReady && ready {
+			_, _ = fmt.Fprintf(opts.Out, "claim %s is Ready, %s after start\n", sampleClaim, time.Since(start).Round(100*time.Millisecond))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-deadline:
+			return fmt.Errorf("claim %s not Ready after %s: %s", sampleClaim, opts.Timeout, why)
+		case <-tick.C:
+		}
+	}
+}
+
+// snapshot renders claims and machines as a table, and says whether the
+// sample claim is Ready and, if not, why.
+func snapshot(ctx context.Context, c client.Client) (string, bool, string) {
+	var b strings.Builder
+	var claims macvirtv1alpha1.MacClaimList
+	var machines macvirtv1alpha1.MacMachineList
+	if err := c.List(ctx, &claims); err != nil {
+		return "", false, err.Error()
+	}
+	if err := c.List(ctx, &machines); err != nil {
+		return "", false, err.Error()
+	}
+	fmt.Fprintf(&b, "%-10s %-28s %-10s %s\n", "KIND", "NAMESPACE/NAME", "PHASE", "MESSAGE")
+	ready, why := false, "the claim does not exist"
+	for _, cl := range claims.Items {
+		msg := ""
+		if rc := meta.FindStatusCondition(cl.Status.Conditions, macvirtv1alpha1.ConditionReady); rc != nil {
+			msg = rc.Message
+			if cl.Namespace == sampleClaim.Namespace && cl.Name == sampleClaim.Name {
+				ready, why = rc.Status == metav1.ConditionTrue, rc.Message
+			}
+		}
+		fmt.Fprintf(&b, "%-10s %-28s %-10s %s\n", "MacClaim", cl.Namespace+"/"+cl.Name, cl.Status.Phase, truncate(msg, 70))
+	}
+	for _, m := range machines.Items {
+		msg := ""
+		if rc := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionReady); rc != nil {
+			msg = rc.Message
+		}
+		fmt.Fprintf(&b, "%-10s %-28s %-10s %s\n", "MacMachine", m.Namespace+"/"+m.Name, m.Status.Phase, truncate(msg, 70))
+	}
+	return b.String(), ready, why
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
