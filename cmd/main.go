@@ -21,9 +21,14 @@ package main
 
 import (
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -64,8 +69,9 @@ func main() {
 	var agentAddr, agentEndpoint, agentCertPath string
 	flag.StringVar(&agentAddr, "agent-bind-address", ":9444",
 		"The address the guest-agent endpoint listens on (HTTPS). Set to 0 to disable it.")
-	flag.StringVar(&agentEndpoint, "agent-endpoint", "https://macvirt-agent.macvirt-system.svc",
-		"The URL guest agents reach the agent endpoint at, written into every machine's config disk.")
+	flag.StringVar(&agentEndpoint, "agent-endpoint", "",
+		"The URL guest agents reach the agent endpoint at, written into every machine's config disk; "+
+			"https://macvirt-agent.<namespace>.svc when empty, the namespace from $POD_NAMESPACE (default macvirt-system).")
 	flag.StringVar(&agentCertPath, "agent-cert-path", "",
 		"The directory with the agent endpoint's tls.crt, tls.key and ca.crt; the webhook certificate's when empty.")
 	var localWebhooks bool
@@ -221,6 +227,9 @@ func main() {
 		os.Exit(1)
 	}
 
+	if agentEndpoint == "" {
+		agentEndpoint = defaultAgentEndpoint(os.Getenv("POD_NAMESPACE"))
+	}
 	agent, agentServer, err := agentEndpointConfig(agentAddr, agentEndpoint, agentCertPath, webhookCertPath, local, localWebhookHost)
 	if err != nil {
 		setupLog.Error(err, "Failed to configure the guest-agent endpoint")
@@ -304,10 +313,57 @@ func agentEndpointConfig(addr, endpoint, certPath, webhookCertPath string, local
 	if certPath == "" {
 		return opts, nil, nil
 	}
-	ca, err := os.ReadFile(filepath.Join(certPath, "ca.crt")) //nolint:gosec // a directory the deployment names.
+	ca, serverName, err := agentTrust(certPath, endpoint)
 	if err != nil {
-		return opts, nil, fmt.Errorf("reading the CA bundle agents trust: %w", err)
+		return opts, nil, err
 	}
-	opts.CABundle = ca
+	opts.CABundle, opts.ServerName = ca, serverName
 	return opts, &agentserver.Server{Addr: addr, CertDir: certPath}, nil
+}
+
+// defaultAgentEndpoint is the agent Service of the namespace the operator
+// runs in, as config/default and the OLM bundle install it.
+func defaultAgentEndpoint(namespace string) string {
+	if namespace == "" {
+		namespace = "macvirt-system"
+	}
+	return "https://macvirt-agent." + namespace + ".svc"
+}
+
+// agentTrust is what agents are told to trust in the certificate directory:
+// its ca.crt (cert-manager writes one); without it (OLM mounts only
+// tls.crt and tls.key) the serving certificate itself. When that
+// certificate does not name the endpoint's host (OLM's names the webhook
+// Service), agents check it against the first name it has instead.
+func agentTrust(certPath, endpoint string) (ca []byte, serverName string, err error) {
+	crt, err := os.ReadFile(filepath.Join(certPath, "tls.crt")) //nolint:gosec // a directory the deployment names.
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the agent endpoint's certificate: %w", err)
+	}
+	ca, err = os.ReadFile(filepath.Join(certPath, "ca.crt")) //nolint:gosec // as above.
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		ca = crt
+	case err != nil:
+		return nil, "", fmt.Errorf("reading the CA bundle agents trust: %w", err)
+	}
+	block, _ := pem.Decode(crt)
+	if block == nil {
+		return nil, "", fmt.Errorf("%s holds no PEM certificate", filepath.Join(certPath, "tls.crt"))
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, "", fmt.Errorf("parsing the agent endpoint's certificate: %w", err)
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" {
+		return nil, "", fmt.Errorf("--agent-endpoint %q is not an https:// URL", endpoint)
+	}
+	if leaf.VerifyHostname(u.Hostname()) == nil {
+		return ca, "", nil
+	}
+	if len(leaf.DNSNames) == 0 {
+		return nil, "", fmt.Errorf("the agent endpoint's certificate names neither %s nor any other DNS name", u.Hostname())
+	}
+	return ca, leaf.DNSNames[0], nil
 }

@@ -29,11 +29,12 @@ var Version = "0.1.0"
 
 // Config is what the config disk holds.
 type Config struct {
-	Endpoint  string
-	CABundle  []byte
-	Token     string
-	Namespace string
-	Machine   string
+	Endpoint   string
+	CABundle   []byte
+	ServerName string
+	Token      string
+	Namespace  string
+	Machine    string
 }
 
 // ReadConfig reads the config disk mounted at dir.
@@ -62,6 +63,11 @@ func ReadConfig(dir string) (*Config, error) {
 		return nil, err
 	}
 	c.CABundle = []byte(ca)
+	if _, err := os.Stat(filepath.Join(dir, agentapi.KeyServerName)); err == nil {
+		if c.ServerName, err = read(agentapi.KeyServerName); err != nil {
+			return nil, err
+		}
+	}
 	if !strings.HasPrefix(c.Endpoint, "https://") {
 		return nil, fmt.Errorf("endpoint %q on the config disk is not an https:// URL", c.Endpoint)
 	}
@@ -100,7 +106,7 @@ func NewClient(cfg *Config) (*Client, error) {
 	if !pool.AppendCertsFromPEM(cfg.CABundle) {
 		return nil, errors.New("the config disk's CA bundle holds no PEM certificate")
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: cfg.ServerName, MinVersion: tls.VersionTLS12}}
 	return &Client{cfg: cfg, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}, nil
 }
 

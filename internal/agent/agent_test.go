@@ -179,3 +179,33 @@ func TestBackoffGrowsIsCappedAndJittered(t *testing.T) {
 		}
 	}
 }
+
+// TestServerNameFromTheConfigDisk: with server-name on the disk, the
+// endpoint's certificate is checked against that name, not the endpoint's
+// host (the test server's certificate names example.com and 127.0.0.1).
+func TestServerNameFromTheConfigDisk(t *testing.T) {
+	dir, _ := operator(t)
+	for name, wantErr := range map[string]string{"example.com": "", "macvirt-agent.elsewhere.svc": "certificate"} {
+		if err := os.WriteFile(filepath.Join(dir, agentapi.KeyServerName), []byte(name+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := ReadConfig(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.ServerName != name {
+			t.Fatalf("server name %q, want %q", cfg.ServerName, name)
+		}
+		cl, err := NewClient(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.Heartbeat(context.Background(), Facts{Hostname: "ci-0"})
+		switch {
+		case wantErr == "" && err != nil:
+			t.Errorf("server name %s: %v", name, err)
+		case wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)):
+			t.Errorf("server name %s: err %v, want a certificate error", name, err)
+		}
+	}
+}

@@ -39,6 +39,10 @@ const (
 	KeyCABundle = "ca.crt"
 	// KeyToken is the machine's bearer token.
 	KeyToken = "token"
+	// KeyServerName, optional, is the name the endpoint's certificate is
+	// checked against when it is not the endpoint's host (an OLM-issued
+	// certificate names the webhook Service, not the agent Service).
+	KeyServerName = "server-name"
 	// KeyNamespace and KeyMachine name the MacMachine.
 	KeyNamespace = "namespace"
 	KeyMachine   = "machine"

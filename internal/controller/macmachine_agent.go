@@ -25,6 +25,9 @@ type AgentOptions struct {
 	Endpoint string
 	// CABundle is the PEM bundle the endpoint's certificate chains to.
 	CABundle []byte
+	// ServerName, when set, is the name agents check the endpoint's
+	// certificate against instead of the endpoint's host.
+	ServerName string
 }
 
 // ensureAgentConfig answers: does the machine have its guest-agent token?
@@ -44,19 +47,23 @@ func (r *MacMachineReconciler) ensureAgentConfig(ctx context.Context, o *machine
 	}
 	token := hex.EncodeToString(raw)
 	t := true
+	data := map[string]string{
+		agentapi.KeyEndpoint:  r.Agent.Endpoint,
+		agentapi.KeyCABundle:  string(r.Agent.CABundle),
+		agentapi.KeyToken:     token,
+		agentapi.KeyNamespace: m.Namespace,
+		agentapi.KeyMachine:   m.Name,
+	}
+	if r.Agent.ServerName != "" {
+		data[agentapi.KeyServerName] = r.Agent.ServerName
+	}
 	secret := corev1ac.Secret(render.AgentSecretName(m), m.Namespace).
 		WithLabels(map[string]string{macvirtv1alpha1.LabelMachine: m.Name}).
 		WithOwnerReferences(metav1ac.OwnerReference().
 			WithAPIVersion(macvirtv1alpha1.GroupVersion.String()).WithKind("MacMachine").
 			WithName(m.Name).WithUID(m.UID).WithController(t).WithBlockOwnerDeletion(t)).
 		WithType(corev1.SecretTypeOpaque).
-		WithStringData(map[string]string{
-			agentapi.KeyEndpoint:  r.Agent.Endpoint,
-			agentapi.KeyCABundle:  string(r.Agent.CABundle),
-			agentapi.KeyToken:     token,
-			agentapi.KeyNamespace: m.Namespace,
-			agentapi.KeyMachine:   m.Name,
-		})
+		WithStringData(data)
 	if err := r.Apply(ctx, secret, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 		return false, fmt.Errorf("writing the agent Secret %s/%s: %w", m.Namespace, render.AgentSecretName(m), err)
 	}
