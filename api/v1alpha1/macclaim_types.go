@@ -111,7 +111,8 @@ type MacClaimStatus struct {
 	// host, port, user and a known-hosts line.
 	// +optional
 	ConnectionSecretName string `json:"connectionSecretName,omitempty"`
-	// conditions: Bound, Ready.
+	// conditions: Bound, Ready, and Stalled when the claim cannot proceed
+	// without a human (its machine was lost, or its class or pool is unusable).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -316,7 +316,7 @@ type MacClassStatus struct {
 	// +optional
 	Revision string `json:"revision,omitempty"`
 
-	// conditions: Ready.
+	// conditions: Ready, and Stalled when a referenced source is missing.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

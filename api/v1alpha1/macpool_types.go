@@ -89,7 +89,8 @@ type MacPoolStatus struct {
 	// updatedMachines is the machines rendered from the class's current revision.
 	// +optional
 	UpdatedMachines int32 `json:"updatedMachines"`
-	// conditions: Ready (idle target met).
+	// conditions: Ready (idle target met), and Stalled when the pool cannot
+	// proceed without a human (its class or namespace is missing).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

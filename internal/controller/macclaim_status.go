@@ -35,11 +35,16 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason,
 			Message: msg, ObservedGeneration: c.Generation})
 	}
+	stalled := func(p *problem) {
+		meta.SetStatusCondition(&st.Conditions, stalledCondition(c.Generation, p))
+	}
 	switch {
 	case s.lost != "":
 		st.Phase = macvirtv1alpha1.ClaimLost
 		st.Connection = nil
-		set(macvirtv1alpha1.ConditionReady, false, macvirtv1alpha1.ReasonMachineLost, s.lost+"; the claim is not re-bound: delete it and claim again")
+		lost := problem{macvirtv1alpha1.ReasonMachineLost, s.lost + "; the claim is not re-bound: delete it and claim again"}
+		set(macvirtv1alpha1.ConditionReady, false, lost.Reason, lost.Message)
+		stalled(&lost)
 		return st
 	case s.machine == nil:
 		st.Phase = macvirtv1alpha1.ClaimPending
@@ -49,8 +54,13 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 		}
 		set(macvirtv1alpha1.ConditionBound, false, p.Reason, p.Message)
 		set(macvirtv1alpha1.ConditionReady, false, p.Reason, p.Message)
+		if p.Reason == macvirtv1alpha1.ReasonWaitingForMachine {
+			p = nil
+		}
+		stalled(p)
 		return st
 	}
+	stalled(nil)
 	m := s.machine
 	st.MachineRef = &macvirtv1alpha1.ObjectRef{Namespace: m.Namespace, Name: m.Name, UID: m.UID}
 	if st.BoundAt == nil {

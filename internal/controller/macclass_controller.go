@@ -8,8 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -61,13 +59,12 @@ func (r *MacClassReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	st := class.Status.DeepCopy()
 	st.ObservedGeneration = class.Generation
 	st.Revision = render.ClassRevision(class)
-	cond := metav1.Condition{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue,
-		Reason: macvirtv1alpha1.ReasonAsExpected, Message: "all referenced sources exist", ObservedGeneration: class.Generation}
+	var p *problem
 	if len(missing) > 0 {
-		cond.Status, cond.Reason = metav1.ConditionFalse, macvirtv1alpha1.ReasonDataSourceMissing
-		cond.Message = "missing: " + strings.Join(missing, ", ") + "; machines of this class cannot be provisioned until they exist"
+		p = &problem{macvirtv1alpha1.ReasonDataSourceMissing,
+			"missing: " + strings.Join(missing, ", ") + "; machines of this class cannot be provisioned until they exist"}
 	}
-	meta.SetStatusCondition(&st.Conditions, cond)
+	setSummaryConditions(&st.Conditions, class.Generation, p, "all referenced sources exist")
 	if equality.Semantic.DeepEqual(&class.Status, st) {
 		return ctrl.Result{}, nil
 	}

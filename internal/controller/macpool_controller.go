@@ -60,8 +60,12 @@ func (r *MacPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	in := poolInputFor(pool, class, list.Items)
 	plan := planPool(in)
-	problem := r.act(ctx, pool, class, list.Items, plan)
-	return ctrl.Result{}, r.patchPoolStatus(ctx, pool, plan, problem)
+	blocked := r.act(ctx, pool, class, list.Items, plan)
+	if class == nil && blocked == nil {
+		blocked = &problem{macvirtv1alpha1.ReasonClassNotFound,
+			fmt.Sprintf("MacClass %q does not exist; the pool creates no machines until it does", pool.Spec.ClassName)}
+	}
+	return ctrl.Result{}, r.patchPoolStatus(ctx, pool, plan, blocked)
 }
 
 // poolInputFor turns the pool and its machines into planner input. Without
@@ -187,6 +191,7 @@ func (r *MacPoolReconciler) patchPoolStatus(ctx context.Context, pool *macvirtv1
 			fmt.Sprintf("%d of %d idle machines ready, %d provisioning", st.Idle, target, st.Provisioning)
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
+	meta.SetStatusCondition(&st.Conditions, stalledCondition(pool.Generation, p))
 	poolGauges(pool.Name, st)
 	if equality.Semantic.DeepEqual(pool.Status, st) {
 		return nil

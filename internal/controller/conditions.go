@@ -1,0 +1,34 @@
+package controller
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// stalledCondition is the kstatus-style Stalled condition: True, with the
+// problem's reason and message, when progress needs a human; False otherwise.
+// Tools such as kstatus report an object with Stalled=True as Failed.
+func stalledCondition(generation int64, p *problem) metav1.Condition {
+	c := metav1.Condition{Type: macvirtv1alpha1.ConditionStalled, Status: metav1.ConditionFalse,
+		Reason: macvirtv1alpha1.ReasonAsExpected, Message: "no action needed", ObservedGeneration: generation}
+	if p != nil {
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, p.Reason, p.Message
+	}
+	return c
+}
+
+// setSummaryConditions sets Ready and Stalled for a kind whose only failure
+// mode is a problem that needs a human: with no problem the object is Ready
+// (with readyMessage); with one it is not Ready and Stalled, for the same
+// reason.
+func setSummaryConditions(conds *[]metav1.Condition, generation int64, p *problem, readyMessage string) {
+	ready := metav1.Condition{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue,
+		Reason: macvirtv1alpha1.ReasonAsExpected, Message: readyMessage, ObservedGeneration: generation}
+	if p != nil {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, p.Reason, p.Message
+	}
+	meta.SetStatusCondition(conds, ready)
+	meta.SetStatusCondition(conds, stalledCondition(generation, p))
+}
