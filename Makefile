@@ -63,7 +63,7 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate fmt vet envtest ## Run every test layer: unit, golden, envtest integration.
+test: manifests generate fmt vet envtest kustomize ## Run every test layer: unit, golden, envtest integration, bundle and GitOps checks.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 20m -coverprofile cover.out
 
 # FUZZTIME is how long `make fuzz` runs each target; `make test` runs
@@ -90,7 +90,7 @@ lint-fix: golangci-lint ## Run golangci-lint and apply its fixes.
 	"$(GOLANGCI_LINT)" run --fix ./...
 
 .PHONY: verify-gen
-verify-gen: manifests generate crds golden ## Regenerate everything and fail if anything differs from git.
+verify-gen: manifests generate crds golden bundle ## Regenerate everything (the OLM bundle too) and fail if anything differs from git.
 	go mod tidy
 	cd hack/envtest && go mod tidy
 	cd hack/crdgen && go mod tidy
@@ -158,6 +158,25 @@ deploy: manifests kustomize ## Deploy the operator to the cluster of the current
 .PHONY: undeploy
 undeploy: kustomize ## Remove the operator from the cluster.
 	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
+
+##@ OLM bundle
+
+# The bundle's package and channels.
+BUNDLE_PACKAGE ?= macvirt
+BUNDLE_CHANNELS ?= alpha
+BUNDLE_DEFAULT_CHANNEL ?= alpha
+BUNDLE_IMG ?= $(IMAGE_REGISTRY)/macvirt-bundle:v$(VERSION)
+
+.PHONY: bundle
+bundle: manifests kustomize ## Generate the OLM bundle (bundle/, bundle.Dockerfile) from config/manifests.
+	cd config/manager && "$(KUSTOMIZE)" edit set image controller=$(IMG)
+	"$(KUSTOMIZE)" build config/manifests | go run ./hack/bundlegen --version $(VERSION) --image $(IMG) \
+		--hook-image $(HOOK_IMG) --package $(BUNDLE_PACKAGE) --channels $(BUNDLE_CHANNELS) \
+		--default-channel $(BUNDLE_DEFAULT_CHANNEL)
+
+.PHONY: bundle-build
+bundle-build: bundle ## Build the bundle image (needs a container engine).
+	$(CONTAINER_TOOL) build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
 
 ##@ Dependencies
 

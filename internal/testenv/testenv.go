@@ -53,3 +53,13 @@ func Start(scheme *kruntime.Scheme) (*envtest.Environment, *rest.Config, error) 
 func MissingBinariesHint(err error) error {
 	return fmt.Errorf("starting envtest (run 'make envtest' to build bin/envtest, or set KUBEBUILDER_ASSETS): %w", err)
 }
+
+// Kustomize is the path of the kustomize the Makefile installs (`make test`
+// depends on it), or an error saying how to install it.
+func Kustomize() (string, error) {
+	bin := filepath.Join(RepoRoot(), "bin", "kustomize")
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("%w; run `make kustomize`", err)
+	}
+	return bin, nil
+}
