@@ -709,3 +709,31 @@ func TestKustomizeInstall(t *testing.T) {
 		}
 	}
 }
+
+// TestDockerfiles: the manager image is a static binary on distroless,
+// running as nonroot; the hook image is KubeVirt's sidecar-shim of the
+// KubeVirt version macvirt builds against, with the hook as onDefineDomain.
+func TestDockerfiles(t *testing.T) {
+	manager := read(t, "Dockerfile")
+	for _, want := range []string{"CGO_ENABLED=0", "FROM gcr.io/distroless/static:nonroot", "USER 65532:65532", `ENTRYPOINT ["/manager"]`} {
+		if !strings.Contains(manager, want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+	kubevirt := regexp.MustCompile(`(?m)^\s*kubevirt\.io/api (v\S+)$`).FindStringSubmatch(read(t, "go.mod"))
+	if kubevirt == nil {
+		t.Fatal("go.mod requires no kubevirt.io/api")
+	}
+	hook := read(t, "Dockerfile.hook")
+	for _, want := range []string{"quay.io/kubevirt/sidecar-shim:" + kubevirt[1], "CGO_ENABLED=0", "/usr/bin/onDefineDomain", "./cmd/domain-hook"} {
+		if !strings.Contains(hook, want) {
+			t.Errorf("Dockerfile.hook lacks %q", want)
+		}
+	}
+	mk := read(t, "Makefile")
+	for _, want := range []string{"build -t $(IMG) .", "build -f Dockerfile.hook -t $(HOOK_IMG) .", "build -f bundle.Dockerfile -t $(BUNDLE_IMG) ."} {
+		if !strings.Contains(mk, want) {
+			t.Errorf("the Makefile does not %q", want)
+		}
+	}
+}
