@@ -85,6 +85,12 @@ type ClaimConnection struct {
 	// sshPort is the SSH port.
 	// +optional
 	SSHPort int32 `json:"sshPort,omitempty"`
+	// hostKeys are the machine's SSH host public keys as its guest agent
+	// reported them; the connection Secret has them as known_hosts lines.
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	// +optional
+	HostKeys []string `json:"hostKeys,omitempty"`
 }
 
 // MacClaimStatus is the observed state of a claim.

@@ -130,6 +130,11 @@ type GuestStatus struct {
 	// +listType=atomic
 	// +optional
 	IPAddresses []string `json:"ipAddresses,omitempty"`
+	// sshHostKeys are the guest's SSH host public keys, "<type> <base64>".
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	// +optional
+	SSHHostKeys []string `json:"sshHostKeys,omitempty"`
 }
 
 // MacMachineStatus is the observed state of a machine.

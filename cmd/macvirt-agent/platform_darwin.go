@@ -58,6 +58,7 @@ func (darwin) Facts() (agent.Facts, error) {
 			}
 		}
 	}
+	f.SSHHostKeys = agent.HostKeys("/etc/ssh")
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return f, err

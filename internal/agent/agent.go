@@ -79,6 +79,7 @@ type Facts struct {
 	OSVersion, OSBuild, Hostname string
 	BootTime                     time.Time
 	IPAddresses                  []string
+	SSHHostKeys                  []string
 }
 
 // Platform is what differs per operating system.
@@ -130,7 +131,7 @@ func (c *Client) Heartbeat(ctx context.Context, facts Facts) (*agentapi.DesiredS
 	body, err := json.Marshal(agentapi.Heartbeat{
 		Machine:      agentapi.MachineRef{Namespace: c.cfg.Namespace, Name: c.cfg.Machine},
 		AgentVersion: Version, OSVersion: facts.OSVersion, OSBuild: facts.OSBuild, Hostname: facts.Hostname,
-		BootTime: facts.BootTime, IPAddresses: facts.IPAddresses,
+		BootTime: facts.BootTime, IPAddresses: facts.IPAddresses, SSHHostKeys: facts.SSHHostKeys,
 	})
 	if err != nil {
 		return nil, err

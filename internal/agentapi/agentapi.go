@@ -11,7 +11,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 )
 
 // Version is the protocol version, the first element of every path.
@@ -26,7 +29,10 @@ const MaxBodyBytes = 16 << 10
 // Limits of the values a heartbeat carries.
 const (
 	MaxIPAddresses = 32
-	MaxStringBytes = 256
+	// MaxHostKeys and MaxHostKeyBytes bound sshHostKeys.
+	MaxHostKeys     = 8
+	MaxHostKeyBytes = 2048
+	MaxStringBytes  = 256
 )
 
 // The config disk: a KubeVirt secret volume with this ISO 9660 volume label
@@ -64,6 +70,10 @@ type Heartbeat struct {
 	Hostname    string    `json:"hostname"`
 	BootTime    time.Time `json:"bootTime"`
 	IPAddresses []string  `json:"ipAddresses,omitempty"`
+	// SSHHostKeys are the guest's SSH host public keys, "<type> <base64>"
+	// as in /etc/ssh/ssh_host_*_key.pub without the comment. Tenants get
+	// them as known_hosts lines.
+	SSHHostKeys []string `json:"sshHostKeys,omitempty"`
 }
 
 // DefaultSSHUser is the macOS account the claim's keys are written for.
@@ -147,5 +157,36 @@ func (h *Heartbeat) Validate() error {
 			errs = append(errs, fmt.Errorf("ipAddresses entry %.64q is not an IP address", ip))
 		}
 	}
+	errs = append(errs, h.ValidHostKeys())
 	return errors.Join(errs...)
+}
+
+// ValidHostKeys checks sshHostKeys: at most MaxHostKeys, each exactly
+// "<type> <base64>" of a public key SSH parses.
+func (h *Heartbeat) ValidHostKeys() error {
+	var errs []error
+	if len(h.SSHHostKeys) > MaxHostKeys {
+		errs = append(errs, fmt.Errorf("sshHostKeys has more than %d entries", MaxHostKeys))
+	}
+	for _, k := range h.SSHHostKeys {
+		if err := validHostKey(k); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validHostKey(k string) error {
+	if len(k) > MaxHostKeyBytes {
+		return fmt.Errorf("sshHostKeys entry is longer than %d bytes", MaxHostKeyBytes)
+	}
+	fields := strings.Fields(k)
+	if len(fields) != 2 || fields[0]+" "+fields[1] != k {
+		return fmt.Errorf("sshHostKeys entry %.64q is not \"<type> <base64>\"", k)
+	}
+	pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k))
+	if err != nil || pub.Type() != fields[0] {
+		return fmt.Errorf("sshHostKeys entry %.64q is not an SSH public key", k)
+	}
+	return nil
 }

@@ -57,9 +57,13 @@ func setup(t *testing.T) (*Handler, client.Client) {
 
 func heartbeat(name string) []byte {
 	b, _ := json.Marshal(agentapi.Heartbeat{Machine: agentapi.MachineRef{Namespace: "team-a", Name: name}, AgentVersion: "1.0.0",
-		OSVersion: "14.5", OSBuild: "23F79", Hostname: "mac", BootTime: now.Add(-time.Hour), IPAddresses: []string{"10.0.2.2"}})
+		OSVersion: "14.5", OSBuild: "23F79", Hostname: "mac", BootTime: now.Add(-time.Hour), IPAddresses: []string{"10.0.2.2"},
+		SSHHostKeys: []string{hostKey}})
 	return b
 }
+
+// hostKey is an ed25519 public key, as in /etc/ssh/ssh_host_ed25519_key.pub.
+const hostKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE0Ow6DQP+//k6m8zioktAbUb0Su/x93h9rtsTyq+kAs"
 
 // post sends a heartbeat body with a token.
 func post(h http.Handler, token string, body []byte) *httptest.ResponseRecorder {
@@ -97,7 +101,7 @@ func TestHeartbeatIsRecordedAndAnsweredWithTheDesiredState(t *testing.T) {
 	}
 	g := guestOf(t, c, "a")
 	if g == nil || !g.LastHeartbeat.Time.Equal(now) || g.OSVersion != "14.5" || g.OSBuild != "23F79" || g.AgentVersion != "1.0.0" ||
-		g.BootTime == nil || len(g.IPAddresses) != 1 {
+		g.BootTime == nil || len(g.IPAddresses) != 1 || len(g.SSHHostKeys) != 1 || g.SSHHostKeys[0] != hostKey {
 		t.Errorf("status.guest %+v", g)
 	}
 	// Unbound machine b gets no keys.
@@ -115,19 +119,22 @@ func TestRejectionsWriteNothing(t *testing.T) {
 		code                             int
 		reason                           string
 	}{
-		"unknown machine":         {"POST", agentapi.HeartbeatPath, tokenA, "application/json", heartbeat("nope"), 401, agentapi.ReasonUnauthorized},
-		"wrong token":             {"POST", agentapi.HeartbeatPath, "guessed", "application/json", heartbeat("a"), 401, agentapi.ReasonUnauthorized},
-		"another machine's token": {"POST", agentapi.HeartbeatPath, tokenB, "application/json", heartbeat("a"), 401, agentapi.ReasonUnauthorized},
-		"no token":                {"POST", agentapi.HeartbeatPath, "", "application/json", heartbeat("a"), 401, agentapi.ReasonUnauthorized},
-		"oversized body":          {"POST", agentapi.HeartbeatPath, tokenA, "application/json", oversized, 413, agentapi.ReasonTooLarge},
-		"malformed JSON":          {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":`), 400, agentapi.ReasonMalformed},
-		"unknown field":           {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","root":true}`), 400, agentapi.ReasonMalformed},
-		"trailing data":           {"POST", agentapi.HeartbeatPath, tokenA, "application/json", append(heartbeat("a"), []byte(`{}`)...), 400, agentapi.ReasonMalformed},
-		"not an IP address":       {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","ipAddresses":["evil"]}`), 400, agentapi.ReasonMalformed},
-		"no agent version":        {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"}}`), 400, agentapi.ReasonMalformed},
-		"wrong content type":      {"POST", agentapi.HeartbeatPath, tokenA, "text/plain", heartbeat("a"), 415, agentapi.ReasonUnsupported},
-		"GET":                     {"GET", agentapi.HeartbeatPath, tokenA, "application/json", nil, 405, agentapi.ReasonMethodNotAllowed},
-		"unknown path":            {"POST", "/v2/heartbeat", tokenA, "application/json", heartbeat("a"), 404, agentapi.ReasonUnsupported},
+		"unknown machine":              {"POST", agentapi.HeartbeatPath, tokenA, "application/json", heartbeat("nope"), 401, agentapi.ReasonUnauthorized},
+		"wrong token":                  {"POST", agentapi.HeartbeatPath, "guessed", "application/json", heartbeat("a"), 401, agentapi.ReasonUnauthorized},
+		"another machine's token":      {"POST", agentapi.HeartbeatPath, tokenB, "application/json", heartbeat("a"), 401, agentapi.ReasonUnauthorized},
+		"no token":                     {"POST", agentapi.HeartbeatPath, "", "application/json", heartbeat("a"), 401, agentapi.ReasonUnauthorized},
+		"oversized body":               {"POST", agentapi.HeartbeatPath, tokenA, "application/json", oversized, 413, agentapi.ReasonTooLarge},
+		"malformed JSON":               {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":`), 400, agentapi.ReasonMalformed},
+		"unknown field":                {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","root":true}`), 400, agentapi.ReasonMalformed},
+		"trailing data":                {"POST", agentapi.HeartbeatPath, tokenA, "application/json", append(heartbeat("a"), []byte(`{}`)...), 400, agentapi.ReasonMalformed},
+		"a host key that is not a key": {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["ssh-ed25519 bm90IGEga2V5"]}`), 400, agentapi.ReasonMalformed},
+		"nine host keys":               {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["` + strings.Repeat(hostKey+`","`, 8) + hostKey + `"]}`), 400, agentapi.ReasonMalformed},
+		"a host key with a comment":    {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["` + hostKey + ` root@mac"]}`), 400, agentapi.ReasonMalformed},
+		"not an IP address":            {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","ipAddresses":["evil"]}`), 400, agentapi.ReasonMalformed},
+		"no agent version":             {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"}}`), 400, agentapi.ReasonMalformed},
+		"wrong content type":           {"POST", agentapi.HeartbeatPath, tokenA, "text/plain", heartbeat("a"), 415, agentapi.ReasonUnsupported},
+		"GET":                          {"GET", agentapi.HeartbeatPath, tokenA, "application/json", nil, 405, agentapi.ReasonMethodNotAllowed},
+		"unknown path":                 {"POST", "/v2/heartbeat", tokenA, "application/json", heartbeat("a"), 404, agentapi.ReasonUnsupported},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -36,6 +36,9 @@ func startGuests(ns string) {
 	}()
 }
 
+// testHostKey is the SSH host key simulated guests report.
+const testHostKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE0Ow6DQP+//k6m8zioktAbUb0Su/x93h9rtsTyq+kAs"
+
 func heartbeatRunning(ctx context.Context, ns string) {
 	var list macvirtv1alpha1.MacMachineList
 	if err := k8sClient.List(ctx, &list, client.InNamespace(ns)); err != nil {
@@ -51,7 +54,8 @@ func heartbeatRunning(ctx context.Context, ns string) {
 		}
 		before := m.DeepCopy()
 		now := metav1.NewTime(clock.Now())
-		m.Status.Guest = &macvirtv1alpha1.GuestStatus{LastHeartbeat: &now, AgentVersion: "test", IPAddresses: []string{"192.0.2.10"}}
+		m.Status.Guest = &macvirtv1alpha1.GuestStatus{LastHeartbeat: &now, AgentVersion: "test", IPAddresses: []string{"192.0.2.10"},
+			SSHHostKeys: []string{testHostKey}}
 		_ = k8sClient.Status().Patch(ctx, m, client.MergeFrom(before))
 	}
 }

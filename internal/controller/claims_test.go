@@ -30,11 +30,12 @@ var _ = Describe("Pools and claims", func() {
 		Eventually(claimPhase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
 		c := getClaim(k)
 		Expect(c.Status.MachineRef.Namespace).To(Equal(poolNS))
-		Expect(c.Status.Connection).To(Equal(&macvirtv1alpha1.ClaimConnection{Address: "192.0.2.10", SSHPort: 22}))
+		Expect(c.Status.Connection).To(Equal(&macvirtv1alpha1.ClaimConnection{Address: "192.0.2.10", SSHPort: 22, HostKeys: []string{testHostKey}}))
 		Expect(c.Status.BoundAt).NotTo(BeNil())
 		secret := &corev1.Secret{}
 		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: tenant, Name: c.Status.ConnectionSecretName}, secret)).To(Succeed())
-		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte("192.0.2.10")), HaveKeyWithValue("port", []byte("22")), HaveKey("user")))
+		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte("192.0.2.10")), HaveKeyWithValue("port", []byte("22")), HaveKey("user"),
+			HaveKeyWithValue("known_hosts", []byte("192.0.2.10 "+testHostKey+"\n"))))
 		Expect(secret.OwnerReferences).To(ConsistOf(HaveField("UID", claim.UID)))
 
 		m := getMachine(types.NamespacedName{Namespace: poolNS, Name: c.Status.MachineRef.Name})

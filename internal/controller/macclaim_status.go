@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -81,6 +82,9 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 		st.ReadyAt = &now
 	}
 	st.Connection = &macvirtv1alpha1.ClaimConnection{Address: machineAddress(m), SSHPort: defaultSSHPort}
+	if g := m.Status.Guest; g != nil {
+		st.Connection.HostKeys = g.SSHHostKeys
+	}
 	set(macvirtv1alpha1.ConditionReady, true, macvirtv1alpha1.ReasonAsExpected,
 		fmt.Sprintf("machine %s is Ready at %s", m.Name, st.Connection.Address))
 	return st
@@ -153,6 +157,21 @@ func connectionSecretName(c *macvirtv1alpha1.MacClaim) string { return c.Name + 
 // applyConnectionSecret writes host, port and user into a Secret owned by
 // the claim, by server-side apply: the operator creates and updates Secrets
 // but never reads them.
+// knownHosts is an OpenSSH known_hosts file for the connection: one line
+// per host key, the host in brackets with its port when that is not 22.
+// Empty until the guest agent has reported the keys.
+func knownHosts(conn *macvirtv1alpha1.ClaimConnection) string {
+	host := conn.Address
+	if conn.SSHPort != 0 && conn.SSHPort != 22 {
+		host = fmt.Sprintf("[%s]:%d", conn.Address, conn.SSHPort)
+	}
+	var b strings.Builder
+	for _, k := range conn.HostKeys {
+		b.WriteString(host + " " + k + "\n")
+	}
+	return b.String()
+}
+
 func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvirtv1alpha1.MacClaim, conn *macvirtv1alpha1.ClaimConnection) error {
 	secret := corev1ac.Secret(connectionSecretName(c), c.Namespace).
 		WithLabels(map[string]string{macvirtv1alpha1.LabelClass: c.Spec.ClassName}).
@@ -161,9 +180,10 @@ func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvi
 			WithName(c.Name).WithUID(c.UID).WithController(true)).
 		WithType(corev1.SecretTypeOpaque).
 		WithStringData(map[string]string{
-			"host": conn.Address,
-			"port": fmt.Sprint(conn.SSHPort),
-			"user": defaultSSHUser,
+			"host":        conn.Address,
+			"port":        fmt.Sprint(conn.SSHPort),
+			"user":        defaultSSHUser,
+			"known_hosts": knownHosts(conn),
 		})
 	if err := r.Apply(ctx, secret, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying connection Secret %s/%s: %w", c.Namespace, connectionSecretName(c), err)

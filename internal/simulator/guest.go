@@ -2,9 +2,14 @@ package simulator
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"errors"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -107,7 +112,8 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 					return err
 				}
 			}
-			facts := agent.Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: vmi.Name, BootTime: bootedAt.UTC()}
+			facts := agent.Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: vmi.Name, BootTime: bootedAt.UTC(),
+				SSHHostKeys: []string{guestHostKey(vmi.UID)}}
 			for _, iface := range vmi.Status.Interfaces {
 				if iface.IP != "" {
 					facts.IPAddresses = append(facts.IPAddresses, iface.IP)
@@ -143,4 +149,16 @@ func (s *Simulator) guestConfig(ctx context.Context, vmi *kubevirtv1.VirtualMach
 	d := secret.Data
 	return &agent.Config{Endpoint: string(d[agentapi.KeyEndpoint]), CABundle: d[agentapi.KeyCABundle], Token: string(d[agentapi.KeyToken]),
 		Namespace: string(d[agentapi.KeyNamespace]), Machine: string(d[agentapi.KeyMachine])}, nil
+}
+
+// guestHostKey is a simulated guest's SSH host key: an ed25519 key drawn
+// from its VMI's UID, so it stays the same across heartbeats and differs
+// between machines.
+func guestHostKey(uid types.UID) string {
+	seed := sha256.Sum256([]byte(uid))
+	pub, err := ssh.NewPublicKey(ed25519.NewKeyFromSeed(seed[:]).Public())
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub)))
 }

@@ -65,7 +65,8 @@ var _ = Describe("A simulated guest", func() {
 
 		Eventually(ep.heartbeats).WithTimeout(30 * time.Second).Should(ContainElement(And(
 			HaveField("Machine", agentapi.MachineRef{Namespace: ns, Name: "mac"}),
-			HaveField("OSBuild", "23F79"))))
+			HaveField("OSBuild", "23F79"),
+			HaveField("SSHHostKeys", HaveExactElements(HavePrefix("ssh-ed25519 "))))))
 		ep.mu.Lock()
 		Expect(ep.auths).To(HaveEach("Bearer the-token"))
 		ep.mu.Unlock()
