@@ -43,7 +43,13 @@ type Handler struct {
 
 	mu       sync.Mutex
 	limiters map[types.NamespacedName]*rate.Limiter
+	// sweepAt is the number of limiters at which the next new one first
+	// sweeps the full ones away (minSweepAt at first).
+	sweepAt int
 }
+
+// minSweepAt is the fewest limiters kept before a sweep.
+const minSweepAt = 1024
 
 // HashToken is the hex SHA-256 recorded in AnnotationAgentTokenHash.
 func HashToken(token string) string {
@@ -100,7 +106,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, agentapi.ReasonUnauthorized, unauthorized)
 		return
 	}
-	if !h.limiter(key).Allow() {
+	if now := time.Now(); !h.limiter(key, now).AllowN(now, 1) {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, agentapi.ReasonRateLimited, "heartbeats too frequent; wait for the interval the last reply gave")
 		return
@@ -119,7 +125,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(state)
 }
 
-func (h *Handler) limiter(key types.NamespacedName) *rate.Limiter {
+// limiter is the machine's rate limiter. Before adding one to a map that
+// has reached sweepAt entries, it forgets every limiter that is full again
+// at now: a new limiter starts full, so forgetting them changes no answer,
+// and deleted machines' limiters do not pile up.
+func (h *Handler) limiter(key types.NamespacedName, now time.Time) *rate.Limiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.limiters == nil {
@@ -127,6 +137,14 @@ func (h *Handler) limiter(key types.NamespacedName) *rate.Limiter {
 	}
 	l, ok := h.limiters[key]
 	if !ok {
+		if len(h.limiters) >= max(h.sweepAt, minSweepAt) {
+			for k, old := range h.limiters {
+				if old.TokensAt(now) >= float64(old.Burst()) {
+					delete(h.limiters, k)
+				}
+			}
+			h.sweepAt = 2 * len(h.limiters)
+		}
 		r, b := h.Rate, h.Burst
 		if r == 0 {
 			r = 1

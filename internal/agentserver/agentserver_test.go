@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -183,4 +184,46 @@ func FuzzDecodeHeartbeat(f *testing.F) {
 			t.Fatalf("accepted a heartbeat outside the limits: %q", body)
 		}
 	})
+}
+
+// TestLimitersOfIdleMachinesAreForgotten: once minSweepAt limiters exist,
+// adding one forgets those that are full again (deleted or quiet machines)
+// and keeps those still limiting.
+func TestLimitersOfIdleMachinesAreForgotten(t *testing.T) {
+	h := &Handler{Rate: 1, Burst: 1}
+	key := func(i int) types.NamespacedName {
+		return types.NamespacedName{Namespace: "n", Name: fmt.Sprint("m", i)}
+	}
+	t0 := time.Unix(1_000_000, 0)
+	for i := range minSweepAt {
+		if !h.limiter(key(i), t0).AllowN(t0, 1) {
+			t.Fatal("a new limiter refused its first heartbeat")
+		}
+	}
+	if len(h.limiters) != minSweepAt {
+		t.Fatalf("%d limiters before the sweep, want %d", len(h.limiters), minSweepAt)
+	}
+	// Ten seconds later every limiter is full again: all are forgotten.
+	t1 := t0.Add(10 * time.Second)
+	h.limiter(key(-1), t1)
+	if len(h.limiters) != 1 {
+		t.Fatalf("%d limiters after sweeping full ones, want only the new one", len(h.limiters))
+	}
+	// A limiter still limiting survives a sweep, and still limits.
+	if !h.limiter(key(0), t1).AllowN(t1, 1) {
+		t.Fatal("a refilled machine was refused")
+	}
+	for i := 1; len(h.limiters) < minSweepAt; i++ {
+		h.limiter(key(i), t1)
+	}
+	h.limiter(key(-2), t1)
+	if _, ok := h.limiters[key(0)]; !ok {
+		t.Fatal("the sweep forgot a limiter that was still limiting")
+	}
+	if h.limiter(key(0), t1).AllowN(t1, 1) {
+		t.Error("machine m0 got a second heartbeat within a second")
+	}
+	if len(h.limiters) != 2 {
+		t.Errorf("%d limiters after the second sweep, want the limiting one and the new one", len(h.limiters))
+	}
 }
