@@ -696,6 +696,9 @@ func TestKustomizeInstall(t *testing.T) {
 	if l := agg("macvirt-viewer"); l[to+"view"] != "true" {
 		t.Errorf("macvirt-viewer aggregates as %v; want view", l)
 	}
+	if ns := got["Namespace/macvirt-system"]; ns.GetLabels()["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("namespace macvirt-system does not enforce the Restricted profile: %v", ns.GetLabels())
+	}
 	dep := got["Deployment/macvirt-controller-manager"]
 	containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
 	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
