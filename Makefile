@@ -6,6 +6,11 @@ VERSION ?= 0.1.0
 IMAGE_REGISTRY ?= ghcr.io/macvirt
 IMG ?= $(IMAGE_REGISTRY)/macvirt-manager:v$(VERSION)
 HOOK_IMG ?= $(IMAGE_REGISTRY)/macvirt-domain-hook:v$(VERSION)
+# KUBEVIRT_VERSION is the KubeVirt release macvirt builds against (go.mod's
+# kubevirt.io/api); the hook image is based on its sidecar-shim.
+KUBEVIRT_VERSION ?= v1.9.0
+# The manager defaults --hook-image to HOOK_IMG.
+LDFLAGS ?= -X github.com/macvirt/macvirt/internal/operator.DefaultHookImage=$(HOOK_IMG)
 # KUBERNETES_VERSION is the version of the envtest binaries built by hack/envtest.
 KUBERNETES_VERSION ?= v1.37.2
 # YEAR is written into generated file headers; fixed so regeneration is stable.
@@ -51,8 +56,8 @@ domain-fixtures: ## Regenerate the domain hook's KubeVirt domain XML fixtures fr
 
 .PHONY: golden
 golden: ## Rewrite the render and domain-hook golden files from the current code (review the diff!).
-	go test ./internal/render/ -run TestGoldenRenderings -update
-	go test ./internal/domainhook/ -run TestGoldenDomains -update
+	go test ./internal/render/ -run '^TestGoldenRenderings$$' -update
+	go test ./internal/domainhook/ -run '^TestGoldenDomains$$' -update
 
 .PHONY: fmt
 fmt: ## Run go fmt against code.
@@ -109,7 +114,7 @@ bench: envtest $(ENVTEST_DIR)/kube-controller-manager ## Benchmark claim binding
 
 .PHONY: build
 build: manifests generate fmt vet ## Build the manager binary.
-	go build -o bin/manager ./cmd
+	go build -ldflags "$(LDFLAGS)" -o bin/manager ./cmd
 
 .PHONY: build-agent
 build-agent: ## Cross-compile the macOS guest agent (darwin/amd64, no cgo) into bin/macvirt-agent.
@@ -128,8 +133,8 @@ run: manifests generate fmt vet ## Run the operator against the current kubeconf
 
 .PHONY: docker-build
 docker-build: ## Build the manager and domain-hook images (needs a container engine).
-	$(CONTAINER_TOOL) build -t $(IMG) .
-	$(CONTAINER_TOOL) build -f Dockerfile.hook -t $(HOOK_IMG) .
+	$(CONTAINER_TOOL) build --build-arg HOOK_IMG=$(HOOK_IMG) -t $(IMG) .
+	$(CONTAINER_TOOL) build --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$(KUBEVIRT_VERSION) -f Dockerfile.hook -t $(HOOK_IMG) .
 
 .PHONY: docker-push
 docker-push: ## Push the manager and domain-hook images.
@@ -156,7 +161,7 @@ deploy: manifests kustomize ## Deploy the operator to the cluster of the current
 	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" apply -f -
 
 .PHONY: undeploy
-undeploy: kustomize ## Remove the operator from the cluster.
+undeploy: kustomize ## Remove the operator AND its CRDs (deletes every macvirt object; empty them first: docs/install.md).
 	"$(KUSTOMIZE)" build config/default | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
 
 ##@ OLM bundle
@@ -169,7 +174,6 @@ BUNDLE_IMG ?= $(IMAGE_REGISTRY)/macvirt-bundle:v$(VERSION)
 
 .PHONY: bundle
 bundle: manifests kustomize ## Generate the OLM bundle (bundle/, bundle.Dockerfile) from config/manifests.
-	cd config/manager && "$(KUSTOMIZE)" edit set image controller=$(IMG)
 	"$(KUSTOMIZE)" build config/manifests | go run ./hack/bundlegen --version $(VERSION) --image $(IMG) \
 		--hook-image $(HOOK_IMG) --package $(BUNDLE_PACKAGE) --channels $(BUNDLE_CHANNELS) \
 		--default-channel $(BUNDLE_DEFAULT_CHANNEL)

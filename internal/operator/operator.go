@@ -20,7 +20,10 @@ import (
 )
 
 // DefaultHookImage is the domain-hook sidecar image used when none is set.
-const DefaultHookImage = "ghcr.io/macvirt/macvirt-domain-hook:v0.1.0"
+// The Makefile sets it to its HOOK_IMG when it builds the manager
+// (-ldflags -X), in a binary and in the image, so an install that names no
+// --hook-image runs the hook built alongside it.
+var DefaultHookImage = "ghcr.io/macvirt/macvirt-domain-hook:v0.1.0"
 
 // Options configure the operator.
 type Options struct {

@@ -11,11 +11,13 @@ import (
 )
 
 // Build compiles the command in the current directory (a test's package)
-// into the test's temporary directory and returns its path.
-func Build(t testing.TB) string {
+// into the test's temporary directory, with flags passed to go build, and
+// returns its path.
+func Build(t testing.TB, flags ...string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), filepath.Base(mustGetwd(t)))
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil { //nolint:gosec // the test's own path.
+	args := append(append([]string{"build"}, flags...), "-o", bin, ".")
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil { //nolint:gosec // the test's own path and flags.
 		t.Fatalf("building %s: %v\n%s", bin, err, out)
 	}
 	return bin

@@ -696,6 +696,17 @@ func TestKustomizeInstall(t *testing.T) {
 	if l := agg("macvirt-viewer"); l[to+"view"] != "true" {
 		t.Errorf("macvirt-viewer aggregates as %v; want view", l)
 	}
+	// The serving certificate comes from a CA that outlives its renewals,
+	// so agents' config disks keep verifying the endpoint.
+	serving := got["Certificate/macvirt-serving-cert"]
+	issuer, _, _ := unstructured.NestedString(serving.Object, "spec", "issuerRef", "name")
+	caSecret, _, _ := unstructured.NestedString(got["Issuer/"+issuer].Object, "spec", "ca", "secretName")
+	ca := got["Certificate/macvirt-ca"]
+	isCA, _, _ := unstructured.NestedBool(ca.Object, "spec", "isCA")
+	caSecretOfCA, _, _ := unstructured.NestedString(ca.Object, "spec", "secretName")
+	if caSecret == "" || !isCA || caSecretOfCA != caSecret {
+		t.Errorf("the serving certificate's issuer %q is not a CA issuer backed by the isCA Certificate macvirt-ca", issuer)
+	}
 	if ns := got["Namespace/macvirt-system"]; ns.GetLabels()["pod-security.kubernetes.io/enforce"] != "restricted" {
 		t.Errorf("namespace macvirt-system does not enforce the Restricted profile: %v", ns.GetLabels())
 	}
@@ -704,6 +715,27 @@ func TestKustomizeInstall(t *testing.T) {
 	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
 	if !slices.Contains(args, "--leader-elect") {
 		t.Errorf("manager args %v: leader election is off", args)
+	}
+	// The optional NetworkPolicies still let the API server reach the
+	// webhooks and guest agents reach their endpoint.
+	open := map[float64]bool{}
+	for _, np := range kustomize(t, "config/network-policy") {
+		rules, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
+		for _, r := range rules {
+			rule := r.(map[string]any)
+			if _, restricted := rule["from"]; restricted {
+				continue
+			}
+			ports, _, _ := unstructured.NestedSlice(rule, "ports")
+			for _, p := range ports {
+				if port, ok := p.(map[string]any)["port"].(float64); ok {
+					open[port] = true
+				}
+			}
+		}
+	}
+	if !open[9443] || !open[9444] {
+		t.Errorf("config/network-policy opens %v to everyone; the webhooks (9443) and the agent endpoint (9444) need it", open)
 	}
 	// kustomize can build every overlay users are pointed at.
 	for _, dir := range []string{"config/manifests", "config/prometheus", "config/samples", "config/network-policy"} {
@@ -733,10 +765,21 @@ func TestDockerfiles(t *testing.T) {
 			t.Errorf("Dockerfile.hook lacks %q", want)
 		}
 	}
+	if !strings.Contains(manager, "ARG HOOK_IMG") || !strings.Contains(manager, "internal/operator.DefaultHookImage=${HOOK_IMG}") {
+		t.Error("Dockerfile does not build HOOK_IMG in as the manager's default hook image")
+	}
 	mk := read(t, "Makefile")
-	for _, want := range []string{"build -t $(IMG) .", "build -f Dockerfile.hook -t $(HOOK_IMG) .", "build -f bundle.Dockerfile -t $(BUNDLE_IMG) ."} {
+	for _, want := range []string{"KUBEVIRT_VERSION ?= " + kubevirt[1], "internal/operator.DefaultHookImage=$(HOOK_IMG)",
+		"build --build-arg HOOK_IMG=$(HOOK_IMG) -t $(IMG) .",
+		"build --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$(KUBEVIRT_VERSION) -f Dockerfile.hook -t $(HOOK_IMG) .",
+		"build -f bundle.Dockerfile -t $(BUNDLE_IMG) .", `go build -ldflags "$(LDFLAGS)" -o bin/manager ./cmd`} {
 		if !strings.Contains(mk, want) {
 			t.Errorf("the Makefile does not %q", want)
 		}
+	}
+	// bundle.Dockerfile copies bundle/ from the repository root, which
+	// .dockerignore otherwise leaves out of the build context.
+	if ignore := read(t, ".dockerignore"); !strings.Contains(ignore, "\n!bundle/**\n") {
+		t.Error(".dockerignore keeps bundle/ out of the build context, so bundle.Dockerfile's COPY fails")
 	}
 }
