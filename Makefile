@@ -9,8 +9,9 @@ HOOK_IMG ?= $(IMAGE_REGISTRY)/macvirt-domain-hook:v$(VERSION)
 # KUBEVIRT_VERSION is the KubeVirt release macvirt builds against (go.mod's
 # kubevirt.io/api); the hook image is based on its sidecar-shim.
 KUBEVIRT_VERSION ?= v1.9.0
-# The manager defaults --hook-image to HOOK_IMG.
-LDFLAGS ?= -X github.com/macvirt/macvirt/internal/operator.DefaultHookImage=$(HOOK_IMG)
+# The manager defaults --hook-image to HOOK_IMG. (Not LDFLAGS: that one is
+# often exported with C linker flags.)
+GO_LDFLAGS ?= -X github.com/macvirt/macvirt/internal/operator.DefaultHookImage=$(HOOK_IMG)
 # KUBERNETES_VERSION is the version of the envtest binaries built by hack/envtest.
 KUBERNETES_VERSION ?= v1.37.2
 # YEAR is written into generated file headers; fixed so regeneration is stable.
@@ -114,7 +115,7 @@ bench: envtest $(ENVTEST_DIR)/kube-controller-manager ## Benchmark claim binding
 
 .PHONY: build
 build: manifests generate fmt vet ## Build the manager binary.
-	go build -ldflags "$(LDFLAGS)" -o bin/manager ./cmd
+	go build -ldflags "$(GO_LDFLAGS)" -o bin/manager ./cmd
 
 .PHONY: build-agent
 build-agent: ## Cross-compile the macOS guest agent (darwin/amd64, no cgo) into bin/macvirt-agent.

@@ -154,9 +154,6 @@ func (r *MacClaimReconciler) recordClaimPhase(c *macvirtv1alpha1.MacClaim) {
 
 func connectionSecretName(c *macvirtv1alpha1.MacClaim) string { return c.Name + "-connection" }
 
-// applyConnectionSecret writes host, port and user into a Secret owned by
-// the claim, by server-side apply: the operator creates and updates Secrets
-// but never reads them.
 // knownHosts is an OpenSSH known_hosts file for the connection: one line
 // per host key, the host in brackets with its port when that is not 22.
 // Empty until the guest agent has reported the keys.
@@ -172,6 +169,9 @@ func knownHosts(conn *macvirtv1alpha1.ClaimConnection) string {
 	return b.String()
 }
 
+// applyConnectionSecret writes host, port, user and known_hosts into a
+// Secret owned by the claim, by server-side apply: the operator creates and
+// updates Secrets but never reads them.
 func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvirtv1alpha1.MacClaim, conn *macvirtv1alpha1.ClaimConnection) error {
 	secret := corev1ac.Secret(connectionSecretName(c), c.Namespace).
 		WithLabels(map[string]string{macvirtv1alpha1.LabelClass: c.Spec.ClassName}).

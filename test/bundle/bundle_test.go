@@ -772,7 +772,7 @@ func TestDockerfiles(t *testing.T) {
 	for _, want := range []string{"KUBEVIRT_VERSION ?= " + kubevirt[1], "internal/operator.DefaultHookImage=$(HOOK_IMG)",
 		"build --build-arg HOOK_IMG=$(HOOK_IMG) -t $(IMG) .",
 		"build --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$(KUBEVIRT_VERSION) -f Dockerfile.hook -t $(HOOK_IMG) .",
-		"build -f bundle.Dockerfile -t $(BUNDLE_IMG) .", `go build -ldflags "$(LDFLAGS)" -o bin/manager ./cmd`} {
+		"build -f bundle.Dockerfile -t $(BUNDLE_IMG) .", `go build -ldflags "$(GO_LDFLAGS)" -o bin/manager ./cmd`} {
 		if !strings.Contains(mk, want) {
 			t.Errorf("the Makefile does not %q", want)
 		}
