@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,11 +12,7 @@ import (
 
 func manifests(t *testing.T) []byte {
 	t.Helper()
-	bin, err := testenv.Kustomize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(bin, "build", filepath.Join(testenv.RepoRoot(), "config", "manifests")).Output() //nolint:gosec // the repository's own tool.
+	out, err := testenv.KustomizeBuild("config/manifests")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,16 +8,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
+
+	"github.com/macvirt/macvirt/internal/testenv"
 )
 
 // Script returns the shipped health check, one script for every macvirt.io kind.
 func Script() (string, error) {
-	_, file, _, _ := runtime.Caller(0)
-	path := filepath.Join(filepath.Dir(file), "..", "..", "config", "argocd", "health.lua")
+	path := filepath.Join(testenv.RepoRoot(), "config", "argocd", "health.lua")
 	b, err := os.ReadFile(path) //nolint:gosec // the repository's own scripts.
 	if err != nil {
 		return "", err

@@ -5,8 +5,10 @@
 package testenv
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 
@@ -54,12 +56,24 @@ func MissingBinariesHint(err error) error {
 	return fmt.Errorf("starting envtest (run 'make envtest' to build bin/envtest, or set KUBEBUILDER_ASSETS): %w", err)
 }
 
-// Kustomize is the path of the kustomize the Makefile installs (`make test`
-// depends on it), or an error saying how to install it.
-func Kustomize() (string, error) {
+// KustomizeBuild runs `kustomize build dir` with the kustomize the Makefile
+// installs (`make test` depends on it); a relative dir is taken from the
+// repository's root. Errors carry kustomize's own message, or say how to
+// install it.
+func KustomizeBuild(dir string) ([]byte, error) {
 	bin := filepath.Join(RepoRoot(), "bin", "kustomize")
 	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("%w; run `make kustomize`", err)
+		return nil, fmt.Errorf("%w; run `make kustomize`", err)
 	}
-	return bin, nil
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(RepoRoot(), dir)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "build", dir) //nolint:gosec // the repository's own kustomize.
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w\n%s", dir, err, stderr.String())
+	}
+	return out, nil
 }

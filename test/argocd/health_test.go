@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -106,10 +105,6 @@ func TestHealthChecks(t *testing.T) {
 // keys, next to its own keys.
 func TestComponentMergesIntoArgoCDConfigMap(t *testing.T) {
 	root := testenv.RepoRoot()
-	bin, err := testenv.Kustomize()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	component, err := filepath.Rel(dir, filepath.Join(root, "config", "argocd"))
 	if err != nil {
@@ -140,12 +135,9 @@ components:
 			t.Fatal(err)
 		}
 	}
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "build", dir) //nolint:gosec // the repository's own kustomize.
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := testenv.KustomizeBuild(dir)
 	if err != nil {
-		t.Fatalf("kustomize build: %v\n%s", err, stderr.String())
+		t.Fatal(err)
 	}
 	if docs := bytes.Count(out, []byte("\n---\n")) + 1; docs != 1 {
 		t.Fatalf("kustomize built %d objects, want only argocd-cm:\n%s", docs, out)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -609,13 +608,9 @@ func read(t *testing.T, name string) string {
 // kustomize builds a config/ directory with the Makefile's kustomize.
 func kustomize(t *testing.T, dir string) []unstructured.Unstructured {
 	t.Helper()
-	bin, err := testenv.Kustomize()
+	out, err := testenv.KustomizeBuild(dir)
 	if err != nil {
 		t.Fatal(err)
-	}
-	out, err := exec.Command(bin, "build", filepath.Join(root, dir)).Output() //nolint:gosec // the repository's own tool.
-	if err != nil {
-		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
 	return splitYAML(t, string(out))
 }
