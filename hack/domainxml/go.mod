@@ -155,3 +155,12 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.2-0.20260122202528-d9cc6641c482 // indirect
 )
+
+// kubevirt.io/kubevirt v1.9.0 requires these at v0.2.0, which the Go module
+// proxy refuses. Only their identifiers are compiled (KubeVirt's
+// pkg/controller names them) and none of their code runs, so local
+// stand-ins replace them: see stubs/README.md.
+replace (
+	kubevirt.io/virt-template-api => ./stubs/virt-template-api
+	kubevirt.io/virt-template-client-go => ./stubs/virt-template-client-go
+)
