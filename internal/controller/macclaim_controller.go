@@ -15,10 +15,12 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -365,7 +367,10 @@ func (r *MacClaimReconciler) checkTenancy(ctx context.Context, claim *macvirtv1a
 }
 
 // SetupWithManager watches claims, machines (to complete, lose or wake
-// claims) and namespaces' labels (tenancy).
+// claims), and what a waiting claim waits for: classes and pools (created
+// after the claim, or changed, e.g. to onDemand) and namespaces' labels
+// (tenancy). Only spec changes of classes and pools, and only label changes
+// of namespaces, wake anyone.
 func (r *MacClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
@@ -377,6 +382,12 @@ func (r *MacClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&macvirtv1alpha1.MacClaim{}).
 		Watches(&macvirtv1alpha1.MacMachine{}, r.machineEvents()).
+		Watches(&macvirtv1alpha1.MacClass{}, handler.EnqueueRequestsFromMapFunc(r.classToWaitingClaims),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&macvirtv1alpha1.MacPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToWaitingClaims),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceToWaitingClaims),
+			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Named(name).
 		Complete(r)
@@ -419,13 +430,61 @@ func (r *MacClaimReconciler) machineEvents() handler.TypedEventHandler[client.Ob
 }
 
 func (r *MacClaimReconciler) wakeWaiting(ctx context.Context, keys []string, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	for _, req := range r.waitingClaims(ctx, keys) {
+		q.Add(req)
+	}
+}
+
+// waitingClaims lists the unbound claims waiting on any of the bind keys.
+// A failed list is logged: the claims then wait for their next event.
+func (r *MacClaimReconciler) waitingClaims(ctx context.Context, keys []string) []reconcile.Request {
+	var reqs []reconcile.Request
 	for _, k := range keys {
 		var claims macvirtv1alpha1.MacClaimList
 		if err := r.List(ctx, &claims, client.MatchingFields{claimWaitingField: k}); err != nil {
-			return
+			ctrl.LoggerFrom(ctx).Error(err, "listing the claims waiting on a bind key; they wait for their next event", "key", k)
+			continue
 		}
 		for i := range claims.Items {
-			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&claims.Items[i])})
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&claims.Items[i])})
 		}
 	}
+	return reqs
+}
+
+// classToWaitingClaims wakes the claims waiting on a class that appeared or
+// changed: those that name it, and those that name one of its pools.
+func (r *MacClaimReconciler) classToWaitingClaims(ctx context.Context, obj client.Object) []reconcile.Request {
+	keys := []string{"class/" + obj.GetName()}
+	var pools macvirtv1alpha1.MacPoolList
+	if err := r.List(ctx, &pools, client.MatchingFields{poolClassField: obj.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the pools of a class; claims waiting on them wait for their next event", "class", obj.GetName())
+	}
+	for i := range pools.Items {
+		keys = append(keys, "pool/"+pools.Items[i].Name)
+	}
+	return r.waitingClaims(ctx, keys)
+}
+
+// poolToWaitingClaims wakes the claims that name a pool that appeared or
+// changed.
+func (r *MacClaimReconciler) poolToWaitingClaims(ctx context.Context, obj client.Object) []reconcile.Request {
+	return r.waitingClaims(ctx, []string{"pool/" + obj.GetName()})
+}
+
+// namespaceToWaitingClaims wakes the unbound claims of a namespace whose
+// labels changed: a class's tenancy.allowedNamespaces may now match it.
+func (r *MacClaimReconciler) namespaceToWaitingClaims(ctx context.Context, obj client.Object) []reconcile.Request {
+	var claims macvirtv1alpha1.MacClaimList
+	if err := r.List(ctx, &claims, client.InNamespace(obj.GetName())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing a namespace's claims; its waiting claims wait for their next event", "namespace", obj.GetName())
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range claims.Items {
+		if claims.Items[i].Status.MachineRef == nil {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&claims.Items[i])})
+		}
+	}
+	return reqs
 }
