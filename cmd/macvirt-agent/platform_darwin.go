@@ -71,6 +71,23 @@ func (darwin) Facts() (agent.Facts, error) {
 	return f, nil
 }
 
+// SetHostname sets the three names macOS keeps: HostName (the one
+// os.Hostname reports), LocalHostName (Bonjour's .local name, which allows no
+// dots and at most 63 characters) and ComputerName (shown in Sharing).
+func (darwin) SetHostname(name string) error {
+	local := strings.ReplaceAll(name, ".", "-")
+	if len(local) > 63 {
+		local = local[:63]
+	}
+	for _, set := range [][2]string{{"HostName", name}, {"LocalHostName", local}, {"ComputerName", name}} {
+		out, err := exec.Command("/usr/sbin/scutil", "--set", set[0], set[1]).CombinedOutput() //nolint:gosec // a fixed macOS tool; the name is a validated DNS name.
+		if err != nil {
+			return fmt.Errorf("scutil --set %s: %w: %s", set[0], err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
 func (darwin) AuthorizedKeysPath(user string) (string, error) {
 	if user == "" || strings.ContainsAny(user, "/.") {
 		return "", fmt.Errorf("refusing user name %q", user)

@@ -21,6 +21,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/macvirt/macvirt/internal/agentapi"
 )
 
@@ -93,6 +95,9 @@ type Platform interface {
 	// Own gives a file written for user to that user (sshd refuses keys
 	// files other users could have written).
 	Own(path, user string) error
+	// SetHostname gives the guest the name the operator chose (the
+	// machine's), which Facts reports from then on.
+	SetHostname(name string) error
 }
 
 // Client speaks the protocol to the operator.
@@ -238,14 +243,14 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 			}
 		}
 		var state *agentapi.DesiredState
+		var facts Facts
 		if err == nil {
-			var facts Facts
 			if facts, err = p.Facts(); err == nil {
 				state, err = client.Heartbeat(ctx, facts)
 			}
 		}
 		if err == nil {
-			err = apply(p, state)
+			err = apply(p, facts, state)
 		}
 		var se *StatusError
 		if err != nil {
@@ -263,8 +268,17 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 	}
 }
 
-// apply makes the desired state true on the guest.
-func apply(p Platform, state *agentapi.DesiredState) error {
+// apply makes the desired state true on the guest: the hostname, when it
+// differs from the one the heartbeat reported, and the SSH keys.
+func apply(p Platform, facts Facts, state *agentapi.DesiredState) error {
+	if h := state.Hostname; h != "" && h != facts.Hostname {
+		if errs := validation.IsDNS1123Subdomain(h); len(errs) > 0 {
+			return fmt.Errorf("refusing the hostname %q the operator sent: %s", h, strings.Join(errs, "; "))
+		}
+		if err := p.SetHostname(h); err != nil {
+			return fmt.Errorf("setting the hostname to %q: %w", h, err)
+		}
+	}
 	path, err := p.AuthorizedKeysPath(state.SSHUser)
 	if err != nil {
 		return err

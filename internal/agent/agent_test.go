@@ -7,7 +7,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,18 +57,36 @@ func operator(t *testing.T) (configDir string, c client.Client) {
 	return dir, c
 }
 
-// linux is a Platform for tests: a fixed config dir and a home directory.
+// linux is a Platform for tests: a fixed config dir, a home directory, and
+// a hostname that starts as the golden image's.
 type linux struct {
 	configDir, home string
+
+	mu       sync.Mutex
+	hostname string
+	renames  []string
 }
 
-func (l linux) ConfigDir() (string, error) { return l.configDir, nil }
-func (l linux) Facts() (Facts, error) {
-	return Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: "ci-0", BootTime: time.Now().Add(-time.Minute), IPAddresses: []string{"10.0.2.2"}}, nil
+func (l *linux) ConfigDir() (string, error) { return l.configDir, nil }
+func (l *linux) Facts() (Facts, error) {
+	return Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: l.currentHostname(), BootTime: time.Now().Add(-time.Minute),
+		IPAddresses: []string{"10.0.2.2"}}, nil
 }
-func (l linux) Own(string, string) error { return nil }
-func (l linux) AuthorizedKeysPath(user string) (string, error) {
+func (l *linux) Own(string, string) error { return nil }
+func (l *linux) AuthorizedKeysPath(user string) (string, error) {
 	return filepath.Join(l.home, user, ".ssh", "authorized_keys"), nil
+}
+func (l *linux) SetHostname(name string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hostname = name
+	l.renames = append(l.renames, name)
+	return nil
+}
+func (l *linux) currentHostname() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.hostname
 }
 
 func TestRunHeartbeatsAndDeliversTheClaimsKeys(t *testing.T) {
@@ -74,7 +94,8 @@ func TestRunHeartbeatsAndDeliversTheClaimsKeys(t *testing.T) {
 	home := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, linux{configDir: dir, home: home}, t.Logf) }()
+	guest := &linux{configDir: dir, home: home, hostname: "golden-sonoma"}
+	go func() { done <- Run(ctx, guest, t.Logf) }()
 	keys := filepath.Join(home, "admin", ".ssh", "authorized_keys")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -100,6 +121,39 @@ func TestRunHeartbeatsAndDeliversTheClaimsKeys(t *testing.T) {
 	}
 	if info, err := os.Stat(keys); err != nil || info.Mode().Perm() != 0o600 {
 		t.Errorf("authorized_keys mode %v (%v), want 0600", info.Mode(), err)
+	}
+	if guest.currentHostname() != "ci-0" {
+		t.Errorf("hostname %q after the operator's answer, want the machine's name ci-0", guest.currentHostname())
+	}
+}
+
+func TestApplySetsTheHostnameOnlyWhenItDiffersAndIsADNSName(t *testing.T) {
+	for _, tc := range []struct {
+		name, reported, desired string
+		wantRenames             []string
+		wantErr                 string
+	}{
+		{name: "golden image name", reported: "golden-sonoma", desired: "ci-0", wantRenames: []string{"ci-0"}},
+		{name: "already named", reported: "ci-0", desired: "ci-0"},
+		{name: "operator sends none", reported: "golden-sonoma", desired: ""},
+		{name: "a subdomain", reported: "x", desired: "ci-0.pools", wantRenames: []string{"ci-0.pools"}},
+		{name: "not a DNS name", reported: "x", desired: "ci 0; reboot", wantErr: `refusing the hostname "ci 0; reboot"`},
+		{name: "upper case", reported: "x", desired: "CI-0", wantErr: "refusing the hostname"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &linux{home: t.TempDir(), hostname: tc.reported}
+			err := apply(p, Facts{Hostname: tc.reported}, &agentapi.DesiredState{Hostname: tc.desired, SSHUser: "admin"})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("apply: %v, want an error containing %q", err, tc.wantErr)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(p.renames, tc.wantRenames) {
+				t.Errorf("renames %q, want %q", p.renames, tc.wantRenames)
+			}
+		})
 	}
 }
 

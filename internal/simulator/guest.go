@@ -96,6 +96,9 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 	wait := s.opts.GuestBootDelay
 	failures := 0
 	var client *agent.Client
+	// A guest boots with the hostname its golden image was built with and
+	// takes the one the operator sends, as the agent's apply does.
+	hostname := goldenHostname
 	for {
 		select {
 		case <-ctx.Done():
@@ -112,7 +115,7 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 					return err
 				}
 			}
-			facts := agent.Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: vmi.Name, BootTime: bootedAt.UTC(),
+			facts := agent.Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: hostname, BootTime: bootedAt.UTC(),
 				SSHHostKeys: []string{guestHostKey(vmi.UID)}}
 			for _, iface := range vmi.Status.Interfaces {
 				if iface.IP != "" {
@@ -122,6 +125,9 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 			state, err := client.Heartbeat(ctx, facts)
 			if err != nil {
 				return err
+			}
+			if state.Hostname != "" {
+				hostname = state.Hostname
 			}
 			wait = time.Duration(max(state.HeartbeatIntervalSeconds, 1)) * time.Second
 			return nil
@@ -139,6 +145,10 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 		failures = 0
 	}
 }
+
+// goldenHostname is the hostname of a simulated guest until the operator
+// names it.
+const goldenHostname = "macos-golden"
 
 // guestConfig reads the config disk's Secret, as the agent reads the disk.
 func (s *Simulator) guestConfig(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (*agent.Config, error) {

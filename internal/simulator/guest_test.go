@@ -71,6 +71,15 @@ var _ = Describe("A simulated guest", func() {
 		Expect(ep.auths).To(HaveEach("Bearer the-token"))
 		ep.mu.Unlock()
 
+		By("reporting its golden image's hostname first, then the name the operator sent")
+		Eventually(func() []string {
+			var names []string
+			for _, hb := range ep.heartbeats() {
+				names = append(names, hb.Hostname)
+			}
+			return names[:min(len(names), 2)]
+		}).WithTimeout(30 * time.Second).Should(Equal([]string{"macos-golden", "mac"}))
+
 		By("and falls silent once the VM is gone")
 		Expect(k8sClient.Delete(ctx, vm)).To(Succeed())
 		Eventually(vmiNotFound(ns, "mac")).WithTimeout(30 * time.Second).Should(BeTrue())
