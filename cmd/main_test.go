@@ -88,13 +88,15 @@ func TestLocalWebhooks(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	idle := int32(3)
-	pool := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: "ci"}, Spec: macvirtv1alpha1.MacPoolSpec{ClassName: "sonoma", Idle: &idle}}
-	if err := c.Create(ctx, pool); err != nil {
+	// A machine's SMBIOS identity is a default only the mutating webhook
+	// draws (the schema cannot).
+	machine := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "ci-0"},
+		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "sonoma"}}
+	if err := c.Create(ctx, machine, client.DryRunAll); err != nil {
 		t.Fatal(err)
 	}
-	if pool.Spec.MaxMachines == nil || *pool.Spec.MaxMachines != 3 {
-		t.Errorf("maxMachines = %v, want 3 from the defaulting webhook", pool.Spec.MaxMachines)
+	if machine.Spec.SMBIOS == nil || machine.Spec.SMBIOS.SerialNumber == "" {
+		t.Errorf("spec.smbios = %+v, want an identity drawn by the defaulting webhook", machine.Spec.SMBIOS)
 	}
 
 	// The guest-agent endpoint listens too, and refuses a heartbeat for an

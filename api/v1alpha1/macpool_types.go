@@ -47,7 +47,9 @@ type MacPoolSpec struct {
 	Idle *int32 `json:"idle,omitempty"`
 
 	// maxMachines caps every machine of the pool: idle, bound, provisioning
-	// and terminating. Defaults to idle when unset.
+	// and terminating. When unset the cap is twice idle (the warm machines
+	// and as many bound ones) and follows idle; status.maxMachines shows the
+	// cap in force.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=10000
 	// +optional
@@ -89,12 +91,30 @@ type MacPoolStatus struct {
 	// updatedMachines is the machines rendered from the class's current revision.
 	// +optional
 	UpdatedMachines int32 `json:"updatedMachines"`
+	// maxMachines is the cap in force: spec.maxMachines, or twice idle
+	// when that is unset.
+	// +optional
+	MaxMachines int32 `json:"maxMachines"`
 	// conditions: Ready (idle target met), and Stalled when the pool cannot
 	// proceed without a human (its class or namespace is missing).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// EffectiveMaxMachines is the cap on the pool's machines: maxMachines, or
+// twice idle when it is unset, so that a pool that only says "keep N warm"
+// can refill after binds until N of its machines are bound.
+func (s *MacPoolSpec) EffectiveMaxMachines() int32 {
+	if s.MaxMachines != nil {
+		return *s.MaxMachines
+	}
+	idle := DefaultPoolIdle
+	if s.Idle != nil {
+		idle = *s.Idle
+	}
+	return 2 * idle
 }
 
 // MacPool keeps a number of warm, Ready, unbound machines of one class so
@@ -110,7 +130,7 @@ type MacPoolStatus struct {
 // +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.idle`
 // +kubebuilder:printcolumn:name="Bound",type=integer,JSONPath=`.status.bound`
 // +kubebuilder:printcolumn:name="Machines",type=integer,JSONPath=`.status.machines`
-// +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.maxMachines`
+// +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.status.maxMachines`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -54,6 +54,20 @@ var _ = Describe("Pools and claims", func() {
 		Expect(stopRequestsFor(mk)).To(HaveLen(1))
 	})
 
+	It("refill behind a bind when maxMachines is unset: the cap is twice idle", func() {
+		class := newClass()
+		pool, poolNS := newPool(class.Name, 1, 0, func(p *macvirtv1alpha1.MacPool) { p.Spec.MaxMachines = nil })
+		startGuests(poolNS)
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(
+			HaveField("Idle", int32(1)), HaveField("MaxMachines", int32(2))))
+
+		claim := newClaim(newNamespace(), func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name })
+		Eventually(claimPhase(key(claim))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(
+			HaveField("Idle", int32(1)), HaveField("Bound", int32(1)), HaveField("Machines", int32(2))),
+			"a pool that only says how many to keep warm keeps them warm after a bind")
+	})
+
 	It("keep a Retained machine, marked released, out of the idle set", func() {
 		class := newClass()
 		pool, poolNS := newPool(class.Name, 1, 3)

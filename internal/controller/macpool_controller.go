@@ -72,7 +72,7 @@ func (r *MacPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // a class, the pool plans nothing but still counts.
 func poolInputFor(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass, items []macvirtv1alpha1.MacMachine) poolInput {
 	in := poolInput{Pool: pool.Name, Idle: derefInt32(pool.Spec.Idle, 1), MaxProv: pool.Spec.MaxProvisioning, Paused: pool.Spec.Paused}
-	in.Max = derefInt32(pool.Spec.MaxMachines, in.Idle)
+	in.Max = pool.Spec.EffectiveMaxMachines()
 	if class == nil {
 		in.Paused = true
 	} else {
@@ -175,6 +175,7 @@ func newPoolMachine(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacCla
 func (r *MacPoolReconciler) patchPoolStatus(ctx context.Context, pool *macvirtv1alpha1.MacPool, plan poolPlan, p *problem) error {
 	st := plan.Counts
 	st.ObservedGeneration = pool.Generation
+	st.MaxMachines = pool.Spec.EffectiveMaxMachines()
 	// A copy: SetStatusCondition edits in place, and the patch base must
 	// keep the old conditions.
 	st.Conditions = append([]metav1.Condition(nil), pool.Status.Conditions...)

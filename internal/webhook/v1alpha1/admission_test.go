@@ -178,7 +178,7 @@ var _ = Describe("Defaulting over TLS", func() {
 	})
 
 	DescribeTable("MacPool defaults",
-		func(idle *int32, wantNS string, wantIdle, wantMax, wantProvisioning int32) {
+		func(idle *int32, wantNS string, wantIdle, wantEffectiveMax, wantProvisioning int32) {
 			p := minimalPool()
 			p.Name, p.Spec.Idle = uniqueName("pool"), idle
 			Expect(k8sClient.Create(suiteCtx, p)).To(Succeed())
@@ -186,12 +186,24 @@ var _ = Describe("Defaulting over TLS", func() {
 			Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(p), p)).To(Succeed())
 			Expect(p.Spec.Namespace).To(Equal(wantNS))
 			Expect(*p.Spec.Idle).To(Equal(wantIdle))
-			Expect(*p.Spec.MaxMachines).To(Equal(wantMax), "maxMachines defaults to idle (the webhook's own default)")
+			Expect(p.Spec.MaxMachines).To(BeNil(), "maxMachines stays unset, so the cap can follow idle")
+			Expect(p.Spec.EffectiveMaxMachines()).To(Equal(wantEffectiveMax))
 			Expect(p.Spec.MaxProvisioning).To(Equal(wantProvisioning))
 		},
-		Entry("nothing set", nil, "macvirt-pools", int32(1), int32(1), int32(2)),
-		Entry("idle set: maxMachines follows it", i32(6), "macvirt-pools", int32(6), int32(6), int32(2)),
+		Entry("nothing set", nil, "macvirt-pools", int32(1), int32(2), int32(2)),
+		Entry("idle set: the cap follows it", i32(6), "macvirt-pools", int32(6), int32(12), int32(2)),
 	)
+
+	It("admits a later raise of idle on a pool created without maxMachines", func() {
+		p := minimalPool()
+		p.Name, p.Spec.Idle = uniqueName("pool"), i32(2)
+		Expect(k8sClient.Create(suiteCtx, p)).To(Succeed())
+		cleanup(p)
+		Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+		p.Spec.Idle = i32(5)
+		Expect(k8sClient.Update(suiteCtx, p)).To(Succeed(), "no maxMachines was frozen into spec at create")
+		Expect(p.Spec.MaxMachines).To(BeNil())
+	})
 
 	It("defaults a MacClaim's reclaimPolicy to Delete", func() {
 		c := minimalClaim()

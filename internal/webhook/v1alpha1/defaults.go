@@ -82,9 +82,11 @@ func setDuration(d **metav1.Duration, def time.Duration) {
 	}
 }
 
-// DefaultMacPool fills a pool's namespace, idle, maxProvisioning and, when
-// unset, maxMachines (to idle: a pool with no headroom, which is what an
-// admin who only said "keep N warm" asked for). It is idempotent.
+// DefaultMacPool fills a pool's namespace, idle and maxProvisioning. It
+// leaves maxMachines unset: written into spec, a default would freeze the
+// cap at create time (and refuse a later raise of idle); unset, the pool
+// controller applies MacPoolSpec.EffectiveMaxMachines, which follows idle.
+// It is idempotent.
 func DefaultMacPool(p *macvirtv1alpha1.MacPool) {
 	s := &p.Spec
 	if s.Namespace == "" {
@@ -96,10 +98,6 @@ func DefaultMacPool(p *macvirtv1alpha1.MacPool) {
 	}
 	if s.MaxProvisioning == 0 {
 		s.MaxProvisioning = macvirtv1alpha1.DefaultMaxProvisioning
-	}
-	if s.MaxMachines == nil {
-		v := *s.Idle
-		s.MaxMachines = &v
 	}
 }
 

@@ -70,12 +70,12 @@ func TestDefaultMacPool(t *testing.T) {
 		idle, max, maxProvisg int32
 		ns                    string
 	}{
-		"empty": {in: minimalPool(), idle: 1, max: 1, maxProvisg: 2, ns: "macvirt-pools"},
-		"maxMachines follows idle": {in: func() *macvirtv1alpha1.MacPool {
+		"empty": {in: minimalPool(), idle: 1, max: 2, maxProvisg: 2, ns: "macvirt-pools"},
+		"the cap follows idle": {in: func() *macvirtv1alpha1.MacPool {
 			p := minimalPool()
 			p.Spec.Idle = i32(5)
 			return p
-		}(), idle: 5, max: 5, maxProvisg: 2, ns: "macvirt-pools"},
+		}(), idle: 5, max: 10, maxProvisg: 2, ns: "macvirt-pools"},
 		"set values kept": {in: func() *macvirtv1alpha1.MacPool {
 			p := minimalPool()
 			p.Spec.Idle, p.Spec.MaxMachines, p.Spec.MaxProvisioning, p.Spec.Namespace = i32(0), i32(9), 4, "ci-macs"
@@ -86,8 +86,11 @@ func TestDefaultMacPool(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			DefaultMacPool(tc.in)
 			s := tc.in.Spec
-			if *s.Idle != tc.idle || *s.MaxMachines != tc.max || s.MaxProvisioning != tc.maxProvisg || s.Namespace != tc.ns {
-				t.Errorf("got idle %d max %d maxProvisioning %d namespace %s", *s.Idle, *s.MaxMachines, s.MaxProvisioning, s.Namespace)
+			if *s.Idle != tc.idle || s.EffectiveMaxMachines() != tc.max || s.MaxProvisioning != tc.maxProvisg || s.Namespace != tc.ns {
+				t.Errorf("got idle %d max %d maxProvisioning %d namespace %s", *s.Idle, s.EffectiveMaxMachines(), s.MaxProvisioning, s.Namespace)
+			}
+			if tc.in.Spec.MaxMachines != nil && name != "set values kept" {
+				t.Errorf("maxMachines defaulted into spec (%d): it would freeze the cap", *tc.in.Spec.MaxMachines)
 			}
 		})
 	}

@@ -21,7 +21,7 @@ import (
 //   - Mutating webhooks Ignore. Every static default is also a default of
 //     the CRD schema, so an object admitted while the operator is down gets
 //     the same values; the computed ones are covered by the controllers
-//     (an unset pool maxMachines means idle; a machine without an SMBIOS
+//     (an unset pool maxMachines means twice idle; a machine without an SMBIOS
 //     identity gets a unique one from the machine controller).
 //   - Validating webhooks Fail. They refuse what CEL cannot see (a claim
 //     from a namespace its class does not allow, a pool of another class,
