@@ -249,9 +249,6 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 				state, err = client.Heartbeat(ctx, facts)
 			}
 		}
-		if err == nil {
-			err = apply(p, facts, state)
-		}
 		var se *StatusError
 		if err != nil {
 			if errors.As(err, &se) && !se.Retryable() && se.Code == http.StatusUnauthorized {
@@ -265,12 +262,29 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 		}
 		failures = 0
 		wait = time.Duration(max(state.HeartbeatIntervalSeconds, 1)) * time.Second
+		// The operator heard the heartbeat; a guest-side failure to apply
+		// its answer is retried at the next one, never by backing off the
+		// heartbeats, which would make a healthy guest look silent.
+		if err := apply(p, facts, state); err != nil {
+			logf("applying the desired state failed (next try with the heartbeat in %s): %v", wait, err)
+		}
 	}
 }
 
-// apply makes the desired state true on the guest: the hostname, when it
-// differs from the one the heartbeat reported, and the SSH keys.
+// apply makes the desired state true on the guest: the SSH keys first (a
+// tenant's access must not wait on anything else), then the hostname, when
+// it differs from the one the heartbeat reported.
 func apply(p Platform, facts Facts, state *agentapi.DesiredState) error {
+	path, err := p.AuthorizedKeysPath(state.SSHUser)
+	if err != nil {
+		return err
+	}
+	if err := WriteAuthorizedKeys(path, state.SSHAuthorizedKeys); err != nil {
+		return err
+	}
+	if err := p.Own(path, state.SSHUser); err != nil {
+		return err
+	}
 	if h := state.Hostname; h != "" && h != facts.Hostname {
 		if errs := validation.IsDNS1123Subdomain(h); len(errs) > 0 {
 			return fmt.Errorf("refusing the hostname %q the operator sent: %s", h, strings.Join(errs, "; "))
@@ -279,14 +293,7 @@ func apply(p Platform, facts Facts, state *agentapi.DesiredState) error {
 			return fmt.Errorf("setting the hostname to %q: %w", h, err)
 		}
 	}
-	path, err := p.AuthorizedKeysPath(state.SSHUser)
-	if err != nil {
-		return err
-	}
-	if err := WriteAuthorizedKeys(path, state.SSHAuthorizedKeys); err != nil {
-		return err
-	}
-	return p.Own(path, state.SSHUser)
+	return nil
 }
 
 // Token is the bearer token the client sends.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -62,9 +63,10 @@ func operator(t *testing.T) (configDir string, c client.Client) {
 type linux struct {
 	configDir, home string
 
-	mu       sync.Mutex
-	hostname string
-	renames  []string
+	mu        sync.Mutex
+	hostname  string
+	renames   []string
+	renameErr error // SetHostname fails with it when set
 }
 
 func (l *linux) ConfigDir() (string, error) { return l.configDir, nil }
@@ -79,6 +81,9 @@ func (l *linux) AuthorizedKeysPath(user string) (string, error) {
 func (l *linux) SetHostname(name string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.renameErr != nil {
+		return l.renameErr
+	}
 	l.hostname = name
 	l.renames = append(l.renames, name)
 	return nil
@@ -124,6 +129,51 @@ func TestRunHeartbeatsAndDeliversTheClaimsKeys(t *testing.T) {
 	}
 	if guest.currentHostname() != "ci-0" {
 		t.Errorf("hostname %q after the operator's answer, want the machine's name ci-0", guest.currentHostname())
+	}
+}
+
+// A guest that cannot rename itself still gets the claim's keys, and keeps
+// heartbeating at the operator's interval instead of backing off (which
+// would make a healthy guest look silent).
+func TestAFailedRenameNeitherBlocksKeysNorBacksOffHeartbeats(t *testing.T) {
+	dir, _ := operator(t)
+	home := t.TempDir()
+	guest := &linux{configDir: dir, home: home, hostname: "golden-sonoma", renameErr: errors.New("scutil: permission denied")}
+	var mu sync.Mutex
+	var logs []string
+	logf := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		logs = append(logs, fmt.Sprintf(format, args...))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, guest, logf) }()
+	keys := filepath.Join(home, "admin", ".ssh", "authorized_keys")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile(keys) //nolint:gosec // the test's own file.
+		if err == nil && strings.Contains(string(b), "ssh-ed25519 AAAAkey dev@example\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keys not delivered within 30s (%v)", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(logs) == 0 || !strings.Contains(logs[0], "applying the desired state failed") || !strings.Contains(logs[0], "scutil: permission denied") {
+		t.Errorf("logs %q, want the rename failure reported", logs)
+	}
+	for _, l := range logs {
+		if strings.Contains(l, "heartbeat failed") {
+			t.Errorf("a rename failure backed off the heartbeats: %q", l)
+		}
 	}
 }
 
