@@ -110,11 +110,16 @@ func (s *MacPoolSpec) EffectiveMaxMachines() int32 {
 	if s.MaxMachines != nil {
 		return *s.MaxMachines
 	}
-	idle := DefaultPoolIdle
+	return 2 * s.EffectiveIdle()
+}
+
+// EffectiveIdle is the idle target: idle, or its default when unset (an
+// object the schema did not default, e.g. one built in Go).
+func (s *MacPoolSpec) EffectiveIdle() int32 {
 	if s.Idle != nil {
-		idle = *s.Idle
+		return *s.Idle
 	}
-	return 2 * idle
+	return DefaultPoolIdle
 }
 
 // MacPool keeps a number of warm, Ready, unbound machines of one class so

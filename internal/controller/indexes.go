@@ -43,7 +43,7 @@ func RegisterIndexes(ctx context.Context, idx client.FieldIndexer) error {
 		}},
 		{&macvirtv1alpha1.MacClaim{}, claimWaitingField, func(o client.Object) []string {
 			c := o.(*macvirtv1alpha1.MacClaim)
-			if c.Status.MachineRef != nil {
+			if !claimWaiting(c) {
 				return nil
 			}
 			return []string{bindKey(c)}

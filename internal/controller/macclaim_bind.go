@@ -31,6 +31,9 @@ func bindableKeys(m *macvirtv1alpha1.MacMachine) []string {
 	return []string{"class/" + m.Spec.ClassName, "pool/" + pool}
 }
 
+// claimWaiting reports whether a claim has no machine yet.
+func claimWaiting(c *macvirtv1alpha1.MacClaim) bool { return c.Status.MachineRef == nil }
+
 // bindKey is the bindable index key a claim looks up.
 func bindKey(claim *macvirtv1alpha1.MacClaim) string {
 	if claim.Spec.PoolName != "" {

@@ -482,7 +482,7 @@ func (r *MacClaimReconciler) namespaceToWaitingClaims(ctx context.Context, obj c
 	}
 	var reqs []reconcile.Request
 	for i := range claims.Items {
-		if claims.Items[i].Status.MachineRef == nil {
+		if claimWaiting(&claims.Items[i]) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&claims.Items[i])})
 		}
 	}

@@ -71,7 +71,7 @@ func (r *MacPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // poolInputFor turns the pool and its machines into planner input. Without
 // a class, the pool plans nothing but still counts.
 func poolInputFor(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass, items []macvirtv1alpha1.MacMachine) poolInput {
-	in := poolInput{Pool: pool.Name, Idle: derefInt32(pool.Spec.Idle, 1), MaxProv: pool.Spec.MaxProvisioning, Paused: pool.Spec.Paused}
+	in := poolInput{Pool: pool.Name, Idle: pool.Spec.EffectiveIdle(), MaxProv: pool.Spec.MaxProvisioning, Paused: pool.Spec.Paused}
 	in.Max = pool.Spec.EffectiveMaxMachines()
 	if class == nil {
 		in.Paused = true
@@ -83,13 +83,6 @@ func poolInputFor(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass
 		in.Machines = append(in.Machines, poolMachine{Name: m.Name, Revision: m.Spec.ClassRevision, State: poolMachineState(m)})
 	}
 	return in
-}
-
-func derefInt32(p *int32, def int32) int32 {
-	if p == nil {
-		return def
-	}
-	return *p
 }
 
 // poolMachineState classifies a machine for its pool. A machine that was
@@ -179,7 +172,7 @@ func (r *MacPoolReconciler) patchPoolStatus(ctx context.Context, pool *macvirtv1
 	// A copy: SetStatusCondition edits in place, and the patch base must
 	// keep the old conditions.
 	st.Conditions = append([]metav1.Condition(nil), pool.Status.Conditions...)
-	target := derefInt32(pool.Spec.Idle, 1)
+	target := pool.Spec.EffectiveIdle()
 	cond := metav1.Condition{Type: macvirtv1alpha1.ConditionReady, ObservedGeneration: pool.Generation}
 	switch {
 	case p != nil:

@@ -24,18 +24,23 @@ import (
 // run when the tools are installed (.ci/run installs them); in CI a missing
 // tool is a failure, not a skip.
 
+// unavailable stops a test whose tools or setup are missing: a failure in
+// CI, a skip elsewhere.
+func unavailable(t *testing.T, reason any) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatal(reason)
+	}
+	t.Skip(reason)
+}
+
 func requireTool(t *testing.T, name string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
-	if err == nil {
-		return path
+	if err != nil {
+		unavailable(t, fmt.Sprintf("%s not found; install libvirt-clients, libvirt-daemon, libvirt-daemon-driver-qemu, qemu-system-x86 and ovmf", name))
 	}
-	msg := fmt.Sprintf("%s not found; install libvirt-clients, libvirt-daemon, libvirt-daemon-driver-qemu, qemu-system-x86 and ovmf", name)
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
+	return path
 }
 
 // libvirtd is the daemon this package's tests started, if any.
@@ -97,10 +102,7 @@ func kvmUnusable() string {
 func ensureLibvirtd(t *testing.T, virsh string) {
 	t.Helper()
 	if reason := kvmUnusable(); reason != "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal(reason)
-		}
-		t.Skip(reason)
+		unavailable(t, reason)
 	}
 	answers := func() bool { return exec.Command(virsh, "-c", libvirtURI, "uri").Run() == nil }
 	if answers() {
@@ -131,10 +133,7 @@ func ensureLibvirtd(t *testing.T, virsh string) {
 		libvirtd.err = errors.New("libvirtd started but did not answer within 30s")
 	})
 	if libvirtd.err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(libvirtd.err)
-		}
-		t.Skip(libvirtd.err)
+		unavailable(t, libvirtd.err)
 	}
 }
 
