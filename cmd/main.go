@@ -245,7 +245,11 @@ func main() {
 	} else {
 		setupLog.Info("Guest-agent endpoint disabled: no address or no certificate; machines will not become Ready")
 	}
-	if err := operator.Setup(mgr, operator.Options{HookImage: hookImage, EmulatorPath: emulatorPath, Webhooks: true, Agent: agent}); err != nil {
+	operatorOpts := operator.Options{HookImage: hookImage, EmulatorPath: emulatorPath, Webhooks: true, Agent: agent}
+	if agentServer != nil {
+		operatorOpts.AgentListeningSince = agentServer.ListeningSince
+	}
+	if err := operator.Setup(mgr, operatorOpts); err != nil {
 		setupLog.Error(err, "Failed to set up controllers")
 		os.Exit(1)
 	}

@@ -100,6 +100,16 @@ const (
 	ReasonMachineNotReady = "MachineNotReady"
 	// ReasonIdleTargetNotMet means a pool holds fewer idle machines than asked.
 	ReasonIdleTargetNotMet = "IdleTargetNotMet"
+	// ReasonCreateFailed means the API server refused to create an object
+	// the operator needs (a quota, an admission webhook or policy, a
+	// webhook that is down); the message is the API server's.
+	ReasonCreateFailed = "CreateFailed"
+	// ReasonDeleteFailed means the API server refused a delete the
+	// operator needed; the message is the API server's.
+	ReasonDeleteFailed = "DeleteFailed"
+	// ReasonTooManyUnhealthy means more of a pool's unbound machines look
+	// unhealthy than its maxUnhealthy allows, so it replaces none of them.
+	ReasonTooManyUnhealthy = "TooManyUnhealthy"
 	// ReasonNamespaceMissing means the pool's namespace does not exist.
 	ReasonNamespaceMissing = "NamespaceMissing"
 	// ReasonDataSourceMissing means a class references a DataSource that does not exist.

@@ -17,8 +17,11 @@ limitations under the License.
 package v1alpha1
 
 import (
+	"math"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // MacPoolSpec says how many warm machines of a class to keep.
@@ -63,6 +66,19 @@ type MacPoolSpec struct {
 	// +optional
 	MaxProvisioning int32 `json:"maxProvisioning,omitempty"`
 
+	// maxUnhealthy is how many of the pool's unbound machines may look
+	// unhealthy at once (Failed, or their guest agent silent past
+	// heartbeatTimeout) for the pool to keep replacing them, one
+	// provisioning slot at a time. Beyond it the likely cause is shared (the
+	// agent endpoint unreachable, a broken image, a host down) and deleting
+	// warm Macs would make it worse, so the pool replaces none and reports
+	// TooManyUnhealthy until enough recover. A count, or a percentage of the
+	// unbound machines rounded up; 50% when unset.
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')",message="maxUnhealthy must be a count >= 0 or a percentage such as 50%"
+	// +optional
+	MaxUnhealthy *intstr.IntOrString `json:"maxUnhealthy,omitempty"`
+
 	// paused stops the pool from creating or deleting machines.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
@@ -82,6 +98,11 @@ type MacPoolStatus struct {
 	// idle is the unbound Ready machines.
 	// +optional
 	Idle int32 `json:"idle"`
+	// unhealthy is the unbound machines that are Failed or whose guest
+	// agent fell silent; the pool replaces them unless more than
+	// maxUnhealthy are.
+	// +optional
+	Unhealthy int32 `json:"unhealthy"`
 	// bound is the machines bound to a claim.
 	// +optional
 	Bound int32 `json:"bound"`
@@ -113,6 +134,25 @@ func (s *MacPoolSpec) EffectiveMaxMachines() int32 {
 	return 2 * s.EffectiveIdle()
 }
 
+// DefaultPoolMaxUnhealthy is maxUnhealthy when unset.
+var DefaultPoolMaxUnhealthy = intstr.FromString("50%")
+
+// EffectiveMaxUnhealthy is how many of unbound machines may be unhealthy
+// with replacement going on: maxUnhealthy (or its default) scaled against
+// unbound, rounded up. An unparsable value (the schema refuses them) counts
+// as zero, which stops replacement rather than risk deleting every machine.
+func (s *MacPoolSpec) EffectiveMaxUnhealthy(unbound int32) int32 {
+	v := DefaultPoolMaxUnhealthy
+	if s.MaxUnhealthy != nil {
+		v = *s.MaxUnhealthy
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(&v, int(unbound), true)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return int32(min(n, math.MaxInt32))
+}
+
 // EffectiveIdle is the idle target: idle, or its default when unset (an
 // object the schema did not default, e.g. one built in Go).
 func (s *MacPoolSpec) EffectiveIdle() int32 {
@@ -134,6 +174,7 @@ func (s *MacPoolSpec) EffectiveIdle() int32 {
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.idle`
 // +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.idle`
 // +kubebuilder:printcolumn:name="Bound",type=integer,JSONPath=`.status.bound`
+// +kubebuilder:printcolumn:name="Unhealthy",type=integer,JSONPath=`.status.unhealthy`,priority=1
 // +kubebuilder:printcolumn:name="Machines",type=integer,JSONPath=`.status.machines`
 // +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.status.maxMachines`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

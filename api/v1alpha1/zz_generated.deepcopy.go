@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
@@ -672,6 +673,11 @@ func (in *MacPoolSpec) DeepCopyInto(out *MacPoolSpec) {
 	if in.MaxMachines != nil {
 		in, out := &in.MaxMachines, &out.MaxMachines
 		*out = new(int32)
+		**out = **in
+	}
+	if in.MaxUnhealthy != nil {
+		in, out := &in.MaxUnhealthy, &out.MaxUnhealthy
+		*out = new(intstr.IntOrString)
 		**out = **in
 	}
 }

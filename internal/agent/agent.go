@@ -216,13 +216,24 @@ func Backoff(n int, base, maxWait time.Duration) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1)) //nolint:gosec // jitter needs no cryptographic randomness.
 }
 
+// RetryWait is the wait before retrying a failed heartbeat (failures is
+// the number of failures before this one): Backoff from one second, capped
+// at the heartbeat interval the operator last gave. The operator gives a
+// quarter of heartbeatTimeout, so an operator outage of any length costs a
+// guest at most one interval of silence once the endpoint answers again,
+// never a HeartbeatStale.
+func RetryWait(failures int, interval time.Duration) time.Duration {
+	return Backoff(failures, time.Second, max(interval, time.Second))
+}
+
 // Run heartbeats until ctx ends: it waits for the config disk, then sends a
 // heartbeat every interval the operator gives, applying the desired state
-// after each; failures are retried with Backoff.
+// after each; failures are retried after RetryWait.
 func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 	var client *Client
 	var cfg *Config
 	failures := 0
+	interval := agentapi.DefaultHeartbeatInterval
 	wait := time.Duration(0)
 	for {
 		select {
@@ -255,13 +266,14 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 				// The token may have been replaced: read the disk again.
 				client = nil
 			}
-			wait = Backoff(failures, time.Second, 5*time.Minute)
+			wait = RetryWait(failures, interval)
 			failures++
 			logf("heartbeat failed (retrying in %s): %v", wait.Round(time.Millisecond), err)
 			continue
 		}
 		failures = 0
-		wait = time.Duration(max(state.HeartbeatIntervalSeconds, 1)) * time.Second
+		interval = time.Duration(max(state.HeartbeatIntervalSeconds, 1)) * time.Second
+		wait = interval
 		// The operator heard the heartbeat; a guest-side failure to apply
 		// its answer is retried at the next one, never by backing off the
 		// heartbeats, which would make a healthy guest look silent.

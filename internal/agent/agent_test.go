@@ -284,6 +284,26 @@ func TestBackoffGrowsIsCappedAndJittered(t *testing.T) {
 	}
 }
 
+// A guest retrying through an operator outage of any length never waits
+// longer than the interval the operator last gave (a quarter of
+// heartbeatTimeout), so it is heard again well before it could look stale.
+func TestRetriesNeverWaitLongerThanTheHeartbeatInterval(t *testing.T) {
+	for _, interval := range []time.Duration{5 * time.Second, agentapi.DefaultHeartbeatInterval, time.Minute} {
+		longest := time.Duration(0)
+		for failures := range 40 {
+			for range 20 {
+				longest = max(longest, RetryWait(failures, interval))
+			}
+		}
+		if longest > interval || longest < interval/2 {
+			t.Errorf("interval %s: longest retry wait %s, want within [%s, %s]", interval, longest, interval/2, interval)
+		}
+	}
+	if d := RetryWait(0, 0); d > time.Second {
+		t.Errorf("RetryWait(0, 0) = %s, want at most 1s", d)
+	}
+}
+
 // TestServerNameFromTheConfigDisk: with server-name on the disk, the
 // endpoint's certificate is checked against that name, not the endpoint's
 // host (the test server's certificate names example.com and 127.0.0.1).

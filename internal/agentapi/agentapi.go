@@ -76,6 +76,18 @@ type Heartbeat struct {
 	SSHHostKeys []string `json:"sshHostKeys,omitempty"`
 }
 
+// HeartbeatInterval is the interval the operator asks for under a class's
+// heartbeatTimeout: a quarter of it, between 5 s and 60 s, so a guest has
+// about four chances per timeout.
+func HeartbeatInterval(heartbeatTimeout time.Duration) time.Duration {
+	return min(max(heartbeatTimeout/4, 5*time.Second), time.Minute)
+}
+
+// DefaultHeartbeatInterval is HeartbeatInterval of the default
+// heartbeatTimeout (2 minutes): what an agent assumes until the operator
+// first answers.
+const DefaultHeartbeatInterval = 30 * time.Second
+
 // DefaultSSHUser is the macOS account the claim's keys are written for.
 const DefaultSSHUser = "admin"
 

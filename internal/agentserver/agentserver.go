@@ -185,7 +185,7 @@ func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachin
 	} else if !apierrors.IsNotFound(err) {
 		return nil, err
 	}
-	state.HeartbeatIntervalSeconds = int(min(max(timeout/4, 5*time.Second), time.Minute) / time.Second)
+	state.HeartbeatIntervalSeconds = int(agentapi.HeartbeatInterval(timeout) / time.Second)
 	if ref := m.Spec.ClaimRef; ref != nil {
 		claim := &macvirtv1alpha1.MacClaim{}
 		err := h.Client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, claim)

@@ -227,3 +227,16 @@ func TestLimitersOfIdleMachinesAreForgotten(t *testing.T) {
 		t.Errorf("%d limiters after the second sweep, want the limiting one and the new one", len(h.limiters))
 	}
 }
+
+// The interval an agent assumes before its first answer is the one the
+// operator gives under the default heartbeatTimeout.
+func TestTheAgentsDefaultIntervalIsTheOperatorsDefault(t *testing.T) {
+	if got := agentapi.HeartbeatInterval(macvirtv1alpha1.DefaultHeartbeatTimeout); got != agentapi.DefaultHeartbeatInterval {
+		t.Errorf("HeartbeatInterval(default heartbeatTimeout) = %s, agentapi.DefaultHeartbeatInterval = %s", got, agentapi.DefaultHeartbeatInterval)
+	}
+	for timeout, want := range map[time.Duration]time.Duration{10 * time.Second: 5 * time.Second, time.Minute: 15 * time.Second, time.Hour: time.Minute} {
+		if got := agentapi.HeartbeatInterval(timeout); got != want {
+			t.Errorf("HeartbeatInterval(%s) = %s, want %s", timeout, got, want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,6 +25,20 @@ type Server struct {
 	Handler http.Handler
 	// TLSOpts adjust the TLS configuration (e.g. to disable HTTP/2).
 	TLSOpts []func(*tls.Config)
+
+	// listeningSince holds the Unix nanoseconds at which the listener
+	// opened; zero before.
+	listeningSince atomic.Int64
+}
+
+// ListeningSince is when the endpoint began to accept heartbeats; the zero
+// time while it does not. The machine controller runs no heartbeat or boot
+// timeout from before it.
+func (s *Server) ListeningSince() time.Time {
+	if ns := s.listeningSince.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // Start implements manager.Runnable.
@@ -41,6 +56,8 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listening for guest agents on %s: %w", s.Addr, err)
 	}
+	s.listeningSince.Store(time.Now().UnixNano())
+	defer s.listeningSince.Store(0)
 	srv := &http.Server{Handler: s.Handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
 	ctrl.Log.WithName("agent-endpoint").Info("serving guest agents", "address", ln.Addr().String())

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -91,6 +92,20 @@ var _ = Describe("The macvirt CRDs", func() {
 			c.Spec.Lifecycle.ShutdownGracePeriod = &metav1.Duration{}
 		}, "shutdownGracePeriod must be between 1s and 24h"),
 	)
+
+	It("reject a pool whose maxUnhealthy is neither a count nor a percentage", func() {
+		pool := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{GenerateName: "pool-"},
+			Spec: macvirtv1alpha1.MacPoolSpec{ClassName: "sonoma", MaxUnhealthy: ptrTo(intstr.FromString("half"))}}
+		Expect(k8sClient.Create(ctx, pool)).To(MatchError(ContainSubstring("maxUnhealthy must be a count >= 0 or a percentage")))
+		pool.Spec.MaxUnhealthy = ptrTo(intstr.FromInt32(-1))
+		Expect(k8sClient.Create(ctx, pool)).To(MatchError(ContainSubstring("maxUnhealthy must be a count >= 0 or a percentage")))
+		for _, ok := range []intstr.IntOrString{intstr.FromString("40%"), intstr.FromInt32(2)} {
+			p := pool.DeepCopy()
+			p.Spec.MaxUnhealthy = &ok
+			Expect(k8sClient.Create(ctx, p)).To(Succeed())
+			Expect(k8sClient.Delete(ctx, p)).To(Succeed())
+		}
+	})
 
 	It("reject a pool whose maxMachines is below idle, and a class change", func() {
 		pool := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{GenerateName: "pool-"},

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -15,9 +16,31 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
 
+// guests plays the guest agents of one namespace; paused, they are as
+// silent as agents whose endpoint is down.
+type guests struct {
+	// mu is held for a whole round of heartbeats, so Pause returns only
+	// once no heartbeat is on its way.
+	mu     sync.Mutex
+	paused bool
+}
+
+// Pause silences the guests; Resume lets them heartbeat again.
+func (g *guests) Pause()  { g.mu.Lock(); g.paused = true; g.mu.Unlock() }
+func (g *guests) Resume() { g.mu.Lock(); g.paused = false; g.mu.Unlock() }
+
+func (g *guests) round(ctx context.Context, ns string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.paused {
+		heartbeatRunning(ctx, ns)
+	}
+}
+
 // startGuests plays the guest agent of every running machine in ns: it
 // heartbeats them until the test ends.
-func startGuests(ns string) {
+func startGuests(ns string) *guests {
+	g := &guests{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	DeferCleanup(func() { cancel(); <-done })
@@ -30,10 +53,11 @@ func startGuests(ns string) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				heartbeatRunning(ctx, ns)
+				g.round(ctx, ns)
 			}
 		}
 	}()
+	return g
 }
 
 // testHostKey is the SSH host key simulated guests report.

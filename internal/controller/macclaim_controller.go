@@ -2,8 +2,8 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,6 +42,14 @@ type MacClaimReconciler struct {
 	// MaxConcurrentReconciles is the number of claims bound in parallel.
 	MaxConcurrentReconciles int
 	ControllerName          string
+	// ConnectionResync is how often a Ready claim's connection Secret is
+	// applied again, so one deleted by hand comes back (the operator may
+	// not watch Secrets); DefaultConnectionResync when zero.
+	ConnectionResync time.Duration
+
+	// connectionApplied holds when each claim's connection Secret was last
+	// applied by this process.
+	connectionApplied sync.Map
 
 	// inFlight holds machines a worker of this operator is binding or has
 	// just bound, until the cache shows their claimRef. Workers skip them, so
@@ -63,12 +71,21 @@ type claimScope struct {
 	machine *macvirtv1alpha1.MacMachine
 	lost    string
 	waiting *problem
+	// writeFailed is a create the API server refused, in its words.
+	writeFailed *problem
+	// retrySoon says every idle machine tried was taken under us: look
+	// again soon, without a status write (the cache is about to catch up).
+	retrySoon bool
 }
 
-// Reconcile finds or makes the claim's binding, then writes status once.
-func (r *MacClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+// Reconcile finds or makes the claim's binding, then writes status once,
+// computed from what it found.
+func (r *MacClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, reterr error) {
 	claim := &macvirtv1alpha1.MacClaim{}
 	if err := r.Get(ctx, req.NamespacedName, claim); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.connectionApplied.Delete(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !claim.DeletionTimestamp.IsZero() {
@@ -76,30 +93,42 @@ func (r *MacClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, nil
 	}
 	s := &claimScope{claim: claim}
-	if err := r.findBound(ctx, s); err != nil {
-		return ctrl.Result{}, err
-	}
-	if s.machine == nil && s.lost == "" {
-		if err := r.bind(ctx, s); err != nil {
-			if errors.Is(err, errLostBindRace) {
-				// Retry soon, without the growing backoff of an error and
-				// without a status write: the cache is about to catch up.
-				return ctrl.Result{RequeueAfter: lostRaceRetry}, nil
-			}
+	defer func() {
+		switch {
+		case s.retrySoon:
+			result = ctrl.Result{RequeueAfter: lostRaceRetry}
+			return
+		case reterr != nil && s.writeFailed == nil:
+			// A failed read leaves the scope incomplete: a status computed
+			// from it could unbind a bound claim on paper. Retry instead.
+			return
+		}
+		if err := r.patchClaimStatus(ctx, s); err != nil && reterr == nil {
+			reterr = err
+		}
+		if reterr == nil && claim.Status.Connection != nil {
+			result.RequeueAfter = r.connectionResync()
+		}
+	}()
+	for _, step := range []func(context.Context, *claimScope) (bool, error){
+		r.findBound,
+		r.bind,
+	} {
+		if proceed, err := step(ctx, s); err != nil || !proceed {
 			return ctrl.Result{}, err
 		}
 	}
-	return ctrl.Result{}, r.patchClaimStatus(ctx, s)
+	return ctrl.Result{}, nil
 }
 
 // findBound finds the machine bound to the claim: the one its status names,
 // or, after a restart between the two binding writes, the one whose
 // claimRef carries the claim's UID. A named machine that is gone, bound to
 // another UID, or Failed makes the claim Lost; it is never re-bound.
-func (r *MacClaimReconciler) findBound(ctx context.Context, s *claimScope) error {
+func (r *MacClaimReconciler) findBound(ctx context.Context, s *claimScope) (bool, error) {
 	var won macvirtv1alpha1.MacMachineList
 	if err := r.List(ctx, &won, client.MatchingFields{claimUIDField: string(s.claim.UID)}); err != nil {
-		return err
+		return false, fmt.Errorf("listing the machines bound to claim %s/%s: %w", s.claim.Namespace, s.claim.Name, err)
 	}
 	ref := s.claim.Status.MachineRef
 	if ref == nil {
@@ -111,10 +140,10 @@ func (r *MacClaimReconciler) findBound(ctx context.Context, s *claimScope) error
 				s.machine = &won.Items[i]
 			}
 		}
-		return nil
+		return true, nil
 	}
 	if err := r.deleteOrphans(ctx, s.claim, ref, won.Items); err != nil {
-		return err
+		return false, err
 	}
 	m := &macvirtv1alpha1.MacMachine{}
 	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
@@ -127,7 +156,7 @@ func (r *MacClaimReconciler) findBound(ctx context.Context, s *claimScope) error
 	case apierrors.IsNotFound(err):
 		s.lost = fmt.Sprintf("bound machine %s no longer exists", key)
 	case err != nil:
-		return err
+		return false, fmt.Errorf("getting bound machine %s: %w", key, err)
 	case m.UID != ref.UID || m.Spec.ClaimRef == nil || m.Spec.ClaimRef.UID != s.claim.UID:
 		s.lost = fmt.Sprintf("machine %s is not the one bound to this claim any more", key)
 	case m.Status.Phase == macvirtv1alpha1.MachineFailed:
@@ -136,7 +165,7 @@ func (r *MacClaimReconciler) findBound(ctx context.Context, s *claimScope) error
 	default:
 		s.machine = m
 	}
-	return nil
+	return true, nil
 }
 
 // deleteOrphans deletes machines bound to this claim that its status does
@@ -165,21 +194,24 @@ func (r *MacClaimReconciler) deleteOrphans(ctx context.Context, claim *macvirtv1
 }
 
 // bind takes an idle machine, or creates one on demand, or records why the
-// claim waits.
-func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) error {
+// claim waits. A claim that has its machine (or lost it) needs none.
+func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) (bool, error) {
+	if s.machine != nil || s.lost != "" {
+		return true, nil
+	}
 	class, p, err := r.resolveClass(ctx, s.claim)
 	if err != nil || p != nil {
 		s.waiting = p
-		return err
+		return false, err
 	}
 	s.class = class
 	if p, err := r.checkTenancy(ctx, s.claim, class); err != nil || p != nil {
 		s.waiting = p
-		return err
+		return false, err
 	}
 	var list macvirtv1alpha1.MacMachineList
 	if err := r.List(ctx, &list, client.MatchingFields{bindableField: bindKey(s.claim)}); err != nil {
-		return err
+		return false, fmt.Errorf("listing idle machines for %s: %w", bindKey(s.claim), err)
 	}
 	candidates := make([]*macvirtv1alpha1.MacMachine, 0, len(list.Items))
 	for i := range list.Items {
@@ -195,30 +227,36 @@ func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) error {
 			r.inFlight.release(key)
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		if won {
 			s.machine = m
-			return nil
+			return true, nil
 		}
 	}
 	if s.claim.Spec.PoolName == "" && class.Spec.Tenancy.OnDemand != nil && *class.Spec.Tenancy.OnDemand {
 		return r.createOnDemand(ctx, s)
 	}
 	s.waiting = &problem{macvirtv1alpha1.ReasonWaitingForMachine, fmt.Sprintf("no idle machine in %s yet", bindKey(s.claim))}
-	if len(candidates) > 0 {
-		// Every candidate was taken by another claim (or changed) under us;
-		// the cache may still list machines that are free. Try again soon.
-		return errLostBindRace
+	// Every candidate taken by another claim (or changed) under us means
+	// the cache may still list machines that are free: try again soon.
+	s.retrySoon = len(candidates) > 0
+	return true, nil
+}
+
+// DefaultConnectionResync is how often a Ready claim's connection Secret is
+// applied again by default.
+const DefaultConnectionResync = 10 * time.Minute
+
+func (r *MacClaimReconciler) connectionResync() time.Duration {
+	if r.ConnectionResync > 0 {
+		return r.ConnectionResync
 	}
-	return nil
+	return DefaultConnectionResync
 }
 
 // lostRaceRetry is how soon a claim that lost every race looks again.
 const lostRaceRetry = 10 * time.Millisecond
-
-// errLostBindRace reports that every candidate was taken under us.
-var errLostBindRace = errors.New("every idle machine tried was bound by another claim first; retrying")
 
 // claimMachine writes the machine side of the binding in one update that
 // carries the machine's resourceVersion: claimRef, the reclaim policy, and
@@ -281,7 +319,7 @@ func reclaimPolicy(claim *macvirtv1alpha1.MacClaim) macvirtv1alpha1.ReclaimPolic
 // createOnDemand creates a machine in the claim's namespace, pre-bound to
 // it. It is owned by the claim under the Delete policy only, so a cluster's
 // garbage collector never deletes a Retained machine.
-func (r *MacClaimReconciler) createOnDemand(ctx context.Context, s *claimScope) error {
+func (r *MacClaimReconciler) createOnDemand(ctx context.Context, s *claimScope) (bool, error) {
 	claim := s.claim
 	m := &macvirtv1alpha1.MacMachine{
 		ObjectMeta: metav1.ObjectMeta{
@@ -301,18 +339,26 @@ func (r *MacClaimReconciler) createOnDemand(ctx context.Context, s *claimScope) 
 	}
 	err := r.Create(ctx, m)
 	if apierrors.IsAlreadyExists(err) {
-		err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), m)
-	}
-	if err != nil {
-		return fmt.Errorf("creating on-demand machine %s/%s: %w", m.Namespace, m.Name, err)
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
+			return false, fmt.Errorf("getting on-demand machine %s/%s: %w", m.Namespace, m.Name, err)
+		}
+	} else if err != nil {
+		// A quota, an admission webhook or policy, or a webhook that is
+		// down: the tenant sees the API server's words on the claim.
+		err = fmt.Errorf("creating on-demand machine %s/%s: %w", m.Namespace, m.Name, err)
+		s.writeFailed = &problem{macvirtv1alpha1.ReasonCreateFailed, err.Error()}
+		if r.Recorder != nil {
+			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, macvirtv1alpha1.ReasonCreateFailed, "Bind", "%s", truncateNote(err.Error()))
+		}
+		return false, err
 	}
 	if m.Spec.ClaimRef == nil || m.Spec.ClaimRef.UID != claim.UID {
 		s.waiting = &problem{macvirtv1alpha1.ReasonWaitingForMachine, fmt.Sprintf("machine %s exists and belongs to another claim", m.Name)}
-		return nil
+		return true, nil
 	}
 	ctrl.LoggerFrom(ctx).Info("created on-demand machine", "machine", m.Name)
 	s.machine = m
-	return nil
+	return true, nil
 }
 
 // resolveClass finds the claim's class, through its pool when it names one.
@@ -324,7 +370,7 @@ func (r *MacClaimReconciler) resolveClass(ctx context.Context, claim *macvirtv1a
 			if apierrors.IsNotFound(err) {
 				return nil, &problem{macvirtv1alpha1.ReasonPoolNotFound, fmt.Sprintf("MacPool %q does not exist", claim.Spec.PoolName)}, nil
 			}
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("getting MacPool %s: %w", claim.Spec.PoolName, err)
 		}
 		if className != "" && className != pool.Spec.ClassName {
 			return nil, &problem{macvirtv1alpha1.ReasonClassMismatch, fmt.Sprintf(
@@ -338,7 +384,7 @@ func (r *MacClaimReconciler) resolveClass(ctx context.Context, claim *macvirtv1a
 		if apierrors.IsNotFound(err) {
 			return nil, &problem{macvirtv1alpha1.ReasonClassNotFound, fmt.Sprintf("MacClass %q does not exist", className)}, nil
 		}
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("getting MacClass %s: %w", className, err)
 	}
 	return class, nil, nil
 }
@@ -356,7 +402,7 @@ func (r *MacClaimReconciler) checkTenancy(ctx context.Context, claim *macvirtv1a
 	}
 	ns := &corev1.Namespace{}
 	if err := r.Get(ctx, types.NamespacedName{Name: claim.Namespace}, ns); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("getting namespace %s for tenancy: %w", claim.Namespace, err)
 	}
 	if !selector.Matches(labels.Set(ns.Labels)) {
 		return &problem{macvirtv1alpha1.ReasonNamespaceNotAllowed, fmt.Sprintf(

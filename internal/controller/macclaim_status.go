@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,6 +52,9 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 	case s.machine == nil:
 		st.Phase = macvirtv1alpha1.ClaimPending
 		p := s.waiting
+		if s.writeFailed != nil {
+			p = s.writeFailed
+		}
 		if p == nil {
 			p = &problem{macvirtv1alpha1.ReasonWaitingForMachine, "waiting for a machine"}
 		}
@@ -106,11 +111,18 @@ func machineAddress(m *macvirtv1alpha1.MacMachine) string {
 // applying the connection Secret when the connection changed.
 func (r *MacClaimReconciler) patchClaimStatus(ctx context.Context, s *claimScope) error {
 	c := s.claim
-	st := computeClaimStatus(s, metav1.NewTime(r.Clock.Now()))
-	if st.Connection != nil && (c.Status.ConnectionSecretName == "" || !equality.Semantic.DeepEqual(c.Status.Connection, st.Connection)) {
+	now := r.Clock.Now()
+	st := computeClaimStatus(s, metav1.NewTime(now))
+	if st.Connection != nil && (c.Status.ConnectionSecretName == "" || !equality.Semantic.DeepEqual(c.Status.Connection, st.Connection) ||
+		r.connectionDue(client.ObjectKeyFromObject(c), now)) {
+		// Applied when the connection changes, and again every
+		// ConnectionResync (and once after a restart): the operator cannot
+		// watch Secrets, so this is how a deleted one comes back. An
+		// unchanged apply changes nothing on the server.
 		if err := r.applyConnectionSecret(ctx, c, st.Connection); err != nil {
 			return err
 		}
+		r.connectionApplied.Store(client.ObjectKeyFromObject(c), now)
 		st.ConnectionSecretName = connectionSecretName(c)
 	}
 	if equality.Semantic.DeepEqual(c.Status, st) {
@@ -137,6 +149,13 @@ func (r *MacClaimReconciler) patchClaimStatus(ctx context.Context, s *claimScope
 	return nil
 }
 
+// connectionDue says the claim's connection Secret was not applied by this
+// process within ConnectionResync.
+func (r *MacClaimReconciler) connectionDue(key types.NamespacedName, now time.Time) bool {
+	at, ok := r.connectionApplied.Load(key)
+	return !ok || now.Sub(at.(time.Time)) >= r.connectionResync()
+}
+
 func (r *MacClaimReconciler) recordClaimPhase(c *macvirtv1alpha1.MacClaim) {
 	if r.Recorder == nil {
 		return
@@ -149,7 +168,7 @@ func (r *MacClaimReconciler) recordClaimPhase(c *macvirtv1alpha1.MacClaim) {
 		note = rc.Message
 	}
 	reason := "Claim" + string(c.Status.Phase)
-	r.Recorder.Eventf(c, nil, eventType, reason, "Bind", "%s", truncate(note, 1024))
+	r.Recorder.Eventf(c, nil, eventType, reason, "Bind", "%s", truncateNote(note))
 }
 
 func connectionSecretName(c *macvirtv1alpha1.MacClaim) string { return c.Name + "-connection" }

@@ -63,6 +63,12 @@ type MacMachineReconciler struct {
 	Agent AgentOptions
 	// Clock is the time source for boot and heartbeat timeouts.
 	Clock clock.PassiveClock
+	// ListeningSince reports when the agent endpoint began to listen (zero
+	// while it does not). Timeouts never run from before it, nor from before
+	// the controller started (which stands in for it when nil or zero).
+	ListeningSince func() time.Time
+
+	started time.Time
 	// ControllerName overrides the controller's name, so tests can run
 	// several managers in one process.
 	ControllerName string
@@ -97,7 +103,20 @@ func (r *MacMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 	}
 	o := &machineObservation{Now: r.Clock.Now(), Machine: m, Deleting: !m.DeletionTimestamp.IsZero()}
+	o.ListeningSince = r.started
+	if r.ListeningSince != nil {
+		if t := r.ListeningSince(); t.After(o.ListeningSince) {
+			o.ListeningSince = t
+		}
+	}
 	defer func() {
+		if reterr != nil && o.WriteFailed == nil && o.StopError == nil {
+			// A read or an optimistic write failed: the observation is
+			// incomplete, and a status computed from it would be wrong
+			// (a Ready machine reported as "disks not requested yet").
+			// The error goes back for a retry; the status stays as it was.
+			return
+		}
 		requeue, err := r.patchStatus(ctx, o)
 		if err != nil && reterr == nil {
 			reterr = err
@@ -178,14 +197,18 @@ func (r *MacMachineReconciler) recordPhase(m *macvirtv1alpha1.MacMachine) {
 			note = fmt.Sprintf("%s: %s", m.Status.Phase, c.Message)
 		}
 	}
-	r.Recorder.Eventf(m, nil, eventType, "Machine"+string(m.Status.Phase), "Reconcile", "%s", truncate(note, 1024))
+	r.Recorder.Eventf(m, nil, eventType, "Machine"+string(m.Status.Phase), "Reconcile", "%s", truncateNote(note))
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
+// maxNoteLength is the longest note an event carries (the API's limit is 1 KiB).
+const maxNoteLength = 1024
+
+// truncateNote cuts an event note to maxNoteLength.
+func truncateNote(s string) string {
+	if len(s) <= maxNoteLength {
 		return s
 	}
-	return s[:n]
+	return s[:maxNoteLength]
 }
 
 // SetupWithManager registers the controller: it owns VMs and DataVolumes,
@@ -194,6 +217,7 @@ func (r *MacMachineReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
+	r.started = r.Clock.Now()
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&macvirtv1alpha1.MacMachine{}).
 		Owns(&kubevirtv1.VirtualMachine{}).

@@ -169,7 +169,10 @@ type guestState struct {
 }
 
 // observeGuest maps the last heartbeat to GuestAgentReady. A heartbeat from
-// before the current boot does not count.
+// before the current boot does not count. Boot and heartbeat timeouts run
+// from the later of the event and the moment the agent endpoint began to
+// listen: a guest is never condemned for the operator's own absence (a
+// rescheduled, crashed or upgraded operator pod).
 func observeGuest(o machineObservation, since *metav1.Time) guestState {
 	if since == nil || o.Class == nil {
 		return guestState{cond: condFalse(macvirtv1alpha1.ReasonPending, "VM not running")}
@@ -180,11 +183,16 @@ func observeGuest(o machineObservation, since *metav1.Time) guestState {
 		last = g.LastHeartbeat
 	}
 	if last == nil || last.Before(since) {
-		waited := o.Now.Sub(since.Time)
+		from, note := since.Time, ""
+		if o.ListeningSince.After(from) {
+			from, note = o.ListeningSince, fmt.Sprintf(" (counted from %s, when the agent endpoint began to listen)",
+				o.ListeningSince.UTC().Format(time.RFC3339))
+		}
+		waited := o.Now.Sub(from)
 		if waited >= lc.BootTimeoutOrDefault() {
 			return guestState{cond: condFalse(macvirtv1alpha1.ReasonBootTimeout,
-				"no guest-agent heartbeat %s after the VM started (bootTimeout %s): macOS may be stuck at the OpenCore picker or a kernel panic",
-				waited.Round(time.Second), lc.BootTimeoutOrDefault())}
+				"no guest-agent heartbeat %s after the VM started%s (bootTimeout %s): macOS may be stuck at the OpenCore picker or a kernel panic",
+				waited.Round(time.Second), note, lc.BootTimeoutOrDefault())}
 		}
 		return guestState{
 			cond: condFalse(macvirtv1alpha1.ReasonBooting, "VM running; waiting for the first guest-agent heartbeat (bootTimeout %s)",
@@ -194,13 +202,29 @@ func observeGuest(o machineObservation, since *metav1.Time) guestState {
 	}
 	// Messages name fixed times, not ages, so an unchanged machine keeps an
 	// unchanged status and a reconcile writes nothing.
+	timeout := lc.HeartbeatTimeoutOrDefault()
+	if last.Time.Before(o.ListeningSince) {
+		// The guest may have been heartbeating into a closed endpoint; it
+		// gets a full heartbeatTimeout from when the endpoint opened.
+		waited := o.Now.Sub(o.ListeningSince)
+		if waited >= timeout {
+			return guestState{cond: condFalse(macvirtv1alpha1.ReasonHeartbeatStale,
+				"guest agent silent since %s, and for heartbeatTimeout %s after the agent endpoint began to listen at %s",
+				last.UTC().Format(time.RFC3339), timeout, o.ListeningSince.UTC().Format(time.RFC3339))}
+		}
+		return guestState{
+			cond: condTrue(fmt.Sprintf("last heartbeat at %s, before the agent endpoint began to listen at %s; the guest has heartbeatTimeout %s from then to report",
+				last.UTC().Format(time.RFC3339), o.ListeningSince.UTC().Format(time.RFC3339), timeout)),
+			recheckAfter: timeout - waited,
+		}
+	}
 	age := o.Now.Sub(last.Time)
-	if age >= lc.HeartbeatTimeoutOrDefault() {
+	if age >= timeout {
 		return guestState{cond: condFalse(macvirtv1alpha1.ReasonHeartbeatStale,
-			"guest agent silent since %s, longer than heartbeatTimeout %s", last.UTC().Format(time.RFC3339), lc.HeartbeatTimeoutOrDefault())}
+			"guest agent silent since %s, longer than heartbeatTimeout %s", last.UTC().Format(time.RFC3339), timeout)}
 	}
 	return guestState{
-		cond:         condTrue(fmt.Sprintf("guest agent heartbeats within heartbeatTimeout %s", lc.HeartbeatTimeoutOrDefault())),
-		recheckAfter: lc.HeartbeatTimeoutOrDefault() - age,
+		cond:         condTrue(fmt.Sprintf("guest agent heartbeats within heartbeatTimeout %s", timeout)),
+		recheckAfter: timeout - age,
 	}
 }

@@ -171,7 +171,7 @@ func (r *MacMachineReconciler) ensureDataVolumes(ctx context.Context, o *machine
 			return false, nil
 		}
 		if err := r.Create(ctx, &dvs[i]); err != nil && !apierrors.IsAlreadyExists(err) {
-			return false, fmt.Errorf("creating DataVolume %s/%s: %w", dvs[i].Namespace, dvs[i].Name, err)
+			return false, r.createFailed(o, fmt.Errorf("creating DataVolume %s/%s: %w", dvs[i].Namespace, dvs[i].Name, err))
 		}
 		ctrl.LoggerFrom(ctx).Info("created DataVolume", "dataVolume", dvs[i].Name)
 		o.DataVolumes[i] = &dvs[i]
@@ -191,11 +191,26 @@ func (r *MacMachineReconciler) ensureVirtualMachine(ctx context.Context, o *mach
 		return false, nil
 	}
 	if err := r.Create(ctx, vm); err != nil && !apierrors.IsAlreadyExists(err) {
-		return false, fmt.Errorf("creating VirtualMachine %s/%s: %w", vm.Namespace, vm.Name, err)
+		return false, r.createFailed(o, fmt.Errorf("creating VirtualMachine %s/%s: %w", vm.Namespace, vm.Name, err))
 	}
 	ctrl.LoggerFrom(ctx).Info("created VirtualMachine", "virtualMachine", vm.Name)
 	o.VM = vm
 	return true, nil
+}
+
+// createFailed records a create the API server refused (a quota, KubeVirt's
+// or CDI's admission, a webhook that is down) on the observation, so the
+// status shows it in the API server's words, and as a Warning event; the
+// error is returned for backoff. The next successful reconcile clears it.
+func (r *MacMachineReconciler) createFailed(o *machineObservation, err error) error {
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return err
+	}
+	o.WriteFailed = &problem{macvirtv1alpha1.ReasonCreateFailed, err.Error()}
+	if r.Recorder != nil {
+		r.Recorder.Eventf(o.Machine, nil, corev1.EventTypeWarning, macvirtv1alpha1.ReasonCreateFailed, "Provision", "%s", truncateNote(err.Error()))
+	}
+	return err
 }
 
 // ensureRunState answers: does the VM run as spec.running says? Stopping

@@ -16,8 +16,12 @@ import (
 // status is computed from it alone, so a restarted operator that observes
 // the same objects computes the same phase.
 type machineObservation struct {
-	Now     time.Time
-	Machine *macvirtv1alpha1.MacMachine
+	Now time.Time
+	// ListeningSince is when the operator's agent endpoint began to listen
+	// (at the latest, when this operator started): no guest is judged
+	// silent for a time when nobody could have heard it.
+	ListeningSince time.Time
+	Machine        *macvirtv1alpha1.MacMachine
 	// Class is nil when the machine's class does not exist.
 	Class *macvirtv1alpha1.MacClass
 	// Blocked, when set, is a problem that needs a human before the machine
@@ -30,6 +34,9 @@ type machineObservation struct {
 	VMI         *kubevirtv1.VirtualMachineInstance
 	// StopError is the failure of a stop request made in this reconcile.
 	StopError error
+	// WriteFailed is a create the API server refused in this reconcile,
+	// in its words.
+	WriteFailed *problem
 	// Deleting is true once the machine has a deletion timestamp;
 	// DeletionStep says what deletion waits for.
 	Deleting     bool
@@ -85,10 +92,15 @@ func computeMachineStatus(o machineObservation) machineStatus {
 	st.NodeName, st.Addresses, st.RunningSince = vm.node, vm.addresses, vm.runningSince
 
 	phase, ready := summarize(o, disks.cond, vm, guest)
+	if o.WriteFailed != nil && phase != macvirtv1alpha1.MachineFailed && !o.Deleting {
+		ready = condition{metav1.ConditionFalse, *o.WriteFailed}
+	}
 	st.Phase = phase
+	// Transitions are stamped with the controller's clock, which the pool
+	// compares against when it times how long a guest has been silent.
 	set := func(t string, c condition) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: c.status,
-			Reason: c.Reason, Message: c.Message, ObservedGeneration: m.Generation})
+			Reason: c.Reason, Message: c.Message, ObservedGeneration: m.Generation, LastTransitionTime: metav1.NewTime(o.Now)})
 	}
 	set(macvirtv1alpha1.ConditionDisksReady, disks.cond)
 	set(macvirtv1alpha1.ConditionVMRunning, vm.cond)
@@ -169,7 +181,7 @@ func previousFailure(m *macvirtv1alpha1.MacMachine) (condition, bool) {
 }
 
 // stalled is True when progress needs a human: a failed stop request, a
-// blocked class, or a terminal failure.
+// blocked class, a refused create, or a terminal failure.
 func stalled(o machineObservation, phase macvirtv1alpha1.MachinePhase, ready condition) condition {
 	switch {
 	case o.StopError != nil:
@@ -177,6 +189,8 @@ func stalled(o machineObservation, phase macvirtv1alpha1.MachinePhase, ready con
 			"graceful stop failed, so the VirtualMachine is left as it is and not deleted: %v", o.StopError)}}
 	case o.Blocked != nil && !o.Deleting:
 		return condition{metav1.ConditionTrue, *o.Blocked}
+	case o.WriteFailed != nil && !o.Deleting:
+		return condition{metav1.ConditionTrue, *o.WriteFailed}
 	case phase == macvirtv1alpha1.MachineFailed:
 		return condition{metav1.ConditionTrue, ready.problem}
 	}

@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -28,7 +31,9 @@ const poolClassField = "spec.className"
 // than maxMachines, at most maxProvisioning at once.
 type MacPoolReconciler struct {
 	client.Client
-	Recorder       events.EventRecorder
+	Recorder events.EventRecorder
+	// Clock times how long a machine's guest has been silent.
+	Clock          clock.PassiveClock
 	ControllerName string
 }
 
@@ -37,8 +42,23 @@ type MacPoolReconciler struct {
 // +kubebuilder:rbac:groups=macvirt.io,resources=macmachines,verbs=create;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
-// Reconcile counts the pool's machines, plans, acts, and writes status once.
-func (r *MacPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+// poolScope is what one reconcile of a pool read, decided and failed to do.
+type poolScope struct {
+	Pool *macvirtv1alpha1.MacPool
+	// Class is nil when the pool's class does not exist.
+	Class    *macvirtv1alpha1.MacClass
+	Machines []macvirtv1alpha1.MacMachine
+	Plan     poolPlan
+	// Blocked is a problem that needs a human (class or namespace missing).
+	Blocked *problem
+	// WriteFailed is the first create or delete the API server refused in
+	// this reconcile, in its own words.
+	WriteFailed *problem
+}
+
+// Reconcile gathers the pool's class and machines, plans, creates and
+// deletes, and writes the status once, computed from what it saw and did.
+func (r *MacPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, reterr error) {
 	pool := &macvirtv1alpha1.MacPool{}
 	if err := r.Get(ctx, req.NamespacedName, pool); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -46,32 +66,125 @@ func (r *MacPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if !pool.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	class := &macvirtv1alpha1.MacClass{}
-	if err := r.Get(ctx, types.NamespacedName{Name: pool.Spec.ClassName}, class); err != nil {
-		if !apierrors.IsNotFound(err) {
+	s := &poolScope{Pool: pool}
+	defer func() {
+		if err := r.patchPoolStatus(ctx, s); err != nil && reterr == nil {
+			reterr = err
+		}
+	}()
+	for _, step := range []func(context.Context, *poolScope) (bool, error){
+		r.loadPoolClass,
+		r.listPoolMachines,
+		r.deletePoolMachines,
+		r.createPoolMachines,
+	} {
+		if proceed, err := step(ctx, s); err != nil || !proceed {
 			return ctrl.Result{}, err
 		}
-		class = nil
 	}
+	// A silent guest's grace ends without any event to say so.
+	return ctrl.Result{RequeueAfter: s.Plan.RecheckAfter}, nil
+}
+
+// loadPoolClass answers: does the pool's class exist? Without it the pool
+// plans nothing but still counts its machines.
+func (r *MacPoolReconciler) loadPoolClass(ctx context.Context, s *poolScope) (bool, error) {
+	class := &macvirtv1alpha1.MacClass{}
+	if err := r.Get(ctx, types.NamespacedName{Name: s.Pool.Spec.ClassName}, class); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("getting MacClass %s: %w", s.Pool.Spec.ClassName, err)
+		}
+		s.Blocked = &problem{macvirtv1alpha1.ReasonClassNotFound,
+			fmt.Sprintf("MacClass %q does not exist; the pool creates no machines until it does", s.Pool.Spec.ClassName)}
+		return true, nil
+	}
+	s.Class = class
+	return true, nil
+}
+
+// listPoolMachines answers: what machines does the pool have, and what
+// should change? The plan is pure (planPool).
+func (r *MacPoolReconciler) listPoolMachines(ctx context.Context, s *poolScope) (bool, error) {
 	var list macvirtv1alpha1.MacMachineList
-	if err := r.List(ctx, &list, client.InNamespace(pool.Spec.Namespace),
-		client.MatchingLabels{macvirtv1alpha1.LabelPool: pool.Name}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing machines of pool %s: %w", pool.Name, err)
+	if err := r.List(ctx, &list, client.InNamespace(s.Pool.Spec.Namespace),
+		client.MatchingLabels{macvirtv1alpha1.LabelPool: s.Pool.Name}); err != nil {
+		return false, fmt.Errorf("listing machines of pool %s: %w", s.Pool.Name, err)
 	}
-	in := poolInputFor(pool, class, list.Items)
-	plan := planPool(in)
-	blocked := r.act(ctx, pool, class, list.Items, plan)
-	if class == nil && blocked == nil {
-		blocked = &problem{macvirtv1alpha1.ReasonClassNotFound,
-			fmt.Sprintf("MacClass %q does not exist; the pool creates no machines until it does", pool.Spec.ClassName)}
+	s.Machines = list.Items
+	s.Plan = planPool(poolInputFor(s.Pool, s.Class, s.Machines, r.Clock.Now()))
+	return true, nil
+}
+
+// deletePoolMachines deletes as planned. Deletes carry the machine's
+// resourceVersion, so a machine a claim bound meanwhile is never deleted.
+// A refused delete is recorded and returned (backoff); the others still go.
+func (r *MacPoolReconciler) deletePoolMachines(ctx context.Context, s *poolScope) (bool, error) {
+	byName := map[string]*macvirtv1alpha1.MacMachine{}
+	for i := range s.Machines {
+		byName[s.Machines[i].Name] = &s.Machines[i]
 	}
-	return ctrl.Result{}, r.patchPoolStatus(ctx, pool, plan, blocked)
+	var errs []error
+	for _, name := range s.Plan.Delete {
+		m := byName[name]
+		rv, uid := m.ResourceVersion, m.UID
+		err := r.Delete(ctx, m, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+		switch {
+		case err == nil:
+			ctrl.LoggerFrom(ctx).Info("deleted pool machine", "machine", name)
+			poolMachineOps.WithLabelValues("delete").Inc()
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			// Gone already, or changed (bound, recovered): the next
+			// reconcile sees it as it is now.
+		default:
+			errs = append(errs, r.writeFailed(s, macvirtv1alpha1.ReasonDeleteFailed, "deleting", name, err))
+		}
+	}
+	return true, errors.Join(errs...)
+}
+
+// createPoolMachines creates as planned, in deterministic slots, so the
+// cap holds across stale caches and two operators.
+func (r *MacPoolReconciler) createPoolMachines(ctx context.Context, s *poolScope) (bool, error) {
+	var errs []error
+	for _, name := range s.Plan.Create {
+		err := r.Create(ctx, newPoolMachine(s.Pool, s.Class, name))
+		switch {
+		case err == nil:
+			ctrl.LoggerFrom(ctx).Info("created pool machine", "machine", name)
+			poolMachineOps.WithLabelValues("create").Inc()
+		case apierrors.IsAlreadyExists(err):
+			// Another reconcile (or operator) took the slot: the cap holds.
+		case apierrors.IsNotFound(err):
+			// The namespace is missing: a human must create it; its
+			// creation wakes the pool.
+			s.Blocked = &problem{macvirtv1alpha1.ReasonNamespaceMissing,
+				fmt.Sprintf("namespace %q of the pool's machines does not exist; create it or change spec.namespace", s.Pool.Spec.Namespace)}
+			return false, nil
+		default:
+			errs = append(errs, r.writeFailed(s, macvirtv1alpha1.ReasonCreateFailed, "creating", name, err))
+		}
+	}
+	return true, errors.Join(errs...)
+}
+
+// writeFailed records a refused write on the scope (the first one shows in
+// status), as a Warning event, and returns it wrapped for backoff.
+func (r *MacPoolReconciler) writeFailed(s *poolScope, reason, verb, name string, err error) error {
+	err = fmt.Errorf("%s machine %s/%s: %w", verb, s.Pool.Spec.Namespace, name, err)
+	if s.WriteFailed == nil {
+		s.WriteFailed = &problem{reason, err.Error()}
+	}
+	if r.Recorder != nil {
+		r.Recorder.Eventf(s.Pool, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", truncateNote(err.Error()))
+	}
+	return err
 }
 
 // poolInputFor turns the pool and its machines into planner input. Without
 // a class, the pool plans nothing but still counts.
-func poolInputFor(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass, items []macvirtv1alpha1.MacMachine) poolInput {
-	in := poolInput{Pool: pool.Name, Idle: pool.Spec.EffectiveIdle(), MaxProv: pool.Spec.MaxProvisioning, Paused: pool.Spec.Paused}
+func poolInputFor(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass, items []macvirtv1alpha1.MacMachine, now time.Time) poolInput {
+	in := poolInput{Pool: pool.Name, Idle: pool.Spec.EffectiveIdle(), MaxProv: pool.Spec.MaxProvisioning, Paused: pool.Spec.Paused,
+		MaxUnhealthy: pool.Spec.MaxUnhealthy, Now: now}
 	in.Max = pool.Spec.EffectiveMaxMachines()
 	if class == nil {
 		in.Paused = true
@@ -80,7 +193,11 @@ func poolInputFor(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass
 	}
 	for i := range items {
 		m := &items[i]
-		in.Machines = append(in.Machines, poolMachine{Name: m.Name, Revision: m.Spec.ClassRevision, State: poolMachineState(m)})
+		pm := poolMachine{Name: m.Name, Revision: m.Spec.ClassRevision, State: poolMachineState(m)}
+		if c := silentGuest(m); pm.State == stateFailed && c != nil && m.Status.Phase != macvirtv1alpha1.MachineFailed {
+			pm.ReplaceAt = c.LastTransitionTime.Add(silenceGrace)
+		}
+		in.Machines = append(in.Machines, pm)
 	}
 	return in
 }
@@ -88,7 +205,7 @@ func poolInputFor(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass
 // poolMachineState classifies a machine for its pool. A machine that was
 // ever bound counts as bound: a used machine never returns to the idle set.
 // An unbound machine whose guest agent fell silent past heartbeatTimeout is
-// replaced like a failed one: nobody should be handed a hung Mac.
+// unhealthy like a failed one: nobody should be handed a hung Mac.
 func poolMachineState(m *macvirtv1alpha1.MacMachine) machineState {
 	switch {
 	case !m.DeletionTimestamp.IsZero():
@@ -108,46 +225,6 @@ func machineIsReady(m *macvirtv1alpha1.MacMachine) bool {
 	return meta.IsStatusConditionTrue(m.Status.Conditions, macvirtv1alpha1.ConditionReady)
 }
 
-// act creates and deletes as planned. Deletes carry the machine's
-// resourceVersion, so a machine a claim bound meanwhile is never deleted.
-func (r *MacPoolReconciler) act(ctx context.Context, pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass,
-	items []macvirtv1alpha1.MacMachine, plan poolPlan) *problem {
-	log := ctrl.LoggerFrom(ctx)
-	byName := map[string]*macvirtv1alpha1.MacMachine{}
-	for i := range items {
-		byName[items[i].Name] = &items[i]
-	}
-	for _, name := range plan.Delete {
-		m := byName[name]
-		rv, uid := m.ResourceVersion, m.UID
-		err := r.Delete(ctx, m, client.Preconditions{UID: &uid, ResourceVersion: &rv})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			log.Error(err, "deleting pool machine", "machine", name)
-			continue
-		}
-		if err == nil {
-			log.Info("deleted pool machine", "machine", name)
-			poolMachineOps.WithLabelValues("delete").Inc()
-		}
-	}
-	for _, name := range plan.Create {
-		err := r.Create(ctx, newPoolMachine(pool, class, name))
-		switch {
-		case apierrors.IsAlreadyExists(err):
-			// Another reconcile (or operator) took the slot: the cap holds.
-		case apierrors.IsNotFound(err):
-			return &problem{macvirtv1alpha1.ReasonNamespaceMissing,
-				fmt.Sprintf("namespace %q of the pool's machines does not exist; create it or change spec.namespace", pool.Spec.Namespace)}
-		case err != nil:
-			log.Error(err, "creating pool machine", "machine", name)
-		default:
-			log.Info("created pool machine", "machine", name)
-			poolMachineOps.WithLabelValues("create").Inc()
-		}
-	}
-	return nil
-}
-
 // newPoolMachine is a pool's machine in a given slot. The pool owns it
 // until it is bound; binding removes the owner reference so deleting the
 // pool never deletes a tenant's machine.
@@ -165,14 +242,48 @@ func newPoolMachine(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacCla
 	}
 }
 
-func (r *MacPoolReconciler) patchPoolStatus(ctx context.Context, pool *macvirtv1alpha1.MacPool, plan poolPlan, p *problem) error {
-	st := plan.Counts
+// patchPoolStatus writes the computed status, only if it changed.
+func (r *MacPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope) error {
+	pool := s.Pool
+	st := computePoolStatus(s)
+	poolGauges(pool.Name, st)
+	if equality.Semantic.DeepEqual(pool.Status, st) {
+		return nil
+	}
+	before := pool.DeepCopy()
+	pool.Status = st
+	if err := r.Status().Patch(ctx, pool, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patching status of MacPool %s: %w", pool.Name, err)
+	}
+	was := meta.FindStatusCondition(before.Status.Conditions, macvirtv1alpha1.ConditionReady)
+	now := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionReady)
+	if r.Recorder != nil && now.Reason == macvirtv1alpha1.ReasonTooManyUnhealthy && (was == nil || was.Reason != now.Reason) {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, now.Reason, "Replace", "%s", truncateNote(now.Message))
+	}
+	return nil
+}
+
+// computePoolStatus derives the pool's counts and conditions from its
+// scope. Precedence of Ready's reason: what needs a human (class or
+// namespace missing), a refused write, too many unhealthy machines, then
+// the idle target.
+func computePoolStatus(s *poolScope) macvirtv1alpha1.MacPoolStatus {
+	pool := s.Pool
+	st := s.Plan.Counts
 	st.ObservedGeneration = pool.Generation
 	st.MaxMachines = pool.Spec.EffectiveMaxMachines()
 	// A copy: SetStatusCondition edits in place, and the patch base must
 	// keep the old conditions.
 	st.Conditions = append([]metav1.Condition(nil), pool.Status.Conditions...)
 	target := pool.Spec.EffectiveIdle()
+	p := s.Blocked
+	switch {
+	case p != nil:
+	case s.WriteFailed != nil:
+		p = s.WriteFailed
+	case s.Plan.TooManyUnhealthy:
+		p = &problem{macvirtv1alpha1.ReasonTooManyUnhealthy, unhealthyMessage(s.Plan)}
+	}
 	cond := metav1.Condition{Type: macvirtv1alpha1.ConditionReady, ObservedGeneration: pool.Generation}
 	switch {
 	case p != nil:
@@ -186,20 +297,22 @@ func (r *MacPoolReconciler) patchPoolStatus(ctx context.Context, pool *macvirtv1
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
 	meta.SetStatusCondition(&st.Conditions, stalledCondition(pool.Generation, p))
-	poolGauges(pool.Name, st)
-	if equality.Semantic.DeepEqual(pool.Status, st) {
-		return nil
-	}
-	before := pool.DeepCopy()
-	pool.Status = st
-	if err := r.Status().Patch(ctx, pool, client.MergeFrom(before)); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	return nil
+	return st
+}
+
+// unhealthyMessage says why the pool replaces none of its unhealthy machines.
+func unhealthyMessage(p poolPlan) string {
+	unbound := p.Counts.Idle + p.Counts.Provisioning + p.Counts.Unhealthy
+	return fmt.Sprintf("%d of %d unbound machines are Failed or their guest agent is silent, more than maxUnhealthy allows (%d): "+
+		"replacing none, as a shared cause (the agent endpoint unreachable, a broken image, a host down) is likelier than %d broken Macs",
+		p.Counts.Unhealthy, unbound, p.MaxUnhealthy, p.Counts.Unhealthy)
 }
 
 // SetupWithManager watches pools, their machines (by label) and classes.
 func (r *MacPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
 	name := r.ControllerName
 	if name == "" {
 		name = "macpool"
@@ -249,7 +362,14 @@ func poolRequests(pools []macvirtv1alpha1.MacPool, namespace string) []reconcile
 
 // guestFellSilent says the machine's agent answered once and then stayed
 // silent past heartbeatTimeout.
-func guestFellSilent(m *macvirtv1alpha1.MacMachine) bool {
+func guestFellSilent(m *macvirtv1alpha1.MacMachine) bool { return silentGuest(m) != nil }
+
+// silentGuest is the machine's GuestAgentReady condition when it says the
+// guest fell silent; nil otherwise.
+func silentGuest(m *macvirtv1alpha1.MacMachine) *metav1.Condition {
 	c := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionGuestAgentReady)
-	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == macvirtv1alpha1.ReasonHeartbeatStale
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != macvirtv1alpha1.ReasonHeartbeatStale {
+		return nil
+	}
+	return c
 }

@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
@@ -17,7 +20,7 @@ const (
 	stateProvisioning machineState = iota // unbound, not Ready yet
 	stateIdle                             // unbound and Ready
 	stateBound                            // has a claimRef (bound now or used before)
-	stateFailed                           // unbound and Failed
+	stateFailed                           // unbound and Failed, or its guest fell silent
 	stateTerminating                      // being deleted
 )
 
@@ -26,7 +29,17 @@ type poolMachine struct {
 	Name     string
 	Revision string
 	State    machineState
+	// ReplaceAt, for an unhealthy machine, is when it may be replaced: at
+	// once for a Failed one, a while after its guest fell silent.
+	ReplaceAt time.Time
 }
+
+// silenceGrace is how long a pool waits after a guest agent fell silent
+// before replacing its machine. It is longer than the heartbeat interval
+// the operator gives (at most 60 s), so when one cause silences every guest
+// (an unreachable endpoint) all of them are counted against maxUnhealthy
+// before the first is replaced.
+const silenceGrace = 90 * time.Second
 
 // poolInput is everything the planner decides from.
 type poolInput struct {
@@ -37,6 +50,9 @@ type poolInput struct {
 	Paused   bool
 	Revision string
 	Machines []poolMachine
+	// MaxUnhealthy is spec.maxUnhealthy as given (nil for the default).
+	MaxUnhealthy *intstr.IntOrString
+	Now          time.Time
 }
 
 // poolPlan is what the pool controller should do, and the counts it saw.
@@ -49,6 +65,13 @@ type poolPlan struct {
 	// Delete lists machines to delete (failed, surplus idle, replaced idle).
 	Delete []string
 	Counts macvirtv1alpha1.MacPoolStatus
+	// MaxUnhealthy is the scaled maxUnhealthy; TooManyUnhealthy says more
+	// machines than that are unhealthy, so none is replaced.
+	MaxUnhealthy     int32
+	TooManyUnhealthy bool
+	// RecheckAfter is when an unhealthy machine's grace ends (zero: none
+	// waits).
+	RecheckAfter time.Duration
 }
 
 // slotName is the deterministic name of a pool's n-th machine slot.
@@ -88,16 +111,38 @@ func planPool(in poolInput) poolPlan {
 		case stateBound:
 			p.Counts.Bound++
 		case stateFailed:
+			p.Counts.Unhealthy++
 			failed = append(failed, m)
 		case stateTerminating:
 			p.Counts.Terminating++
 		}
 	}
+	spec := macvirtv1alpha1.MacPoolSpec{MaxUnhealthy: in.MaxUnhealthy}
+	p.MaxUnhealthy = spec.EffectiveMaxUnhealthy(p.Counts.Provisioning + p.Counts.Idle + p.Counts.Unhealthy)
+	p.TooManyUnhealthy = p.Counts.Unhealthy > p.MaxUnhealthy
 	if in.Paused {
 		return p
 	}
-	for _, m := range failed {
-		p.Delete = append(p.Delete, m.Name)
+	// Unhealthy machines in their grace keep their places: neither deleted
+	// nor backfilled yet.
+	inGrace := int32(0)
+	if !p.TooManyUnhealthy {
+		// Unhealthy machines are replaced at the pace replacements
+		// provision: no more deletes than free provisioning slots, so a
+		// misjudgement costs a few warm Macs, never the pool.
+		pace := int(max(0, in.MaxProv-p.Counts.Provisioning))
+		for _, m := range failed {
+			if wait := m.ReplaceAt.Sub(in.Now); wait > 0 {
+				inGrace++
+				if p.RecheckAfter == 0 || wait < p.RecheckAfter {
+					p.RecheckAfter = wait
+				}
+				continue
+			}
+			if len(p.Delete) < pace {
+				p.Delete = append(p.Delete, m.Name)
+			}
+		}
 	}
 	// Surplus Ready idle machines go, old revisions first, then the most
 	// recent slots, so the oldest current machines stay.
@@ -126,7 +171,12 @@ func planPool(in poolInput) poolPlan {
 	}
 	// Supply counts every unbound machine on its way to idle; each idle
 	// machine of an old revision wants one current replacement on top.
-	supply := min(p.Counts.Idle, in.Idle) + p.Counts.Provisioning
+	supply := min(p.Counts.Idle, in.Idle) + p.Counts.Provisioning + inGrace
+	if p.TooManyUnhealthy {
+		// They keep their places until they recover or a human acts: new
+		// machines would meet whatever made these look unhealthy.
+		supply += p.Counts.Unhealthy
+	}
 	want := in.Idle + int32(len(oldIdle)) //nolint:gosec // bounded by the machine count.
 	create := max(0, want-supply)
 	create = min(create, max(0, in.MaxProv-p.Counts.Provisioning), max(0, in.Max-p.Counts.Machines))

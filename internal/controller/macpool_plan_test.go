@@ -3,8 +3,11 @@ package controller
 import (
 	"slices"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
@@ -42,6 +45,31 @@ func TestPlanPool(t *testing.T) {
 		"failed machines are deleted and replaced once gone": {
 			in:     poolInput{Idle: 1, Max: 1, MaxProv: 1, Machines: machines(stateFailed, "r1", "p-0")},
 			delete: []string{"p-0"}},
+		"unhealthy machines are replaced one provisioning slot at a time": {
+			in: poolInput{Idle: 6, Max: 12, MaxProv: 2, Machines: join(
+				machines(stateIdle, "r1", "p-0", "p-1", "p-2"), machines(stateFailed, "r1", "p-3", "p-4"), machines(stateProvisioning, "r1", "p-5"))},
+			create: []string{"p-6"}, delete: []string{"p-3"}},
+		"more unhealthy than maxUnhealthy (50%): none replaced": {
+			in: poolInput{Idle: 4, Max: 8, MaxProv: 4, Machines: join(
+				machines(stateIdle, "r1", "p-0"), machines(stateFailed, "r1", "p-1", "p-2", "p-3"))}},
+		"unhealthy machines held back still leave room to reach the target": {
+			in: poolInput{Idle: 5, Max: 10, MaxProv: 4, Machines: join(
+				machines(stateIdle, "r1", "p-0"), machines(stateFailed, "r1", "p-1", "p-2", "p-3"))},
+			create: []string{"p-4"}},
+		"an operator-set maxUnhealthy of 100% replaces them all": {
+			in: poolInput{Idle: 3, Max: 6, MaxProv: 3, MaxUnhealthy: ptr.To(intstr.FromString("100%")),
+				Machines: machines(stateFailed, "r1", "p-0", "p-1", "p-2")},
+			create: []string{"p-3", "p-4", "p-5"}, delete: []string{"p-0", "p-1", "p-2"}},
+		"a silent guest is neither deleted nor backfilled during its grace": {
+			in: poolInput{Idle: 3, Max: 6, MaxProv: 2, Now: t0, Machines: join(machines(stateIdle, "r1", "p-0", "p-1"),
+				[]poolMachine{{Name: "p-2", Revision: "r1", State: stateFailed, ReplaceAt: t0.Add(time.Second)}})}},
+		"a silent guest is replaced after its grace": {
+			in: poolInput{Idle: 3, Max: 6, MaxProv: 2, Now: t0.Add(time.Second), Machines: join(machines(stateIdle, "r1", "p-0", "p-1"),
+				[]poolMachine{{Name: "p-2", Revision: "r1", State: stateFailed, ReplaceAt: t0.Add(time.Second)}})},
+			create: []string{"p-3"}, delete: []string{"p-2"}},
+		"maxUnhealthy 0 replaces none": {
+			in: poolInput{Idle: 1, Max: 2, MaxProv: 1, MaxUnhealthy: ptr.To(intstr.FromInt32(0)),
+				Machines: machines(stateFailed, "r1", "p-0")}},
 		"scale-down deletes idle only, newest slots first": {
 			in: poolInput{Idle: 1, Max: 10, MaxProv: 2, Machines: join(
 				machines(stateIdle, "r1", "p-0", "p-1", "p-2"), machines(stateProvisioning, "r1", "p-3"), machines(stateBound, "r1", "p-4"))},

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -44,9 +45,15 @@ type Options struct {
 	WrapClient func(client.Client) client.Client
 	// ClaimWorkers is the number of claims bound in parallel (default 16).
 	ClaimWorkers int
+	// ConnectionResync is how often Ready claims' connection Secrets are
+	// applied again (controller.DefaultConnectionResync when zero).
+	ConnectionResync time.Duration
 	// Agent is the guest-agent endpoint written into every machine's
 	// config disk.
 	Agent controller.AgentOptions
+	// AgentListeningSince reports when that endpoint began to listen (the
+	// agent server's ListeningSince); the operator's start when nil.
+	AgentListeningSince func() time.Time
 	// Webhooks registers the admission webhooks with the manager's webhook
 	// server (cmd/main.go does; the controller tests run without them).
 	Webhooks bool
@@ -109,6 +116,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 				Stopper:        stopper,
 				Render:         render.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath},
 				Agent:          opts.Agent,
+				ListeningSince: opts.AgentListeningSince,
 				Clock:          opts.Clock,
 				ControllerName: "macmachine" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
@@ -123,6 +131,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		{PoolController, func() error {
 			return (&controller.MacPoolReconciler{
 				Client:         c,
+				Clock:          opts.Clock,
 				Recorder:       mgr.GetEventRecorder("macvirt-pool-controller"),
 				ControllerName: "macpool" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
@@ -134,6 +143,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 				Recorder:                mgr.GetEventRecorder("macvirt-claim-controller"),
 				Clock:                   opts.Clock,
 				MaxConcurrentReconciles: opts.ClaimWorkers,
+				ConnectionResync:        opts.ConnectionResync,
 				ControllerName:          "macclaim" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},

@@ -1,0 +1,205 @@
+package controller_test
+
+import (
+	"context"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	gomegatypes "github.com/onsi/gomega/types"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/operator"
+)
+
+// machineUIDs maps each machine of ns to its UID: a machine deleted and
+// recreated under the same slot name shows as a changed UID.
+func machineUIDs(ns string) map[string]types.UID {
+	out := map[string]types.UID{}
+	for _, m := range machinesIn(ns) {
+		out[m.Name] = m.UID
+	}
+	return out
+}
+
+// everyGuestCondition asserts that each machine of ns has a
+// GuestAgentReady condition matching want.
+func everyGuestCondition(ns string, want gomegatypes.GomegaMatcher) func(Gomega) {
+	return func(g Gomega) {
+		list := &macvirtv1alpha1.MacMachineList{}
+		g.Expect(k8sClient.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(list.Items).NotTo(BeEmpty())
+		for _, m := range list.Items {
+			g.Expect(meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionGuestAgentReady)).To(
+				HaveValue(want), "machine %s", m.Name)
+		}
+	}
+}
+
+// denyByQuota makes the API server refuse creating resource (a ResourceQuota
+// object-count name such as count/macmachines.macvirt.io) in ns, the way a
+// platform team's quota would, until the returned function lifts it. No
+// quota controller runs here, so the quota's status is written as it would
+// compute it.
+func denyByQuota(ns, resourceName string) (lift func()) {
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "no-more", Namespace: ns},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourceName(resourceName): resource.MustParse("0")}}}
+	Expect(k8sClient.Create(context.Background(), q)).To(Succeed())
+	q.Status.Hard = q.Spec.Hard
+	q.Status.Used = corev1.ResourceList{corev1.ResourceName(resourceName): resource.MustParse("0")}
+	Expect(k8sClient.Status().Update(context.Background(), q)).To(Succeed())
+	return func() { Expect(client.IgnoreNotFound(k8sClient.Delete(context.Background(), q))).To(Succeed()) }
+}
+
+// warningsAbout lists the Warning events recorded about the named object.
+func warningsAbout(name, reason string) func() []eventsv1.Event {
+	return func() []eventsv1.Event {
+		var list eventsv1.EventList
+		if err := k8sClient.List(context.Background(), &list); err != nil {
+			return nil
+		}
+		var out []eventsv1.Event
+		for _, e := range list.Items {
+			if e.Regarding.Name == name && e.Type == corev1.EventTypeWarning && e.Reason == reason {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+}
+
+var _ = Describe("Under faults", func() {
+	BeforeEach(func() { DeferCleanup(clock.Reset) })
+
+	It("an operator outage of 3 minutes deletes no idle machine, and every one is Ready again after it", func() {
+		stopFirst := startOperator()
+		class := newClass()
+		pool, ns := newPool(class.Name, 3, 6)
+		agents := startGuests(ns)
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(HaveField("Idle", int32(3)), HaveField("Provisioning", int32(0))))
+		before := machineUIDs(ns)
+
+		By("the operator, and with it the agent endpoint, is gone for 3 minutes: the guests' heartbeats go unheard")
+		stopFirst()
+		agents.Pause()
+		clock.Advance(3 * time.Minute)
+
+		By("a new operator starts, before any guest has been heard again")
+		DeferCleanup(startOperator())
+		Eventually(everyGuestCondition(ns, And(HaveField("Status", metav1.ConditionTrue),
+			HaveField("Message", ContainSubstring("before the agent endpoint began to listen"))))).WithTimeout(timeout).Should(Succeed())
+		Expect(machineUIDs(ns)).To(Equal(before), "no idle machine was deleted or replaced")
+		Expect(poolStatus(pool.Name)()).To(And(HaveField("Idle", int32(3)), HaveField("Unhealthy", int32(0))))
+
+		By("the guests' retries get through")
+		agents.Resume()
+		Eventually(everyGuestCondition(ns, HaveField("Message", ContainSubstring("heartbeats within")))).WithTimeout(timeout).Should(Succeed())
+		Expect(machineUIDs(ns)).To(Equal(before))
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(HaveField("Idle", int32(3)))
+	})
+
+	It("guests that all fall silent while the operator runs are not replaced: the pool reports TooManyUnhealthy", func() {
+		DeferCleanup(startOperator())
+		class := newClass()
+		pool, ns := newPool(class.Name, 3, 6)
+		agents := startGuests(ns)
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(HaveField("Idle", int32(3)), HaveField("Provisioning", int32(0))))
+		before := machineUIDs(ns)
+
+		By("the agent endpoint becomes unreachable (a network cut) past heartbeatTimeout")
+		agents.Pause()
+		clock.Advance(macvirtv1alpha1.DefaultHeartbeatTimeout + time.Second)
+		for name := range before {
+			touch(types.NamespacedName{Namespace: ns, Name: name})
+		}
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(HaveField("Unhealthy", int32(3)),
+			HaveField("Conditions", ContainElement(And(HaveField("Type", macvirtv1alpha1.ConditionReady),
+				HaveField("Reason", macvirtv1alpha1.ReasonTooManyUnhealthy), HaveField("Message", ContainSubstring("3 of 3 unbound machines")))))))
+		Eventually(warningsAbout(pool.Name, macvirtv1alpha1.ReasonTooManyUnhealthy)).WithTimeout(timeout).ShouldNot(BeEmpty())
+		Consistently(func() map[string]types.UID { return machineUIDs(ns) }).WithTimeout(2 * time.Second).Should(Equal(before))
+
+		By("the endpoint is reachable again")
+		agents.Resume()
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(HaveField("Idle", int32(3)), HaveField("Unhealthy", int32(0)),
+			HaveField("Conditions", ContainElement(And(HaveField("Type", macvirtv1alpha1.ConditionReady), HaveField("Status", metav1.ConditionTrue))))))
+		Expect(machineUIDs(ns)).To(Equal(before))
+	})
+
+	It("a pool whose machine creates are refused says so in the API server's words, and fills once the cause goes", func() {
+		DeferCleanup(startOperator())
+		class := newClass()
+		ns := newNamespace()
+		lift := denyByQuota(ns, "count/macmachines.macvirt.io")
+		pool, _ := newPool(class.Name, 1, 2, func(p *macvirtv1alpha1.MacPool) { p.Spec.Namespace = ns })
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(HaveField("Conditions", ContainElements(
+			And(HaveField("Type", macvirtv1alpha1.ConditionReady), HaveField("Status", metav1.ConditionFalse),
+				HaveField("Reason", macvirtv1alpha1.ReasonCreateFailed), HaveField("Message", ContainSubstring("exceeded quota"))),
+			And(HaveField("Type", macvirtv1alpha1.ConditionStalled), HaveField("Status", metav1.ConditionTrue)))))
+		Eventually(warningsAbout(pool.Name, macvirtv1alpha1.ReasonCreateFailed)).WithTimeout(timeout).ShouldNot(BeEmpty())
+
+		lift()
+		startGuests(ns)
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(HaveField("Idle", int32(1)), HaveField("Conditions", ContainElements(
+			And(HaveField("Type", macvirtv1alpha1.ConditionReady), HaveField("Status", metav1.ConditionTrue)),
+			And(HaveField("Type", macvirtv1alpha1.ConditionStalled), HaveField("Status", metav1.ConditionFalse))))))
+	})
+
+	It("a machine whose DataVolumes are refused says so in the API server's words, and provisions once the cause goes", func() {
+		DeferCleanup(startOperator())
+		class := newClass()
+		ns := newNamespace()
+		lift := denyByQuota(ns, "count/datavolumes.cdi.kubevirt.io")
+		k := key(newMachine(ns, class.Name))
+		Eventually(conditionOf(k, macvirtv1alpha1.ConditionReady)).WithTimeout(timeout).Should(And(
+			HaveField("Reason", macvirtv1alpha1.ReasonCreateFailed), HaveField("Message", ContainSubstring("exceeded quota"))))
+		Expect(conditionOf(k, macvirtv1alpha1.ConditionStalled)()).To(HaveField("Status", metav1.ConditionTrue))
+		Eventually(warningsAbout(k.Name, macvirtv1alpha1.ReasonCreateFailed)).WithTimeout(timeout).ShouldNot(BeEmpty())
+
+		lift()
+		Eventually(conditionOf(k, macvirtv1alpha1.ConditionDisksReady)).WithTimeout(timeout).Should(HaveField("Status", metav1.ConditionTrue))
+		Expect(conditionOf(k, macvirtv1alpha1.ConditionStalled)()).To(HaveField("Status", metav1.ConditionFalse))
+	})
+
+	It("an on-demand claim whose machine is refused says so in the API server's words, and binds once the cause goes", func() {
+		DeferCleanup(startOperator())
+		onDemand := true
+		class := newClass(func(c *macvirtv1alpha1.MacClass) { c.Spec.Tenancy.OnDemand = &onDemand })
+		ns := newNamespace()
+		lift := denyByQuota(ns, "count/macmachines.macvirt.io")
+		k := key(newClaim(ns, func(c *macvirtv1alpha1.MacClaim) { c.Spec.ClassName = class.Name }))
+		Eventually(claimCondition(k, macvirtv1alpha1.ConditionReady)).WithTimeout(timeout).Should(And(
+			HaveField("Reason", macvirtv1alpha1.ReasonCreateFailed), HaveField("Message", ContainSubstring("exceeded quota"))))
+		Expect(claimCondition(k, macvirtv1alpha1.ConditionStalled)()).To(HaveField("Status", metav1.ConditionTrue))
+		Eventually(warningsAbout(k.Name, macvirtv1alpha1.ReasonCreateFailed)).WithTimeout(timeout).ShouldNot(BeEmpty())
+
+		lift()
+		Eventually(claimCondition(k, macvirtv1alpha1.ConditionBound)).WithTimeout(timeout).Should(HaveField("Status", metav1.ConditionTrue))
+		Expect(claimCondition(k, macvirtv1alpha1.ConditionStalled)()).To(HaveField("Status", metav1.ConditionFalse))
+	})
+
+	It("a deleted connection Secret comes back", func() {
+		DeferCleanup(startOperator(func(o *operator.Options) { o.ConnectionResync = time.Second }))
+		class := newClass()
+		pool, poolNS := newPool(class.Name, 1, 2)
+		startGuests(poolNS)
+		tenant := newNamespace()
+		k := key(newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name }))
+		Eventually(claimPhase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
+		secret := &corev1.Secret{}
+		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: tenant, Name: getClaim(k).Status.ConnectionSecretName}, secret)).To(Succeed())
+		Expect(k8sClient.Delete(context.Background(), secret)).To(Succeed())
+		Eventually(func(g Gomega) {
+			got := &corev1.Secret{}
+			g.Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(secret), got)).To(Succeed())
+			g.Expect(got.UID).NotTo(Equal(secret.UID))
+			g.Expect(got.Data).To(HaveKeyWithValue("host", []byte("192.0.2.10")))
+		}).WithTimeout(timeout).Should(Succeed())
+	})
+})
