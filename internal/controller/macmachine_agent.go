@@ -14,7 +14,6 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/agentapi"
-	"github.com/macvirt/macvirt/internal/agentserver"
 	"github.com/macvirt/macvirt/internal/render"
 )
 
@@ -71,7 +70,7 @@ func (r *MacMachineReconciler) ensureAgentConfig(ctx context.Context, o *machine
 	if m.Annotations == nil {
 		m.Annotations = map[string]string{}
 	}
-	m.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] = agentserver.HashToken(token)
+	m.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] = agentapi.HashToken(token)
 	if err := r.Patch(ctx, m, patch); err != nil {
 		return false, fmt.Errorf("recording the agent token's hash: %w", err)
 	}

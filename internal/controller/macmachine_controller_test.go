@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/agentserver"
+	"github.com/macvirt/macvirt/internal/agentapi"
 	"github.com/macvirt/macvirt/internal/simulator"
 )
 
@@ -47,7 +47,7 @@ var _ = Describe("MacMachine", func() {
 		Expect(secret.Data).To(HaveKeyWithValue("ca.crt", []byte("test CA bundle")))
 		Expect(secret.Data).To(HaveKeyWithValue("namespace", []byte(ns)))
 		Expect(secret.Data).To(HaveKeyWithValue("machine", []byte(k.Name)))
-		Expect(agentserver.HashToken(string(secret.Data["token"]))).To(Equal(hash), "the Secret's token is the one whose hash the machine records")
+		Expect(agentapi.HashToken(string(secret.Data["token"]))).To(Equal(hash), "the Secret's token is the one whose hash the machine records")
 		Expect(secret.OwnerReferences).To(ContainElement(HaveField("UID", m.UID)), "the Secret goes with its machine")
 
 		vm := &kubevirtv1.VirtualMachine{}
