@@ -42,7 +42,9 @@ var _ = Describe("MacMachine", func() {
 		hash := m.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash]
 		Expect(hash).To(HaveLen(64))
 		secret := &corev1.Secret{}
-		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: k.Name + "-agent"}, secret)).To(Succeed())
+		name := m.Annotations[macvirtv1alpha1.AnnotationAgentSecret]
+		Expect(name).To(Equal(k.Name+"-agent-"+hash[:10]), "the Secret is named after its token, so a second token gets a second Secret")
+		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, secret)).To(Succeed())
 		Expect(secret.Data).To(HaveKeyWithValue("endpoint", []byte("https://agent.test:9444")))
 		Expect(secret.Data).To(HaveKeyWithValue("ca.crt", []byte("test CA bundle")))
 		Expect(secret.Data).To(HaveKeyWithValue("namespace", []byte(ns)))
@@ -52,7 +54,7 @@ var _ = Describe("MacMachine", func() {
 
 		vm := &kubevirtv1.VirtualMachine{}
 		Expect(k8sClient.Get(context.Background(), k, vm)).To(Succeed())
-		Expect(vm.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", k.Name+"-agent")))
+		Expect(vm.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", name)))
 	})
 
 	It("walks Pending, Provisioning, Starting, Booting to Ready on the first heartbeat", func() {
