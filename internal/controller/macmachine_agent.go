@@ -15,6 +15,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/agentapi"
+	"github.com/macvirt/macvirt/internal/render"
 )
 
 // AgentOptions is what every machine's agent config disk says about the
@@ -95,5 +96,31 @@ func (r *MacMachineReconciler) ensureAgentConfig(ctx context.Context, o *machine
 	}
 	*m = *recorded
 	ctrl.LoggerFrom(ctx).Info("issued the guest agent's token", "secret", secret.Name)
+	return true, nil
+}
+
+// ensureAgentVolume answers: does the VM mount the agent Secret the machine
+// records? A token issued again (its hash annotation deleted, to renew a
+// machine's config disk) lives in a new Secret, and the VM, otherwise never
+// changed after it is created, is pointed at it; the guest reads it from
+// its next start. The patch fails if the VM changed since it was read.
+func (r *MacMachineReconciler) ensureAgentVolume(ctx context.Context, o *machineObservation) (bool, error) {
+	vm := o.VM
+	if vm.Spec.Template == nil {
+		return true, nil
+	}
+	want := render.AgentSecretName(o.Machine)
+	for i, v := range vm.Spec.Template.Spec.Volumes {
+		if v.Name != render.AgentConfigVolume || v.Secret == nil || v.Secret.SecretName == want {
+			continue
+		}
+		patch := client.MergeFromWithOptions(vm.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		vm.Spec.Template.Spec.Volumes[i].Secret.SecretName = want
+		if err := r.Patch(ctx, vm, patch); err != nil {
+			return false, fmt.Errorf("pointing VirtualMachine %s at the agent Secret %s: %w", vm.Name, want, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("pointed the VirtualMachine at the machine's agent Secret; the guest reads it from its next start",
+			"virtualMachine", vm.Name, "secret", want, "previous", v.Secret.SecretName)
+	}
 	return true, nil
 }
