@@ -139,6 +139,11 @@ const (
 	// agent Secret), so the operator authenticates heartbeats without
 	// reading Secrets.
 	AnnotationAgentTokenHash = "macvirt.io/agent-token-sha256" //nolint:gosec // the name of an annotation, not a credential.
+	// AnnotationAgentSecret names, on a MacMachine, the agent Secret that
+	// holds the token whose hash AnnotationAgentTokenHash records; the
+	// machine's VM mounts that Secret as the agent's config disk. Both are
+	// recorded in one write, and a recorded Secret is never written again.
+	AnnotationAgentSecret = "macvirt.io/agent-secret"
 	// MachineFinalizer guards a MacMachine until its VM is stopped gracefully
 	// and its VirtualMachine and DataVolumes are deleted.
 	MachineFinalizer = "macvirt.io/machine-protection"

@@ -37,7 +37,7 @@ func operator(t *testing.T) (configDir string, c client.Client) {
 	}
 	m := &macvirtv1alpha1.MacMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: "ci-0", Namespace: "macvirt-pools",
-			Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: agentserver.HashToken(token)}},
+			Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: agentapi.HashToken(token)}},
 		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "sonoma",
 			ClaimRef: &macvirtv1alpha1.ObjectRef{Namespace: "team-a", Name: "build", UID: "u1"}},
 	}

@@ -6,6 +6,8 @@ package agentapi
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,6 +55,15 @@ const (
 	KeyNamespace = "namespace"
 	KeyMachine   = "machine"
 )
+
+// HashToken is the hex SHA-256 of a machine's token: what the operator
+// records on the MacMachine (the macvirt.io/agent-token-sha256 annotation)
+// and compares a heartbeat's bearer token with, so the token itself stays
+// only in the config disk.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
 
 // MachineRef names the MacMachine a heartbeat is for.
 type MachineRef struct {

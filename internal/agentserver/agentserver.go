@@ -7,9 +7,7 @@ package agentserver
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"mime"
@@ -50,12 +48,6 @@ type Handler struct {
 
 // minSweepAt is the fewest limiters kept before a sweep.
 const minSweepAt = 1024
-
-// HashToken is the hex SHA-256 recorded in AnnotationAgentTokenHash.
-func HashToken(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:])
-}
 
 // unauthorized is one answer for an unknown machine and a wrong token, so
 // the endpoint does not tell which machines exist.
@@ -102,7 +94,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	want := m.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash]
-	if want == "" || subtle.ConstantTimeCompare([]byte(want), []byte(HashToken(token))) != 1 {
+	if want == "" || subtle.ConstantTimeCompare([]byte(want), []byte(agentapi.HashToken(token))) != 1 {
 		writeError(w, http.StatusUnauthorized, agentapi.ReasonUnauthorized, unauthorized)
 		return
 	}

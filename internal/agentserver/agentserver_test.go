@@ -32,7 +32,7 @@ var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 func machine(name, token string) *macvirtv1alpha1.MacMachine {
 	return &macvirtv1alpha1.MacMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a",
-			Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: HashToken(token)}},
+			Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: agentapi.HashToken(token)}},
 		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "sonoma"},
 	}
 }

@@ -14,6 +14,7 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/agent"
 	"github.com/macvirt/macvirt/internal/agentserver"
+	"github.com/macvirt/macvirt/internal/render"
 )
 
 // The guest agent's own code, configured from the machine's real agent
@@ -30,7 +31,7 @@ var _ = Describe("The guest agent", func() {
 	// except for the endpoint, which is this test's server.
 	agentOf := func(k types.NamespacedName, endpoint string, ca []byte) *agent.Client {
 		secret := &corev1.Secret{}
-		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: k.Namespace, Name: k.Name + "-agent"}, secret)).To(Succeed())
+		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: k.Namespace, Name: render.AgentSecretName(getMachine(k))}, secret)).To(Succeed())
 		c, err := agent.NewClient(&agent.Config{Endpoint: endpoint, CABundle: ca, Token: string(secret.Data["token"]),
 			Namespace: string(secret.Data["namespace"]), Machine: string(secret.Data["machine"])})
 		Expect(err).NotTo(HaveOccurred())

@@ -150,6 +150,7 @@ func (r *MacMachineReconciler) reconcileNormal(ctx context.Context, o *machineOb
 		r.observeObjects,
 		r.ensureDataVolumes,
 		r.ensureVirtualMachine,
+		r.ensureAgentVolume,
 		r.ensureRunState,
 	} {
 		if proceed, err := step(ctx, o); err != nil || !proceed {

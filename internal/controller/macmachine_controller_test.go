@@ -16,7 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/agentserver"
+	"github.com/macvirt/macvirt/internal/agentapi"
+	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/simulator"
 )
 
@@ -42,17 +43,47 @@ var _ = Describe("MacMachine", func() {
 		hash := m.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash]
 		Expect(hash).To(HaveLen(64))
 		secret := &corev1.Secret{}
-		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: k.Name + "-agent"}, secret)).To(Succeed())
+		name := m.Annotations[macvirtv1alpha1.AnnotationAgentSecret]
+		Expect(name).To(Equal(k.Name+"-agent-"+hash[:10]), "the Secret is named after its token, so a second token gets a second Secret")
+		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, secret)).To(Succeed())
 		Expect(secret.Data).To(HaveKeyWithValue("endpoint", []byte("https://agent.test:9444")))
 		Expect(secret.Data).To(HaveKeyWithValue("ca.crt", []byte("test CA bundle")))
 		Expect(secret.Data).To(HaveKeyWithValue("namespace", []byte(ns)))
 		Expect(secret.Data).To(HaveKeyWithValue("machine", []byte(k.Name)))
-		Expect(agentserver.HashToken(string(secret.Data["token"]))).To(Equal(hash), "the Secret's token is the one whose hash the machine records")
+		Expect(agentapi.HashToken(string(secret.Data["token"]))).To(Equal(hash), "the Secret's token is the one whose hash the machine records")
 		Expect(secret.OwnerReferences).To(ContainElement(HaveField("UID", m.UID)), "the Secret goes with its machine")
 
 		vm := &kubevirtv1.VirtualMachine{}
 		Expect(k8sClient.Get(context.Background(), k, vm)).To(Succeed())
-		Expect(vm.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", k.Name+"-agent")))
+		Expect(vm.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", name)))
+	})
+
+	It("renews the agent token when its hash annotation is deleted: a new Secret, which the VM mounts from its next start", func() {
+		k := booted(newClass().Name)
+		m := getMachine(k)
+		oldHash, oldSecret := m.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash], m.Annotations[macvirtv1alpha1.AnnotationAgentSecret]
+		before := m.DeepCopy()
+		delete(m.Annotations, macvirtv1alpha1.AnnotationAgentTokenHash)
+		Expect(k8sClient.Patch(context.Background(), m, client.MergeFrom(before))).To(Succeed())
+
+		Eventually(func() string { return getMachine(k).Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] }).
+			WithTimeout(timeout).ShouldNot(Or(BeEmpty(), Equal(oldHash)))
+		renewed := getMachine(k)
+		name := renewed.Annotations[macvirtv1alpha1.AnnotationAgentSecret]
+		Expect(name).NotTo(Equal(oldSecret), "a renewed token is a new Secret; the old one is never rewritten")
+		secret := &corev1.Secret{}
+		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, secret)).To(Succeed())
+		Expect(agentapi.HashToken(string(secret.Data["token"]))).To(Equal(renewed.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash]))
+		Eventually(func() string { return agentSecretOf(vmOf(k)().Spec.Template.Spec.Volumes) }).WithTimeout(timeout).
+			Should(Equal(name), "the VM is pointed at the renewed Secret")
+
+		setRunning(k, false)
+		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineStopped))
+		setRunning(k, true)
+		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineBooting))
+		vmi := &kubevirtv1.VirtualMachineInstance{}
+		Expect(k8sClient.Get(context.Background(), k, vmi)).To(Succeed())
+		Expect(agentSecretOf(vmi.Spec.Volumes)).To(Equal(name), "the restarted guest reads the renewed token")
 	})
 
 	It("walks Pending, Provisioning, Starting, Booting to Ready on the first heartbeat", func() {
@@ -278,4 +309,14 @@ func vmiGoneWhenVMDeleted(w watch.Interface, k types.NamespacedName) bool {
 			return false
 		}
 	}
+}
+
+// agentSecretOf is the Secret of the agent's config disk among volumes.
+func agentSecretOf(volumes []kubevirtv1.Volume) string {
+	for _, v := range volumes {
+		if v.Name == render.AgentConfigVolume && v.Secret != nil {
+			return v.Secret.SecretName
+		}
+	}
+	return ""
 }

@@ -66,6 +66,10 @@ func testMachine(mods ...func(*macvirtv1alpha1.MacMachine)) *macvirtv1alpha1.Mac
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "sonoma-7k2xq", Namespace: "macvirt-pools", UID: "1b7f9a52-1c3e-4d1e-9a51-0d7c2b6e8f10",
 			Labels: map[string]string{macvirtv1alpha1.LabelPool: "ci-sonoma"},
+			Annotations: map[string]string{
+				macvirtv1alpha1.AnnotationAgentTokenHash: "4c1d6e0f2a9b8c7d3e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5",
+				macvirtv1alpha1.AnnotationAgentSecret:    "sonoma-7k2xq-agent-4c1d6e0f2a",
+			},
 		},
 		Spec: macvirtv1alpha1.MacMachineSpec{
 			ClassName:     "sonoma",

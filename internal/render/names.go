@@ -51,5 +51,13 @@ func Labels(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) map[
 
 // AgentSecretName is the Secret holding a machine's guest-agent
 // configuration (endpoint, CA bundle, token, machine), attached to its VM as
-// the agent's config disk.
-func AgentSecretName(m *macvirtv1alpha1.MacMachine) string { return m.Name + "-agent" }
+// the agent's config disk: the one the machine's AnnotationAgentSecret
+// names, recorded with the token's hash. Machines whose token was issued
+// before that annotation existed record only the hash; their Secret has the
+// fixed name <machine>-agent, which is kept for them alone.
+func AgentSecretName(m *macvirtv1alpha1.MacMachine) string {
+	if name := m.Annotations[macvirtv1alpha1.AnnotationAgentSecret]; name != "" {
+		return name
+	}
+	return m.Name + "-agent"
+}

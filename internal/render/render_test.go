@@ -62,7 +62,7 @@ func TestVirtualMachineBootsTheBootloaderFirstThenTheSystemDisk(t *testing.T) {
 	g.Expect(disks[2].Name).To(Equal(render.AgentConfigVolume))
 	g.Expect(disks[2].BootOrder).To(BeNil())
 	g.Expect(disks[2].CDRom).NotTo(BeNil())
-	g.Expect(vols[2].Secret.SecretName).To(Equal("sonoma-7k2xq-agent"))
+	g.Expect(vols[2].Secret.SecretName).To(Equal("sonoma-7k2xq-agent-4c1d6e0f2a"), "the Secret the machine records")
 	g.Expect(vols[2].Secret.VolumeLabel).To(Equal("MACVIRTAGENT"))
 	g.Expect(vm.Spec.DataVolumeTemplates).To(BeEmpty(), "DataVolumes are created by the operator, not templated")
 }
@@ -287,4 +287,14 @@ func ownerUIDs(refs []metav1.OwnerReference) []string {
 		uids = append(uids, string(r.UID))
 	}
 	return uids
+}
+
+// A machine whose token was issued before its Secret's name was recorded
+// keeps mounting the Secret of the fixed name it was issued in.
+func TestVirtualMachineMountsTheLegacyAgentSecretOfAMachineThatRecordsNoSecretName(t *testing.T) {
+	g := NewWithT(t)
+	vm, _ := renderOK(t, testClass(), testMachine(func(m *macvirtv1alpha1.MacMachine) {
+		delete(m.Annotations, macvirtv1alpha1.AnnotationAgentSecret)
+	}), testOptions)
+	g.Expect(vm.Spec.Template.Spec.Volumes[2].Secret.SecretName).To(Equal("sonoma-7k2xq-agent"))
 }
