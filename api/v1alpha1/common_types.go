@@ -107,6 +107,13 @@ const (
 	// ReasonDeleteFailed means the API server refused a delete the
 	// operator needed; the message is the API server's.
 	ReasonDeleteFailed = "DeleteFailed"
+	// ReasonRetainNotAllowed means a claim asks for reclaimPolicy Retain
+	// and its class's tenancy.allowRetain is false.
+	ReasonRetainNotAllowed = "RetainNotAllowed"
+	// ReasonTooManyReleased means a claim asks for reclaimPolicy Retain and
+	// its namespace already holds the class's maxReleasedPerNamespace
+	// released machines.
+	ReasonTooManyReleased = "TooManyReleased"
 	// ReasonTooManyUnhealthy means more of a pool's unbound machines look
 	// unhealthy than its maxUnhealthy allows, so it replaces none of them.
 	ReasonTooManyUnhealthy = "TooManyUnhealthy"
@@ -143,7 +150,7 @@ const (
 	// holds the token whose hash AnnotationAgentTokenHash records; the
 	// machine's VM mounts that Secret as the agent's config disk. Both are
 	// recorded in one write, and a recorded Secret is never written again.
-	AnnotationAgentSecret = "macvirt.io/agent-secret"
+	AnnotationAgentSecret = "macvirt.io/agent-secret" //nolint:gosec // the name of an annotation, not a credential.
 	// MachineFinalizer guards a MacMachine until its VM is stopped gracefully
 	// and its VirtualMachine and DataVolumes are deleted.
 	MachineFinalizer = "macvirt.io/machine-protection"

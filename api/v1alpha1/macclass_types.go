@@ -262,6 +262,22 @@ type TenancySpec struct {
 	// +kubebuilder:default=true
 	// +optional
 	OnDemand *bool `json:"onDemand,omitempty"`
+
+	// allowRetain lets claims of this class ask for reclaimPolicy Retain,
+	// which keeps their machine, stopped with its disks, after the claim is
+	// gone. Set it to false where released Macs would only pile up.
+	// +kubebuilder:default=true
+	// +optional
+	AllowRetain *bool `json:"allowRetain,omitempty"`
+
+	// maxReleasedPerNamespace bounds how many released (Retained) machines
+	// of this class the claims of one namespace may leave behind: a claim
+	// asking for Retain beyond it waits (TooManyReleased) until one of them
+	// is deleted. Unset: no bound.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	MaxReleasedPerNamespace *int32 `json:"maxReleasedPerNamespace,omitempty"`
 }
 
 // MacClassSpec is a hardware and image recipe for macOS machines.

@@ -103,6 +103,12 @@ type MacPoolStatus struct {
 	// maxUnhealthy are.
 	// +optional
 	Unhealthy int32 `json:"unhealthy"`
+	// released is the machines whose claim is gone under reclaimPolicy
+	// Retain: stopped, disks kept, never bound again, and outside
+	// maxMachines, so a tenant cannot drain the pool by claiming and
+	// deleting. An admin deletes them when done.
+	// +optional
+	Released int32 `json:"released"`
 	// bound is the machines bound to a claim.
 	// +optional
 	Bound int32 `json:"bound"`
@@ -174,6 +180,7 @@ func (s *MacPoolSpec) EffectiveIdle() int32 {
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.idle`
 // +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.idle`
 // +kubebuilder:printcolumn:name="Bound",type=integer,JSONPath=`.status.bound`
+// +kubebuilder:printcolumn:name="Released",type=integer,JSONPath=`.status.released`,priority=1
 // +kubebuilder:printcolumn:name="Unhealthy",type=integer,JSONPath=`.status.unhealthy`,priority=1
 // +kubebuilder:printcolumn:name="Machines",type=integer,JSONPath=`.status.machines`
 // +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.status.maxMachines`

@@ -68,9 +68,9 @@ var _ = Describe("Pools and claims", func() {
 			"a pool that only says how many to keep warm keeps them warm after a bind")
 	})
 
-	It("keep a Retained machine, marked released, out of the idle set", func() {
+	It("keep a Retained machine, released, stopped gracefully with its disks, and outside the pool's cap", func() {
 		class := newClass()
-		pool, poolNS := newPool(class.Name, 1, 3)
+		pool, poolNS := newPool(class.Name, 1, 1)
 		startGuests(poolNS)
 		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(HaveField("Idle", int32(1)))
 		claim := newClaim(newNamespace(), func(c *macvirtv1alpha1.MacClaim) {
@@ -82,8 +82,46 @@ var _ = Describe("Pools and claims", func() {
 		Expect(k8sClient.Delete(context.Background(), claim)).To(Succeed())
 		Eventually(func() map[string]string { return getMachine(mk).Labels }).WithTimeout(timeout).
 			Should(HaveKeyWithValue(macvirtv1alpha1.LabelReleased, "true"))
-		Consistently(func() bool { return getMachine(mk).DeletionTimestamp.IsZero() }).WithTimeout(time.Second).Should(BeTrue())
-		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(HaveField("Idle", int32(1)), HaveField("Bound", int32(1))))
+		Eventually(phase(mk)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineStopped))
+		Expect(stopRequestsFor(mk)).To(HaveLen(1), "stopped through the stop subresource, gracefully")
+		Expect(ownedBy(mk)()).To(HaveField("DataVolumes", 2), "disks kept")
+		Expect(getMachine(mk).DeletionTimestamp.IsZero()).To(BeTrue())
+		By("the released machine is counted apart, and the pool refills even at maxMachines 1")
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(HaveField("Idle", int32(1)), HaveField("Bound", int32(0)),
+			HaveField("Released", int32(1)), HaveField("Machines", int32(1))))
+	})
+
+	It("keep a Retain claim waiting where the class forbids Retain or its namespace holds too many released machines", func() {
+		forbid, allow := false, true
+		strict := newClass(func(c *macvirtv1alpha1.MacClass) { c.Spec.Tenancy.AllowRetain = &forbid })
+		ns := newNamespace()
+		refused := newClaim(ns, func(c *macvirtv1alpha1.MacClaim) {
+			c.Spec.ClassName, c.Spec.ReclaimPolicy = strict.Name, macvirtv1alpha1.ReclaimRetain
+		})
+		Eventually(claimCondition(key(refused), macvirtv1alpha1.ConditionReady)).WithTimeout(timeout).Should(And(
+			HaveField("Reason", macvirtv1alpha1.ReasonRetainNotAllowed), HaveField("Message", ContainSubstring("allowRetain"))))
+
+		one := int32(1)
+		bounded := newClass(func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Tenancy.AllowRetain, c.Spec.Tenancy.MaxReleasedPerNamespace = &allow, &one
+		})
+		first := newClaim(ns, func(c *macvirtv1alpha1.MacClaim) {
+			c.Spec.ClassName, c.Spec.ReclaimPolicy = bounded.Name, macvirtv1alpha1.ReclaimRetain
+		})
+		Eventually(claimPhase(key(first))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimBound))
+		mk := types.NamespacedName{Namespace: ns, Name: getClaim(key(first)).Status.MachineRef.Name}
+		Expect(k8sClient.Delete(context.Background(), first)).To(Succeed())
+		Eventually(func() map[string]string { return getMachine(mk).Labels }).WithTimeout(timeout).
+			Should(HaveKeyWithValue(macvirtv1alpha1.LabelReleased, "true"))
+		second := newClaim(ns, func(c *macvirtv1alpha1.MacClaim) {
+			c.Spec.ClassName, c.Spec.ReclaimPolicy = bounded.Name, macvirtv1alpha1.ReclaimRetain
+		})
+		Eventually(claimCondition(key(second), macvirtv1alpha1.ConditionReady)).WithTimeout(timeout).Should(And(
+			HaveField("Reason", macvirtv1alpha1.ReasonTooManyReleased), HaveField("Message", ContainSubstring("maxReleasedPerNamespace"))))
+
+		By("deleting the released machine makes room")
+		Expect(k8sClient.Delete(context.Background(), getMachine(mk))).To(Succeed())
+		Eventually(claimPhase(key(second))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimBound))
 	})
 
 	It("create a pre-bound machine in the claim's namespace when no pool has one idle", func() {

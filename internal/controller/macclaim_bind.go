@@ -18,7 +18,14 @@ const (
 	// claimUIDField holds spec.claimRef.uid, so a claim finds the machine it
 	// won even before its own status records it.
 	claimUIDField = "spec.claimRef.uid"
+	// releasedField holds "<claim namespace>/<class>" for every released
+	// machine, so a namespace's released machines of a class are counted.
+	releasedField = "macvirt.io/released-for"
 )
+
+// releasedKey is the releasedField value of a namespace's released machines
+// of a class.
+func releasedKey(namespace, class string) string { return namespace + "/" + class }
 
 // bindableKeys indexes a machine that a claim may bind now: a pool's,
 // unbound, never released, not being deleted, and Ready.

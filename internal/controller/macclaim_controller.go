@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -25,6 +24,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/render"
+	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
 // claimWaitingField indexes unbound MacClaims by the bind key they wait on.
@@ -389,25 +389,29 @@ func (r *MacClaimReconciler) resolveClass(ctx context.Context, claim *macvirtv1a
 	return class, nil, nil
 }
 
-// checkTenancy refuses a claim from a namespace outside the class's
-// allowedNamespaces selector.
+// checkTenancy keeps a claim the class does not admit waiting, by the
+// policy the admission webhook applies (internal/tenancy): the namespace's
+// labels or the class may have changed since admission. A claim asking for
+// Retain also waits while its namespace holds the class's
+// maxReleasedPerNamespace released machines.
 func (r *MacClaimReconciler) checkTenancy(ctx context.Context, claim *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacClass) (*problem, error) {
-	sel := class.Spec.Tenancy.AllowedNamespaces
-	if sel == nil || (len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0) {
-		return nil, nil
-	}
-	selector, err := metav1.LabelSelectorAsSelector(sel)
-	if err != nil {
-		return &problem{macvirtv1alpha1.ReasonInvalidClass, fmt.Sprintf("MacClass %s has an invalid tenancy.allowedNamespaces: %v", class.Name, err)}, nil
-	}
 	ns := &corev1.Namespace{}
 	if err := r.Get(ctx, types.NamespacedName{Name: claim.Namespace}, ns); err != nil {
 		return nil, fmt.Errorf("getting namespace %s for tenancy: %w", claim.Namespace, err)
 	}
-	if !selector.Matches(labels.Set(ns.Labels)) {
-		return &problem{macvirtv1alpha1.ReasonNamespaceNotAllowed, fmt.Sprintf(
-			"namespace %q is not allowed to claim MacClass %s: its labels do not match tenancy.allowedNamespaces (%s)",
-			claim.Namespace, class.Name, selector)}, nil
+	policy := reclaimPolicy(claim)
+	if refusal := tenancy.Check(class, claim.Namespace, ns.Labels, policy); refusal != nil {
+		return &problem{refusal.Reason, refusal.Message}, nil
+	}
+	if policy != macvirtv1alpha1.ReclaimRetain || class.Spec.Tenancy.MaxReleasedPerNamespace == nil {
+		return nil, nil
+	}
+	var released macvirtv1alpha1.MacMachineList
+	if err := r.List(ctx, &released, client.MatchingFields{releasedField: releasedKey(claim.Namespace, class.Name)}); err != nil {
+		return nil, fmt.Errorf("counting the released machines of namespace %s: %w", claim.Namespace, err)
+	}
+	if refusal := tenancy.ReleasedFull(class, claim.Namespace, len(released.Items)); refusal != nil {
+		return &problem{refusal.Reason, refusal.Message}, nil
 	}
 	return nil, nil
 }
@@ -467,9 +471,15 @@ func (r *MacClaimReconciler) machineEvents() handler.TypedEventHandler[client.Ob
 				r.wakeWaiting(ctx, bindableKeys(m), q)
 			}
 		},
-		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			if m, ok := e.Object.(*macvirtv1alpha1.MacMachine); ok {
 				bound(m, q)
+				if ref := m.Spec.ClaimRef; ref != nil && m.Labels[macvirtv1alpha1.LabelReleased] != "" {
+					// Room for one more released machine of that namespace.
+					for _, req := range r.waitingClaimsIn(ctx, ref.Namespace) {
+						q.Add(req)
+					}
+				}
 			}
 		},
 	}
@@ -521,9 +531,14 @@ func (r *MacClaimReconciler) poolToWaitingClaims(ctx context.Context, obj client
 // namespaceToWaitingClaims wakes the unbound claims of a namespace whose
 // labels changed: a class's tenancy.allowedNamespaces may now match it.
 func (r *MacClaimReconciler) namespaceToWaitingClaims(ctx context.Context, obj client.Object) []reconcile.Request {
+	return r.waitingClaimsIn(ctx, obj.GetName())
+}
+
+// waitingClaimsIn lists the unbound claims of a namespace.
+func (r *MacClaimReconciler) waitingClaimsIn(ctx context.Context, namespace string) []reconcile.Request {
 	var claims macvirtv1alpha1.MacClaimList
-	if err := r.List(ctx, &claims, client.InNamespace(obj.GetName())); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "listing a namespace's claims; its waiting claims wait for their next event", "namespace", obj.GetName())
+	if err := r.List(ctx, &claims, client.InNamespace(namespace)); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing a namespace's claims; its waiting claims wait for their next event", "namespace", namespace)
 		return nil
 	}
 	var reqs []reconcile.Request

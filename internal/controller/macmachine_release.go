@@ -17,7 +17,8 @@ import (
 // exist? When it is gone (or was recreated under another UID), the machine
 // is released as the claim asked, the way a PersistentVolume is: Delete
 // deletes the machine (its finalizer stops it gracefully first); Retain
-// labels it released and keeps it. A released machine is never bound again.
+// labels it released, stops it gracefully and keeps it with its disks. A
+// released machine is never bound again.
 func (r *MacMachineReconciler) releaseIfClaimGone(ctx context.Context, o *machineObservation) (bool, error) {
 	m := o.Machine
 	ref := m.Spec.ClaimRef
@@ -35,11 +36,15 @@ func (r *MacMachineReconciler) releaseIfClaimGone(ctx context.Context, o *machin
 			m.Labels = map[string]string{}
 		}
 		m.Labels[macvirtv1alpha1.LabelReleased] = "true"
+		// Stopped gracefully (the run-state step does it, through the stop
+		// subresource), disks kept: a released Mac holds no host capacity.
+		stopped := false
+		m.Spec.Running = &stopped
 		if err := r.Patch(ctx, m, patch); err != nil {
 			return false, fmt.Errorf("marking machine released: %w", err)
 		}
-		log.Info("claim gone; machine retained and released", "claim", ref.Namespace+"/"+ref.Name)
-		r.event(m, corev1.EventTypeNormal, "Released", "claim %s/%s is gone; machine retained (reclaimPolicy Retain)", ref.Namespace, ref.Name)
+		log.Info("claim gone; machine retained, released and stopping", "claim", ref.Namespace+"/"+ref.Name)
+		r.event(m, corev1.EventTypeNormal, "Released", "claim %s/%s is gone; machine retained (reclaimPolicy Retain), stopped gracefully with its disks kept", ref.Namespace, ref.Name)
 		return true, nil
 	}
 	uid := m.UID

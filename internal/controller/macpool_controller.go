@@ -210,7 +210,9 @@ func poolMachineState(m *macvirtv1alpha1.MacMachine) machineState {
 	switch {
 	case !m.DeletionTimestamp.IsZero():
 		return stateTerminating
-	case m.Spec.ClaimRef != nil || m.Labels[macvirtv1alpha1.LabelReleased] != "":
+	case m.Labels[macvirtv1alpha1.LabelReleased] != "":
+		return stateReleased
+	case m.Spec.ClaimRef != nil:
 		return stateBound
 	case m.Status.Phase == macvirtv1alpha1.MachineFailed, guestFellSilent(m):
 		return stateFailed

@@ -22,6 +22,7 @@ const (
 	stateBound                            // has a claimRef (bound now or used before)
 	stateFailed                           // unbound and Failed, or its guest fell silent
 	stateTerminating                      // being deleted
+	stateReleased                         // its claim is gone under Retain; outside the cap
 )
 
 // poolMachine is what the planner needs to know about a pool's machine.
@@ -94,7 +95,15 @@ func slotOf(pool, name string) (int, bool) {
 func planPool(in poolInput) poolPlan {
 	var p poolPlan
 	var idle, oldIdle, failed []poolMachine
+	released := 0
 	for _, m := range in.Machines {
+		if m.State == stateReleased {
+			// Kept for a human, stopped, and outside maxMachines: tenants
+			// cannot drain a pool by claiming and deleting with Retain.
+			p.Counts.Released++
+			released++
+			continue
+		}
 		p.Counts.Machines++
 		if m.Revision == in.Revision {
 			p.Counts.UpdatedMachines++
@@ -180,12 +189,13 @@ func planPool(in poolInput) poolPlan {
 	want := in.Idle + int32(len(oldIdle)) //nolint:gosec // bounded by the machine count.
 	create := max(0, want-supply)
 	create = min(create, max(0, in.MaxProv-p.Counts.Provisioning), max(0, in.Max-p.Counts.Machines))
-	p.Create = freeSlots(in, int(create))
+	p.Create = freeSlots(in, int(create), released)
 	return p
 }
 
-// freeSlots returns the first n unused slot names below the cap.
-func freeSlots(in poolInput, n int) []string {
+// freeSlots returns the first n unused slot names below the cap, which is
+// raised by the released machines, whose slots stay taken.
+func freeSlots(in poolInput, n, released int) []string {
 	if n <= 0 {
 		return nil
 	}
@@ -196,7 +206,7 @@ func freeSlots(in poolInput, n int) []string {
 		}
 	}
 	var out []string
-	for s := 0; s < int(in.Max) && len(out) < n; s++ {
+	for s := 0; s < int(in.Max)+released && len(out) < n; s++ {
 		if !used[s] {
 			out = append(out, slotName(in.Pool, s))
 		}

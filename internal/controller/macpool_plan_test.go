@@ -67,6 +67,10 @@ func TestPlanPool(t *testing.T) {
 			in: poolInput{Idle: 3, Max: 6, MaxProv: 2, Now: t0.Add(time.Second), Machines: join(machines(stateIdle, "r1", "p-0", "p-1"),
 				[]poolMachine{{Name: "p-2", Revision: "r1", State: stateFailed, ReplaceAt: t0.Add(time.Second)}})},
 			create: []string{"p-3"}, delete: []string{"p-2"}},
+		"released machines are outside the cap, and their slots stay taken": {
+			in: poolInput{Idle: 1, Max: 2, MaxProv: 2, Machines: join(
+				machines(stateReleased, "r1", "p-0", "p-1"), machines(stateBound, "r1", "p-2"))},
+			create: []string{"p-3"}},
 		"maxUnhealthy 0 replaces none": {
 			in: poolInput{Idle: 1, Max: 2, MaxProv: 1, MaxUnhealthy: ptr.To(intstr.FromInt32(0)),
 				Machines: machines(stateFailed, "r1", "p-0")}},

@@ -337,6 +337,21 @@ var _ = Describe("Validation over TLS", func() {
 			Expect(k8sClient.Create(suiteCtx, c)).To(Succeed())
 		})
 
+		It("refuses a Retain claim where the class does not allow Retain, naming the field and the fix", func() {
+			forbid := false
+			strict := minimalClass()
+			strict.Name = uniqueName("noretain")
+			strict.Spec.Tenancy.AllowRetain = &forbid
+			Expect(k8sClient.Create(suiteCtx, strict)).To(Succeed())
+			cleanup(strict)
+			c := minimalClaim()
+			c.Namespace, c.Spec.ClassName, c.Spec.ReclaimPolicy = newNamespace(nil), strict.Name, macvirtv1alpha1.ReclaimRetain
+			expectDenied(k8sClient.Create(suiteCtx, c), "vmacclaim-v1alpha1.macvirt.io", "spec.reclaimPolicy",
+				fmt.Sprintf("MacClass %s does not allow reclaimPolicy Retain (spec.tenancy.allowRetain is false); use Delete", strict.Name))
+			c.Spec.ReclaimPolicy = macvirtv1alpha1.ReclaimDelete
+			Expect(k8sClient.Create(suiteCtx, c)).To(Succeed())
+		})
+
 		It("refuses a claim whose class and pool disagree, and one with neither", func() {
 			ns := newNamespace(map[string]string{"macvirt.io/tenant": "true"})
 			c := minimalClaim()

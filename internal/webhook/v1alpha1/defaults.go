@@ -52,6 +52,10 @@ func DefaultMacClass(c *macvirtv1alpha1.MacClass) {
 		t := true
 		s.Tenancy.OnDemand = &t
 	}
+	if s.Tenancy.AllowRetain == nil {
+		t := true
+		s.Tenancy.AllowRetain = &t
+	}
 }
 
 func defaultHardware(h *macvirtv1alpha1.HardwareSpec) {

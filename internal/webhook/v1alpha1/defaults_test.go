@@ -36,6 +36,7 @@ func TestDefaultMacClassSetsEveryDocumentedDefault(t *testing.T) {
 		"lifecycle.heartbeatTimeout 2m":       s.Lifecycle.HeartbeatTimeout.Duration == 2*time.Minute,
 		"tenancy.allowedNamespaces all":       s.Tenancy.AllowedNamespaces != nil && len(s.Tenancy.AllowedNamespaces.MatchLabels) == 0,
 		"tenancy.onDemand true":               s.Tenancy.OnDemand != nil && *s.Tenancy.OnDemand,
+		"tenancy.allowRetain true":            s.Tenancy.AllowRetain != nil && *s.Tenancy.AllowRetain,
 		"image source left as written":        s.Image.SourceRef != nil && s.Image.Source == nil,
 		"bootloader source left as written":   s.Bootloader.Source != nil && s.Bootloader.SourceRef == nil,
 		"description left empty (no default)": s.Description == "",

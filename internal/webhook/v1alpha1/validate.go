@@ -6,11 +6,10 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
 // maxPoolNameLength leaves room for the slot suffix of the pool's machine names.
@@ -108,23 +107,24 @@ func ValidateMacClaim(c *macvirtv1alpha1.MacClaim, env ClaimEnv) (field.ErrorLis
 	return errs, warns
 }
 
-// tenancyError refuses a claim from a namespace the class does not allow.
+// tenancyError refuses a claim the class does not admit (internal/tenancy,
+// which the claim controller applies too). A class whose selector does not
+// parse is not the claim's fault: the claim is admitted and waits, its
+// status naming the class's problem.
 func tenancyError(c *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacClass, ns *corev1.Namespace) *field.Error {
-	sel := class.Spec.Tenancy.AllowedNamespaces
-	if sel == nil || (len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0) {
+	policy := c.Spec.ReclaimPolicy
+	if policy == "" {
+		policy = macvirtv1alpha1.ReclaimDelete
+	}
+	r := tenancy.Check(class, c.Namespace, ns.Labels, policy)
+	if r == nil || r.Reason == macvirtv1alpha1.ReasonInvalidClass {
 		return nil
 	}
-	selector, err := metav1.LabelSelectorAsSelector(sel)
-	if err != nil {
-		// The class is invalid; its own validation and status say so.
-		return nil
+	path := field.NewPath("metadata", "namespace")
+	if r.Field == "spec.reclaimPolicy" {
+		path = field.NewPath("spec", "reclaimPolicy")
 	}
-	if selector.Matches(labels.Set(ns.Labels)) {
-		return nil
-	}
-	return field.Forbidden(field.NewPath("metadata", "namespace"), fmt.Sprintf(
-		"namespace %q may not claim MacClass %s: its labels do not match the class's spec.tenancy.allowedNamespaces (%s); "+
-			"ask an admin to label the namespace or use another class", c.Namespace, class.Name, selector))
+	return field.Forbidden(path, r.Message)
 }
 
 // maxSSHKeys and maxSSHKeyLength are the CRD's limits.

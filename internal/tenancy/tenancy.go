@@ -1,0 +1,62 @@
+// Package tenancy is the one statement of which claims a MacClass admits:
+// the admission webhook refuses a claim with it, and the claim controller
+// keeps a claim waiting with it (a namespace's labels or the class can
+// change after admission), so the two never disagree.
+package tenancy
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// Refusal says why a class does not admit a claim: a condition reason, a
+// message naming the fix, and the claim field it is about.
+type Refusal struct {
+	Reason  string
+	Message string
+	// Field is the claim's field the refusal is about, as a path
+	// ("metadata.namespace", "spec.reclaimPolicy").
+	Field string
+}
+
+// Check says whether class admits a claim of reclaimPolicy policy from the
+// namespace named namespace with nsLabels; nil when it does. A class whose
+// allowedNamespaces cannot be parsed admits nobody: its own status says why.
+func Check(class *macvirtv1alpha1.MacClass, namespace string, nsLabels map[string]string, policy macvirtv1alpha1.ReclaimPolicy) *Refusal {
+	t := class.Spec.Tenancy
+	if sel := t.AllowedNamespaces; sel != nil && (len(sel.MatchLabels) > 0 || len(sel.MatchExpressions) > 0) {
+		selector, err := metav1.LabelSelectorAsSelector(sel)
+		if err != nil {
+			return &Refusal{macvirtv1alpha1.ReasonInvalidClass,
+				fmt.Sprintf("MacClass %s has an invalid spec.tenancy.allowedNamespaces: %v", class.Name, err), "spec.className"}
+		}
+		if !selector.Matches(labels.Set(nsLabels)) {
+			return &Refusal{macvirtv1alpha1.ReasonNamespaceNotAllowed, fmt.Sprintf(
+				"namespace %q may not claim MacClass %s: its labels do not match the class's spec.tenancy.allowedNamespaces (%s); "+
+					"ask an admin to label the namespace or use another class", namespace, class.Name, selector), "metadata.namespace"}
+		}
+	}
+	if policy == macvirtv1alpha1.ReclaimRetain && t.AllowRetain != nil && !*t.AllowRetain {
+		return &Refusal{macvirtv1alpha1.ReasonRetainNotAllowed, fmt.Sprintf(
+			"MacClass %s does not allow reclaimPolicy Retain (spec.tenancy.allowRetain is false); use Delete or another class",
+			class.Name), "spec.reclaimPolicy"}
+	}
+	return nil
+}
+
+// ReleasedFull says whether a namespace holding released machines of class
+// may leave one more behind; nil when it may.
+func ReleasedFull(class *macvirtv1alpha1.MacClass, namespace string, released int) *Refusal {
+	limit := class.Spec.Tenancy.MaxReleasedPerNamespace
+	if limit == nil || released < int(*limit) {
+		return nil
+	}
+	return &Refusal{macvirtv1alpha1.ReasonTooManyReleased, fmt.Sprintf(
+		"namespace %q already holds %d released machines of MacClass %s, its spec.tenancy.maxReleasedPerNamespace; "+
+			"delete one (kubectl get macmachines -A -l %s=true) or claim with reclaimPolicy Delete",
+		namespace, released, class.Name, macvirtv1alpha1.LabelReleased), "spec.reclaimPolicy"}
+}

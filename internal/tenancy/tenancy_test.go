@@ -1,0 +1,67 @@
+package tenancy
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+func class(mods ...func(*macvirtv1alpha1.TenancySpec)) *macvirtv1alpha1.MacClass {
+	c := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}
+	for _, m := range mods {
+		m(&c.Spec.Tenancy)
+	}
+	return c
+}
+
+func TestCheck(t *testing.T) {
+	forbid := false
+	tenants := func(s *macvirtv1alpha1.TenancySpec) {
+		s.AllowedNamespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "ios"}}
+	}
+	noRetain := func(s *macvirtv1alpha1.TenancySpec) { s.AllowRetain = &forbid }
+	broken := func(s *macvirtv1alpha1.TenancySpec) {
+		s.AllowedNamespaces = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Near"}}}
+	}
+	for name, tc := range map[string]struct {
+		class  *macvirtv1alpha1.MacClass
+		labels map[string]string
+		policy macvirtv1alpha1.ReclaimPolicy
+		reason string
+	}{
+		"no rules admit anyone":                  {class(), nil, macvirtv1alpha1.ReclaimRetain, ""},
+		"an empty selector admits anyone":        {class(func(s *macvirtv1alpha1.TenancySpec) { s.AllowedNamespaces = &metav1.LabelSelector{} }), nil, macvirtv1alpha1.ReclaimDelete, ""},
+		"a matching namespace is admitted":       {class(tenants), map[string]string{"team": "ios"}, macvirtv1alpha1.ReclaimDelete, ""},
+		"another namespace is refused":           {class(tenants), map[string]string{"team": "web"}, macvirtv1alpha1.ReclaimDelete, macvirtv1alpha1.ReasonNamespaceNotAllowed},
+		"Retain where the class forbids it":      {class(noRetain), nil, macvirtv1alpha1.ReclaimRetain, macvirtv1alpha1.ReasonRetainNotAllowed},
+		"Delete where the class forbids Retain":  {class(noRetain), nil, macvirtv1alpha1.ReclaimDelete, ""},
+		"the namespace is checked before Retain": {class(tenants, noRetain), nil, macvirtv1alpha1.ReclaimRetain, macvirtv1alpha1.ReasonNamespaceNotAllowed},
+		"an unparsable selector admits nobody":   {class(broken), map[string]string{"team": "ios"}, macvirtv1alpha1.ReclaimDelete, macvirtv1alpha1.ReasonInvalidClass},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := Check(tc.class, "team-x", tc.labels, tc.policy)
+			switch {
+			case tc.reason == "" && got != nil:
+				t.Errorf("refused: %+v", got)
+			case tc.reason != "" && (got == nil || got.Reason != tc.reason):
+				t.Errorf("got %+v, want reason %s", got, tc.reason)
+			}
+		})
+	}
+}
+
+func TestReleasedFull(t *testing.T) {
+	two := int32(2)
+	bounded := class(func(s *macvirtv1alpha1.TenancySpec) { s.MaxReleasedPerNamespace = &two })
+	for _, tc := range []struct {
+		class    *macvirtv1alpha1.MacClass
+		released int
+		full     bool
+	}{{class(), 100, false}, {bounded, 1, false}, {bounded, 2, true}, {bounded, 3, true}} {
+		if got := ReleasedFull(tc.class, "team-x", tc.released); (got != nil) != tc.full {
+			t.Errorf("ReleasedFull(bound %v, %d released) = %+v, want full %v", tc.class.Spec.Tenancy.MaxReleasedPerNamespace, tc.released, got, tc.full)
+		}
+	}
+}
