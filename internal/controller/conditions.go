@@ -1,11 +1,38 @@
 package controller
 
 import (
+	"fmt"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
+
+// problem is a reason and a human-readable message.
+type problem struct {
+	Reason  string
+	Message string
+}
+
+// condition is a condition's status with its reason and message.
+type condition struct {
+	status metav1.ConditionStatus
+	problem
+}
+
+func condTrue(msg string) condition {
+	return condition{metav1.ConditionTrue, problem{macvirtv1alpha1.ReasonAsExpected, msg}}
+}
+
+func condFalse(reason, format string, args ...any) condition {
+	return condition{metav1.ConditionFalse, problem{reason, fmt.Sprintf(format, args...)}}
+}
+
+// machineIsReady reports the machine's Ready condition.
+func machineIsReady(m *macvirtv1alpha1.MacMachine) bool {
+	return meta.IsStatusConditionTrue(m.Status.Conditions, macvirtv1alpha1.ConditionReady)
+}
 
 // stalledCondition is the kstatus-style Stalled condition: True, with the
 // problem's reason and message, when progress needs a human; False otherwise.

@@ -185,10 +185,8 @@ func (r *MacClaimReconciler) deleteOrphans(ctx context.Context, claim *macvirtv1
 			return fmt.Errorf("deleting orphaned machine %s/%s: %w", m.Namespace, m.Name, err)
 		}
 		ctrl.LoggerFrom(ctx).Info("deleted a machine bound twice to the claim", "machine", m.Name, "kept", ref.Name)
-		if r.Recorder != nil {
-			r.Recorder.Eventf(claim, nil, corev1.EventTypeNormal, "OrphanDeleted", "Bind",
-				"machine %s/%s was also bound to this claim by a concurrent reconcile; deleted it, keeping %s", m.Namespace, m.Name, ref.Name)
-		}
+		recordEvent(r.Recorder, claim, corev1.EventTypeNormal, "OrphanDeleted", "Bind", fmt.Sprintf(
+			"machine %s/%s was also bound to this claim by a concurrent reconcile; deleted it, keeping %s", m.Namespace, m.Name, ref.Name))
 	}
 	return nil
 }
@@ -333,9 +331,7 @@ func (r *MacClaimReconciler) createOnDemand(ctx context.Context, s *claimScope) 
 		},
 	}
 	if reclaimPolicy(claim) == macvirtv1alpha1.ReclaimDelete {
-		t := true
-		m.OwnerReferences = []metav1.OwnerReference{{APIVersion: macvirtv1alpha1.GroupVersion.String(), Kind: "MacClaim",
-			Name: claim.Name, UID: claim.UID, Controller: &t}}
+		m.OwnerReferences = []metav1.OwnerReference{controllerRef("MacClaim", claim.Name, claim.UID)}
 	}
 	err := r.Create(ctx, m)
 	if apierrors.IsAlreadyExists(err) {
@@ -347,9 +343,7 @@ func (r *MacClaimReconciler) createOnDemand(ctx context.Context, s *claimScope) 
 		// down: the tenant sees the API server's words on the claim.
 		err = fmt.Errorf("creating on-demand machine %s/%s: %w", m.Namespace, m.Name, err)
 		s.writeFailed = &problem{macvirtv1alpha1.ReasonCreateFailed, err.Error()}
-		if r.Recorder != nil {
-			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, macvirtv1alpha1.ReasonCreateFailed, "Bind", "%s", truncateNote(err.Error()))
-		}
+		recordEvent(r.Recorder, claim, corev1.EventTypeWarning, macvirtv1alpha1.ReasonCreateFailed, "Bind", err.Error())
 		return false, err
 	}
 	if m.Spec.ClaimRef == nil || m.Spec.ClaimRef.UID != claim.UID {

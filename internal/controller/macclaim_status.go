@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -131,14 +130,11 @@ func (r *MacClaimReconciler) patchClaimStatus(ctx context.Context, s *claimScope
 	before := c.DeepCopy()
 	oldPhase := c.Status.Phase
 	c.Status = st
-	patch := client.MergeFrom(before)
-	if before.Status.MachineRef == nil && st.MachineRef != nil {
-		// Recording the binding is guarded by the claim's resourceVersion:
-		// of two operators that bound a machine each, only one records it.
-		patch = client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
-	}
-	if err := r.Status().Patch(ctx, c, patch); err != nil {
-		return client.IgnoreNotFound(err)
+	// Recording the binding is guarded by the claim's resourceVersion: of
+	// two operators that bound a machine each, only one records it.
+	recordsBinding := before.Status.MachineRef == nil && st.MachineRef != nil
+	if written, err := writeStatus(ctx, r.Client, c, before, recordsBinding); !written {
+		return err
 	}
 	if before.Status.BoundAt == nil && st.BoundAt != nil {
 		claimBindSeconds.Observe(st.BoundAt.Sub(c.CreationTimestamp.Time).Seconds())
@@ -168,7 +164,7 @@ func (r *MacClaimReconciler) recordClaimPhase(c *macvirtv1alpha1.MacClaim) {
 		note = rc.Message
 	}
 	reason := "Claim" + string(c.Status.Phase)
-	r.Recorder.Eventf(c, nil, eventType, reason, "Bind", "%s", truncateNote(note))
+	recordEvent(r.Recorder, c, eventType, reason, "Bind", note)
 }
 
 func connectionSecretName(c *macvirtv1alpha1.MacClaim) string { return c.Name + "-connection" }
@@ -194,9 +190,7 @@ func knownHosts(conn *macvirtv1alpha1.ClaimConnection) string {
 func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvirtv1alpha1.MacClaim, conn *macvirtv1alpha1.ClaimConnection) error {
 	secret := corev1ac.Secret(connectionSecretName(c), c.Namespace).
 		WithLabels(map[string]string{macvirtv1alpha1.LabelClass: c.Spec.ClassName}).
-		WithOwnerReferences(metav1ac.OwnerReference().
-			WithAPIVersion(macvirtv1alpha1.GroupVersion.String()).WithKind("MacClaim").
-			WithName(c.Name).WithUID(c.UID).WithController(true)).
+		WithOwnerReferences(controllerRefApply("MacClaim", c.Name, c.UID)).
 		WithType(corev1.SecretTypeOpaque).
 		WithStringData(map[string]string{
 			"host":        conn.Address,

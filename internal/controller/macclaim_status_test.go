@@ -3,8 +3,58 @@ package controller
 import (
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
+
+func TestComputeClaimStatus(t *testing.T) {
+	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", Generation: 2}}
+	ready := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "pools", UID: "u1"},
+		Status: macvirtv1alpha1.MacMachineStatus{Phase: macvirtv1alpha1.MachineReady, Addresses: []string{"10.0.0.7"},
+			Conditions: []metav1.Condition{{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AsExpected"}}}}
+	booting := ready.DeepCopy()
+	booting.Status.Phase, booting.Status.Conditions = macvirtv1alpha1.MachineBooting, nil
+	for name, tc := range map[string]struct {
+		scope          claimScope
+		phase          macvirtv1alpha1.ClaimPhase
+		reason         string
+		stalled        metav1.ConditionStatus
+		wantConnection bool
+	}{
+		"waiting for a machine": {claimScope{waiting: &problem{macvirtv1alpha1.ReasonWaitingForMachine, "none idle"}},
+			macvirtv1alpha1.ClaimPending, macvirtv1alpha1.ReasonWaitingForMachine, metav1.ConditionFalse, false},
+		"waiting on a human": {claimScope{waiting: &problem{macvirtv1alpha1.ReasonTooManyReleased, "full"}},
+			macvirtv1alpha1.ClaimPending, macvirtv1alpha1.ReasonTooManyReleased, metav1.ConditionTrue, false},
+		"an on-demand machine refused": {claimScope{writeFailed: &problem{macvirtv1alpha1.ReasonCreateFailed, "exceeded quota"}},
+			macvirtv1alpha1.ClaimPending, macvirtv1alpha1.ReasonCreateFailed, metav1.ConditionTrue, false},
+		"bound, machine booting": {claimScope{machine: booting},
+			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonMachineNotReady, metav1.ConditionFalse, false},
+		"ready": {claimScope{machine: ready},
+			macvirtv1alpha1.ClaimReady, macvirtv1alpha1.ReasonAsExpected, metav1.ConditionFalse, true},
+		"lost": {claimScope{lost: "bound machine pools/m no longer exists"},
+			macvirtv1alpha1.ClaimLost, macvirtv1alpha1.ReasonMachineLost, metav1.ConditionTrue, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := tc.scope
+			s.claim = claim
+			st := computeClaimStatus(&s, metav1.Now())
+			if st.Phase != tc.phase {
+				t.Errorf("phase = %s, want %s", st.Phase, tc.phase)
+			}
+			if c := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionReady); c == nil || c.Reason != tc.reason {
+				t.Errorf("Ready = %+v, want reason %s", c, tc.reason)
+			}
+			if c := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionStalled); c == nil || c.Status != tc.stalled {
+				t.Errorf("Stalled = %+v, want %s", c, tc.stalled)
+			}
+			if (st.Connection != nil) != tc.wantConnection {
+				t.Errorf("connection = %+v, want one: %v", st.Connection, tc.wantConnection)
+			}
+		})
+	}
+}
 
 func TestKnownHosts(t *testing.T) {
 	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE0Ow6DQP+//k6m8zioktAbUb0Su/x93h9rtsTyq+kAs"

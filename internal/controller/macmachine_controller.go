@@ -171,11 +171,8 @@ func (r *MacMachineReconciler) patchStatus(ctx context.Context, o *machineObserv
 	before := m.DeepCopy()
 	oldPhase := m.Status.Phase
 	m.Status = computed.Status
-	if err := r.Status().Patch(ctx, m, client.MergeFrom(before)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return 0, nil
-		}
-		return 0, fmt.Errorf("patching status: %w", err)
+	if written, err := writeStatus(ctx, r.Client, m, before, false); !written {
+		return 0, err
 	}
 	machinePhaseTransitions.WithLabelValues(string(computed.Status.Phase)).Inc()
 	if oldPhase != computed.Status.Phase {
@@ -198,18 +195,7 @@ func (r *MacMachineReconciler) recordPhase(m *macvirtv1alpha1.MacMachine) {
 			note = fmt.Sprintf("%s: %s", m.Status.Phase, c.Message)
 		}
 	}
-	r.Recorder.Eventf(m, nil, eventType, "Machine"+string(m.Status.Phase), "Reconcile", "%s", truncateNote(note))
-}
-
-// maxNoteLength is the longest note an event carries (the API's limit is 1 KiB).
-const maxNoteLength = 1024
-
-// truncateNote cuts an event note to maxNoteLength.
-func truncateNote(s string) string {
-	if len(s) <= maxNoteLength {
-		return s
-	}
-	return s[:maxNoteLength]
+	recordEvent(r.Recorder, m, eventType, "Machine"+string(m.Status.Phase), "Reconcile", note)
 }
 
 // SetupWithManager registers the controller: it owns VMs and DataVolumes,
@@ -250,6 +236,7 @@ func vmiToMachine(_ context.Context, o client.Object) []reconcile.Request {
 func (r *MacMachineReconciler) claimToMachines(ctx context.Context, o client.Object) []reconcile.Request {
 	var list macvirtv1alpha1.MacMachineList
 	if err := r.List(ctx, &list, client.MatchingFields{claimUIDField: string(o.GetUID())}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the machine bound to a claim; it waits for its next event", "claim", client.ObjectKeyFromObject(o))
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))

@@ -207,9 +207,7 @@ func (r *MacMachineReconciler) createFailed(o *machineObservation, err error) er
 		return err
 	}
 	o.WriteFailed = &problem{macvirtv1alpha1.ReasonCreateFailed, err.Error()}
-	if r.Recorder != nil {
-		r.Recorder.Eventf(o.Machine, nil, corev1.EventTypeWarning, macvirtv1alpha1.ReasonCreateFailed, "Provision", "%s", truncateNote(err.Error()))
-	}
+	recordEvent(r.Recorder, o.Machine, corev1.EventTypeWarning, macvirtv1alpha1.ReasonCreateFailed, "Provision", err.Error())
 	return err
 }
 

@@ -44,7 +44,8 @@ func (r *MacMachineReconciler) releaseIfClaimGone(ctx context.Context, o *machin
 			return false, fmt.Errorf("marking machine released: %w", err)
 		}
 		log.Info("claim gone; machine retained, released and stopping", "claim", ref.Namespace+"/"+ref.Name)
-		r.event(m, corev1.EventTypeNormal, "Released", "claim %s/%s is gone; machine retained (reclaimPolicy Retain), stopped gracefully with its disks kept", ref.Namespace, ref.Name)
+		recordEvent(r.Recorder, m, corev1.EventTypeNormal, "Released", "Release", fmt.Sprintf(
+			"claim %s/%s is gone; machine retained (reclaimPolicy Retain), stopped gracefully with its disks kept", ref.Namespace, ref.Name))
 		return true, nil
 	}
 	uid := m.UID
@@ -52,7 +53,8 @@ func (r *MacMachineReconciler) releaseIfClaimGone(ctx context.Context, o *machin
 		return false, fmt.Errorf("deleting released machine: %w", err)
 	}
 	log.Info("claim gone; deleting machine gracefully", "claim", ref.Namespace+"/"+ref.Name)
-	r.event(m, corev1.EventTypeNormal, "Released", "claim %s/%s is gone; stopping and deleting the machine (reclaimPolicy Delete)", ref.Namespace, ref.Name)
+	recordEvent(r.Recorder, m, corev1.EventTypeNormal, "Released", "Release", fmt.Sprintf(
+		"claim %s/%s is gone; stopping and deleting the machine (reclaimPolicy Delete)", ref.Namespace, ref.Name))
 	return false, nil
 }
 
@@ -72,10 +74,4 @@ func (r *MacMachineReconciler) claimPresent(ctx context.Context, ref *macvirtv1a
 		}
 	}
 	return false, nil
-}
-
-func (r *MacMachineReconciler) event(m *macvirtv1alpha1.MacMachine, eventType, reason, format string, args ...any) {
-	if r.Recorder != nil {
-		r.Recorder.Eventf(m, nil, eventType, reason, "Release", format, args...)
-	}
 }

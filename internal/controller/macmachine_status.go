@@ -52,12 +52,6 @@ type renderedObjects struct {
 	dataVolumes []cdiv1.DataVolume
 }
 
-// problem is a reason and a human-readable message.
-type problem struct {
-	Reason  string
-	Message string
-}
-
 // machineStatus is the computed status plus when to look again for things
 // no watch reports (boot timeout, heartbeat expiry).
 type machineStatus struct {
@@ -112,20 +106,6 @@ func computeMachineStatus(o machineObservation) machineStatus {
 		requeue = guest.recheckAfter
 	}
 	return machineStatus{Status: *st, RequeueAfter: requeue}
-}
-
-// condition is a condition's status with its reason and message.
-type condition struct {
-	status metav1.ConditionStatus
-	problem
-}
-
-func condTrue(msg string) condition {
-	return condition{metav1.ConditionTrue, problem{macvirtv1alpha1.ReasonAsExpected, msg}}
-}
-
-func condFalse(reason, format string, args ...any) condition {
-	return condition{metav1.ConditionFalse, problem{reason, fmt.Sprintf(format, args...)}}
 }
 
 // summarize picks the phase and the Ready condition, in order of precedence.

@@ -174,9 +174,7 @@ func (r *MacPoolReconciler) writeFailed(s *poolScope, reason, verb, name string,
 	if s.WriteFailed == nil {
 		s.WriteFailed = &problem{reason, err.Error()}
 	}
-	if r.Recorder != nil {
-		r.Recorder.Eventf(s.Pool, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", truncateNote(err.Error()))
-	}
+	recordEvent(r.Recorder, s.Pool, corev1.EventTypeWarning, reason, "Reconcile", err.Error())
 	return err
 }
 
@@ -222,23 +220,16 @@ func poolMachineState(m *macvirtv1alpha1.MacMachine) machineState {
 	return stateProvisioning
 }
 
-// machineIsReady reports the machine's Ready condition.
-func machineIsReady(m *macvirtv1alpha1.MacMachine) bool {
-	return meta.IsStatusConditionTrue(m.Status.Conditions, macvirtv1alpha1.ConditionReady)
-}
-
 // newPoolMachine is a pool's machine in a given slot. The pool owns it
 // until it is bound; binding removes the owner reference so deleting the
 // pool never deletes a tenant's machine.
 func newPoolMachine(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass, name string) *macvirtv1alpha1.MacMachine {
-	t := true
 	return &macvirtv1alpha1.MacMachine{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      name,
-			Namespace: pool.Spec.Namespace,
-			Labels:    map[string]string{macvirtv1alpha1.LabelPool: pool.Name, macvirtv1alpha1.LabelClass: class.Name},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: macvirtv1alpha1.GroupVersion.String(), Kind: "MacPool",
-				Name: pool.Name, UID: pool.UID, Controller: &t}},
+			Name:            name,
+			Namespace:       pool.Spec.Namespace,
+			Labels:          map[string]string{macvirtv1alpha1.LabelPool: pool.Name, macvirtv1alpha1.LabelClass: class.Name},
+			OwnerReferences: []metav1.OwnerReference{controllerRef("MacPool", pool.Name, pool.UID)},
 		},
 		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: class.Name, ClassRevision: render.ClassRevision(class)},
 	}
@@ -254,60 +245,15 @@ func (r *MacPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope) e
 	}
 	before := pool.DeepCopy()
 	pool.Status = st
-	if err := r.Status().Patch(ctx, pool, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("patching status of MacPool %s: %w", pool.Name, err)
+	if written, err := writeStatus(ctx, r.Client, pool, before, false); !written {
+		return err
 	}
 	was := meta.FindStatusCondition(before.Status.Conditions, macvirtv1alpha1.ConditionReady)
 	now := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionReady)
-	if r.Recorder != nil && now.Reason == macvirtv1alpha1.ReasonTooManyUnhealthy && (was == nil || was.Reason != now.Reason) {
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, now.Reason, "Replace", "%s", truncateNote(now.Message))
+	if now.Reason == macvirtv1alpha1.ReasonTooManyUnhealthy && (was == nil || was.Reason != now.Reason) {
+		recordEvent(r.Recorder, pool, corev1.EventTypeWarning, now.Reason, "Replace", now.Message)
 	}
 	return nil
-}
-
-// computePoolStatus derives the pool's counts and conditions from its
-// scope. Precedence of Ready's reason: what needs a human (class or
-// namespace missing), a refused write, too many unhealthy machines, then
-// the idle target.
-func computePoolStatus(s *poolScope) macvirtv1alpha1.MacPoolStatus {
-	pool := s.Pool
-	st := s.Plan.Counts
-	st.ObservedGeneration = pool.Generation
-	st.MaxMachines = pool.Spec.EffectiveMaxMachines()
-	// A copy: SetStatusCondition edits in place, and the patch base must
-	// keep the old conditions.
-	st.Conditions = append([]metav1.Condition(nil), pool.Status.Conditions...)
-	target := pool.Spec.EffectiveIdle()
-	p := s.Blocked
-	switch {
-	case p != nil:
-	case s.WriteFailed != nil:
-		p = s.WriteFailed
-	case s.Plan.TooManyUnhealthy:
-		p = &problem{macvirtv1alpha1.ReasonTooManyUnhealthy, unhealthyMessage(s.Plan)}
-	}
-	cond := metav1.Condition{Type: macvirtv1alpha1.ConditionReady, ObservedGeneration: pool.Generation}
-	switch {
-	case p != nil:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, p.Reason, p.Message
-	case st.Idle >= target:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, macvirtv1alpha1.ReasonAsExpected,
-			fmt.Sprintf("%d idle machines ready (target %d)", st.Idle, target)
-	default:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, macvirtv1alpha1.ReasonIdleTargetNotMet,
-			fmt.Sprintf("%d of %d idle machines ready, %d provisioning", st.Idle, target, st.Provisioning)
-	}
-	meta.SetStatusCondition(&st.Conditions, cond)
-	meta.SetStatusCondition(&st.Conditions, stalledCondition(pool.Generation, p))
-	return st
-}
-
-// unhealthyMessage says why the pool replaces none of its unhealthy machines.
-func unhealthyMessage(p poolPlan) string {
-	unbound := p.Counts.Idle + p.Counts.Provisioning + p.Counts.Unhealthy
-	return fmt.Sprintf("%d of %d unbound machines are Failed or their guest agent is silent, more than maxUnhealthy allows (%d): "+
-		"replacing none, as a shared cause (the agent endpoint unreachable, a broken image, a host down) is likelier than %d broken Macs",
-		p.Counts.Unhealthy, unbound, p.MaxUnhealthy, p.Counts.Unhealthy)
 }
 
 // SetupWithManager watches pools, their machines (by label) and classes.
@@ -339,6 +285,7 @@ func machineToPool(_ context.Context, o client.Object) []reconcile.Request {
 func (r *MacPoolReconciler) classToPools(ctx context.Context, o client.Object) []reconcile.Request {
 	var pools macvirtv1alpha1.MacPoolList
 	if err := r.List(ctx, &pools, client.MatchingFields{poolClassField: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the pools of a class; they wait for their next event", "class", o.GetName())
 		return nil
 	}
 	return poolRequests(pools.Items, "")
@@ -347,6 +294,7 @@ func (r *MacPoolReconciler) classToPools(ctx context.Context, o client.Object) [
 func (r *MacPoolReconciler) namespaceToPools(ctx context.Context, o client.Object) []reconcile.Request {
 	var pools macvirtv1alpha1.MacPoolList
 	if err := r.List(ctx, &pools); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing pools for a namespace change; they wait for their next event", "namespace", o.GetName())
 		return nil
 	}
 	return poolRequests(pools.Items, o.GetName())
