@@ -51,7 +51,7 @@ var _ = Describe("The guest agent", func() {
 			c.Spec.SSHAuthorizedKeys = []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGjmcsp0y1ajFmlpJ0mBQhnEkcA0nfDy8cE8gSOVUiOK dev@example"}
 		})
 		var k types.NamespacedName
-		Eventually(func() *macvirtv1alpha1.ObjectRef { return getClaim(key(claim)).Status.MachineRef }).WithTimeout(timeout).ShouldNot(BeNil())
+		Eventually(func(g Gomega) *macvirtv1alpha1.ObjectRef { return getClaimWith(g, key(claim)).Status.MachineRef }).WithTimeout(timeout).ShouldNot(BeNil())
 		ref := getClaim(key(claim)).Status.MachineRef
 		k = types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
 		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineBooting))
@@ -81,7 +81,7 @@ var _ = Describe("The guest agent", func() {
 		other := newMachine(ns, class.Name)
 		ok := key(other)
 		DeferCleanup(deleteAndWait, ok)
-		Eventually(func() string { return getMachine(ok).Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] }).WithTimeout(timeout).ShouldNot(BeEmpty())
+		Eventually(func(g Gomega) string { return getMachineWith(g, ok).Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] }).WithTimeout(timeout).ShouldNot(BeEmpty())
 		stolen := agentOf(ok, srv.URL, ca)
 		forged, err := agent.NewClient(&agent.Config{Endpoint: srv.URL, CABundle: ca, Token: tokenOf(stolen), Namespace: k.Namespace, Machine: k.Name})
 		Expect(err).NotTo(HaveOccurred())

@@ -152,8 +152,8 @@ var _ = Describe("Binding", func() {
 
 		By("never exceeding maxMachines while both operators fill a pool with a stale view")
 		capped, cappedNS := newPool(class.Name, 6, 6, func(p *macvirtv1alpha1.MacPool) { p.Spec.MaxProvisioning = 6 })
-		Consistently(func() int { return len(machinesIn(cappedNS)) }).WithTimeout(3 * time.Second).Should(BeNumerically("<=", 6))
-		Eventually(func() int { return len(machinesIn(cappedNS)) }).WithTimeout(timeout).Should(Equal(6))
+		Consistently(func(g Gomega) int { return len(machinesInWith(g, cappedNS)) }).WithTimeout(3 * time.Second).Should(BeNumerically("<=", 6))
+		Eventually(func(g Gomega) int { return len(machinesInWith(g, cappedNS)) }).WithTimeout(timeout).Should(Equal(6))
 		Expect(poolStatus(capped.Name)().Machines).To(BeNumerically("<=", 6))
 	})
 })

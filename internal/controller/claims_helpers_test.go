@@ -104,9 +104,12 @@ func newClaim(ns string, mod func(*macvirtv1alpha1.MacClaim)) *macvirtv1alpha1.M
 	return c
 }
 
-func getClaim(k types.NamespacedName) *macvirtv1alpha1.MacClaim {
+func getClaim(k types.NamespacedName) *macvirtv1alpha1.MacClaim { return getClaimWith(Default, k) }
+
+// getClaimWith gets a claim, asserting with g (see getMachineWith).
+func getClaimWith(g Gomega, k types.NamespacedName) *macvirtv1alpha1.MacClaim {
 	c := &macvirtv1alpha1.MacClaim{}
-	Expect(k8sClient.Get(context.Background(), k, c)).To(Succeed())
+	g.Expect(k8sClient.Get(context.Background(), k, c)).To(Succeed())
 	return c
 }
 
@@ -136,9 +139,13 @@ func poolStatus(name string) func() macvirtv1alpha1.MacPoolStatus {
 	}
 }
 
-func machinesIn(ns string) []macvirtv1alpha1.MacMachine {
+func machinesIn(ns string) []macvirtv1alpha1.MacMachine { return machinesInWith(Default, ns) }
+
+// machinesInWith lists a namespace's machines, asserting with g (see
+// getMachineWith).
+func machinesInWith(g Gomega, ns string) []macvirtv1alpha1.MacMachine {
 	var list macvirtv1alpha1.MacMachineList
-	Expect(k8sClient.List(context.Background(), &list, client.InNamespace(ns))).To(Succeed())
+	g.Expect(k8sClient.List(context.Background(), &list, client.InNamespace(ns))).To(Succeed())
 	return list.Items
 }
 

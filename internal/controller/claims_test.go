@@ -80,11 +80,11 @@ var _ = Describe("Pools and claims", func() {
 		Eventually(claimPhase(key(claim))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
 		mk := types.NamespacedName{Namespace: poolNS, Name: getClaim(key(claim)).Status.MachineRef.Name}
 		Expect(k8sClient.Delete(context.Background(), claim)).To(Succeed())
-		Eventually(func() map[string]string { return getMachine(mk).Labels }).WithTimeout(timeout).
+		Eventually(func(g Gomega) map[string]string { return getMachineWith(g, mk).Labels }).WithTimeout(timeout).
 			Should(HaveKeyWithValue(macvirtv1alpha1.LabelReleased, "true"))
 		Eventually(phase(mk)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineStopped))
 		Expect(stopRequestsFor(mk)).To(HaveLen(1), "stopped through the stop subresource, gracefully")
-		Expect(ownedBy(mk)()).To(HaveField("DataVolumes", 2), "disks kept")
+		Expect(ownedBy(mk)(Default)).To(HaveField("DataVolumes", 2), "disks kept")
 		Expect(getMachine(mk).DeletionTimestamp.IsZero()).To(BeTrue())
 		By("the released machine is counted apart, and the pool refills even at maxMachines 1")
 		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(HaveField("Idle", int32(1)), HaveField("Bound", int32(0)),
@@ -111,7 +111,7 @@ var _ = Describe("Pools and claims", func() {
 		Eventually(claimPhase(key(first))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimBound))
 		mk := types.NamespacedName{Namespace: ns, Name: getClaim(key(first)).Status.MachineRef.Name}
 		Expect(k8sClient.Delete(context.Background(), first)).To(Succeed())
-		Eventually(func() map[string]string { return getMachine(mk).Labels }).WithTimeout(timeout).
+		Eventually(func(g Gomega) map[string]string { return getMachineWith(g, mk).Labels }).WithTimeout(timeout).
 			Should(HaveKeyWithValue(macvirtv1alpha1.LabelReleased, "true"))
 		second := newClaim(ns, func(c *macvirtv1alpha1.MacClaim) {
 			c.Spec.ClassName, c.Spec.ReclaimPolicy = bounded.Name, macvirtv1alpha1.ReclaimRetain
@@ -135,7 +135,7 @@ var _ = Describe("Pools and claims", func() {
 		Expect(ms[0].Spec.ClaimRef.UID).To(Equal(claim.UID))
 		Expect(ms[0].OwnerReferences).To(ConsistOf(HaveField("UID", claim.UID)))
 		Expect(k8sClient.Delete(context.Background(), claim)).To(Succeed())
-		Eventually(func() []macvirtv1alpha1.MacMachine { return machinesIn(ns) }).WithTimeout(timeout).Should(BeEmpty())
+		Eventually(func(g Gomega) []macvirtv1alpha1.MacMachine { return machinesInWith(g, ns) }).WithTimeout(timeout).Should(BeEmpty())
 	})
 
 	It("leave a claim from a namespace outside allowedNamespaces unbound, saying why", func() {
@@ -173,8 +173,8 @@ var _ = Describe("Pools and claims", func() {
 		Eventually(claimPhase(key(again))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimBound))
 		second := getClaim(key(again)).Status.MachineRef
 		Expect(second.UID).NotTo(Equal(first.UID))
-		Eventually(func() map[string]string {
-			return getMachine(types.NamespacedName{Namespace: ns, Name: first.Name}).Labels
+		Eventually(func(g Gomega) map[string]string {
+			return getMachineWith(g, types.NamespacedName{Namespace: ns, Name: first.Name}).Labels
 		}).
 			WithTimeout(timeout).Should(HaveKeyWithValue(macvirtv1alpha1.LabelReleased, "true"))
 	})
@@ -191,6 +191,6 @@ var _ = Describe("Pools and claims", func() {
 		Eventually(claimCondition(key(claim), macvirtv1alpha1.ConditionReady)).WithTimeout(timeout).Should(
 			HaveField("Reason", macvirtv1alpha1.ReasonMachineLost))
 		Expect(claimPhase(key(claim))()).To(Equal(macvirtv1alpha1.ClaimLost))
-		Consistently(func() types.UID { return getClaim(key(claim)).Status.MachineRef.UID }).WithTimeout(time.Second).Should(Equal(ref.UID))
+		Consistently(func(g Gomega) types.UID { return getClaimWith(g, key(claim)).Status.MachineRef.UID }).WithTimeout(time.Second).Should(Equal(ref.UID))
 	})
 })

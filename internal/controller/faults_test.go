@@ -21,9 +21,9 @@ import (
 
 // machineUIDs maps each machine of ns to its UID: a machine deleted and
 // recreated under the same slot name shows as a changed UID.
-func machineUIDs(ns string) map[string]types.UID {
+func machineUIDs(g Gomega, ns string) map[string]types.UID {
 	out := map[string]types.UID{}
-	for _, m := range machinesIn(ns) {
+	for _, m := range machinesInWith(g, ns) {
 		out[m.Name] = m.UID
 	}
 	return out
@@ -84,7 +84,7 @@ var _ = Describe("Under faults", func() {
 		pool, ns := newPool(class.Name, 3, 6)
 		agents := startGuests(ns)
 		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(HaveField("Idle", int32(3)), HaveField("Provisioning", int32(0))))
-		before := machineUIDs(ns)
+		before := machineUIDs(Default, ns)
 
 		By("the operator, and with it the agent endpoint, is gone for 3 minutes: the guests' heartbeats go unheard")
 		stopFirst()
@@ -95,13 +95,13 @@ var _ = Describe("Under faults", func() {
 		DeferCleanup(startOperator())
 		Eventually(everyGuestCondition(ns, And(HaveField("Status", metav1.ConditionTrue),
 			HaveField("Message", ContainSubstring("before the agent endpoint began to listen"))))).WithTimeout(timeout).Should(Succeed())
-		Expect(machineUIDs(ns)).To(Equal(before), "no idle machine was deleted or replaced")
+		Expect(machineUIDs(Default, ns)).To(Equal(before), "no idle machine was deleted or replaced")
 		Expect(poolStatus(pool.Name)()).To(And(HaveField("Idle", int32(3)), HaveField("Unhealthy", int32(0))))
 
 		By("the guests' retries get through")
 		agents.Resume()
 		Eventually(everyGuestCondition(ns, HaveField("Message", ContainSubstring("heartbeats within")))).WithTimeout(timeout).Should(Succeed())
-		Expect(machineUIDs(ns)).To(Equal(before))
+		Expect(machineUIDs(Default, ns)).To(Equal(before))
 		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(HaveField("Idle", int32(3)))
 	})
 
@@ -111,7 +111,7 @@ var _ = Describe("Under faults", func() {
 		pool, ns := newPool(class.Name, 3, 6)
 		agents := startGuests(ns)
 		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(HaveField("Idle", int32(3)), HaveField("Provisioning", int32(0))))
-		before := machineUIDs(ns)
+		before := machineUIDs(Default, ns)
 
 		By("the agent endpoint becomes unreachable (a network cut) past heartbeatTimeout")
 		agents.Pause()
@@ -123,13 +123,13 @@ var _ = Describe("Under faults", func() {
 			HaveField("Conditions", ContainElement(And(HaveField("Type", macvirtv1alpha1.ConditionReady),
 				HaveField("Reason", macvirtv1alpha1.ReasonTooManyUnhealthy), HaveField("Message", ContainSubstring("3 of 3 unbound machines")))))))
 		Eventually(warningsAbout(pool.Name, macvirtv1alpha1.ReasonTooManyUnhealthy)).WithTimeout(timeout).ShouldNot(BeEmpty())
-		Consistently(func() map[string]types.UID { return machineUIDs(ns) }).WithTimeout(2 * time.Second).Should(Equal(before))
+		Consistently(func(g Gomega) map[string]types.UID { return machineUIDs(g, ns) }).WithTimeout(2 * time.Second).Should(Equal(before))
 
 		By("the endpoint is reachable again")
 		agents.Resume()
 		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(HaveField("Idle", int32(3)), HaveField("Unhealthy", int32(0)),
 			HaveField("Conditions", ContainElement(And(HaveField("Type", macvirtv1alpha1.ConditionReady), HaveField("Status", metav1.ConditionTrue))))))
-		Expect(machineUIDs(ns)).To(Equal(before))
+		Expect(machineUIDs(Default, ns)).To(Equal(before))
 	})
 
 	It("a pool whose machine creates are refused says so in the API server's words, and fills once the cause goes", func() {

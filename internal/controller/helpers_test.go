@@ -59,9 +59,13 @@ func newMachine(ns, class string, mods ...func(*macvirtv1alpha1.MacMachine)) *ma
 
 func key(o client.Object) types.NamespacedName { return client.ObjectKeyFromObject(o) }
 
-func getMachine(k types.NamespacedName) *macvirtv1alpha1.MacMachine {
+func getMachine(k types.NamespacedName) *macvirtv1alpha1.MacMachine { return getMachineWith(Default, k) }
+
+// getMachineWith gets a machine, asserting with g: inside a polled function
+// a failed read is retried instead of failing the spec.
+func getMachineWith(g Gomega, k types.NamespacedName) *macvirtv1alpha1.MacMachine {
 	m := &macvirtv1alpha1.MacMachine{}
-	Expect(k8sClient.Get(context.Background(), k, m)).To(Succeed())
+	g.Expect(k8sClient.Get(context.Background(), k, m)).To(Succeed())
 	return m
 }
 
@@ -98,8 +102,8 @@ func pollCondition[T client.Object](k types.NamespacedName, t string, obj T, con
 
 // heartbeat records a guest-agent heartbeat the way the agent endpoint does.
 func heartbeat(k types.NamespacedName) {
-	Eventually(func() error {
-		m := getMachine(k)
+	Eventually(func(g Gomega) error {
+		m := getMachineWith(g, k)
 		before := m.DeepCopy()
 		now := metav1.NewTime(clock.Now())
 		m.Status.Guest = &macvirtv1alpha1.GuestStatus{LastHeartbeat: &now, AgentVersion: "test", OSVersion: "14.5"}
@@ -121,16 +125,16 @@ func touch(k types.NamespacedName) {
 // owned counts the machine's VMs, VMIs and DataVolumes by label.
 type owned struct{ VMs, VMIs, DataVolumes int }
 
-func ownedBy(k types.NamespacedName) func() owned {
-	return func() owned {
+func ownedBy(k types.NamespacedName) func(Gomega) owned {
+	return func(g Gomega) owned {
 		sel := client.MatchingLabels{macvirtv1alpha1.LabelMachine: k.Name}
 		in := client.InNamespace(k.Namespace)
 		var vms kubevirtv1.VirtualMachineList
 		var vmis kubevirtv1.VirtualMachineInstanceList
 		var dvs cdiv1.DataVolumeList
-		Expect(k8sClient.List(context.Background(), &vms, in, sel)).To(Succeed())
-		Expect(k8sClient.List(context.Background(), &vmis, in, sel)).To(Succeed())
-		Expect(k8sClient.List(context.Background(), &dvs, in, sel)).To(Succeed())
+		g.Expect(k8sClient.List(context.Background(), &vms, in, sel)).To(Succeed())
+		g.Expect(k8sClient.List(context.Background(), &vmis, in, sel)).To(Succeed())
+		g.Expect(k8sClient.List(context.Background(), &dvs, in, sel)).To(Succeed())
 		return owned{len(vms.Items), len(vmis.Items), len(dvs.Items)}
 	}
 }

@@ -96,7 +96,7 @@ var _ = Describe("kstatus and Argo CD health of objects the controllers wrote", 
 		Expect(poolCondition(pool.Name, macvirtv1alpha1.ConditionStalled)).To(HaveField("Reason", macvirtv1alpha1.ReasonClassNotFound))
 
 		newClass(func(c *macvirtv1alpha1.MacClass) { c.GenerateName, c.Name = "", className })
-		Eventually(func() []macvirtv1alpha1.MacMachine { return machinesIn(ns) }).WithTimeout(timeout).Should(HaveLen(1))
+		Eventually(func(g Gomega) []macvirtv1alpha1.MacMachine { return machinesInWith(g, ns) }).WithTimeout(timeout).Should(HaveLen(1))
 		Eventually(kstatusOf(k, &macvirtv1alpha1.MacPool{})).WithTimeout(timeout).Should(Equal(inProgress))
 		startGuests(ns)
 		Eventually(kstatusOf(k, &macvirtv1alpha1.MacPool{})).WithTimeout(timeout).Should(Equal(current))

@@ -66,7 +66,7 @@ var _ = Describe("MacMachine", func() {
 		delete(m.Annotations, macvirtv1alpha1.AnnotationAgentTokenHash)
 		Expect(k8sClient.Patch(context.Background(), m, client.MergeFrom(before))).To(Succeed())
 
-		Eventually(func() string { return getMachine(k).Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] }).
+		Eventually(func(g Gomega) string { return getMachineWith(g, k).Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] }).
 			WithTimeout(timeout).ShouldNot(Or(BeEmpty(), Equal(oldHash)))
 		renewed := getMachine(k)
 		name := renewed.Annotations[macvirtv1alpha1.AnnotationAgentSecret]
@@ -91,11 +91,11 @@ var _ = Describe("MacMachine", func() {
 		k := key(newMachine(ns, class.Name))
 		DeferCleanup(deleteAndWait, k)
 		seen := map[macvirtv1alpha1.MachinePhase]bool{}
-		Eventually(func() macvirtv1alpha1.MachinePhase {
-			m := getMachine(k)
+		Eventually(func(g Gomega) macvirtv1alpha1.MachinePhase {
+			m := getMachineWith(g, k)
 			seen[m.Status.Phase] = true
 			if m.Status.Phase == macvirtv1alpha1.MachineProvisioning {
-				Expect(m.Status.Provisioning).NotTo(BeNil(), "a provisioning machine reports its progress")
+				g.Expect(m.Status.Provisioning).NotTo(BeNil(), "a provisioning machine reports its progress")
 			}
 			return m.Status.Phase
 		}).WithTimeout(timeout).WithPolling(10 * time.Millisecond).Should(Equal(macvirtv1alpha1.MachineBooting))
@@ -109,7 +109,7 @@ var _ = Describe("MacMachine", func() {
 		Expect(m.Status.VirtualMachineName).To(Equal(k.Name))
 		Expect(conditionOf(k, macvirtv1alpha1.ConditionDisksReady)().Status).To(Equal(metav1.ConditionTrue))
 		Expect(conditionOf(k, macvirtv1alpha1.ConditionVMRunning)().Status).To(Equal(metav1.ConditionTrue))
-		Expect(ownedBy(k)()).To(Equal(owned{VMs: 1, VMIs: 1, DataVolumes: 2}))
+		Expect(ownedBy(k)(Default)).To(Equal(owned{VMs: 1, VMIs: 1, DataVolumes: 2}))
 
 		heartbeat(k)
 		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineReady))
@@ -119,9 +119,9 @@ var _ = Describe("MacMachine", func() {
 
 	It("records an event for each phase change", func() {
 		k := booted(newClass().Name)
-		Eventually(func() []string {
+		Eventually(func(g Gomega) []string {
 			var list eventsv1.EventList
-			Expect(k8sClient.List(context.Background(), &list, client.InNamespace(ns))).To(Succeed())
+			g.Expect(k8sClient.List(context.Background(), &list, client.InNamespace(ns))).To(Succeed())
 			var reasons []string
 			for _, e := range list.Items {
 				if e.Regarding.Name == k.Name {
@@ -208,13 +208,13 @@ var _ = Describe("MacMachine", func() {
 		}).Name)
 		setRunning(k, false)
 		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineStopped))
-		Expect(ownedBy(k)()).To(Equal(owned{VMs: 1, VMIs: 0, DataVolumes: 2}))
+		Expect(ownedBy(k)(Default)).To(Equal(owned{VMs: 1, VMIs: 0, DataVolumes: 2}))
 		Expect(*vmOf(k)().Spec.RunStrategy).To(Equal(kubevirtv1.RunStrategyHalted))
 		Expect(stopRequestsFor(k)).To(ConsistOf(HaveField("GracePeriod", HaveValue(Equal(int64(90))))))
 
 		setRunning(k, true)
 		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineBooting))
-		Expect(ownedBy(k)()).To(Equal(owned{VMs: 1, VMIs: 1, DataVolumes: 2}))
+		Expect(ownedBy(k)(Default)).To(Equal(owned{VMs: 1, VMIs: 1, DataVolumes: 2}))
 	})
 
 	It("on deletion stops gracefully, waits for the VMI to go, then deletes VM and DataVolumes", func() {
@@ -227,7 +227,7 @@ var _ = Describe("MacMachine", func() {
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8sClient.Get(context.Background(), k, &macvirtv1alpha1.MacMachine{}))
 		}).WithTimeout(timeout).Should(BeTrue())
-		Expect(ownedBy(k)()).To(Equal(owned{}))
+		Expect(ownedBy(k)(Default)).To(Equal(owned{}))
 		Expect(stopRequestsFor(k)).To(HaveLen(1))
 	})
 
@@ -258,7 +258,7 @@ var _ = Describe("MacMachine", func() {
 		DeferCleanup(deleteAndWait, k)
 		Eventually(conditionOf(k, macvirtv1alpha1.ConditionStalled)).WithTimeout(timeout).Should(And(
 			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", macvirtv1alpha1.ReasonSecretUnavailable)))
-		Expect(ownedBy(k)()).To(Equal(owned{}))
+		Expect(ownedBy(k)(Default)).To(Equal(owned{}))
 		Expect(k8sClient.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "osk", Namespace: ns},
 			Data: map[string][]byte{"osk": []byte("test-osk")}})).To(Succeed())
 		touch(k)

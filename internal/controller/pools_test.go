@@ -111,14 +111,14 @@ var _ = Describe("A pool", func() {
 		stop()
 		Expect(machinesIn(ns)).To(HaveLen(1), "the crash came after the first create")
 		DeferCleanup(startOperator(func(o *operator.Options) { o.Controllers = []operator.Controller{operator.PoolController} }))
-		Eventually(func() []string {
+		Eventually(func(g Gomega) []string {
 			var names []string
-			for _, m := range machinesIn(ns) {
+			for _, m := range machinesInWith(g, ns) {
 				names = append(names, m.Name)
 			}
 			return names
 		}).WithTimeout(timeout).Should(ConsistOf(pool.Name+"-0", pool.Name+"-1", pool.Name+"-2"))
-		Consistently(func() int { return len(machinesIn(ns)) }).WithTimeout(time.Second).Should(Equal(3))
+		Consistently(func(g Gomega) int { return len(machinesInWith(g, ns)) }).WithTimeout(time.Second).Should(Equal(3))
 	})
 })
 
@@ -151,8 +151,8 @@ var _ = Describe("A bind", func() {
 		Expect(getClaim(key(claim)).Status.MachineRef).To(BeNil(), "the claim side was not")
 
 		DeferCleanup(startOperator(claimsOnly))
-		Eventually(func() string {
-			if ref := getClaim(key(claim)).Status.MachineRef; ref != nil {
+		Eventually(func(g Gomega) string {
+			if ref := getClaimWith(g, key(claim)).Status.MachineRef; ref != nil {
 				return ref.Name
 			}
 			return ""

@@ -28,7 +28,7 @@ var _ = Describe("A restarted operator", func() {
 			if err := k8sClient.Get(context.Background(), k, m); err != nil {
 				return false
 			}
-			return check(m, ownedBy(k)())
+			return check(m, ownedBy(k)(Default))
 		}
 	}
 
@@ -76,7 +76,7 @@ var _ = Describe("A restarted operator", func() {
 			Eventually(func() bool {
 				return apierrors.IsNotFound(k8sClient.Get(context.Background(), k, &macvirtv1alpha1.MacMachine{}))
 			}).WithTimeout(timeout).Should(BeTrue())
-			Expect(ownedBy(k)()).To(Equal(owned{}))
+			Expect(ownedBy(k)(Default)).To(Equal(owned{}))
 			// A stop call cut off by the first operator's shutdown may reach
 			// the stand-in without taking effect, so the second operator asks
 			// again; every request must still be a graceful stop.

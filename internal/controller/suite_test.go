@@ -71,6 +71,11 @@ func TestControllers(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	// Every Eventually and Consistently polls the API server at this pace
+	// unless a spec says otherwise (Gomega's default is every 10 ms).
+	SetDefaultEventuallyPollingInterval(interval)
+	SetDefaultConsistentlyPollingInterval(interval)
+	SetDefaultEventuallyTimeout(timeout)
 	suiteCtx, cancelAll = context.WithCancel(context.Background())
 
 	var err error
@@ -100,6 +105,13 @@ var _ = BeforeSuite(func() {
 	}()
 	stopAPI = newStopStandIn(sim.StopHandler())
 	DeferCleanup(stopAPI.Close)
+})
+
+// Faults a spec injected into the simulator or the stop stand-in end with
+// it, whether or not the spec cleaned up after itself.
+var _ = AfterEach(func() {
+	sim.ClearAll()
+	stopAPI.failWith.Store(0)
 })
 
 var _ = AfterSuite(func() {

@@ -63,6 +63,20 @@ func (s *Simulator) Inject(f Fault) {
 	s.prompt(f)
 }
 
+// ClearAll turns every fault off, prompting the affected controllers, so a
+// test's faults never leak into the next one.
+func (s *Simulator) ClearAll() {
+	s.mu.Lock()
+	var all []Fault
+	for f := range s.faults {
+		all = append(all, f)
+	}
+	s.mu.Unlock()
+	for _, f := range all {
+		s.Clear(f)
+	}
+}
+
 // Clear turns the fault off and prompts the affected controllers.
 func (s *Simulator) Clear(f Fault) {
 	s.mu.Lock()
