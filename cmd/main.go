@@ -227,8 +227,9 @@ func main() {
 		os.Exit(1)
 	}
 
+	namespace := operatorNamespace(os.Getenv("POD_NAMESPACE"))
 	if agentEndpoint == "" {
-		agentEndpoint = defaultAgentEndpoint(os.Getenv("POD_NAMESPACE"))
+		agentEndpoint = defaultAgentEndpoint(namespace)
 	}
 	agent, agentServer, err := agentEndpointConfig(agentAddr, agentEndpoint, agentCertPath, webhookCertPath, local, localWebhookHost)
 	if err != nil {
@@ -245,7 +246,8 @@ func main() {
 	} else {
 		setupLog.Info("Guest-agent endpoint disabled: no address or no certificate; machines will not become Ready")
 	}
-	if err := operator.Setup(mgr, operator.Options{HookImage: hookImage, EmulatorPath: emulatorPath, Webhooks: true, Agent: agent}); err != nil {
+	if err := operator.Setup(mgr, operator.Options{Namespace: namespace, HookImage: hookImage, EmulatorPath: emulatorPath,
+		Webhooks: true, Agent: agent}); err != nil {
 		setupLog.Error(err, "Failed to set up controllers")
 		os.Exit(1)
 	}
@@ -321,13 +323,19 @@ func agentEndpointConfig(addr, endpoint, certPath, webhookCertPath string, local
 	return opts, &agentserver.Server{Addr: addr, CertDir: certPath}, nil
 }
 
+// operatorNamespace is the namespace the operator runs in: $POD_NAMESPACE
+// (the downward API sets it), or the one config/default installs it in.
+func operatorNamespace(podNamespace string) string {
+	if podNamespace == "" {
+		return operator.DefaultNamespace
+	}
+	return podNamespace
+}
+
 // defaultAgentEndpoint is the agent Service of the namespace the operator
 // runs in, as config/default and the OLM bundle install it.
 func defaultAgentEndpoint(namespace string) string {
-	if namespace == "" {
-		namespace = "macvirt-system"
-	}
-	return "https://macvirt-agent." + namespace + ".svc"
+	return "https://macvirt-agent." + operatorNamespace(namespace) + ".svc"
 }
 
 // agentTrust is what agents are told to trust in the certificate directory:

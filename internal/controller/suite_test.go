@@ -100,6 +100,7 @@ var _ = BeforeSuite(func() {
 	}()
 	stopAPI = newStopStandIn(sim.StopHandler())
 	DeferCleanup(stopAPI.Close)
+	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
 })
 
 var _ = AfterSuite(func() {
@@ -108,6 +109,10 @@ var _ = AfterSuite(func() {
 		Expect(testEnv.Stop()).To(Succeed())
 	}
 })
+
+// operatorNamespace is the namespace the tests' operators run in, where they
+// keep their class snapshots.
+const operatorNamespace = "macvirt-system"
 
 // startOperator runs a fresh operator manager until the returned function
 // is called, which waits for it to stop.
@@ -119,6 +124,7 @@ func startOperator(mods ...func(*operator.Options)) (stop func()) {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	opts := operator.Options{
+		Namespace:  operatorNamespace,
 		HookImage:  "ghcr.io/macvirt/macvirt-domain-hook:test",
 		StopConfig: &rest.Config{Host: stopAPI.URL},
 		Clock:      clock,

@@ -25,8 +25,16 @@ import (
 // --hook-image runs the hook built alongside it.
 var DefaultHookImage = "ghcr.io/macvirt/macvirt-domain-hook:v0.1.0"
 
+// DefaultNamespace is the operator's namespace when none is set: the one
+// config/default installs it in.
+const DefaultNamespace = "macvirt-system"
+
 // Options configure the operator.
 type Options struct {
+	// Namespace is the namespace the operator runs in, where it keeps its
+	// class snapshots (DefaultNamespace when empty). Its RBAC grants it
+	// controllerrevisions and Secrets there only.
+	Namespace string
 	// HookImage is the domain-hook sidecar image put on every VM.
 	HookImage string
 	// EmulatorPath optionally overrides the node's QEMU binary.
@@ -85,6 +93,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace
 	}
 	hookImage := opts.HookImage
 	if hookImage == "" {
