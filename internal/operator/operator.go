@@ -128,6 +128,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return (&controller.MacClassReconciler{
 				Client:         c,
 				APIReader:      mgr.GetAPIReader(),
+				Namespace:      opts.Namespace,
 				ControllerName: "macclass" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},
