@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
@@ -81,4 +84,17 @@ func classFromSnapshot(name string, snap *appsv1.ControllerRevision) (*macvirtv1
 func snapshotHolds(snap *appsv1.ControllerRevision, class *macvirtv1alpha1.MacClass) bool {
 	kept, err := classFromSnapshot(class.Name, snap)
 	return err == nil && equality.Semantic.DeepEqual(kept.Spec, class.Spec)
+}
+
+// getSnapshot reads the snapshot of a class revision from r; nil when there
+// is none.
+func getSnapshot(ctx context.Context, r client.Reader, namespace, class, revision string) (*macvirtv1alpha1.MacClass, error) {
+	snap := &appsv1.ControllerRevision{}
+	if err := getOptional(ctx, r, types.NamespacedName{Namespace: namespace, Name: snapshotName(class, revision)}, snap); err != nil {
+		return nil, err
+	}
+	if snap.Name == "" || snap.Labels[macvirtv1alpha1.LabelClassRevision] != revision {
+		return nil, nil
+	}
+	return classFromSnapshot(class, snap)
 }

@@ -53,6 +53,12 @@ type MacMachineReconciler struct {
 	client.Client
 	// APIReader reads uncached, for Secrets the cache does not hold.
 	APIReader client.Reader
+	// Namespace is the operator's namespace, where class snapshots are kept.
+	Namespace string
+	// Snapshots reads the class snapshots in Namespace: a cache of them
+	// (operator.Setup makes one), as machines of a deleted or changed class
+	// read theirs on every reconcile. APIReader when nil.
+	Snapshots client.Reader
 	// Recorder records events on phase changes.
 	Recorder events.EventRecorder
 	// Stopper requests graceful stops through KubeVirt's stop subresource.
@@ -80,6 +86,7 @@ type MacMachineReconciler struct {
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes/source,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",namespace=macvirt-system,resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=apps,namespace=macvirt-system,resources=controllerrevisions,verbs=get;list;watch
 
 // Reconcile gets the machine, adds the finalizer, runs the ordered ensure
 // functions (or the deletion steps) and patches the status once, computed
@@ -193,6 +200,9 @@ func truncate(s string, n int) string {
 func (r *MacMachineReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
+	}
+	if r.Snapshots == nil {
+		r.Snapshots = r.APIReader
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&macvirtv1alpha1.MacMachine{}).

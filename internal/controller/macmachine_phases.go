@@ -21,17 +21,48 @@ import (
 // grace period (one not created by macvirt).
 const defaultGracePeriodSeconds = 300
 
-// loadClass answers: does the machine's class exist?
+// loadClass answers: what does the machine render and observe from? The
+// live class while it has the revision the machine records (or the machine
+// records none yet); otherwise the snapshot of the recorded revision, so a
+// class deleted or changed under a machine does not change it. Without
+// that snapshot (a revision older than snapshots) a changed class is used
+// as it is now; with neither class nor snapshot the machine waits.
 func (r *MacMachineReconciler) loadClass(ctx context.Context, o *machineObservation) (bool, error) {
-	class := &macvirtv1alpha1.MacClass{}
-	if err := r.Get(ctx, types.NamespacedName{Name: o.Machine.Spec.ClassName}, class); err != nil {
-		if apierrors.IsNotFound(err) {
-			// GitOps may apply the class later; its creation triggers a reconcile.
-			return false, nil
+	name, rev := o.Machine.Spec.ClassName, o.Machine.Spec.ClassRevision
+	live := &macvirtv1alpha1.MacClass{}
+	if err := r.Get(ctx, types.NamespacedName{Name: name}, live); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("getting MacClass %s: %w", name, err)
 		}
-		return false, fmt.Errorf("getting MacClass %s: %w", o.Machine.Spec.ClassName, err)
+		live = nil
 	}
-	o.Class = class
+	if live != nil && (rev == "" || render.ClassRevision(live) == rev) {
+		o.Class = live
+		return true, nil
+	}
+	if rev == "" {
+		// GitOps may apply the class later; its creation triggers a reconcile.
+		return false, nil
+	}
+	kept, err := getSnapshot(ctx, r.Snapshots, r.Namespace, name, rev)
+	if err != nil {
+		return false, fmt.Errorf("reading the snapshot of MacClass %s revision %s: %w", name, rev, err)
+	}
+	switch {
+	case kept != nil && live == nil:
+		o.Class, o.ClassProblem = kept, &problem{macvirtv1alpha1.ReasonClassNotFound, fmt.Sprintf(
+			"MacClass %q was deleted; the machine keeps its revision %s, kept by the operator", name, rev)}
+	case kept != nil:
+		o.Class, o.ClassProblem = kept, &problem{macvirtv1alpha1.ReasonClassChanged, fmt.Sprintf(
+			"MacClass %q is at revision %s; the machine keeps its revision %s, kept by the operator (a pool replaces its idle machines)",
+			name, render.ClassRevision(live), rev)}
+	case live != nil:
+		o.Class, o.ClassProblem = live, &problem{macvirtv1alpha1.ReasonClassChanged, fmt.Sprintf(
+			"MacClass %q is at revision %s and revision %s, the machine's, was not kept; the machine is observed, and would be re-rendered, with the class as it is now",
+			name, render.ClassRevision(live), rev)}
+	default:
+		return false, nil
+	}
 	return true, nil
 }
 

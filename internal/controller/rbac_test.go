@@ -101,7 +101,7 @@ var _ = Describe("The generated ClusterRole", func() {
 			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
 			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "macvirt", Namespace: ns}},
 		})).To(Succeed())
-		for _, verb := range []string{"get", "list", "create", "delete"} {
+		for _, verb := range []string{"get", "list", "watch", "create", "delete"} {
 			Eventually(func() bool {
 				return allowed(authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: "apps", Resource: "controllerrevisions"})
 			}).WithTimeout(timeout).Should(BeTrue(), verb)

@@ -6,13 +6,21 @@ package operator
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller"
 	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/vmstop"
@@ -113,9 +121,15 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		setup func() error
 	}{
 		{MachineController, func() error {
+			snapshots, err := snapshotCache(mgr, opts.Namespace)
+			if err != nil {
+				return err
+			}
 			return (&controller.MacMachineReconciler{
 				Client:         c,
 				APIReader:      mgr.GetAPIReader(),
+				Namespace:      opts.Namespace,
+				Snapshots:      snapshots,
 				Recorder:       mgr.GetEventRecorder("macvirt-machine-controller"),
 				Stopper:        stopper,
 				Render:         render.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath},
@@ -164,4 +178,38 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		}
 	}
 	return controller.RegisterMetrics(mgr.GetCache())
+}
+
+// snapshotCache is a cache of the class snapshots in the operator's
+// namespace, started with the manager's caches. Machines of a deleted or
+// changed class read their snapshot on every reconcile; the manager's own
+// cache cannot hold them, as it watches cluster-wide and the operator may
+// read controllerrevisions in its own namespace only.
+func snapshotCache(mgr ctrl.Manager, namespace string) (client.Reader, error) {
+	tracked, err := labels.NewRequirement(macvirtv1alpha1.LabelClassRevision, selection.Exists, nil)
+	if err != nil {
+		return nil, fmt.Errorf("selecting class snapshots: %w", err)
+	}
+	c, err := cluster.New(mgr.GetConfig(), func(o *cluster.Options) {
+		o.Scheme = mgr.GetScheme()
+		o.HTTPClient = mgr.GetHTTPClient()
+		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mgr.GetRESTMapper(), nil }
+		o.Cache = cache.Options{
+			DefaultNamespaces:           map[string]cache.Config{namespace: {}},
+			DefaultLabelSelector:        labels.NewSelector().Add(*tracked),
+			ReaderFailOnMissingInformer: true,
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the class snapshot cache: %w", err)
+	}
+	// Registered now, so the manager waits for it to sync before it starts
+	// the controllers, and a missing permission shows at start-up.
+	if _, err := c.GetCache().GetInformer(context.Background(), &appsv1.ControllerRevision{}); err != nil {
+		return nil, fmt.Errorf("watching class snapshots: %w", err)
+	}
+	if err := mgr.Add(c); err != nil {
+		return nil, fmt.Errorf("adding the class snapshot cache: %w", err)
+	}
+	return c.GetCache(), nil
 }
