@@ -213,9 +213,10 @@ func startManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme
 }
 
 // applySamples creates what the samples need that a cluster would already
-// have (namespaces, the golden-image DataSources), then config/samples.
+// have (namespaces, the operator's included, where it keeps class snapshots;
+// the golden-image DataSources), then config/samples.
 func applySamples(ctx context.Context, c client.Client, machines int32) error {
-	for _, ns := range []string{"macvirt-images", "macvirt-pools"} {
+	for _, ns := range []string{operator.DefaultNamespace, "macvirt-images", "macvirt-pools"} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return err
 		}
