@@ -236,8 +236,10 @@ func main() {
 		setupLog.Error(err, "Failed to configure the guest-agent endpoint")
 		os.Exit(1)
 	}
+	var agentHandler *agentserver.Handler
 	if agentServer != nil {
-		agentServer.Handler = &agentserver.Handler{Client: mgr.GetClient()}
+		agentHandler = &agentserver.Handler{Client: mgr.GetClient()}
+		agentServer.Handler = agentHandler
 		agentServer.TLSOpts = tlsOpts
 		if err := mgr.Add(agentServer); err != nil {
 			setupLog.Error(err, "Failed to add the guest-agent endpoint")
@@ -247,7 +249,7 @@ func main() {
 		setupLog.Info("Guest-agent endpoint disabled: no address or no certificate; machines will not become Ready")
 	}
 	if err := operator.Setup(mgr, operator.Options{Namespace: namespace, HookImage: hookImage, EmulatorPath: emulatorPath,
-		Webhooks: true, Agent: agent}); err != nil {
+		Webhooks: true, Agent: agent, AgentHandler: agentHandler}); err != nil {
 		setupLog.Error(err, "Failed to set up controllers")
 		os.Exit(1)
 	}

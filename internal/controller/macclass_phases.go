@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/classhistory"
 )
 
 // ensureSnapshot answers: is the class's current revision kept, with the
@@ -23,7 +24,7 @@ func (r *MacClassReconciler) ensureSnapshot(ctx context.Context, s *classScope) 
 	if s.Class == nil {
 		return true, nil
 	}
-	want, err := newSnapshot(r.Namespace, s.Class, s.Revision)
+	want, err := classhistory.New(r.Namespace, s.Class, s.Revision)
 	if err != nil {
 		return false, err
 	}
@@ -32,7 +33,7 @@ func (r *MacClassReconciler) ensureSnapshot(ctx context.Context, s *classScope) 
 		return false, err
 	}
 	switch {
-	case have.Name != "" && snapshotHolds(have, s.Class):
+	case have.Name != "" && classhistory.Holds(have, s.Class):
 		return true, nil
 	case have.Name != "":
 		uid := have.UID
@@ -76,7 +77,7 @@ func (r *MacClassReconciler) checkSources(ctx context.Context, s *classScope) (b
 func (r *MacClassReconciler) pruneSnapshots(ctx context.Context, s *classScope) (bool, error) {
 	var snaps appsv1.ControllerRevisionList
 	if err := r.APIReader.List(ctx, &snaps, client.InNamespace(r.Namespace),
-		client.MatchingLabels{macvirtv1alpha1.LabelClass: classLabelValue(s.Name)}); err != nil {
+		client.MatchingLabels{macvirtv1alpha1.LabelClass: classhistory.ClassLabel(s.Name)}); err != nil {
 		return false, fmt.Errorf("listing snapshots of MacClass %s: %w", s.Name, err)
 	}
 	if len(snaps.Items) == 0 {
@@ -96,7 +97,7 @@ func (r *MacClassReconciler) pruneSnapshots(ctx context.Context, s *classScope) 
 	for i := range snaps.Items {
 		snap := &snaps.Items[i]
 		rev := snap.Labels[macvirtv1alpha1.LabelClassRevision]
-		if keep[rev] || snap.Name != snapshotName(s.Name, rev) {
+		if keep[rev] || snap.Name != classhistory.Name(s.Name, rev) {
 			continue
 		}
 		uid := snap.UID

@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/classhistory"
 	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/vmstop"
 )
@@ -53,12 +54,12 @@ type MacMachineReconciler struct {
 	client.Client
 	// APIReader reads uncached, for Secrets the cache does not hold.
 	APIReader client.Reader
-	// Namespace is the operator's namespace, where class snapshots are kept.
-	Namespace string
-	// Snapshots reads the class snapshots in Namespace: a cache of them
-	// (operator.Setup makes one), as machines of a deleted or changed class
-	// read theirs on every reconcile. APIReader when nil.
-	Snapshots client.Reader
+	// Classes finds the class a machine is made of: its live class, or the
+	// snapshot of its revision once the class changed or went. Its
+	// snapshot reader should be a cache (operator.Setup makes one): bound
+	// machines of an old revision read theirs on every reconcile. Reads
+	// classes through Client when unset, and no snapshots.
+	Classes classhistory.Resolver
 	// Recorder records events on phase changes.
 	Recorder events.EventRecorder
 	// Stopper requests graceful stops through KubeVirt's stop subresource.
@@ -201,8 +202,8 @@ func (r *MacMachineReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	if r.Snapshots == nil {
-		r.Snapshots = r.APIReader
+	if r.Classes.Classes == nil {
+		r.Classes.Classes = r.Client
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&macvirtv1alpha1.MacMachine{}).

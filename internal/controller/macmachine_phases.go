@@ -26,42 +26,30 @@ const defaultGracePeriodSeconds = 300
 // records none yet); otherwise the snapshot of the recorded revision, so a
 // class deleted or changed under a machine does not change it. Without
 // that snapshot (a revision older than snapshots) a changed class is used
-// as it is now; with neither class nor snapshot the machine waits.
+// as it is, saying so; with neither class nor snapshot the machine waits.
 func (r *MacMachineReconciler) loadClass(ctx context.Context, o *machineObservation) (bool, error) {
-	name, rev := o.Machine.Spec.ClassName, o.Machine.Spec.ClassRevision
-	live := &macvirtv1alpha1.MacClass{}
-	if err := r.Get(ctx, types.NamespacedName{Name: name}, live); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return false, fmt.Errorf("getting MacClass %s: %w", name, err)
-		}
-		live = nil
+	res, err := r.Classes.Resolve(ctx, o.Machine)
+	if err != nil {
+		return false, err
 	}
-	if live != nil && (rev == "" || render.ClassRevision(live) == rev) {
-		o.Class = live
-		return true, nil
-	}
-	if rev == "" {
+	if res.Class == nil {
 		// GitOps may apply the class later; its creation triggers a reconcile.
 		return false, nil
 	}
-	kept, err := getSnapshot(ctx, r.Snapshots, r.Namespace, name, rev)
-	if err != nil {
-		return false, fmt.Errorf("reading the snapshot of MacClass %s revision %s: %w", name, rev, err)
-	}
+	o.Class = res.Class
+	name, rev := o.Machine.Spec.ClassName, o.Machine.Spec.ClassRevision
 	switch {
-	case kept != nil && live == nil:
-		o.Class, o.ClassProblem = kept, &problem{macvirtv1alpha1.ReasonClassNotFound, fmt.Sprintf(
+	case res.Live == nil:
+		o.ClassProblem = &problem{macvirtv1alpha1.ReasonClassNotFound, fmt.Sprintf(
 			"MacClass %q was deleted; the machine keeps its revision %s, kept by the operator", name, rev)}
-	case kept != nil:
-		o.Class, o.ClassProblem = kept, &problem{macvirtv1alpha1.ReasonClassChanged, fmt.Sprintf(
+	case res.Kept:
+		o.ClassProblem = &problem{macvirtv1alpha1.ReasonClassChanged, fmt.Sprintf(
 			"MacClass %q is at revision %s; the machine keeps its revision %s, kept by the operator (a pool replaces its idle machines)",
-			name, render.ClassRevision(live), rev)}
-	case live != nil:
-		o.Class, o.ClassProblem = live, &problem{macvirtv1alpha1.ReasonClassChanged, fmt.Sprintf(
+			name, res.LiveRevision, rev)}
+	case rev != "" && res.LiveRevision != rev:
+		o.ClassProblem = &problem{macvirtv1alpha1.ReasonClassChanged, fmt.Sprintf(
 			"MacClass %q is at revision %s and revision %s, the machine's, was not kept; the machine is observed, and would be re-rendered, with the class as it is now",
-			name, render.ClassRevision(live), rev)}
-	default:
-		return false, nil
+			name, res.LiveRevision, rev)}
 	}
 	return true, nil
 }

@@ -21,6 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/agentserver"
+	"github.com/macvirt/macvirt/internal/classhistory"
 	"github.com/macvirt/macvirt/internal/controller"
 	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/vmstop"
@@ -63,6 +65,10 @@ type Options struct {
 	// Agent is the guest-agent endpoint written into every machine's
 	// config disk.
 	Agent controller.AgentOptions
+	// AgentHandler, when set, is the guest-agent endpoint's handler; Setup
+	// has it find a machine's class as the machine controller does, so an
+	// agent's heartbeat interval suits the timeout its machine is held to.
+	AgentHandler *agentserver.Handler
 	// Webhooks registers the admission webhooks with the manager's webhook
 	// server (cmd/main.go does; the controller tests run without them).
 	Webhooks bool
@@ -116,20 +122,24 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.WrapClient != nil {
 		c = opts.WrapClient(c)
 	}
+	var snapshots client.Reader
+	if opts.runs(MachineController) || opts.AgentHandler != nil {
+		if snapshots, err = snapshotCache(mgr, opts.Namespace); err != nil {
+			return err
+		}
+	}
+	if opts.AgentHandler != nil {
+		opts.AgentHandler.Classes = classhistory.Resolver{Snapshots: snapshots, Namespace: opts.Namespace}
+	}
 	setups := []struct {
 		name  Controller
 		setup func() error
 	}{
 		{MachineController, func() error {
-			snapshots, err := snapshotCache(mgr, opts.Namespace)
-			if err != nil {
-				return err
-			}
 			return (&controller.MacMachineReconciler{
 				Client:         c,
 				APIReader:      mgr.GetAPIReader(),
-				Namespace:      opts.Namespace,
-				Snapshots:      snapshots,
+				Classes:        classhistory.Resolver{Classes: c, Snapshots: snapshots, Namespace: opts.Namespace},
 				Recorder:       mgr.GetEventRecorder("macvirt-machine-controller"),
 				Stopper:        stopper,
 				Render:         render.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath},
@@ -182,9 +192,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 
 // snapshotCache is a cache of the class snapshots in the operator's
 // namespace, started with the manager's caches. Machines of a deleted or
-// changed class read their snapshot on every reconcile; the manager's own
-// cache cannot hold them, as it watches cluster-wide and the operator may
-// read controllerrevisions in its own namespace only.
+// changed class read their snapshot on every reconcile and every heartbeat;
+// the manager's own cache cannot hold them, as it watches cluster-wide and
+// the operator may read controllerrevisions in its own namespace only.
 func snapshotCache(mgr ctrl.Manager, namespace string) (client.Reader, error) {
 	tracked, err := labels.NewRequirement(macvirtv1alpha1.LabelClassRevision, selection.Exists, nil)
 	if err != nil {
@@ -204,7 +214,7 @@ func snapshotCache(mgr ctrl.Manager, namespace string) (client.Reader, error) {
 		return nil, fmt.Errorf("creating the class snapshot cache: %w", err)
 	}
 	// Registered now, so the manager waits for it to sync before it starts
-	// the controllers, and a missing permission shows at start-up.
+	// the controllers, instead of a reconcile waiting on its first read.
 	if _, err := c.GetCache().GetInformer(context.Background(), &appsv1.ControllerRevision{}); err != nil {
 		return nil, fmt.Errorf("watching class snapshots: %w", err)
 	}

@@ -170,12 +170,14 @@ func startManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme
 	agentAddr := net.JoinHostPort(local.Host, strconv.Itoa(agentPort))
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0", WebhookServer: local.WebhookServer(webhook.Options{})})
+	var agentHandler *agentserver.Handler
 	if err == nil {
+		agentHandler = &agentserver.Handler{Client: mgr.GetClient()}
 		err = operator.Setup(mgr, operator.Options{Webhooks: true, StopConfig: &rest.Config{Host: stopAPI.URL},
-			Agent: controller.AgentOptions{Endpoint: "https://" + agentAddr, CABundle: local.CABundle}})
+			Agent: controller.AgentOptions{Endpoint: "https://" + agentAddr, CABundle: local.CABundle}, AgentHandler: agentHandler})
 	}
 	if err == nil {
-		err = mgr.Add(&agentserver.Server{Addr: agentAddr, CertDir: local.CertDir, Handler: &agentserver.Handler{Client: mgr.GetClient()}})
+		err = mgr.Add(&agentserver.Server{Addr: agentAddr, CertDir: local.CertDir, Handler: agentHandler})
 	}
 	if err == nil {
 		err = mgr.Add(&localwebhook.Registrar{Server: local, Client: mgr.GetClient(),
