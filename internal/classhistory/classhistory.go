@@ -145,6 +145,13 @@ func (r Resolver) Resolve(ctx context.Context, m *macvirtv1alpha1.MacMachine) (R
 	return res, nil
 }
 
+// Kept reports whether the snapshot of a class revision exists (as far as
+// Snapshots knows).
+func (r Resolver) Kept(ctx context.Context, class, revision string) (bool, error) {
+	kept, err := r.snapshot(ctx, class, revision)
+	return kept != nil, err
+}
+
 // snapshot reads the snapshot of a class revision; nil when there is none.
 func (r Resolver) snapshot(ctx context.Context, class, revision string) (*macvirtv1alpha1.MacClass, error) {
 	if r.Snapshots == nil {

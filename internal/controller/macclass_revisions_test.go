@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/operator"
 )
 
 // A machine keeps what it was rendered from: the operator snapshots every
@@ -107,6 +108,19 @@ var _ = Describe("A machine whose class is deleted or changed", func() {
 		Eventually(conditionOf(k, macvirtv1alpha1.ConditionClassUpToDate)).WithTimeout(timeout).Should(And(
 			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", macvirtv1alpha1.ReasonClassChanged)))
 		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineBooting))
+	})
+})
+
+var _ = Describe("A machine's class revision", func() {
+	It("is kept by the machine controller too, for a revision the class controller never got to", func() {
+		DeferCleanup(startOperator(func(o *operator.Options) { o.Controllers = []operator.Controller{operator.MachineController} }))
+		class := newClass()
+		k := key(newMachine(newNamespace(), class.Name))
+		DeferCleanup(deleteAndWait, k)
+		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineBooting))
+		rev := getMachine(k).Spec.ClassRevision
+		Eventually(snapshotsOf(class.Name)).WithTimeout(timeout).Should(ConsistOf(
+			HaveField("ObjectMeta.Labels", HaveKeyWithValue(macvirtv1alpha1.LabelClassRevision, rev))))
 	})
 })
 

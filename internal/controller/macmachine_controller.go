@@ -87,7 +87,7 @@ type MacMachineReconciler struct {
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes/source,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",namespace=macvirt-system,resources=secrets,verbs=get
-// +kubebuilder:rbac:groups=apps,namespace=macvirt-system,resources=controllerrevisions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,namespace=macvirt-system,resources=controllerrevisions,verbs=get;list;watch;create
 
 // Reconcile gets the machine, adds the finalizer, runs the ordered ensure
 // functions (or the deletion steps) and patches the status once, computed
@@ -135,6 +135,7 @@ func (r *MacMachineReconciler) reconcileNormal(ctx context.Context, o *machineOb
 		r.releaseIfClaimGone,
 		r.loadClass,
 		r.ensureIdentity,
+		r.ensureClassKept,
 		r.ensureAgentConfig,
 		r.observeObjects,
 		r.ensureDataVolumes,

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/classhistory"
 	"github.com/macvirt/macvirt/internal/identity"
 	"github.com/macvirt/macvirt/internal/render"
 )
@@ -78,6 +79,40 @@ func (r *MacMachineReconciler) ensureIdentity(ctx context.Context, o *machineObs
 		return false, fmt.Errorf("recording SMBIOS identity and class revision: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("recorded machine identity", "serial", m.Spec.SMBIOS.SerialNumber, "classRevision", m.Spec.ClassRevision)
+	return true, nil
+}
+
+// ensureClassKept answers: is the class revision the machine records kept?
+// The class controller keeps each revision it sees, but one it did not get
+// to before the class changed again (it was busy, or the changes came
+// fast) would leave machines of that revision nothing to fall back on. So
+// a machine whose class still has its revision keeps it too. A failure is
+// logged and tried again on the next reconcile: the machine does not wait
+// for it.
+func (r *MacMachineReconciler) ensureClassKept(ctx context.Context, o *machineObservation) (bool, error) {
+	m := o.Machine
+	if o.ClassProblem != nil || r.Classes.Snapshots == nil || m.Spec.ClassRevision == "" {
+		return true, nil
+	}
+	log := ctrl.LoggerFrom(ctx)
+	kept, err := r.Classes.Kept(ctx, m.Spec.ClassName, m.Spec.ClassRevision)
+	if err != nil {
+		log.Error(err, "checking that the machine's class revision is kept")
+		return true, nil
+	}
+	if kept {
+		return true, nil
+	}
+	snap, err := classhistory.New(r.Classes.Namespace, o.Class, m.Spec.ClassRevision)
+	if err == nil {
+		err = r.Create(ctx, snap)
+	}
+	switch {
+	case err == nil:
+		log.Info("kept the machine's class revision", "revision", m.Spec.ClassRevision, "snapshot", snap.Name)
+	case !apierrors.IsAlreadyExists(err):
+		log.Error(err, "keeping the machine's class revision", "revision", m.Spec.ClassRevision)
+	}
 	return true, nil
 }
 
