@@ -227,16 +227,19 @@ func main() {
 		os.Exit(1)
 	}
 
+	namespace := operatorNamespace(os.Getenv("POD_NAMESPACE"))
 	if agentEndpoint == "" {
-		agentEndpoint = defaultAgentEndpoint(os.Getenv("POD_NAMESPACE"))
+		agentEndpoint = defaultAgentEndpoint(namespace)
 	}
 	agent, agentServer, err := agentEndpointConfig(agentAddr, agentEndpoint, agentCertPath, webhookCertPath, local, localWebhookHost)
 	if err != nil {
 		setupLog.Error(err, "Failed to configure the guest-agent endpoint")
 		os.Exit(1)
 	}
+	var agentHandler *agentserver.Handler
 	if agentServer != nil {
-		agentServer.Handler = &agentserver.Handler{Client: mgr.GetClient()}
+		agentHandler = &agentserver.Handler{Client: mgr.GetClient()}
+		agentServer.Handler = agentHandler
 		agentServer.TLSOpts = tlsOpts
 		if err := mgr.Add(agentServer); err != nil {
 			setupLog.Error(err, "Failed to add the guest-agent endpoint")
@@ -245,7 +248,8 @@ func main() {
 	} else {
 		setupLog.Info("Guest-agent endpoint disabled: no address or no certificate; machines will not become Ready")
 	}
-	operatorOpts := operator.Options{HookImage: hookImage, EmulatorPath: emulatorPath, Webhooks: true, Agent: agent}
+	operatorOpts := operator.Options{Namespace: namespace, HookImage: hookImage, EmulatorPath: emulatorPath,
+		Webhooks: true, Agent: agent, AgentHandler: agentHandler}
 	if agentServer != nil {
 		operatorOpts.AgentListeningSince = agentServer.ListeningSince
 	}
@@ -325,13 +329,19 @@ func agentEndpointConfig(addr, endpoint, certPath, webhookCertPath string, local
 	return opts, &agentserver.Server{Addr: addr, CertDir: certPath}, nil
 }
 
+// operatorNamespace is the namespace the operator runs in: $POD_NAMESPACE
+// (the downward API sets it), or the one config/default installs it in.
+func operatorNamespace(podNamespace string) string {
+	if podNamespace == "" {
+		return operator.DefaultNamespace
+	}
+	return podNamespace
+}
+
 // defaultAgentEndpoint is the agent Service of the namespace the operator
 // runs in, as config/default and the OLM bundle install it.
 func defaultAgentEndpoint(namespace string) string {
-	if namespace == "" {
-		namespace = "macvirt-system"
-	}
-	return "https://macvirt-agent." + namespace + ".svc"
+	return "https://macvirt-agent." + operatorNamespace(namespace) + ".svc"
 }
 
 // agentTrust is what agents are told to trust in the certificate directory:

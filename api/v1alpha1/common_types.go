@@ -46,6 +46,13 @@ const (
 
 	// ConditionBound is True on a MacClaim once a MacMachine is bound to it.
 	ConditionBound = "Bound"
+
+	// ConditionClassUpToDate is True on a MacMachine while its MacClass exists
+	// at the revision the machine records in spec.classRevision. False (reason
+	// ClassNotFound or ClassChanged) is informational: the machine keeps
+	// running from the operator's snapshot of its recorded revision, and Ready
+	// does not depend on it.
+	ConditionClassUpToDate = "ClassUpToDate"
 )
 
 // Condition reasons. Each one names the observation behind a condition.
@@ -80,6 +87,9 @@ const (
 	ReasonDeleting = "Deleting"
 	// ReasonClassNotFound means the referenced MacClass does not exist.
 	ReasonClassNotFound = "ClassNotFound"
+	// ReasonClassChanged means the MacClass now has another revision than the
+	// one a machine was rendered from.
+	ReasonClassChanged = "ClassChanged"
 	// ReasonInvalidClass means the class cannot be rendered into a VirtualMachine.
 	ReasonInvalidClass = "InvalidClass"
 	// ReasonSecretUnavailable means a Secret the class references cannot be read.
@@ -129,6 +139,9 @@ const (
 	LabelMachine = "macvirt.io/machine"
 	// LabelClass carries the name of the MacClass an object was rendered from.
 	LabelClass = "macvirt.io/class"
+	// LabelClassRevision carries, on a class snapshot (a ControllerRevision in
+	// the operator's namespace), the class revision it holds.
+	LabelClassRevision = "macvirt.io/class-revision"
 	// LabelPool carries the name of the MacPool a machine belongs to, if any.
 	LabelPool = "macvirt.io/pool"
 	// AnnotationDomainHook holds the versioned JSON configuration read by the

@@ -80,6 +80,9 @@ type MacMachineSpec struct {
 	// classRevision is the class revision the machine was rendered from,
 	// recorded once (by its creator, or by the operator at first render) and
 	// immutable afterwards; a pool replaces idle machines of an old revision.
+	// The operator keeps a snapshot of every revision a machine records, so a
+	// machine whose class changes or is deleted keeps rendering and running
+	// from its own revision (condition ClassUpToDate says so).
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	ClassRevision string `json:"classRevision,omitempty"`
@@ -145,7 +148,8 @@ type MacMachineStatus struct {
 	// phase summarises the machine; informational.
 	// +optional
 	Phase MachinePhase `json:"phase,omitempty"`
-	// conditions: DisksReady, VMRunning, GuestAgentReady, Ready, Stalled.
+	// conditions: DisksReady, VMRunning, GuestAgentReady, Ready, Stalled,
+	// ClassUpToDate.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

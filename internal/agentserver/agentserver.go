@@ -26,6 +26,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/agentapi"
+	"github.com/macvirt/macvirt/internal/classhistory"
 )
 
 // Handler serves the protocol. Client reads machines, claims and classes
@@ -33,6 +34,12 @@ import (
 type Handler struct {
 	Client client.Client
 	Clock  clock.PassiveClock
+	// Classes finds the class whose heartbeatTimeout a machine is held to,
+	// as the machine controller finds it (the snapshot of the machine's
+	// revision once its class changed or went), so the interval an agent is
+	// told suits the timeout its machine is held to. Without a Classes
+	// reader it reads the live class through Client.
+	Classes classhistory.Resolver
 	// Rate and Burst limit each machine's accepted heartbeats (defaults:
 	// one per second, bursts of 5), so a misbehaving agent cannot turn into
 	// a stream of API writes.
@@ -167,15 +174,21 @@ func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb 
 }
 
 // desiredState is the bound claim's keys, the machine's name as hostname,
-// and an interval a quarter of the class's heartbeatTimeout (5s to 60s).
+// and an interval a quarter of the heartbeatTimeout the machine is held to
+// (5s to 60s).
 func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachine) (*agentapi.DesiredState, error) {
 	state := &agentapi.DesiredState{Hostname: m.Name, SSHUser: agentapi.DefaultSSHUser, SSHAuthorizedKeys: []string{}}
 	timeout := macvirtv1alpha1.DefaultHeartbeatTimeout
-	class := &macvirtv1alpha1.MacClass{}
-	if err := h.Client.Get(ctx, types.NamespacedName{Name: m.Spec.ClassName}, class); err == nil {
-		timeout = class.Spec.Lifecycle.HeartbeatTimeoutOrDefault()
-	} else if !apierrors.IsNotFound(err) {
+	classes := h.Classes
+	if classes.Classes == nil {
+		classes.Classes = h.Client
+	}
+	res, err := classes.Resolve(ctx, m)
+	if err != nil {
 		return nil, err
+	}
+	if res.Class != nil {
+		timeout = res.Class.Spec.Lifecycle.HeartbeatTimeoutOrDefault()
 	}
 	state.HeartbeatIntervalSeconds = int(agentapi.HeartbeatInterval(timeout) / time.Second)
 	if ref := m.Spec.ClaimRef; ref != nil {

@@ -19,6 +19,8 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/agentapi"
+	"github.com/macvirt/macvirt/internal/classhistory"
+	"github.com/macvirt/macvirt/internal/render"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 )
 
@@ -109,6 +111,49 @@ func TestHeartbeatIsRecordedAndAnsweredWithTheDesiredState(t *testing.T) {
 	rec = post(h, tokenB, heartbeat("b"))
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"sshAuthorizedKeys":[]`) {
 		t.Errorf("machine b: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// An agent's interval suits the heartbeatTimeout its machine is held to:
+// that of its recorded revision once its class changed or went.
+func TestIntervalFollowsTheMachinesRevision(t *testing.T) {
+	h, c := setup(t)
+	h.Classes = classhistory.Resolver{Snapshots: c, Namespace: "macvirt-system"}
+	ctx := context.Background()
+	old := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}
+	old.Spec.Resources.CPU = 2
+	old.Spec.Lifecycle.HeartbeatTimeout = &metav1.Duration{Duration: 40 * time.Second}
+	snap, err := classhistory.New("macvirt-system", old, render.ClassRevision(old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	a := &macvirtv1alpha1.MacMachine{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "a"}, a); err != nil {
+		t.Fatal(err)
+	}
+	a.Spec.ClassRevision = render.ClassRevision(old)
+	if err := c.Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	interval := func() int {
+		rec := post(h, tokenA, heartbeat("a"))
+		var state agentapi.DesiredState
+		if err := json.Unmarshal(rec.Body.Bytes(), &state); rec.Code != http.StatusOK || err != nil {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+		return state.HeartbeatIntervalSeconds
+	}
+	if got := interval(); got != 10 {
+		t.Errorf("class changed: interval %ds, want 10s, a quarter of the 40s of the machine's revision", got)
+	}
+	if err := c.Delete(ctx, &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := interval(); got != 10 {
+		t.Errorf("class deleted: interval %ds, want 10s, a quarter of the 40s of the machine's revision", got)
 	}
 }
 

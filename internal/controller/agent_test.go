@@ -81,7 +81,9 @@ var _ = Describe("The guest agent", func() {
 		other := newMachine(ns, class.Name)
 		ok := key(other)
 		DeferCleanup(deleteAndWait, ok)
-		Eventually(func(g Gomega) string { return getMachineWith(g, ok).Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] }).WithTimeout(timeout).ShouldNot(BeEmpty())
+		Eventually(func(g Gomega) string {
+			return getMachineWith(g, ok).Annotations[macvirtv1alpha1.AnnotationAgentTokenHash]
+		}).WithTimeout(timeout).ShouldNot(BeEmpty())
 		stolen := agentOf(ok, srv.URL, ca)
 		forged, err := agent.NewClient(&agent.Config{Endpoint: srv.URL, CABundle: ca, Token: tokenOf(stolen), Namespace: k.Namespace, Machine: k.Name})
 		Expect(err).NotTo(HaveOccurred())

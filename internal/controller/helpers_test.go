@@ -59,7 +59,9 @@ func newMachine(ns, class string, mods ...func(*macvirtv1alpha1.MacMachine)) *ma
 
 func key(o client.Object) types.NamespacedName { return client.ObjectKeyFromObject(o) }
 
-func getMachine(k types.NamespacedName) *macvirtv1alpha1.MacMachine { return getMachineWith(Default, k) }
+func getMachine(k types.NamespacedName) *macvirtv1alpha1.MacMachine {
+	return getMachineWith(Default, k)
+}
 
 // getMachineWith gets a machine, asserting with g: inside a polled function
 // a failed read is retried instead of failing the spec.

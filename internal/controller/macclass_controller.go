@@ -3,16 +3,17 @@ package controller
 import (
 	"context"
 	"fmt"
-	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -22,65 +23,64 @@ import (
 // classDataSourceField indexes MacClasses by the DataSources they reference.
 const classDataSourceField = "macvirt.io/datasource"
 
-// MacClassReconciler records a class's revision and checks what can be
-// checked: that its DataSources and, for AppleSMC, its OSK Secret exist.
+// MacClassReconciler records a class's revision, keeps a snapshot of every
+// revision a machine still records, and checks what can be checked: that
+// its DataSources and, for AppleSMC, its OSK Secret exist.
 type MacClassReconciler struct {
 	client.Client
-	// APIReader reads the OSK Secret uncached (the operator watches no Secrets).
-	APIReader      client.Reader
+	// APIReader reads uncached: the OSK Secret (the operator watches no
+	// Secrets) and the class snapshots, which only this controller writes.
+	APIReader client.Reader
+	// Namespace is the operator's namespace, where class snapshots are kept.
+	Namespace      string
 	ControllerName string
 }
 
 // +kubebuilder:rbac:groups=macvirt.io,resources=macclasses/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datasources,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,namespace=macvirt-system,resources=controllerrevisions,verbs=get;list;create;delete
 
-// Reconcile computes revision and Ready, and writes status if it changed.
-func (r *MacClassReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+// Reconcile gathers the class into a scope, runs the ordered steps and
+// writes the status once, computed from the scope.
+func (r *MacClassReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, reterr error) {
+	s := &classScope{Name: req.Name}
 	class := &macvirtv1alpha1.MacClass{}
-	if err := r.Get(ctx, req.NamespacedName, class); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	var missing []string
-	for _, ref := range dataSourceRefs(class) {
-		ds := &cdiv1.DataSource{}
-		if err := r.Get(ctx, ref, ds); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return ctrl.Result{}, err
+	switch err := r.Get(ctx, req.NamespacedName, class); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("getting MacClass %s: %w", req.Name, err)
+	default:
+		s.Class, s.Revision = class, render.ClassRevision(class)
+		defer func() {
+			if err := r.patchStatus(ctx, s); err != nil && reterr == nil {
+				reterr = err
 			}
-			missing = append(missing, "DataSource "+ref.String())
+		}()
+	}
+	for _, step := range []func(context.Context, *classScope) (bool, error){
+		r.ensureSnapshot,
+		r.checkSources,
+		r.pruneSnapshots,
+	} {
+		if proceed, err := step(ctx, s); err != nil || !proceed {
+			return ctrl.Result{}, err
 		}
 	}
-	if smc := class.Spec.Hardware.SMC; smc.Mode == macvirtv1alpha1.SMCModeAppleSMC && smc.OSKSecretRef != nil {
-		key := types.NamespacedName{Namespace: smc.OSKSecretRef.Namespace, Name: smc.OSKSecretRef.Name}
-		if err := r.APIReader.Get(ctx, key, &corev1.Secret{}); err != nil {
-			missing = append(missing, fmt.Sprintf("OSK Secret %s (%s)", key, reasonOf(err)))
-		}
-	}
-	st := class.Status.DeepCopy()
-	st.ObservedGeneration = class.Generation
-	st.Revision = render.ClassRevision(class)
-	var p *problem
-	if len(missing) > 0 {
-		p = &problem{macvirtv1alpha1.ReasonDataSourceMissing,
-			"missing: " + strings.Join(missing, ", ") + "; machines of this class cannot be provisioned until they exist"}
-	}
-	setSummaryConditions(&st.Conditions, class.Generation, p, "all referenced sources exist")
-	if equality.Semantic.DeepEqual(&class.Status, st) {
-		return ctrl.Result{}, nil
-	}
-	before := class.DeepCopy()
-	class.Status = *st
-	return ctrl.Result{}, client.IgnoreNotFound(r.Status().Patch(ctx, class, client.MergeFrom(before)))
+	return ctrl.Result{}, nil
 }
 
-func reasonOf(err error) string {
-	switch {
-	case apierrors.IsNotFound(err):
-		return "not found"
-	case apierrors.IsForbidden(err):
-		return "forbidden: the operator reads Secrets only in its own namespace unless granted more"
+// patchStatus writes the status computed from the scope, only if it changed.
+func (r *MacClassReconciler) patchStatus(ctx context.Context, s *classScope) error {
+	computed := computeClassStatus(s)
+	if equality.Semantic.DeepEqual(s.Class.Status, computed) {
+		return nil
 	}
-	return err.Error()
+	before := s.Class.DeepCopy()
+	s.Class.Status = computed
+	if err := r.Status().Patch(ctx, s.Class, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patching MacClass %s status: %w", s.Name, err)
+	}
+	return nil
 }
 
 // dataSourceRefs lists the DataSources a class clones from.
@@ -99,7 +99,8 @@ func dataSourceRefs(class *macvirtv1alpha1.MacClass) []types.NamespacedName {
 	return out
 }
 
-// SetupWithManager watches classes and the DataSources they reference.
+// SetupWithManager watches classes, the DataSources they reference, and
+// machine deletions, which may leave a snapshot unneeded.
 func (r *MacClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	name := r.ControllerName
 	if name == "" {
@@ -108,13 +109,32 @@ func (r *MacClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&macvirtv1alpha1.MacClass{}).
 		Watches(&cdiv1.DataSource{}, handler.EnqueueRequestsFromMapFunc(r.dataSourceToClasses)).
+		Watches(&macvirtv1alpha1.MacMachine{}, handler.EnqueueRequestsFromMapFunc(machineToClass),
+			builder.WithPredicates(onlyDeletes)).
 		Named(name).
 		Complete(r)
+}
+
+// onlyDeletes passes delete events only.
+var onlyDeletes = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	UpdateFunc:  func(event.UpdateEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// machineToClass maps a machine to its class (deleted or not).
+func machineToClass(_ context.Context, o client.Object) []reconcile.Request {
+	m, ok := o.(*macvirtv1alpha1.MacMachine)
+	if !ok || m.Spec.ClassName == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: m.Spec.ClassName}}}
 }
 
 func (r *MacClassReconciler) dataSourceToClasses(ctx context.Context, o client.Object) []reconcile.Request {
 	var list macvirtv1alpha1.MacClassList
 	if err := r.List(ctx, &list, client.MatchingFields{classDataSourceField: o.GetNamespace() + "/" + o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing classes of DataSource", "dataSource", client.ObjectKeyFromObject(o))
 		return nil
 	}
 	out := make([]reconcile.Request, 0, len(list.Items))

@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/classhistory"
 	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/vmstop"
 )
@@ -53,6 +54,12 @@ type MacMachineReconciler struct {
 	client.Client
 	// APIReader reads uncached, for Secrets the cache does not hold.
 	APIReader client.Reader
+	// Classes finds the class a machine is made of: its live class, or the
+	// snapshot of its revision once the class changed or went. Its
+	// snapshot reader should be a cache (operator.Setup makes one): bound
+	// machines of an old revision read theirs on every reconcile. Reads
+	// classes through Client when unset, and no snapshots.
+	Classes classhistory.Resolver
 	// Recorder records events on phase changes.
 	Recorder events.EventRecorder
 	// Stopper requests graceful stops through KubeVirt's stop subresource.
@@ -86,6 +93,7 @@ type MacMachineReconciler struct {
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes/source,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",namespace=macvirt-system,resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=apps,namespace=macvirt-system,resources=controllerrevisions,verbs=get;list;watch;create
 
 // Reconcile gets the machine, adds the finalizer, runs the ordered ensure
 // functions (or the deletion steps) and patches the status once, computed
@@ -146,6 +154,7 @@ func (r *MacMachineReconciler) reconcileNormal(ctx context.Context, o *machineOb
 		r.releaseIfClaimGone,
 		r.loadClass,
 		r.ensureIdentity,
+		r.ensureClassKept,
 		r.ensureAgentConfig,
 		r.observeObjects,
 		r.ensureDataVolumes,
@@ -205,6 +214,9 @@ func (r *MacMachineReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Clock = clock.RealClock{}
 	}
 	r.started = r.Clock.Now()
+	if r.Classes.Classes == nil {
+		r.Classes.Classes = r.Client
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&macvirtv1alpha1.MacMachine{}).
 		Owns(&kubevirtv1.VirtualMachine{}).

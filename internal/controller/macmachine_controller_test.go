@@ -66,7 +66,9 @@ var _ = Describe("MacMachine", func() {
 		delete(m.Annotations, macvirtv1alpha1.AnnotationAgentTokenHash)
 		Expect(k8sClient.Patch(context.Background(), m, client.MergeFrom(before))).To(Succeed())
 
-		Eventually(func(g Gomega) string { return getMachineWith(g, k).Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] }).
+		Eventually(func(g Gomega) string {
+			return getMachineWith(g, k).Annotations[macvirtv1alpha1.AnnotationAgentTokenHash]
+		}).
 			WithTimeout(timeout).ShouldNot(Or(BeEmpty(), Equal(oldHash)))
 		renewed := getMachine(k)
 		name := renewed.Annotations[macvirtv1alpha1.AnnotationAgentSecret]

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/classhistory"
 	"github.com/macvirt/macvirt/internal/identity"
 	"github.com/macvirt/macvirt/internal/render"
 )
@@ -21,17 +22,36 @@ import (
 // grace period (one not created by macvirt).
 const defaultGracePeriodSeconds = 300
 
-// loadClass answers: does the machine's class exist?
+// loadClass answers: what does the machine render and observe from? The
+// live class while it has the revision the machine records (or the machine
+// records none yet); otherwise the snapshot of the recorded revision, so a
+// class deleted or changed under a machine does not change it. Without
+// that snapshot (a revision older than snapshots) a changed class is used
+// as it is, saying so; with neither class nor snapshot the machine waits.
 func (r *MacMachineReconciler) loadClass(ctx context.Context, o *machineObservation) (bool, error) {
-	class := &macvirtv1alpha1.MacClass{}
-	if err := r.Get(ctx, types.NamespacedName{Name: o.Machine.Spec.ClassName}, class); err != nil {
-		if apierrors.IsNotFound(err) {
-			// GitOps may apply the class later; its creation triggers a reconcile.
-			return false, nil
-		}
-		return false, fmt.Errorf("getting MacClass %s: %w", o.Machine.Spec.ClassName, err)
+	res, err := r.Classes.Resolve(ctx, o.Machine)
+	if err != nil {
+		return false, err
 	}
-	o.Class = class
+	if res.Class == nil {
+		// GitOps may apply the class later; its creation triggers a reconcile.
+		return false, nil
+	}
+	o.Class = res.Class
+	name, rev := o.Machine.Spec.ClassName, o.Machine.Spec.ClassRevision
+	switch {
+	case res.Live == nil:
+		o.ClassProblem = &problem{macvirtv1alpha1.ReasonClassNotFound, fmt.Sprintf(
+			"MacClass %q was deleted; the machine keeps its revision %s, kept by the operator", name, rev)}
+	case res.Kept:
+		o.ClassProblem = &problem{macvirtv1alpha1.ReasonClassChanged, fmt.Sprintf(
+			"MacClass %q is at revision %s; the machine keeps its revision %s, kept by the operator (a pool replaces its idle machines)",
+			name, res.LiveRevision, rev)}
+	case rev != "" && res.LiveRevision != rev:
+		o.ClassProblem = &problem{macvirtv1alpha1.ReasonClassChanged, fmt.Sprintf(
+			"MacClass %q is at revision %s and revision %s, the machine's, was not kept; the machine is observed, and would be re-rendered, with the class as it is now",
+			name, res.LiveRevision, rev)}
+	}
 	return true, nil
 }
 
@@ -59,6 +79,40 @@ func (r *MacMachineReconciler) ensureIdentity(ctx context.Context, o *machineObs
 		return false, fmt.Errorf("recording SMBIOS identity and class revision: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("recorded machine identity", "serial", m.Spec.SMBIOS.SerialNumber, "classRevision", m.Spec.ClassRevision)
+	return true, nil
+}
+
+// ensureClassKept answers: is the class revision the machine records kept?
+// The class controller keeps each revision it sees, but one it did not get
+// to before the class changed again (it was busy, or the changes came
+// fast) would leave machines of that revision nothing to fall back on. So
+// a machine whose class still has its revision keeps it too. A failure is
+// logged and tried again on the next reconcile: the machine does not wait
+// for it.
+func (r *MacMachineReconciler) ensureClassKept(ctx context.Context, o *machineObservation) (bool, error) {
+	m := o.Machine
+	if o.ClassProblem != nil || r.Classes.Snapshots == nil || m.Spec.ClassRevision == "" {
+		return true, nil
+	}
+	log := ctrl.LoggerFrom(ctx)
+	kept, err := r.Classes.Kept(ctx, m.Spec.ClassName, m.Spec.ClassRevision)
+	if err != nil {
+		log.Error(err, "checking that the machine's class revision is kept")
+		return true, nil
+	}
+	if kept {
+		return true, nil
+	}
+	snap, err := classhistory.New(r.Classes.Namespace, o.Class, m.Spec.ClassRevision)
+	if err == nil {
+		err = r.Create(ctx, snap)
+	}
+	switch {
+	case err == nil:
+		log.Info("kept the machine's class revision", "revision", m.Spec.ClassRevision, "snapshot", snap.Name)
+	case !apierrors.IsAlreadyExists(err):
+		log.Error(err, "keeping the machine's class revision", "revision", m.Spec.ClassRevision)
+	}
 	return true, nil
 }
 

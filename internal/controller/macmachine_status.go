@@ -22,8 +22,12 @@ type machineObservation struct {
 	// silent for a time when nobody could have heard it.
 	ListeningSince time.Time
 	Machine        *macvirtv1alpha1.MacMachine
-	// Class is nil when the machine's class does not exist.
+	// Class is what the machine renders and observes from: its live class,
+	// or the snapshot of its recorded revision. Nil when neither exists.
 	Class *macvirtv1alpha1.MacClass
+	// ClassProblem says why Class is not the live class at the machine's
+	// revision (deleted, or changed since); nil when it is.
+	ClassProblem *problem
 	// Blocked, when set, is a problem that needs a human before the machine
 	// can be rendered (an unreadable Secret, an unrenderable class).
 	Blocked *problem
@@ -101,6 +105,10 @@ func computeMachineStatus(o machineObservation) machineStatus {
 	set(macvirtv1alpha1.ConditionGuestAgentReady, guest.cond)
 	set(macvirtv1alpha1.ConditionReady, ready)
 	set(macvirtv1alpha1.ConditionStalled, stalled(o, phase, ready))
+	if !o.Deleting {
+		// Deletion does not look at the class; what was known stays.
+		set(macvirtv1alpha1.ConditionClassUpToDate, classUpToDate(o))
+	}
 	requeue := time.Duration(0)
 	if phase == macvirtv1alpha1.MachineBooting || phase == macvirtv1alpha1.MachineReady {
 		requeue = guest.recheckAfter
@@ -115,8 +123,7 @@ func summarize(o machineObservation, disks condition, vm vmState, guest guestSta
 	case o.Deleting:
 		return macvirtv1alpha1.MachineTerminating, condFalse(macvirtv1alpha1.ReasonDeleting, "deleting: %s", o.DeletionStep)
 	case o.Class == nil:
-		return macvirtv1alpha1.MachinePending, condFalse(macvirtv1alpha1.ReasonClassNotFound,
-			"MacClass %q does not exist; create it or fix spec.className", m.Spec.ClassName)
+		return macvirtv1alpha1.MachinePending, condFalse(macvirtv1alpha1.ReasonClassNotFound, "%s", classNotFound(m))
 	case o.Blocked != nil:
 		return macvirtv1alpha1.MachinePending, condFalse(o.Blocked.Reason, "%s", o.Blocked.Message)
 	}
@@ -145,6 +152,27 @@ func summarize(o machineObservation, disks condition, vm vmState, guest guestSta
 		return macvirtv1alpha1.MachineBooting, guest.cond
 	}
 	return macvirtv1alpha1.MachineReady, condTrue("macOS is up and its guest agent answers")
+}
+
+// classUpToDate reports whether the machine's class is there at the
+// machine's revision. It is informational: a machine running from the
+// snapshot of its revision is Ready all the same.
+func classUpToDate(o machineObservation) condition {
+	m := o.Machine
+	switch {
+	case o.Class == nil:
+		return condFalse(macvirtv1alpha1.ReasonClassNotFound, "%s", classNotFound(m))
+	case o.ClassProblem != nil:
+		return condition{metav1.ConditionFalse, *o.ClassProblem}
+	}
+	return condTrue(fmt.Sprintf("MacClass %q is at revision %s, the machine's", m.Spec.ClassName, m.Spec.ClassRevision))
+}
+
+func classNotFound(m *macvirtv1alpha1.MacMachine) string {
+	if m.Spec.ClassRevision == "" {
+		return fmt.Sprintf("MacClass %q does not exist; create it or fix spec.className", m.Spec.ClassName)
+	}
+	return fmt.Sprintf("MacClass %q does not exist, and its revision %s, the machine's, was not kept", m.Spec.ClassName, m.Spec.ClassRevision)
 }
 
 // previousFailure returns the recorded terminal failure, if any: Failed is

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,5 +190,57 @@ func TestComputeMachineStatusIsStableForAnUnchangedMachine(t *testing.T) {
 		if a.Message != b.Message || a.Status != b.Status || !a.LastTransitionTime.Equal(&b.LastTransitionTime) {
 			t.Errorf("condition %s changed with only time passing: %+v -> %+v", a.Type, a, b)
 		}
+	}
+}
+
+func TestComputeMachineStatusReportsItsClass(t *testing.T) {
+	ready := func(p *problem) machineObservation {
+		return machineObservation{Now: t0.Add(5 * time.Minute), Machine: machine(withHeartbeat(t0.Add(4*time.Minute)),
+			func(m *macvirtv1alpha1.MacMachine) { m.Spec.ClassName, m.Spec.ClassRevision = "sonoma", "abc" }),
+			Class: class(), ClassProblem: p, DataVolumes: []*cdiv1.DataVolume{dv("a", cdiv1.Succeeded, ""), dv("b", cdiv1.Succeeded, "")},
+			VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusRunning), VMI: runningVMI(t0)}
+	}
+	deleted := &problem{macvirtv1alpha1.ReasonClassNotFound, "MacClass \"sonoma\" was deleted; the machine keeps its revision abc"}
+	changed := &problem{macvirtv1alpha1.ReasonClassChanged, "MacClass \"sonoma\" is at revision def"}
+	neither := ready(nil)
+	neither.Class = nil
+	deleting := ready(nil)
+	deleting.Deleting, deleting.DeletionStep = true, "x"
+	deleting.Machine.Status.Conditions = []metav1.Condition{{Type: macvirtv1alpha1.ConditionClassUpToDate,
+		Status: metav1.ConditionFalse, Reason: macvirtv1alpha1.ReasonClassChanged, Message: "as it was"}}
+	cases := map[string]struct {
+		obs         machineObservation
+		phase       macvirtv1alpha1.MachinePhase
+		classStatus metav1.ConditionStatus
+		classReason string
+		message     string
+	}{
+		"the class is at the machine's revision": {obs: ready(nil), phase: macvirtv1alpha1.MachineReady,
+			classStatus: metav1.ConditionTrue, classReason: macvirtv1alpha1.ReasonAsExpected, message: "abc"},
+		"the class was deleted; its revision was kept": {obs: ready(deleted), phase: macvirtv1alpha1.MachineReady,
+			classStatus: metav1.ConditionFalse, classReason: macvirtv1alpha1.ReasonClassNotFound, message: deleted.Message},
+		"the class changed; the machine's revision was kept": {obs: ready(changed), phase: macvirtv1alpha1.MachineReady,
+			classStatus: metav1.ConditionFalse, classReason: macvirtv1alpha1.ReasonClassChanged, message: changed.Message},
+		"neither the class nor its revision exists": {obs: neither, phase: macvirtv1alpha1.MachinePending,
+			classStatus: metav1.ConditionFalse, classReason: macvirtv1alpha1.ReasonClassNotFound, message: "revision abc"},
+		"deleting keeps what was known": {obs: deleting, phase: macvirtv1alpha1.MachineTerminating,
+			classStatus: metav1.ConditionFalse, classReason: macvirtv1alpha1.ReasonClassChanged, message: "as it was"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := computeMachineStatus(tc.obs)
+			if got.Status.Phase != tc.phase {
+				t.Errorf("phase = %s, want %s", got.Status.Phase, tc.phase)
+			}
+			c := meta.FindStatusCondition(got.Status.Conditions, macvirtv1alpha1.ConditionClassUpToDate)
+			if c == nil || c.Status != tc.classStatus || c.Reason != tc.classReason || !strings.Contains(c.Message, tc.message) {
+				t.Errorf("ClassUpToDate = %+v, want %s %s saying %q", c, tc.classStatus, tc.classReason, tc.message)
+			}
+			if tc.phase == macvirtv1alpha1.MachineReady {
+				if s := meta.FindStatusCondition(got.Status.Conditions, macvirtv1alpha1.ConditionStalled); s == nil || s.Status != metav1.ConditionFalse {
+					t.Errorf("Stalled = %+v, want False: a machine running from its kept revision needs nobody", s)
+				}
+			}
+		})
 	}
 }

@@ -16,7 +16,8 @@ import (
 
 // The ClusterRole generated from the RBAC markers, bound to a service
 // account, must allow the graceful stop and cross-namespace clones and must
-// not allow reading Secrets cluster-wide.
+// not allow reading Secrets cluster-wide; what the operator does only in its
+// own namespace comes from the generated Role.
 var _ = Describe("The generated ClusterRole", func() {
 	var user string
 	allowed := func(attrs authorizationv1.ResourceAttributes) bool {
@@ -25,8 +26,9 @@ var _ = Describe("The generated ClusterRole", func() {
 		Expect(k8sClient.Create(context.Background(), sar)).To(Succeed())
 		return sar.Status.Allowed
 	}
+	var ns string
 	BeforeEach(func() {
-		ns := newNamespace()
+		ns = newNamespace()
 		roles := readObjects(filepath.Join("..", "..", "config", "rbac", "role.yaml"))
 		var role *rbacv1.ClusterRole
 		for _, obj := range roles {
@@ -76,5 +78,35 @@ var _ = Describe("The generated ClusterRole", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(strings.Contains(string(data), "'*'") || strings.Contains(string(data), `"*"`) ||
 			strings.Contains(string(data), "- *")).To(BeFalse(), "config/rbac/role.yaml grants a wildcard")
+	})
+
+	It("keeps class snapshots (controllerrevisions) only in the operator's namespace, through the namespaced Role", func() {
+		for _, verb := range []string{"create", "delete"} {
+			Expect(allowed(authorizationv1.ResourceAttributes{Namespace: "tenant-a", Verb: verb, Group: "apps", Resource: "controllerrevisions"})).To(BeFalse(), verb)
+			Expect(allowed(authorizationv1.ResourceAttributes{Verb: verb, Group: "apps", Resource: "controllerrevisions"})).To(BeFalse(), verb)
+		}
+		// The Role is installed in the operator's namespace; here, in this test's.
+		var role *rbacv1.Role
+		for _, obj := range readObjects(filepath.Join("..", "..", "config", "rbac", "role.yaml")) {
+			if obj.GetKind() == "Role" {
+				role = &rbacv1.Role{}
+				Expect(runtimeConvert(obj.Object, role)).To(Succeed())
+			}
+		}
+		Expect(role).NotTo(BeNil(), "config/rbac/role.yaml has no Role")
+		role.Namespace = ns
+		Expect(k8sClient.Create(context.Background(), role)).To(Succeed())
+		Expect(k8sClient.Create(context.Background(), &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "macvirt", Namespace: ns}},
+		})).To(Succeed())
+		for _, verb := range []string{"get", "list", "watch", "create", "delete"} {
+			Eventually(func() bool {
+				return allowed(authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: "apps", Resource: "controllerrevisions"})
+			}).WithTimeout(timeout).Should(BeTrue(), verb)
+		}
+		Expect(allowed(authorizationv1.ResourceAttributes{Namespace: ns, Verb: "update", Group: "apps", Resource: "controllerrevisions"})).To(
+			BeFalse(), "snapshots are replaced, never edited")
 	})
 })

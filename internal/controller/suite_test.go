@@ -105,6 +105,7 @@ var _ = BeforeSuite(func() {
 	}()
 	stopAPI = newStopStandIn(sim.StopHandler())
 	DeferCleanup(stopAPI.Close)
+	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
 })
 
 // Faults a spec injected into the simulator or the stop stand-in end with
@@ -121,6 +122,10 @@ var _ = AfterSuite(func() {
 	}
 })
 
+// operatorNamespace is the namespace the tests' operators run in, where they
+// keep their class snapshots.
+const operatorNamespace = "macvirt-system"
+
 // startOperator runs a fresh operator manager until the returned function
 // is called, which waits for it to stop.
 func startOperator(mods ...func(*operator.Options)) (stop func()) {
@@ -131,6 +136,7 @@ func startOperator(mods ...func(*operator.Options)) (stop func()) {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	opts := operator.Options{
+		Namespace:  operatorNamespace,
 		HookImage:  "ghcr.io/macvirt/macvirt-domain-hook:test",
 		StopConfig: &rest.Config{Host: stopAPI.URL},
 		Clock:      clock,

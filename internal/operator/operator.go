@@ -6,14 +6,24 @@ package operator
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/agentserver"
+	"github.com/macvirt/macvirt/internal/classhistory"
 	"github.com/macvirt/macvirt/internal/controller"
 	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/vmstop"
@@ -26,8 +36,16 @@ import (
 // --hook-image runs the hook built alongside it.
 var DefaultHookImage = "ghcr.io/macvirt/macvirt-domain-hook:v0.1.0"
 
+// DefaultNamespace is the operator's namespace when none is set: the one
+// config/default installs it in.
+const DefaultNamespace = "macvirt-system"
+
 // Options configure the operator.
 type Options struct {
+	// Namespace is the namespace the operator runs in, where it keeps its
+	// class snapshots (DefaultNamespace when empty). Its RBAC grants it
+	// controllerrevisions and Secrets there only.
+	Namespace string
 	// HookImage is the domain-hook sidecar image put on every VM.
 	HookImage string
 	// EmulatorPath optionally overrides the node's QEMU binary.
@@ -54,6 +72,10 @@ type Options struct {
 	// AgentListeningSince reports when that endpoint began to listen (the
 	// agent server's ListeningSince); the operator's start when nil.
 	AgentListeningSince func() time.Time
+	// AgentHandler, when set, is the guest-agent endpoint's handler; Setup
+	// has it find a machine's class as the machine controller does, so an
+	// agent's heartbeat interval suits the timeout its machine is held to.
+	AgentHandler *agentserver.Handler
 	// Webhooks registers the admission webhooks with the manager's webhook
 	// server (cmd/main.go does; the controller tests run without them).
 	Webhooks bool
@@ -93,6 +115,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace
+	}
 	hookImage := opts.HookImage
 	if hookImage == "" {
 		hookImage = DefaultHookImage
@@ -104,6 +129,15 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.WrapClient != nil {
 		c = opts.WrapClient(c)
 	}
+	var snapshots client.Reader
+	if opts.runs(MachineController) || opts.AgentHandler != nil {
+		if snapshots, err = snapshotCache(mgr, opts.Namespace); err != nil {
+			return err
+		}
+	}
+	if opts.AgentHandler != nil {
+		opts.AgentHandler.Classes = classhistory.Resolver{Snapshots: snapshots, Namespace: opts.Namespace}
+	}
 	setups := []struct {
 		name  Controller
 		setup func() error
@@ -112,6 +146,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return (&controller.MacMachineReconciler{
 				Client:         c,
 				APIReader:      mgr.GetAPIReader(),
+				Classes:        classhistory.Resolver{Classes: c, Snapshots: snapshots, Namespace: opts.Namespace},
 				Recorder:       mgr.GetEventRecorder("macvirt-machine-controller"),
 				Stopper:        stopper,
 				Render:         render.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath},
@@ -125,6 +160,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return (&controller.MacClassReconciler{
 				Client:         c,
 				APIReader:      mgr.GetAPIReader(),
+				Namespace:      opts.Namespace,
 				ControllerName: "macclass" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},
@@ -162,4 +198,38 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		}
 	}
 	return controller.RegisterMetrics(mgr.GetCache())
+}
+
+// snapshotCache is a cache of the class snapshots in the operator's
+// namespace, started with the manager's caches. Machines of a deleted or
+// changed class read their snapshot on every reconcile and every heartbeat;
+// the manager's own cache cannot hold them, as it watches cluster-wide and
+// the operator may read controllerrevisions in its own namespace only.
+func snapshotCache(mgr ctrl.Manager, namespace string) (client.Reader, error) {
+	tracked, err := labels.NewRequirement(macvirtv1alpha1.LabelClassRevision, selection.Exists, nil)
+	if err != nil {
+		return nil, fmt.Errorf("selecting class snapshots: %w", err)
+	}
+	c, err := cluster.New(mgr.GetConfig(), func(o *cluster.Options) {
+		o.Scheme = mgr.GetScheme()
+		o.HTTPClient = mgr.GetHTTPClient()
+		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mgr.GetRESTMapper(), nil }
+		o.Cache = cache.Options{
+			DefaultNamespaces:           map[string]cache.Config{namespace: {}},
+			DefaultLabelSelector:        labels.NewSelector().Add(*tracked),
+			ReaderFailOnMissingInformer: true,
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the class snapshot cache: %w", err)
+	}
+	// Registered now, so the manager waits for it to sync before it starts
+	// the controllers, instead of a reconcile waiting on its first read.
+	if _, err := c.GetCache().GetInformer(context.Background(), &appsv1.ControllerRevision{}); err != nil {
+		return nil, fmt.Errorf("watching class snapshots: %w", err)
+	}
+	if err := mgr.Add(c); err != nil {
+		return nil, fmt.Errorf("adding the class snapshot cache: %w", err)
+	}
+	return c.GetCache(), nil
 }

@@ -170,11 +170,14 @@ func startManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme
 	agentAddr := net.JoinHostPort(local.Host, strconv.Itoa(agentPort))
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0", WebhookServer: local.WebhookServer(webhook.Options{})})
+	var agentHandler *agentserver.Handler
 	agentServer := &agentserver.Server{Addr: agentAddr, CertDir: local.CertDir}
 	if err == nil {
-		agentServer.Handler = &agentserver.Handler{Client: mgr.GetClient()}
+		agentHandler = &agentserver.Handler{Client: mgr.GetClient()}
+		agentServer.Handler = agentHandler
 		err = operator.Setup(mgr, operator.Options{Webhooks: true, StopConfig: &rest.Config{Host: stopAPI.URL},
 			Agent:               controller.AgentOptions{Endpoint: "https://" + agentAddr, CABundle: local.CABundle},
+			AgentHandler:        agentHandler,
 			AgentListeningSince: agentServer.ListeningSince})
 	}
 	if err == nil {
@@ -216,9 +219,10 @@ func startManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme
 }
 
 // applySamples creates what the samples need that a cluster would already
-// have (namespaces, the golden-image DataSources), then config/samples.
+// have (namespaces, the operator's included, where it keeps class snapshots;
+// the golden-image DataSources), then config/samples.
 func applySamples(ctx context.Context, c client.Client, machines int32) error {
-	for _, ns := range []string{"macvirt-images", "macvirt-pools"} {
+	for _, ns := range []string{operator.DefaultNamespace, "macvirt-images", "macvirt-pools"} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return err
 		}
