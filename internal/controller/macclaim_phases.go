@@ -1,0 +1,300 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/render"
+	"github.com/macvirt/macvirt/internal/tenancy"
+)
+
+// The claim's steps: find the machine it is bound to, or bind one. Each
+// records in the claimScope what it found, what it waits for, and what the
+// API server refused.
+
+// findBound finds the machine bound to the claim: the one its status names,
+// or, after a restart between the two binding writes, the one whose
+// claimRef carries the claim's UID. A named machine that is gone, bound to
+// another UID, or Failed makes the claim Lost; it is never re-bound.
+func (r *MacClaimReconciler) findBound(ctx context.Context, s *claimScope) (bool, error) {
+	var won macvirtv1alpha1.MacMachineList
+	if err := r.List(ctx, &won, client.MatchingFields{claimUIDField: string(s.claim.UID)}); err != nil {
+		return false, fmt.Errorf("listing the machines bound to claim %s/%s: %w", s.claim.Namespace, s.claim.Name, err)
+	}
+	ref := s.claim.Status.MachineRef
+	if ref == nil {
+		// The lowest name, so every operator adopts the same machine when
+		// two of them bound one each; the claim's status write, guarded by
+		// its resourceVersion, lets only one of them record it.
+		for i := range won.Items {
+			if s.machine == nil || won.Items[i].Name < s.machine.Name {
+				s.machine = &won.Items[i]
+			}
+		}
+		return true, nil
+	}
+	if err := r.deleteOrphans(ctx, s.claim, ref, won.Items); err != nil {
+		return false, err
+	}
+	m := &macvirtv1alpha1.MacMachine{}
+	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+	err := r.Get(ctx, key, m)
+	if apierrors.IsNotFound(err) {
+		// The cache may lag; only the API server can say it is gone.
+		err = r.APIReader.Get(ctx, key, m)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		s.lost = fmt.Sprintf("bound machine %s no longer exists", key)
+	case err != nil:
+		return false, fmt.Errorf("getting bound machine %s: %w", key, err)
+	case m.UID != ref.UID || m.Spec.ClaimRef == nil || m.Spec.ClaimRef.UID != s.claim.UID:
+		s.lost = fmt.Sprintf("machine %s is not the one bound to this claim any more", key)
+	case m.Status.Phase == macvirtv1alpha1.MachineFailed:
+		s.lost = fmt.Sprintf("bound machine %s failed", key)
+		s.machine = m
+	default:
+		s.machine = m
+	}
+	return true, nil
+}
+
+// deleteOrphans deletes machines bound to this claim that its status does
+// not name: two operators each bound one, and only one was recorded. The
+// orphan was never handed to the tenant, and its claimRef cannot change, so
+// it goes (with its resourceVersion as precondition) and its pool replaces it.
+func (r *MacClaimReconciler) deleteOrphans(ctx context.Context, claim *macvirtv1alpha1.MacClaim, ref *macvirtv1alpha1.ObjectRef,
+	bound []macvirtv1alpha1.MacMachine) error {
+	for i := range bound {
+		m := &bound[i]
+		if m.UID == ref.UID || !m.DeletionTimestamp.IsZero() {
+			continue
+		}
+		uid, rv := m.UID, m.ResourceVersion
+		if err := r.Delete(ctx, m, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil &&
+			!apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting orphaned machine %s/%s: %w", m.Namespace, m.Name, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("deleted a machine bound twice to the claim", "machine", m.Name, "kept", ref.Name)
+		recordEvent(r.Recorder, claim, corev1.EventTypeNormal, "OrphanDeleted", "Bind", fmt.Sprintf(
+			"machine %s/%s was also bound to this claim by a concurrent reconcile; deleted it, keeping %s", m.Namespace, m.Name, ref.Name))
+	}
+	return nil
+}
+
+// bind takes an idle machine, or creates one on demand, or records why the
+// claim waits. A claim that has its machine (or lost it) needs none.
+func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) (bool, error) {
+	if s.machine != nil || s.lost != "" {
+		return true, nil
+	}
+	class, p, err := r.resolveClass(ctx, s.claim)
+	if err != nil || p != nil {
+		s.waiting = p
+		return false, err
+	}
+	s.class = class
+	if p, err := r.checkTenancy(ctx, s.claim, class); err != nil || p != nil {
+		s.waiting = p
+		return false, err
+	}
+	var list macvirtv1alpha1.MacMachineList
+	if err := r.List(ctx, &list, client.MatchingFields{bindableField: bindKey(s.claim)}); err != nil {
+		return false, fmt.Errorf("listing idle machines for %s: %w", bindKey(s.claim), err)
+	}
+	candidates := make([]*macvirtv1alpha1.MacMachine, 0, len(list.Items))
+	for i := range list.Items {
+		candidates = append(candidates, &list.Items[i])
+	}
+	for _, m := range candidateOrder(s.claim.UID, candidates) {
+		key := client.ObjectKeyFromObject(m)
+		if !r.inFlight.reserve(key, r.Clock.Now()) {
+			continue
+		}
+		won, err := r.claimMachine(ctx, s.claim, m)
+		if !won {
+			r.inFlight.release(key)
+		}
+		if err != nil {
+			return false, err
+		}
+		if won {
+			s.machine = m
+			return true, nil
+		}
+	}
+	if s.claim.Spec.PoolName == "" && class.Spec.Tenancy.OnDemand != nil && *class.Spec.Tenancy.OnDemand {
+		return r.createOnDemand(ctx, s)
+	}
+	s.waiting = &problem{macvirtv1alpha1.ReasonWaitingForMachine, fmt.Sprintf("no idle machine in %s yet", bindKey(s.claim))}
+	// Every candidate taken by another claim (or changed) under us means
+	// the cache may still list machines that are free: try again soon.
+	s.retrySoon = len(candidates) > 0
+	return true, nil
+}
+
+// lostRaceRetry is how soon a claim that lost every race looks again.
+const lostRaceRetry = 10 * time.Millisecond
+
+// claimMachine writes the machine side of the binding in one update that
+// carries the machine's resourceVersion: claimRef, the reclaim policy, and
+// no pool owner reference (deleting the pool must not delete a tenant's
+// machine). On a conflict it reads the machine from the API server: bound
+// to this claim already (by another operator) means won; bound to another
+// claim means lost; still free means one more try with the fresh copy.
+func (r *MacClaimReconciler) claimMachine(ctx context.Context, claim *macvirtv1alpha1.MacClaim, m *macvirtv1alpha1.MacMachine) (bool, error) {
+	for attempt := 0; attempt < 2; attempt++ {
+		err := r.Update(ctx, bindingOf(claim, m))
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsNotFound(err) || apierrors.IsInvalid(err):
+			return false, nil
+		case !apierrors.IsConflict(err):
+			return false, fmt.Errorf("binding machine %s/%s: %w", m.Namespace, m.Name, err)
+		}
+		fresh := &macvirtv1alpha1.MacMachine{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), fresh); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if ref := fresh.Spec.ClaimRef; ref != nil {
+			*m = *fresh
+			return ref.UID == claim.UID, nil
+		}
+		if len(bindableKeys(fresh)) == 0 {
+			return false, nil
+		}
+		m = fresh
+	}
+	return false, nil
+}
+
+// bindingOf is the machine with the claim's binding written in.
+func bindingOf(claim *macvirtv1alpha1.MacClaim, m *macvirtv1alpha1.MacMachine) *macvirtv1alpha1.MacMachine {
+	m = m.DeepCopy()
+	m.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
+	if m.Annotations == nil {
+		m.Annotations = map[string]string{}
+	}
+	m.Annotations[macvirtv1alpha1.AnnotationReclaimPolicy] = string(reclaimPolicy(claim))
+	refs := m.OwnerReferences[:0]
+	for _, o := range m.OwnerReferences {
+		if o.Kind != "MacPool" {
+			refs = append(refs, o)
+		}
+	}
+	m.OwnerReferences = refs
+	return m
+}
+
+func reclaimPolicy(claim *macvirtv1alpha1.MacClaim) macvirtv1alpha1.ReclaimPolicy {
+	if claim.Spec.ReclaimPolicy == "" {
+		return macvirtv1alpha1.ReclaimDelete
+	}
+	return claim.Spec.ReclaimPolicy
+}
+
+// createOnDemand creates a machine in the claim's namespace, pre-bound to
+// it. It is owned by the claim under the Delete policy only, so a cluster's
+// garbage collector never deletes a Retained machine.
+func (r *MacClaimReconciler) createOnDemand(ctx context.Context, s *claimScope) (bool, error) {
+	claim := s.claim
+	m := &macvirtv1alpha1.MacMachine{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: onDemandName(claim), Namespace: claim.Namespace,
+			Labels:      map[string]string{macvirtv1alpha1.LabelClass: s.class.Name},
+			Annotations: map[string]string{macvirtv1alpha1.AnnotationReclaimPolicy: string(reclaimPolicy(claim))},
+		},
+		Spec: macvirtv1alpha1.MacMachineSpec{
+			ClassName: s.class.Name, ClassRevision: render.ClassRevision(s.class),
+			ClaimRef: &macvirtv1alpha1.ObjectRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID},
+		},
+	}
+	if reclaimPolicy(claim) == macvirtv1alpha1.ReclaimDelete {
+		m.OwnerReferences = []metav1.OwnerReference{controllerRef("MacClaim", claim.Name, claim.UID)}
+	}
+	err := r.Create(ctx, m)
+	if apierrors.IsAlreadyExists(err) {
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
+			return false, fmt.Errorf("getting on-demand machine %s/%s: %w", m.Namespace, m.Name, err)
+		}
+	} else if err != nil {
+		// A quota, an admission webhook or policy, or a webhook that is
+		// down: the tenant sees the API server's words on the claim.
+		err = fmt.Errorf("creating on-demand machine %s/%s: %w", m.Namespace, m.Name, err)
+		s.writeFailed = &problem{macvirtv1alpha1.ReasonCreateFailed, err.Error()}
+		recordEvent(r.Recorder, claim, corev1.EventTypeWarning, macvirtv1alpha1.ReasonCreateFailed, "Bind", err.Error())
+		return false, err
+	}
+	if m.Spec.ClaimRef == nil || m.Spec.ClaimRef.UID != claim.UID {
+		s.waiting = &problem{macvirtv1alpha1.ReasonWaitingForMachine, fmt.Sprintf("machine %s exists and belongs to another claim", m.Name)}
+		return true, nil
+	}
+	ctrl.LoggerFrom(ctx).Info("created on-demand machine", "machine", m.Name)
+	s.machine = m
+	return true, nil
+}
+
+// resolveClass finds the claim's class, through its pool when it names one.
+func (r *MacClaimReconciler) resolveClass(ctx context.Context, claim *macvirtv1alpha1.MacClaim) (*macvirtv1alpha1.MacClass, *problem, error) {
+	className := claim.Spec.ClassName
+	if claim.Spec.PoolName != "" {
+		pool := &macvirtv1alpha1.MacPool{}
+		if err := r.Get(ctx, types.NamespacedName{Name: claim.Spec.PoolName}, pool); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, &problem{macvirtv1alpha1.ReasonPoolNotFound, fmt.Sprintf("MacPool %q does not exist", claim.Spec.PoolName)}, nil
+			}
+			return nil, nil, fmt.Errorf("getting MacPool %s: %w", claim.Spec.PoolName, err)
+		}
+		if className != "" && className != pool.Spec.ClassName {
+			return nil, &problem{macvirtv1alpha1.ReasonClassMismatch, fmt.Sprintf(
+				"spec.className %q differs from pool %q's class %q; drop spec.className or name a pool of that class",
+				className, pool.Name, pool.Spec.ClassName)}, nil
+		}
+		className = pool.Spec.ClassName
+	}
+	class := &macvirtv1alpha1.MacClass{}
+	if err := r.Get(ctx, types.NamespacedName{Name: className}, class); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &problem{macvirtv1alpha1.ReasonClassNotFound, fmt.Sprintf("MacClass %q does not exist", className)}, nil
+		}
+		return nil, nil, fmt.Errorf("getting MacClass %s: %w", className, err)
+	}
+	return class, nil, nil
+}
+
+// checkTenancy keeps a claim the class does not admit waiting, by the
+// policy the admission webhook applies (internal/tenancy): the namespace's
+// labels or the class may have changed since admission. A claim asking for
+// Retain also waits while its namespace holds the class's
+// maxReleasedPerNamespace released machines.
+func (r *MacClaimReconciler) checkTenancy(ctx context.Context, claim *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacClass) (*problem, error) {
+	ns := &corev1.Namespace{}
+	if err := r.Get(ctx, types.NamespacedName{Name: claim.Namespace}, ns); err != nil {
+		return nil, fmt.Errorf("getting namespace %s for tenancy: %w", claim.Namespace, err)
+	}
+	policy := reclaimPolicy(claim)
+	if refusal := tenancy.Check(class, claim.Namespace, ns.Labels, policy); refusal != nil {
+		return &problem{refusal.Reason, refusal.Message}, nil
+	}
+	if policy != macvirtv1alpha1.ReclaimRetain || class.Spec.Tenancy.MaxReleasedPerNamespace == nil {
+		return nil, nil
+	}
+	var released macvirtv1alpha1.MacMachineList
+	if err := r.List(ctx, &released, client.MatchingFields{releasedField: releasedKey(claim.Namespace, class.Name)}); err != nil {
+		return nil, fmt.Errorf("counting the released machines of namespace %s: %w", claim.Namespace, err)
+	}
+	if refusal := tenancy.ReleasedFull(class, claim.Namespace, len(released.Items)); refusal != nil {
+		return &problem{refusal.Reason, refusal.Message}, nil
+	}
+	return nil, nil
+}
