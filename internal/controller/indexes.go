@@ -33,7 +33,7 @@ func RegisterIndexes(ctx context.Context, idx client.FieldIndexer) error {
 		{&macvirtv1alpha1.MacMachine{}, identity.Field, identity.IndexValues},
 		{&macvirtv1alpha1.MacMachine{}, releasedField, func(o client.Object) []string {
 			m := o.(*macvirtv1alpha1.MacMachine)
-			if ref := m.Spec.ClaimRef; ref != nil && m.Labels[macvirtv1alpha1.LabelReleased] != "" && m.DeletionTimestamp.IsZero() {
+			if ref := m.Spec.ClaimRef; ref != nil && retains(m) && m.DeletionTimestamp.IsZero() {
 				return []string{releasedKey(ref.Namespace, m.Spec.ClassName)}
 			}
 			return nil

@@ -18,10 +18,18 @@ const (
 	// claimUIDField holds spec.claimRef.uid, so a claim finds the machine it
 	// won even before its own status records it.
 	claimUIDField = "spec.claimRef.uid"
-	// releasedField holds "<claim namespace>/<class>" for every released
-	// machine, so a namespace's released machines of a class are counted.
-	releasedField = "macvirt.io/released-for"
+	// releasedField holds "<claim namespace>/<class>" for every machine
+	// released or bound under Retain (each one will be left behind), so a
+	// namespace's retained machines of a class are counted.
+	releasedField = "macvirt.io/retained-for"
 )
+
+// retains reports whether the machine is released, or bound under Retain
+// and so released once its claim goes.
+func retains(m *macvirtv1alpha1.MacMachine) bool {
+	return m.Labels[macvirtv1alpha1.LabelReleased] != "" ||
+		m.Annotations[macvirtv1alpha1.AnnotationReclaimPolicy] == string(macvirtv1alpha1.ReclaimRetain)
+}
 
 // releasedKey is the releasedField value of a namespace's released machines
 // of a class.

@@ -186,8 +186,8 @@ func (r *MacClaimReconciler) machineEvents() handler.TypedEventHandler[client.Ob
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			if m, ok := e.Object.(*macvirtv1alpha1.MacMachine); ok {
 				bound(m, q)
-				if ref := m.Spec.ClaimRef; ref != nil && m.Labels[macvirtv1alpha1.LabelReleased] != "" {
-					// Room for one more released machine of that namespace.
+				if ref := m.Spec.ClaimRef; ref != nil && retains(m) {
+					// Room for one more retained machine of that namespace.
 					for _, req := range r.waitingClaimsIn(ctx, ref.Namespace) {
 						q.Add(req)
 					}

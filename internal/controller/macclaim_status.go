@@ -121,8 +121,14 @@ func (r *MacClaimReconciler) patchClaimStatus(ctx context.Context, s *claimScope
 		if err := r.applyConnectionSecret(ctx, c, st.Connection); err != nil {
 			return err
 		}
-		r.connectionApplied.Store(client.ObjectKeyFromObject(c), now)
 		st.ConnectionSecretName = connectionSecretName(c)
+		// Remembered only once the status agrees with what was applied: a
+		// losing operator's Secret is applied again by the next reconcile.
+		defer func() {
+			if c.Status.Connection != nil && equality.Semantic.DeepEqual(c.Status.Connection, st.Connection) {
+				r.connectionApplied.Store(client.ObjectKeyFromObject(c), now)
+			}
+		}()
 	}
 	if equality.Semantic.DeepEqual(c.Status, st) {
 		return nil

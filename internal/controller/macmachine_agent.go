@@ -79,7 +79,7 @@ func (r *MacMachineReconciler) ensureAgentConfig(ctx context.Context, o *machine
 		return false, fmt.Errorf("owning the agent Secret by the machine: %w", err)
 	}
 	if err := r.Create(ctx, secret); err != nil {
-		return false, fmt.Errorf("creating the agent Secret %s/%s: %w", m.Namespace, secret.Name, err)
+		return false, r.createFailed(o, fmt.Errorf("creating the agent Secret %s/%s: %w", m.Namespace, secret.Name, err))
 	}
 	recorded := m.DeepCopy()
 	if recorded.Annotations == nil {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -204,6 +205,12 @@ func observeGuest(o machineObservation, since *metav1.Time) guestState {
 	// unchanged status and a reconcile writes nothing.
 	timeout := lc.HeartbeatTimeoutOrDefault()
 	if last.Time.Before(o.ListeningSince) {
+		// A guest already judged silent stays so until it is heard: a
+		// restart must not turn a hung Mac back into a bindable one.
+		if c := meta.FindStatusCondition(o.Machine.Status.Conditions, macvirtv1alpha1.ConditionGuestAgentReady); c != nil &&
+			c.Status == metav1.ConditionFalse && c.Reason == macvirtv1alpha1.ReasonHeartbeatStale {
+			return guestState{cond: condition{metav1.ConditionFalse, problem{c.Reason, c.Message}}}
+		}
 		// The guest may have been heartbeating into a closed endpoint; it
 		// gets a full heartbeatTimeout from when the endpoint opened.
 		waited := o.Now.Sub(o.ListeningSince)

@@ -214,7 +214,9 @@ func (r *MacMachineReconciler) readOSK(ctx context.Context, ref *macvirtv1alpha1
 // machine gets nothing new.
 func (r *MacMachineReconciler) ensureDataVolumes(ctx context.Context, o *machineObservation) (bool, error) {
 	if _, failed := previousFailure(o.Machine); failed {
-		return false, nil
+		// Nothing new for a Failed machine, but one asked to stop (a
+		// released one) still is, gracefully.
+		return o.VM != nil && !wantsRunning(o.Machine), nil
 	}
 	for i := range o.DataVolumes {
 		if o.DataVolumes[i] != nil {

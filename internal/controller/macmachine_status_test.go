@@ -115,6 +115,14 @@ func TestComputeMachineStatus(t *testing.T) {
 			ListeningSince: t0.Add(9 * time.Minute), Machine: machine(withHeartbeat(t0.Add(4 * time.Minute))), Class: class(),
 			DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusRunning), VMI: runningVMI(t0)},
 			phase: macvirtv1alpha1.MachineBooting, reason: macvirtv1alpha1.ReasonHeartbeatStale, stalled: metav1.ConditionFalse},
+		"a guest judged silent stays silent across an operator restart": {obs: machineObservation{Now: t0.Add(10 * time.Minute),
+			ListeningSince: t0.Add(9 * time.Minute), Class: class(), DataVolumes: succeeded,
+			VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusRunning), VMI: runningVMI(t0),
+			Machine: machine(withHeartbeat(t0.Add(4*time.Minute)), func(m *macvirtv1alpha1.MacMachine) {
+				m.Status.Conditions = []metav1.Condition{{Type: macvirtv1alpha1.ConditionGuestAgentReady, Status: metav1.ConditionFalse,
+					Reason: macvirtv1alpha1.ReasonHeartbeatStale, Message: "silent"}}
+			})},
+			phase: macvirtv1alpha1.MachineBooting, reason: macvirtv1alpha1.ReasonHeartbeatStale, stalled: metav1.ConditionFalse},
 		"a boot during an operator outage is timed from the endpoint's opening": {obs: machineObservation{Now: t0.Add(21 * time.Minute),
 			ListeningSince: t0.Add(20 * time.Minute), Machine: machine(), Class: class(), DataVolumes: succeeded,
 			VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusRunning), VMI: runningVMI(t0)},

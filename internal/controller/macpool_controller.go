@@ -68,6 +68,11 @@ func (r *MacPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	}
 	s := &poolScope{Pool: pool}
 	defer func() {
+		if reterr != nil && s.WriteFailed == nil {
+			// A failed read leaves the scope incomplete: a status computed
+			// from it would report an empty pool. Retry instead.
+			return
+		}
 		if err := r.patchPoolStatus(ctx, s); err != nil && reterr == nil {
 			reterr = err
 		}

@@ -139,7 +139,7 @@ func planPool(in poolInput) poolPlan {
 		// Unhealthy machines are replaced at the pace replacements
 		// provision: no more deletes than free provisioning slots, so a
 		// misjudgement costs a few warm Macs, never the pool.
-		pace := int(max(0, in.MaxProv-p.Counts.Provisioning))
+		pace := int(max(0, in.MaxProv-p.Counts.Provisioning-p.Counts.Terminating))
 		for _, m := range failed {
 			if wait := m.ReplaceAt.Sub(in.Now); wait > 0 {
 				inGrace++

@@ -49,6 +49,10 @@ func TestPlanPool(t *testing.T) {
 			in: poolInput{Idle: 6, Max: 12, MaxProv: 2, Machines: join(
 				machines(stateIdle, "r1", "p-0", "p-1", "p-2"), machines(stateFailed, "r1", "p-3", "p-4"), machines(stateProvisioning, "r1", "p-5"))},
 			create: []string{"p-6"}, delete: []string{"p-3"}},
+		"machines still terminating take provisioning slots from replacements": {
+			in: poolInput{Idle: 4, Max: 8, MaxProv: 2, Machines: join(machines(stateIdle, "r1", "p-0", "p-1", "p-2"),
+				machines(stateTerminating, "r1", "p-3", "p-4"), machines(stateFailed, "r1", "p-5"))},
+			create: []string{"p-6"}},
 		"more unhealthy than maxUnhealthy (50%): none replaced": {
 			in: poolInput{Idle: 4, Max: 8, MaxProv: 4, Machines: join(
 				machines(stateIdle, "r1", "p-0"), machines(stateFailed, "r1", "p-1", "p-2", "p-3"))}},

@@ -48,15 +48,16 @@ func Check(class *macvirtv1alpha1.MacClass, namespace string, nsLabels map[strin
 	return nil
 }
 
-// ReleasedFull says whether a namespace holding released machines of class
-// may leave one more behind; nil when it may.
+// ReleasedFull says whether a namespace that retains released machines of
+// class (released ones, and those bound under Retain, which will be) may
+// retain one more; nil when it may.
 func ReleasedFull(class *macvirtv1alpha1.MacClass, namespace string, released int) *Refusal {
 	limit := class.Spec.Tenancy.MaxReleasedPerNamespace
 	if limit == nil || released < int(*limit) {
 		return nil
 	}
 	return &Refusal{macvirtv1alpha1.ReasonTooManyReleased, fmt.Sprintf(
-		"namespace %q already holds %d released machines of MacClass %s, its spec.tenancy.maxReleasedPerNamespace; "+
-			"delete one (kubectl get macmachines -A -l %s=true) or claim with reclaimPolicy Delete",
+		"namespace %q already retains %d machines of MacClass %s (released, or bound with reclaimPolicy Retain), its "+
+			"spec.tenancy.maxReleasedPerNamespace; delete a released one (kubectl get macmachines -A -l %s=true) or claim with reclaimPolicy Delete",
 		namespace, released, class.Name, macvirtv1alpha1.LabelReleased), "spec.reclaimPolicy"}
 }
