@@ -114,6 +114,10 @@ const (
 	// the operator needs (a quota, an admission webhook or policy, a
 	// webhook that is down); the message is the API server's.
 	ReasonCreateFailed = "CreateFailed"
+	// ReasonUpdateFailed means the API server refused an update the
+	// operator needed (binding a machine, recording its identity), other
+	// than a conflict; the message is the API server's.
+	ReasonUpdateFailed = "UpdateFailed"
 	// ReasonDeleteFailed means the API server refused a delete the
 	// operator needed; the message is the API server's.
 	ReasonDeleteFailed = "DeleteFailed"

@@ -7,12 +7,14 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	gomegatypes "github.com/onsi/gomega/types"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -56,6 +58,38 @@ func denyByQuota(ns, resourceName string) (lift func()) {
 	q.Status.Used = corev1.ResourceList{corev1.ResourceName(resourceName): resource.MustParse("0")}
 	Expect(k8sClient.Status().Update(context.Background(), q)).To(Succeed())
 	return func() { Expect(client.IgnoreNotFound(k8sClient.Delete(context.Background(), q))).To(Succeed()) }
+}
+
+// denyBinds makes the API server refuse, by a ValidatingAdmissionPolicy as a
+// platform team might run one, every write that binds a machine in ns,
+// until the returned function lifts it.
+func denyBinds(ns string) (lift func()) {
+	name := "no-binds-" + ns
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{"macvirt.io"}, APIVersions: []string{"v1alpha1"},
+						Resources: []string{"macmachines"}}}}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: "!has(object.spec.claimRef) || has(oldObject.spec.claimRef)",
+				Message:    "binding machines is frozen for maintenance"}},
+		}}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}}}}
+	Expect(k8sClient.Create(context.Background(), policy)).To(Succeed())
+	Expect(k8sClient.Create(context.Background(), binding)).To(Succeed())
+	lift = func() {
+		Expect(client.IgnoreNotFound(k8sClient.Delete(context.Background(), binding))).To(Succeed())
+		Expect(client.IgnoreNotFound(k8sClient.Delete(context.Background(), policy))).To(Succeed())
+	}
+	DeferCleanup(lift)
+	return lift
 }
 
 // warningsAbout lists the Warning events recorded about the named object.
@@ -181,6 +215,25 @@ var _ = Describe("Under faults", func() {
 
 		lift()
 		Eventually(claimCondition(k, macvirtv1alpha1.ConditionBound)).WithTimeout(timeout).Should(HaveField("Status", metav1.ConditionTrue))
+		Expect(claimCondition(k, macvirtv1alpha1.ConditionStalled)()).To(HaveField("Status", metav1.ConditionFalse))
+	})
+
+	It("a claim whose binding write is refused says so in the API server's words, and binds once the cause goes", func() {
+		DeferCleanup(startOperator())
+		class := newClass()
+		poolNS := newNamespace()
+		lift := denyBinds(poolNS)
+		pool, _ := newPool(class.Name, 1, 2, func(p *macvirtv1alpha1.MacPool) { p.Spec.Namespace = poolNS })
+		startGuests(poolNS)
+		Eventually(poolStatus(pool.Name)).Should(HaveField("Idle", int32(1)))
+		k := key(newClaim(newNamespace(), func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name }))
+		Eventually(claimCondition(k, macvirtv1alpha1.ConditionReady)).Should(And(
+			HaveField("Reason", macvirtv1alpha1.ReasonUpdateFailed), HaveField("Message", ContainSubstring("frozen for maintenance"))))
+		Expect(claimCondition(k, macvirtv1alpha1.ConditionStalled)()).To(HaveField("Status", metav1.ConditionTrue))
+		Eventually(warningsAbout(k.Name, macvirtv1alpha1.ReasonUpdateFailed)).ShouldNot(BeEmpty())
+
+		lift()
+		Eventually(claimCondition(k, macvirtv1alpha1.ConditionBound)).Should(HaveField("Status", metav1.ConditionTrue))
 		Expect(claimCondition(k, macvirtv1alpha1.ConditionStalled)()).To(HaveField("Status", metav1.ConditionFalse))
 	})
 

@@ -125,6 +125,12 @@ func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) (bool, err
 			r.inFlight.release(key)
 		}
 		if err != nil {
+			if !apierrors.IsConflict(err) {
+				// An admission webhook or policy refused the binding, or a
+				// webhook is down: the tenant sees the API server's words.
+				s.writeFailed = &problem{macvirtv1alpha1.ReasonUpdateFailed, err.Error()}
+				recordEvent(r.Recorder, s.claim, corev1.EventTypeWarning, macvirtv1alpha1.ReasonUpdateFailed, "Bind", err.Error())
+			}
 			return false, err
 		}
 		if won {
@@ -157,8 +163,13 @@ func (r *MacClaimReconciler) claimMachine(ctx context.Context, claim *macvirtv1a
 		switch {
 		case err == nil:
 			return true, nil
-		case apierrors.IsNotFound(err) || apierrors.IsInvalid(err):
+		case apierrors.IsNotFound(err):
 			return false, nil
+		case apierrors.IsInvalid(err):
+			// With the machine's resourceVersion current, only admission
+			// (a webhook or policy) can refuse the binding: trying the next
+			// machine would meet the same refusal, so it is reported.
+			return false, fmt.Errorf("binding machine %s/%s was refused: %w", m.Namespace, m.Name, err)
 		case !apierrors.IsConflict(err):
 			return false, fmt.Errorf("binding machine %s/%s: %w", m.Namespace, m.Name, err)
 		}

@@ -92,7 +92,7 @@ func (r *MacMachineReconciler) ensureAgentConfig(ctx context.Context, o *machine
 		// next reconcile reads the machine again and finds it, or draws anew.
 		ctrl.LoggerFrom(ctx).Info("the agent token's hash was not recorded; its Secret stays unused until the machine is deleted",
 			"secret", secret.Name, "conflict", apierrors.IsConflict(err), "reason", err.Error())
-		return false, fmt.Errorf("recording the agent token's hash and Secret %s: %w", secret.Name, err)
+		return false, r.updateFailed(o, fmt.Errorf("recording the agent token's hash and Secret %s: %w", secret.Name, err))
 	}
 	*m = *recorded
 	ctrl.LoggerFrom(ctx).Info("issued the guest agent's token", "secret", secret.Name)

@@ -76,7 +76,7 @@ func (r *MacMachineReconciler) ensureIdentity(ctx context.Context, o *machineObs
 		m.Spec.ClassRevision = render.ClassRevision(o.Class)
 	}
 	if err := r.Update(ctx, m); err != nil {
-		return false, fmt.Errorf("recording SMBIOS identity and class revision: %w", err)
+		return false, r.updateFailed(o, fmt.Errorf("recording SMBIOS identity and class revision: %w", err))
 	}
 	ctrl.LoggerFrom(ctx).Info("recorded machine identity", "serial", m.Spec.SMBIOS.SerialNumber, "classRevision", m.Spec.ClassRevision)
 	return true, nil
@@ -264,6 +264,18 @@ func (r *MacMachineReconciler) createFailed(o *machineObservation, err error) er
 	}
 	o.WriteFailed = &problem{macvirtv1alpha1.ReasonCreateFailed, err.Error()}
 	recordEvent(r.Recorder, o.Machine, corev1.EventTypeWarning, macvirtv1alpha1.ReasonCreateFailed, "Provision", err.Error())
+	return err
+}
+
+// updateFailed records an update of the machine itself that the API server
+// refused (an admission webhook or policy, a webhook that is down) like a
+// refused create; a conflict is only a stale read, retried silently.
+func (r *MacMachineReconciler) updateFailed(o *machineObservation, err error) error {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return err
+	}
+	o.WriteFailed = &problem{macvirtv1alpha1.ReasonUpdateFailed, err.Error()}
+	recordEvent(r.Recorder, o.Machine, corev1.EventTypeWarning, macvirtv1alpha1.ReasonUpdateFailed, "Provision", err.Error())
 	return err
 }
 
