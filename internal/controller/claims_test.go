@@ -124,6 +124,29 @@ var _ = Describe("Pools and claims", func() {
 		Eventually(claimPhase(key(second))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimBound))
 	})
 
+	It("keep a burst of Retain claims within maxReleasedPerNamespace though the cache lags their binds", func() {
+		allow, one := true, int32(1)
+		bounded := newClass(func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Tenancy.AllowRetain, c.Spec.Tenancy.MaxReleasedPerNamespace = &allow, &one
+		})
+		ns := newNamespace()
+		var burst []types.NamespacedName
+		for range 6 {
+			burst = append(burst, key(newClaim(ns, func(c *macvirtv1alpha1.MacClaim) {
+				c.Spec.ClassName, c.Spec.ReclaimPolicy = bounded.Name, macvirtv1alpha1.ReclaimRetain
+			})))
+		}
+		phases := func(g Gomega) map[macvirtv1alpha1.ClaimPhase]int {
+			out := map[macvirtv1alpha1.ClaimPhase]int{}
+			for _, k := range burst {
+				out[getClaimWith(g, k).Status.Phase]++
+			}
+			return out
+		}
+		Eventually(phases).WithTimeout(timeout).Should(And(HaveKeyWithValue(macvirtv1alpha1.ClaimPending, 5), Not(HaveKey(macvirtv1alpha1.ClaimPhase("")))))
+		Consistently(func(g Gomega) []macvirtv1alpha1.MacMachine { return machinesInWith(g, ns) }).WithTimeout(2 * time.Second).Should(HaveLen(1))
+	})
+
 	It("create a pre-bound machine in the claim's namespace when no pool has one idle", func() {
 		class := newClass()
 		ns := newNamespace()

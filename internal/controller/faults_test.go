@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -64,7 +65,13 @@ func denyByQuota(ns, resourceName string) (lift func()) {
 // platform team might run one, every write that binds a machine in ns,
 // until the returned function lifts it.
 func denyBinds(ns string) (lift func()) {
-	name := "no-binds-" + ns
+	return denyMachineUpdates("no-binds-"+ns, ns,
+		"!has(object.spec.claimRef) || has(oldObject.spec.claimRef)", "binding machines is frozen for maintenance")
+}
+
+// denyMachineUpdates refuses, with a ValidatingAdmissionPolicy, the updates
+// of MacMachines in ns that fail the CEL expression.
+func denyMachineUpdates(name, ns, expression, message string) (lift func()) {
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
@@ -74,8 +81,8 @@ func denyBinds(ns string) (lift func()) {
 					Rule: admissionregistrationv1.Rule{APIGroups: []string{"macvirt.io"}, APIVersions: []string{"v1alpha1"},
 						Resources: []string{"macmachines"}}}}}},
 			Validations: []admissionregistrationv1.Validation{{
-				Expression: "!has(object.spec.claimRef) || has(oldObject.spec.claimRef)",
-				Message:    "binding machines is frozen for maintenance"}},
+				Expression: expression,
+				Message:    message}},
 		}}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
@@ -195,6 +202,37 @@ var _ = Describe("Under faults", func() {
 			HaveField("Reason", macvirtv1alpha1.ReasonCreateFailed), HaveField("Message", ContainSubstring("exceeded quota"))))
 		Expect(conditionOf(k, macvirtv1alpha1.ConditionStalled)()).To(HaveField("Status", metav1.ConditionTrue))
 		Eventually(warningsAbout(k.Name, macvirtv1alpha1.ReasonCreateFailed)).WithTimeout(timeout).ShouldNot(BeEmpty())
+
+		lift()
+		Eventually(conditionOf(k, macvirtv1alpha1.ConditionDisksReady)).WithTimeout(timeout).Should(HaveField("Status", metav1.ConditionTrue))
+		Expect(conditionOf(k, macvirtv1alpha1.ConditionStalled)()).To(HaveField("Status", metav1.ConditionFalse))
+	})
+
+	It("a machine whose finalizer is refused says so in the API server's words, creates nothing, and provisions once the cause goes", func() {
+		class := newClass()
+		ns := newNamespace()
+		lift := denyMachineUpdates("no-finalizers-"+ns, ns,
+			"!has(object.metadata.finalizers) || has(oldObject.metadata.finalizers)", "finalizers are frozen for maintenance")
+		By("the policy refuses before the operator runs (the API server loads a new policy in its own time)")
+		probe := newMachine(ns, class.Name)
+		Eventually(func() error {
+			p := &macvirtv1alpha1.MacMachine{}
+			if err := k8sClient.Get(context.Background(), key(probe), p); err != nil {
+				return err
+			}
+			p.Finalizers = append(p.Finalizers, macvirtv1alpha1.MachineFinalizer)
+			return k8sClient.Update(context.Background(), p, client.DryRunAll)
+		}).WithTimeout(timeout).Should(MatchError(ContainSubstring("finalizers are frozen for maintenance")))
+		Expect(k8sClient.Delete(context.Background(), probe)).To(Succeed())
+		DeferCleanup(startOperator())
+		k := key(newMachine(ns, class.Name))
+		Eventually(conditionOf(k, macvirtv1alpha1.ConditionReady)).WithTimeout(timeout).Should(And(
+			HaveField("Reason", macvirtv1alpha1.ReasonUpdateFailed), HaveField("Message", ContainSubstring("finalizers are frozen for maintenance"))))
+		Expect(conditionOf(k, macvirtv1alpha1.ConditionStalled)()).To(HaveField("Status", metav1.ConditionTrue))
+		Eventually(warningsAbout(k.Name, macvirtv1alpha1.ReasonUpdateFailed)).WithTimeout(timeout).ShouldNot(BeEmpty())
+		var dvs cdiv1.DataVolumeList
+		Expect(k8sClient.List(context.Background(), &dvs, client.InNamespace(ns))).To(Succeed())
+		Expect(dvs.Items).To(BeEmpty(), "nothing is created before the machine's deletion is sure to wait for a graceful stop")
 
 		lift()
 		Eventually(conditionOf(k, macvirtv1alpha1.ConditionDisksReady)).WithTimeout(timeout).Should(HaveField("Status", metav1.ConditionTrue))

@@ -53,6 +53,10 @@ type MacClaimReconciler struct {
 	// idle. The API server's resourceVersion check still decides every race
 	// with other operators; this only avoids losing races to ourselves.
 	inFlight reservations
+
+	// retained counts, per namespace and class, the machines this operator
+	// has just bound under Retain, for maxReleasedPerNamespace.
+	retained retainLedger
 }
 
 // +kubebuilder:rbac:groups=macvirt.io,resources=macclaims,verbs=get;list;watch

@@ -103,6 +103,19 @@ func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) (bool, err
 		return false, err
 	}
 	s.class = class
+	retainBounded := reclaimPolicy(s.claim) == macvirtv1alpha1.ReclaimRetain && class.Spec.Tenancy.MaxReleasedPerNamespace != nil
+	if retainBounded {
+		// The count and the bind it allows happen under one lock, and the
+		// bind is recorded before the lock is let go.
+		retainKey := releasedKey(s.claim.Namespace, class.Name)
+		unlock := r.retained.lock(retainKey)
+		defer func() {
+			if s.machine != nil {
+				r.retained.record(retainKey, s.machine.UID, r.Clock.Now())
+			}
+			unlock()
+		}()
+	}
 	if p, err := r.checkTenancy(ctx, s.claim, class); err != nil || p != nil {
 		s.waiting = p
 		return false, err
@@ -304,7 +317,12 @@ func (r *MacClaimReconciler) checkTenancy(ctx context.Context, claim *macvirtv1a
 	if err := r.List(ctx, &released, client.MatchingFields{releasedField: releasedKey(claim.Namespace, class.Name)}); err != nil {
 		return nil, fmt.Errorf("counting the released machines of namespace %s: %w", claim.Namespace, err)
 	}
-	if refusal := tenancy.ReleasedFull(class, claim.Namespace, len(released.Items)); refusal != nil {
+	uids := make([]types.UID, 0, len(released.Items))
+	for i := range released.Items {
+		uids = append(uids, released.Items[i].UID)
+	}
+	count := r.retained.count(releasedKey(claim.Namespace, class.Name), uids, r.Clock.Now())
+	if refusal := tenancy.ReleasedFull(class, claim.Namespace, count); refusal != nil {
 		return &problem{refusal.Reason, refusal.Message}, nil
 	}
 	return nil, nil

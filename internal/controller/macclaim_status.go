@@ -75,6 +75,9 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 	if !machineIsReady(m) {
 		st.Phase = macvirtv1alpha1.ClaimBound
 		msg := "machine is " + string(m.Status.Phase)
+		if m.Status.Phase == "" {
+			msg = "machine has not reported yet"
+		}
 		if rc := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionReady); rc != nil {
 			msg = fmt.Sprintf("machine is %s: %s", m.Status.Phase, rc.Message)
 		}

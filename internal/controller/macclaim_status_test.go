@@ -72,3 +72,12 @@ func TestKnownHosts(t *testing.T) {
 		}
 	}
 }
+
+func TestClaimOfAMachineThatHasNotReported(t *testing.T) {
+	fresh := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "team", UID: "u1"}}
+	s := claimScope{claim: &macvirtv1alpha1.MacClaim{}, machine: fresh}
+	st := computeClaimStatus(&s, metav1.Now())
+	if c := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionReady); c == nil || c.Message != "machine has not reported yet" {
+		t.Errorf("Ready = %+v, want the message to say the machine has not reported yet", c)
+	}
+}

@@ -41,7 +41,11 @@ func (r *MacClassReconciler) ensureSnapshot(ctx context.Context, s *classScope) 
 			return false, fmt.Errorf("replacing class snapshot %s/%s: %w", have.Namespace, have.Name, err)
 		}
 	}
-	if err := r.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := r.Create(ctx, want); apierrors.IsAlreadyExists(err) {
+		// A machine kept its revision in the meantime, perhaps from an
+		// older cached copy of the class: look again before trusting it.
+		return false, fmt.Errorf("class snapshot %s/%s was created concurrently; checking it again: %w", want.Namespace, want.Name, err)
+	} else if err != nil {
 		return false, fmt.Errorf("creating class snapshot %s/%s: %w", want.Namespace, want.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("kept class revision", "revision", s.Revision, "snapshot", want.Name, "replaced", have.Name != "")

@@ -95,20 +95,13 @@ type MacMachineReconciler struct {
 // +kubebuilder:rbac:groups="",namespace=macvirt-system,resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=apps,namespace=macvirt-system,resources=controllerrevisions,verbs=get;list;watch;create
 
-// Reconcile gets the machine, adds the finalizer, runs the ordered ensure
-// functions (or the deletion steps) and patches the status once, computed
+// Reconcile gets the machine, runs the ordered ensure functions (the first
+// adds the finalizer) or the deletion steps, and patches the status once, computed
 // from what was observed.
 func (r *MacMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, reterr error) {
 	m := &macvirtv1alpha1.MacMachine{}
 	if err := r.Get(ctx, req.NamespacedName, m); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if m.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(m, macvirtv1alpha1.MachineFinalizer) {
-		patch := client.MergeFrom(m.DeepCopy())
-		controllerutil.AddFinalizer(m, macvirtv1alpha1.MachineFinalizer)
-		if err := r.Patch(ctx, m, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
-		}
 	}
 	o := &machineObservation{Now: r.Clock.Now(), Machine: m, Deleting: !m.DeletionTimestamp.IsZero()}
 	o.ListeningSince = r.started
@@ -151,6 +144,7 @@ func (r *MacMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // found in the observation and stops the chain when it cannot go on.
 func (r *MacMachineReconciler) reconcileNormal(ctx context.Context, o *machineObservation) error {
 	for _, step := range []func(context.Context, *machineObservation) (bool, error){
+		r.ensureFinalizer,
 		r.releaseIfClaimGone,
 		r.loadClass,
 		r.ensureIdentity,
@@ -167,6 +161,22 @@ func (r *MacMachineReconciler) reconcileNormal(ctx context.Context, o *machineOb
 		}
 	}
 	return nil
+}
+
+// ensureFinalizer answers: will the machine's deletion wait for a graceful
+// stop? Nothing is created before it does; a refused patch shows in status.
+func (r *MacMachineReconciler) ensureFinalizer(ctx context.Context, o *machineObservation) (bool, error) {
+	m := o.Machine
+	if controllerutil.ContainsFinalizer(m, macvirtv1alpha1.MachineFinalizer) {
+		return true, nil
+	}
+	patch := client.MergeFrom(m.DeepCopy())
+	controllerutil.AddFinalizer(m, macvirtv1alpha1.MachineFinalizer)
+	if err := r.Patch(ctx, m, patch); err != nil {
+		controllerutil.RemoveFinalizer(m, macvirtv1alpha1.MachineFinalizer)
+		return false, r.updateFailed(o, fmt.Errorf("adding finalizer %s: %w", macvirtv1alpha1.MachineFinalizer, err))
+	}
+	return true, nil
 }
 
 // patchStatus computes the status from the observation and writes it once,
