@@ -106,6 +106,9 @@ const (
 	ReasonWaitingForMachine = "WaitingForMachine"
 	// ReasonBound means the claim is bound to a machine.
 	ReasonBound = "Bound"
+	// ReasonBinding means the claim has reserved a machine (its status
+	// names it) and the machine's side of the binding is being written.
+	ReasonBinding = "Binding"
 	// ReasonMachineNotReady means the bound machine is not Ready yet.
 	ReasonMachineNotReady = "MachineNotReady"
 	// ReasonIdleTargetNotMet means a pool holds fewer idle machines than asked.

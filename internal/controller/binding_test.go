@@ -82,8 +82,16 @@ func expectOneToOne(claimNS, machineNS string, n int) {
 			machines[m.Name] = m
 		}
 		owners := map[string]types.UID{}
+		var free []string
+		for _, m := range machines {
+			if m.Spec.ClaimRef == nil {
+				free = append(free, fmt.Sprintf("%s (phase %s, terminating %v, labels %v)", m.Name, m.Status.Phase, !m.DeletionTimestamp.IsZero(), m.Labels))
+			}
+		}
 		for _, c := range claims.Items {
-			g.Expect(c.Status.MachineRef).NotTo(BeNil(), "claim %s unbound", c.Name)
+			g.Expect(c.Status.MachineRef).NotTo(BeNil(), "claim %s unbound: %v; machines not bound: %v", c.Name, c.Status.Conditions, free)
+			g.Expect(meta.IsStatusConditionTrue(c.Status.Conditions, macvirtv1alpha1.ConditionBound)).To(BeTrue(),
+				"claim %s holds a reservation of %s, not a binding: %v", c.Name, c.Status.MachineRef.Name, c.Status.Conditions)
 			m, ok := machines[c.Status.MachineRef.Name]
 			g.Expect(ok).To(BeTrue(), "claim %s names missing machine %s", c.Name, c.Status.MachineRef.Name)
 			g.Expect(m.Spec.ClaimRef).NotTo(BeNil())
@@ -140,15 +148,17 @@ var _ = Describe("Binding", func() {
 				}
 			}))
 		}
-		// Spare machines: a machine bound twice by the two operators is
-		// deleted as an orphan, so the claims may need more than n.
+		// No spare machine: a claim may never hold two, so none is burnt
+		// and n machines serve n claims exactly.
 		class := newClass()
-		pool, poolNS := newPool(class.Name, n+20, n+20, paused)
-		readyIdleMachines(pool, class, n+20)
+		pool, poolNS := newPool(class.Name, n, n, paused)
+		readyIdleMachines(pool, class, n)
 		setPaused(pool, false)
 		claimNS := claimsFor(pool.Name, n)
 		expectOneToOne(claimNS, poolNS, n)
 		Expect(clients[0].updates.Load()+clients[1].updates.Load()).To(BeNumerically(">=", n), "both operators were binding")
+		Expect(clients[0].deletesIn(poolNS)+clients[1].deletesIn(poolNS)).To(BeZero(), "machines deleted (orphans of a double bind)")
+		Expect(warningsIn(claimNS, "OrphanDeleted")).To(BeEmpty())
 
 		By("never exceeding maxMachines while both operators fill a pool with a stale view")
 		capped, cappedNS := newPool(class.Name, 6, 6, func(p *macvirtv1alpha1.MacPool) { p.Spec.MaxProvisioning = 6 })

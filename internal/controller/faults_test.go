@@ -116,6 +116,19 @@ func warningsAbout(name, reason string) func() []eventsv1.Event {
 	}
 }
 
+// warningsIn lists the Warning events with reason recorded in ns.
+func warningsIn(ns, reason string) []eventsv1.Event {
+	var list eventsv1.EventList
+	Expect(k8sClient.List(context.Background(), &list, client.InNamespace(ns))).To(Succeed())
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Type == corev1.EventTypeWarning && e.Reason == reason {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 var _ = Describe("Under faults", func() {
 	BeforeEach(func() { DeferCleanup(clock.Reset) })
 

@@ -27,8 +27,11 @@ type faultyClient struct {
 	scope func(client.Object) bool
 
 	updates, lists, writes atomic.Int64
-	crashed                chan struct{}
-	crashOnce              sync.Once
+	// machineDeletes counts, per namespace, the MacMachine deletes sent
+	// to the API server.
+	machineDeletes sync.Map // namespace -> *atomic.Int64
+	crashed        chan struct{}
+	crashOnce      sync.Once
 
 	mu      sync.Mutex
 	created map[string]int64 // machine key -> list count at creation
@@ -36,6 +39,14 @@ type faultyClient struct {
 
 func newFaultyClient(c client.Client) *faultyClient {
 	return &faultyClient{Client: c, crashed: make(chan struct{}), created: map[string]int64{}}
+}
+
+// deletesIn is how many MacMachine deletes in ns were sent.
+func (f *faultyClient) deletesIn(ns string) int64 {
+	if n, ok := f.machineDeletes.Load(ns); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
 }
 
 var errCrashed = apierrors.NewServiceUnavailable("simulated operator crash")
@@ -92,6 +103,10 @@ func (f *faultyClient) Patch(ctx context.Context, obj client.Object, patch clien
 func (f *faultyClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
 	if f.write(obj) {
 		return errCrashed
+	}
+	if _, ok := obj.(*macvirtv1alpha1.MacMachine); ok {
+		n, _ := f.machineDeletes.LoadOrStore(obj.GetNamespace(), &atomic.Int64{})
+		n.(*atomic.Int64).Add(1)
 	}
 	return f.Client.Delete(ctx, obj, opts...)
 }

@@ -94,6 +94,15 @@ func (r *MacClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	}
 	s := &claimScope{claim: claim}
 	defer func() {
+		if apierrors.IsConflict(reterr) {
+			// A lost race or a stale copy, not a failure: look again once
+			// the cache has caught up, without the growing backoff of an
+			// error (a claim that lost many races would wait minutes).
+			ctrl.LoggerFrom(ctx).V(1).Info("lost a race; looking again", "reason", reterr.Error())
+			result, reterr = ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+	}()
+	defer func() {
 		switch {
 		case s.retrySoon:
 			result = ctrl.Result{RequeueAfter: lostRaceRetry}

@@ -57,7 +57,11 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 		if p == nil {
 			p = &problem{macvirtv1alpha1.ReasonWaitingForMachine, "waiting for a machine"}
 		}
-		set(macvirtv1alpha1.ConditionBound, false, p.Reason, p.Message)
+		if !bindingInProgress(c) {
+			// A binding in progress keeps its Bound condition: it is the
+			// mark that only completing or undoing it may follow.
+			set(macvirtv1alpha1.ConditionBound, false, p.Reason, p.Message)
+		}
 		set(macvirtv1alpha1.ConditionReady, false, p.Reason, p.Message)
 		if p.Reason == macvirtv1alpha1.ReasonWaitingForMachine {
 			p = nil
@@ -139,10 +143,10 @@ func (r *MacClaimReconciler) patchClaimStatus(ctx context.Context, s *claimScope
 	before := c.DeepCopy()
 	oldPhase := c.Status.Phase
 	c.Status = st
-	// Recording the binding is guarded by the claim's resourceVersion: of
-	// two operators that bound a machine each, only one records it.
-	recordsBinding := before.Status.MachineRef == nil && st.MachineRef != nil
-	if written, err := writeStatus(ctx, r.Client, c, before, recordsBinding); !written {
+	// Every write is guarded by the claim's resourceVersion: the status
+	// carries the binding protocol's reservation, which a status computed
+	// from a stale copy must never overwrite.
+	if written, err := writeStatus(ctx, r.Client, c, before, true); !written {
 		return err
 	}
 	if before.Status.BoundAt == nil && st.BoundAt != nil {

@@ -59,7 +59,7 @@ func (c *machineCollector) Collect(ch chan<- prometheus.Metric) {
 // registry; reader is normally the manager's cache.
 func RegisterMetrics(reader client.Reader) error {
 	for _, c := range []prometheus.Collector{machinePhaseTransitions, &machineCollector{reader: reader},
-		poolMachineOps, poolMachines, claimBindSeconds} {
+		poolMachineOps, poolMachines, claimBindSeconds, orphansDeleted} {
 		if err := metrics.Registry.Register(c); err != nil {
 			if _, already := err.(prometheus.AlreadyRegisteredError); !already {
 				return err
@@ -92,6 +92,13 @@ var claimBindSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 	Name:    "macvirt_claim_bind_duration_seconds",
 	Help:    "Time from MacClaim creation to Bound.",
 	Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800},
+})
+
+// orphansDeleted counts machines deleted because a claim held two; the
+// binding protocol keeps it at zero, so any rise is a defect to report.
+var orphansDeleted = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "macvirt_claim_orphans_deleted_total",
+	Help: "Machines deleted because a claim was bound to two at once (expected to stay 0).",
 })
 
 func poolGauges(pool string, st macvirtv1alpha1.MacPoolStatus) {

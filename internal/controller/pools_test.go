@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -123,11 +124,10 @@ var _ = Describe("A pool", func() {
 })
 
 var _ = Describe("A bind", func() {
-	It("interrupted between the machine write and the claim write is completed, not undone", func() {
-		class := newClass()
-		pool, poolNS := newPool(class.Name, 5, 5, paused)
-		readyIdleMachines(pool, class, 5)
-		claimNS := newNamespace()
+	// crashAfterReservation starts a claims-only operator whose first write
+	// in the two namespaces (the claim's reservation) goes through and
+	// whose process then "crashes", and returns the claim.
+	crashAfterReservation := func(poolName, claimNS, poolNS string) *macvirtv1alpha1.MacClaim {
 		var faulty *faultyClient
 		stop := startOperator(func(o *operator.Options) {
 			o.Controllers = []operator.Controller{operator.ClaimController}
@@ -138,25 +138,77 @@ var _ = Describe("A bind", func() {
 				return faulty
 			}
 		})
-		claim := newClaim(claimNS, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name })
+		claim := newClaim(claimNS, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = poolName })
 		Eventually(faulty.crashed).WithTimeout(timeout).Should(BeClosed())
 		stop()
-		var bound []string
 		for _, m := range machinesIn(poolNS) {
-			if m.Spec.ClaimRef != nil {
-				bound = append(bound, m.Name)
-			}
+			Expect(m.Spec.ClaimRef).To(BeNil(), "the machine side was not written before the crash")
 		}
-		Expect(bound).To(HaveLen(1), "the machine side was written before the crash")
-		Expect(getClaim(key(claim)).Status.MachineRef).To(BeNil(), "the claim side was not")
+		got := getClaim(key(claim))
+		Expect(got.Status.MachineRef).NotTo(BeNil(), "the claim's reservation was written")
+		Expect(meta.FindStatusCondition(got.Status.Conditions, macvirtv1alpha1.ConditionBound)).To(HaveField("Reason", macvirtv1alpha1.ReasonBinding))
+		return got
+	}
+	boundName := func(k types.NamespacedName) func(Gomega) string {
+		return func(g Gomega) string {
+			c := getClaimWith(g, k)
+			if c.Status.MachineRef == nil || !meta.IsStatusConditionTrue(c.Status.Conditions, macvirtv1alpha1.ConditionBound) {
+				return ""
+			}
+			return c.Status.MachineRef.Name
+		}
+	}
+
+	It("interrupted between the claim's reservation and the machine write is completed with the reserved machine", func() {
+		class := newClass()
+		pool, poolNS := newPool(class.Name, 5, 5, paused)
+		readyIdleMachines(pool, class, 5)
+		claimNS := newNamespace()
+		claim := crashAfterReservation(pool.Name, claimNS, poolNS)
+		reserved := claim.Status.MachineRef.Name
 
 		DeferCleanup(startOperator(claimsOnly))
-		Eventually(func(g Gomega) string {
-			if ref := getClaimWith(g, key(claim)).Status.MachineRef; ref != nil {
-				return ref.Name
-			}
-			return ""
-		}).WithTimeout(timeout).Should(Equal(bound[0]))
+		Eventually(boundName(key(claim))).WithTimeout(timeout).Should(Equal(reserved))
+		expectOneToOne(claim.Namespace, poolNS, 1)
+	})
+
+	It("whose reserved machine went to another claim meanwhile takes another, and burns none", func() {
+		class := newClass()
+		pool, poolNS := newPool(class.Name, 2, 2, paused)
+		readyIdleMachines(pool, class, 2)
+		claimNS := newNamespace()
+		claim := crashAfterReservation(pool.Name, claimNS, poolNS)
+		reserved := getMachine(types.NamespacedName{Namespace: poolNS, Name: claim.Status.MachineRef.Name})
+
+		By("another operator binds the reserved machine to another claim while this one is down")
+		other := newClaim(claimNS, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name })
+		bound := reserved.DeepCopy()
+		bound.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: claimNS, Name: other.Name, UID: other.UID}
+		Expect(k8sClient.Update(context.Background(), bound)).To(Succeed())
+
+		var faulty *faultyClient
+		DeferCleanup(startOperator(func(o *operator.Options) {
+			o.Controllers = []operator.Controller{operator.ClaimController}
+			o.WrapClient = func(c client.Client) client.Client { faulty = newFaultyClient(c); return faulty }
+		}))
+		Eventually(boundName(key(claim))).WithTimeout(timeout).ShouldNot(Or(BeEmpty(), Equal(reserved.Name)))
+		expectOneToOne(claim.Namespace, poolNS, 2)
+		Expect(faulty.deletesIn(poolNS)).To(BeZero(), "no machine deleted")
+	})
+
+	It("written machine side first (an older operator, or a machine made on demand) is adopted, not undone", func() {
+		class := newClass()
+		pool, poolNS := newPool(class.Name, 2, 2, paused)
+		readyIdleMachines(pool, class, 2)
+		claimNS := newNamespace()
+		// Created with no operator running; the machine names it first.
+		claim := newClaim(claimNS, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name })
+		m := getMachine(types.NamespacedName{Namespace: poolNS, Name: pool.Name + "-1"})
+		m.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: claimNS, Name: claim.Name, UID: claim.UID}
+		Expect(k8sClient.Update(context.Background(), m)).To(Succeed())
+
+		DeferCleanup(startOperator(claimsOnly))
+		Eventually(boundName(key(claim))).WithTimeout(timeout).Should(Equal(m.Name))
 		expectOneToOne(claim.Namespace, poolNS, 1)
 	})
 })

@@ -67,7 +67,10 @@ func benchClaims(ctx context.Context, cfg *rest.Config, c client.Client, n int) 
 		},
 		func(o runtime.Object) (string, bool) {
 			cl, ok := o.(*macvirtv1alpha1.MacClaim)
-			return cl.GetName(), ok && cl.Status.MachineRef != nil
+			// A claim whose status names a machine may only have reserved
+			// it; bound is when the machine's side is recorded too.
+			return cl.GetName(), ok && cl.Status.MachineRef != nil &&
+				meta.IsStatusConditionTrue(cl.Status.Conditions, macvirtv1alpha1.ConditionBound)
 		}, c, writes)
 }
 
