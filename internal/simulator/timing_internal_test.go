@@ -123,7 +123,7 @@ func TestRealisticAndScaled(t *testing.T) {
 	o := Realistic(1)
 	g.Expect(o.StepInterval).To(Equal(2*time.Second), "CDI reads progress every 2 s")
 	g.Expect(o.CrashLoopBackoff).To(Equal(10*time.Second), "virt-controller's base")
-	g.Expect(time.Duration(o.ImportSteps) * o.StepInterval).To(BeNumerically(">=", time.Minute), "imports take minutes")
+	g.Expect(time.Duration(o.ImportSteps)*o.StepInterval).To(BeNumerically(">=", time.Minute), "imports take minutes")
 	s := o.Scaled(4)
 	g.Expect(s.StepInterval).To(Equal(500 * time.Millisecond))
 	g.Expect(s.CrashLoopBackoff).To(Equal(2500 * time.Millisecond))
