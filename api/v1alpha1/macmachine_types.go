@@ -104,7 +104,9 @@ type MacMachineSpec struct {
 
 // ProvisioningStatus reports disk import progress.
 type ProvisioningStatus struct {
-	// progress of the slowest DataVolume, as CDI reports it (e.g. "45.2%").
+	// progress of the slowest DataVolume, rounded down to a multiple of 10 %
+	// (CDI's "45.20%" shows as "40%"); while CDI cannot tell ("N/A"), the
+	// last known value stays.
 	// +optional
 	Progress string `json:"progress,omitempty"`
 }

@@ -25,15 +25,22 @@ func main() {
 	var opts sandbox.Options
 	var machines int
 	flag.BoolVar(&opts.UntilReady, "until-ready", false, "exit 0 once the sample claim is Ready (non-zero with the reason after --timeout)")
-	flag.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "how long --until-ready waits")
+	flag.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "how long --until-ready waits (15m with --realistic)")
 	flag.IntVar(&machines, "machines", 2, "idle machines the sample pool keeps")
 	flag.Float64Var(&opts.Speed, "speed", 1, "simulated time scale: 2 imports and boots twice as fast")
+	flag.BoolVar(&opts.Realistic, "realistic", false,
+		"a real cluster's timings with jitter: imports of minutes with progress every 2 s, a minute-long boot, 10 s·n² crash-loop backoff (still scaled by --speed)")
+	flag.Int64Var(&opts.Seed, "seed", time.Now().UnixNano(), "seed of --realistic's jitter; the same seed repeats a run's timings")
 	verbose := flag.Bool("verbose", false, "show the operator's and the simulator's logs")
 	// --kubeconfig is registered by controller-runtime; here it says where to
 	// write the sandbox's kubeconfig (a temporary file by default).
 	flag.Parse()
 	if f := flag.Lookup("kubeconfig"); f != nil {
 		opts.Kubeconfig = f.Value.String()
+	}
+	if opts.Realistic && !flagSet("timeout") {
+		// A realistic import, start and boot take about five minutes.
+		opts.Timeout = 15 * time.Minute
 	}
 	if machines < 0 || machines > 50 {
 		_, _ = fmt.Fprintln(os.Stderr, "macvirt-sandbox: --machines must be between 0 and 50")
@@ -53,6 +60,13 @@ func main() {
 		_, _ = fmt.Fprintln(os.Stderr, "macvirt-sandbox:", err)
 		os.Exit(1)
 	}
+}
+
+// flagSet reports whether the command line set the flag.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // zapLevel keeps the operator's logs out of the progress table unless

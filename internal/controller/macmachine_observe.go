@@ -27,7 +27,7 @@ func observeDisks(o machineObservation) diskState {
 		return diskState{cond: condFalse(macvirtv1alpha1.ReasonPending, "disks not requested yet")}
 	}
 	var waiting []string
-	slowest, slowestPct := "", 101.0
+	var unfinished []diskProgress
 	for _, dv := range o.DataVolumes {
 		if dv == nil {
 			return diskState{cond: condFalse(macvirtv1alpha1.ReasonPending, "disks not requested yet")}
@@ -43,19 +43,21 @@ func observeDisks(o machineObservation) diskState {
 		if phase == "" {
 			phase = "Pending"
 		}
-		waiting = append(waiting, fmt.Sprintf("%s %s %s", dv.Name, phase, dv.Status.Progress))
-		if pct, ok := parsePercent(string(dv.Status.Progress)); ok && pct < slowestPct {
-			slowest, slowestPct = string(dv.Status.Progress), pct
-		} else if !ok && slowestPct > 0 {
-			slowest, slowestPct = "0.00%", 0
-		}
+		// Phases only: CDI's own progress changes every 2 s (see reportedProgress).
+		waiting = append(waiting, fmt.Sprintf("%s %s", dv.Name, phase))
+		unfinished = append(unfinished, diskProgress{dv.Status.Phase, dv.Status.Progress})
 	}
 	if len(waiting) == 0 {
 		return diskState{cond: condTrue("system and bootloader disks are ready")}
 	}
+	previous := ""
+	if p := o.Machine.Status.Provisioning; p != nil {
+		previous = p.Progress
+	}
+	progress := reportedProgress(unfinished, previous)
 	return diskState{
-		cond:     condFalse(macvirtv1alpha1.ReasonProvisioning, "importing: %s", strings.Join(waiting, ", ")),
-		progress: slowest,
+		cond:     condFalse(macvirtv1alpha1.ReasonProvisioning, "importing (%s): %s", progress, strings.Join(waiting, ", ")),
+		progress: progress,
 	}
 }
 

@@ -174,8 +174,8 @@ func TestComputeMachineStatus(t *testing.T) {
 func TestComputeMachineStatusReportsProgressNodeAndAddresses(t *testing.T) {
 	got := computeMachineStatus(machineObservation{Machine: machine(), Class: class(),
 		DataVolumes: []*cdiv1.DataVolume{dv("a", cdiv1.ImportInProgress, "80.00%"), dv("b", cdiv1.CloneInProgress, "45.20%")}})
-	if got.Status.Provisioning == nil || got.Status.Provisioning.Progress != "45.20%" {
-		t.Errorf("progress = %+v, want the slowest disk's 45.20%%", got.Status.Provisioning)
+	if got.Status.Provisioning == nil || got.Status.Provisioning.Progress != "40%" {
+		t.Errorf("progress = %+v, want the slowest disk's 45.20%% in 10 %% steps", got.Status.Provisioning)
 	}
 	got = computeMachineStatus(machineObservation{Now: t0, Machine: machine(), Class: class(),
 		DataVolumes: []*cdiv1.DataVolume{dv("a", cdiv1.Succeeded, ""), dv("b", cdiv1.Succeeded, "")},

@@ -55,6 +55,12 @@ type Options struct {
 	Machines int32
 	// Speed scales simulated time: 2 makes imports and boots twice as fast.
 	Speed float64
+	// Realistic gives the simulator a real cluster's timings and jitter
+	// (minutes-long imports with progress every 2 s, a minute-long boot,
+	// virt-controller's crash-loop backoff), still scaled by Speed.
+	Realistic bool
+	// Seed seeds the realistic jitter; the same seed repeats a run's timings.
+	Seed int64
 	// Kubeconfig is where to write the kubeconfig; a temporary file if empty.
 	Kubeconfig string
 	// Out receives progress; Live redraws a table in place (a terminal).
@@ -86,6 +92,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	_, _ = fmt.Fprintln(opts.Out, "starting the API server and etcd ...")
+	if opts.Realistic {
+		_, _ = fmt.Fprintf(opts.Out, "realistic timings (--seed %d repeats them)\n", opts.Seed)
+	}
 	env, cfg, err := testenv.Start(scheme)
 	if err != nil {
 		return err
@@ -137,15 +146,20 @@ func writeKubeconfig(env *envtest.Environment, path, tmp string) (string, error)
 // startManagers starts the simulator and the operator (webhooks, agent
 // endpoint) and returns a function that waits for both to stop.
 func startManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts Options) (func(), error) {
-	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) / opts.Speed) }
 	simMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	if err != nil {
 		return nil, err
 	}
-	sim := simulator.New(simMgr.GetClient(), simulator.Options{
-		StepInterval: scale(400 * time.Millisecond), StartDelay: scale(2 * time.Second), ShutdownDelay: scale(2 * time.Second),
-		Guests: true, GuestBootDelay: scale(3 * time.Second),
-	})
+	simOpts := simulator.Options{
+		StepInterval: 400 * time.Millisecond, StartDelay: 2 * time.Second, ShutdownDelay: 2 * time.Second,
+		GuestBootDelay: 3 * time.Second,
+	}
+	if opts.Realistic {
+		simOpts = simulator.Realistic(opts.Seed)
+	}
+	simOpts = simOpts.Scaled(opts.Speed)
+	simOpts.Guests = true
+	sim := simulator.New(simMgr.GetClient(), simOpts)
 	if err := sim.SetupWithManager(simMgr); err != nil {
 		return nil, err
 	}

@@ -73,7 +73,7 @@ func (r *dataVolumeReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 	}
 	failed := r.sim.hasFault(DataVolumeFailed, dv.Namespace, dv.Name)
-	next, ok := nextDataVolumeStatus(dv, r.sim.opts.ImportSteps, failed)
+	next, ok := r.sim.nextDataVolumeTick(dv, failed)
 	if !ok {
 		return ctrl.Result{}, nil
 	}

@@ -96,7 +96,7 @@ func (s *Simulator) hasFault(kind FaultKind, namespace, name string) bool {
 // a change to the in-memory fault set produces no watch event.
 func (s *Simulator) prompt(f Fault) {
 	meta := metav1.ObjectMeta{Namespace: f.Namespace, Name: f.Name}
-	if f.Kind == DataVolumeFailed {
+	if dataVolumeFault(f.Kind) {
 		send(s.dataVolumeEvents, &cdiv1.DataVolume{ObjectMeta: meta})
 		return
 	}

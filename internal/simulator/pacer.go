@@ -29,20 +29,25 @@ import (
 // reconciles happen meanwhile. Object timestamps cannot serve: they are
 // truncated to whole seconds. After a restart the clock of the current step
 // starts again, which only delays it.
+//
+// With jitter, each step's duration is drawn once, when the object enters
+// the state, and kept for as long as it stays there.
 type pacer struct {
-	mu    sync.Mutex
-	marks map[string]mark
-	now   func() time.Time
+	mu     sync.Mutex
+	marks  map[string]mark
+	now    func() time.Time
+	jitter *jitter // nil: exact durations
 }
 
 type mark struct {
 	uid   types.UID
 	state string
 	since time.Time
+	d     time.Duration // the step's duration, jitter included
 }
 
-func newPacer() *pacer {
-	return &pacer{marks: map[string]mark{}, now: time.Now}
+func newPacer(j *jitter) *pacer {
+	return &pacer{marks: map[string]mark{}, now: time.Now, jitter: j}
 }
 
 // wait returns how long the object identified by key and uid must still stay
@@ -54,10 +59,11 @@ func (p *pacer) wait(key string, uid types.UID, state string, d time.Duration) t
 	now := p.now()
 	m, ok := p.marks[key]
 	if !ok || m.uid != uid || m.state != state {
-		p.marks[key] = mark{uid: uid, state: state, since: now}
+		d = p.jitter.spread(d)
+		p.marks[key] = mark{uid: uid, state: state, since: now, d: d}
 		return d
 	}
-	if left := m.since.Add(d).Sub(now); left > 0 {
+	if left := m.since.Add(m.d).Sub(now); left > 0 {
 		return left
 	}
 	return 0

@@ -61,7 +61,8 @@ type Options struct {
 	NodeName string
 	// CrashLoopBackoff is the base wait before a VirtualMachine whose
 	// instance failed to start is retried. Like virt-controller it grows with
-	// the square of the consecutive failures, up to 30 times the base.
+	// the square of the consecutive failures, up to 30 times the base
+	// (virt-controller: 10 s, capped at 300 s; see crashLoopDelay).
 	CrashLoopBackoff time.Duration
 	// Guests runs a simulated macOS guest, speaking the guest agent's real
 	// protocol, in every Running instance with a macvirt agent config disk.
@@ -69,6 +70,13 @@ type Options struct {
 	// GuestBootDelay is the simulated macOS boot: from Running to the first
 	// heartbeat.
 	GuestBootDelay time.Duration
+	// Jitter spreads every paced step (DataVolume steps, instance start and
+	// shutdown) by a random share of up to this fraction either way, and adds
+	// virt-controller's random extra to the crash-loop backoff. Zero, the
+	// default, keeps timings exact; Realistic sets it.
+	Jitter float64
+	// Seed seeds the jitter's random source, so that a run can be repeated.
+	Seed int64
 }
 
 func (o Options) withDefaults() Options {
@@ -103,6 +111,8 @@ type Simulator struct {
 	reader client.Reader
 	opts   Options
 	pacer  *pacer
+	jitter *jitter
+	timing *timing
 
 	mu     sync.Mutex
 	faults map[Fault]struct{}
@@ -118,11 +128,15 @@ type Simulator struct {
 // New returns a Simulator that reads and writes objects through c. The
 // client's scheme must know the KubeVirt and CDI types (see AddToScheme).
 func New(c client.Client, opts Options) *Simulator {
+	opts = opts.withDefaults()
+	j := newJitter(opts.Jitter, opts.Seed)
 	return &Simulator{
 		client:           c,
 		reader:           c,
-		opts:             opts.withDefaults(),
-		pacer:            newPacer(),
+		opts:             opts,
+		pacer:            newPacer(j),
+		jitter:           j,
+		timing:           newTiming(),
 		faults:           map[Fault]struct{}{},
 		dataVolumeEvents: make(chan event.GenericEvent, faultEventBuffer),
 		vmEvents:         make(chan event.GenericEvent, faultEventBuffer),

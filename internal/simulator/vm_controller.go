@@ -99,7 +99,7 @@ func (r *vmReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	view := vmView{vm: vm, vmi: vmi, dvs: dvs, now: time.Now(), backoff: r.sim.opts.CrashLoopBackoff}
+	view := vmView{vm: vm, vmi: vmi, dvs: dvs, now: time.Now(), backoff: r.sim.opts.CrashLoopBackoff, jitter: r.sim.jitter.upTo}
 	action, requeue := decideVM(view)
 	if err := r.writeStatus(ctx, vm, computeVMStatus(view, action == actCreate)); err != nil {
 		return ctrl.Result{}, err
@@ -135,7 +135,7 @@ func (r *vmReconciler) act(ctx context.Context, vm *kubevirtv1.VirtualMachine, v
 // finalize stops the instance of a VirtualMachine being deleted and releases
 // the VirtualMachine once the instance is gone.
 func (r *vmReconciler) finalize(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) error {
-	view := vmView{vm: vm, vmi: vmi, now: time.Now(), backoff: r.sim.opts.CrashLoopBackoff}
+	view := vmView{vm: vm, vmi: vmi, now: time.Now(), backoff: r.sim.opts.CrashLoopBackoff, jitter: r.sim.jitter.upTo}
 	if err := r.writeStatus(ctx, vm, computeVMStatus(view, false)); err != nil {
 		return err
 	}

@@ -24,10 +24,6 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
-// maxBackoffFactor caps the crash-loop backoff at this many times its base,
-// the ratio of virt-controller's 300 s cap to its 10 s base.
-const maxBackoffFactor = 30
-
 // dvSummary is what the VirtualMachine controller needs to know about the
 // DataVolumes a VirtualMachine's volumes reference.
 type dvSummary struct {
@@ -47,6 +43,8 @@ type vmView struct {
 	dvs     dvSummary
 	now     time.Time
 	backoff time.Duration // base crash-loop backoff
+	// jitter draws the backoff's random extra, up to its argument; nil for none.
+	jitter func(time.Duration) time.Duration
 }
 
 // vmAction is what the VirtualMachine controller does to the instance.
@@ -140,7 +138,7 @@ func syncStartFailure(st *kubevirtv1.VirtualMachineStatus, strategy kubevirtv1.V
 	if st.StartFailure != nil {
 		count = st.StartFailure.ConsecutiveFailCount + 1
 	}
-	delay := min(v.backoff*time.Duration(count*count), v.backoff*maxBackoffFactor)
+	delay := crashLoopDelay(v.backoff, count, v.jitter)
 	// The API keeps whole seconds; rounding up keeps the full delay.
 	at := v.now.Add(delay)
 	if whole := at.Truncate(time.Second); whole.Before(at) {
