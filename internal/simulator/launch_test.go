@@ -152,23 +152,23 @@ var _ = Describe("VirtualMachine launch", func() {
 
 	It("fails the instance of a lost node and restarts it under runStrategy Always, with no start failure", func() {
 		importedDataVolume(ns, "disk")
-		create(newVM(ns, "mac", "disk"))
-		Eventually(vmiPhase(ns, "mac")).WithTimeout(timeout).Should(Equal(kubevirtv1.Running))
-		first, err := getVMI(ns, "mac")
+		create(newVM(ns, "sonoma", "disk"))
+		Eventually(vmiPhase(ns, "sonoma")).WithTimeout(timeout).Should(Equal(kubevirtv1.Running))
+		first, err := getVMI(ns, "sonoma")
 		Expect(err).NotTo(HaveOccurred())
 		failed := record(&kubevirtv1.VirtualMachineInstanceList{}, ns, func(vmi *kubevirtv1.VirtualMachineInstance) string {
 			return string(vmi.Status.Phase) + " " + vmi.Status.Reason
 		})
 
-		sim.Inject(simulator.Fault{Kind: simulator.NodeLost, Namespace: ns, Name: "mac"})
+		sim.Inject(simulator.Fault{Kind: simulator.NodeLost, Namespace: ns, Name: "sonoma"})
 		Eventually(failed.Seen).WithTimeout(timeout).Should(ContainElement("Failed NodeUnresponsive"))
 		Eventually(func(g Gomega) {
-			vmi, err := getVMI(ns, "mac")
+			vmi, err := getVMI(ns, "sonoma")
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(vmi.UID).NotTo(Equal(first.UID))
 			g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
 		}).WithTimeout(timeout).Should(Succeed())
-		vm, err := getVM(ns, "mac")
+		vm, err := getVM(ns, "sonoma")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(vm.Status.StartFailure).To(BeNil())
 	})
