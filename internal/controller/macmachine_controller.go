@@ -197,6 +197,9 @@ func (r *MacMachineReconciler) patchStatus(ctx context.Context, o *machineObserv
 	if oldPhase != computed.Status.Phase {
 		r.recordPhase(m)
 	}
+	if reason, note, ok := launchWarning(&before.Status, &m.Status); ok && r.Recorder != nil {
+		recordEvent(r.Recorder, m, corev1.EventTypeWarning, reason, "Start", note)
+	}
 	return computed.RequeueAfter, nil
 }
 

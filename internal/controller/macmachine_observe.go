@@ -89,9 +89,8 @@ type vmState struct {
 
 // observeVM maps the VM and VMI to the VMRunning condition.
 func observeVM(o machineObservation) vmState {
-	if o.VM != nil && o.VM.Status.PrintableStatus == kubevirtv1.VirtualMachineStatusCrashLoopBackOff {
-		return vmState{cond: condFalse(macvirtv1alpha1.ReasonCrashLoop,
-			"VirtualMachine %s is crash-looping: %s", o.VM.Name, startFailure(o.VM))}
+	if c, ok := observeVMLaunch(o.VM); ok && (o.VMI == nil || o.VMI.Status.Phase != kubevirtv1.Running) {
+		return vmState{cond: c}
 	}
 	vmi := o.VMI
 	if vmi == nil {
@@ -105,6 +104,10 @@ func observeVM(o machineObservation) vmState {
 		if iface.IP != "" {
 			st.addresses = append(st.addresses, iface.IP)
 		}
+	}
+	if c, ok := observeInstanceTrouble(o.VM, vmi); ok {
+		st.cond = c
+		return st
 	}
 	if vmi.Status.Phase != kubevirtv1.Running {
 		if msg, ok := unschedulable(vmi); ok {

@@ -199,7 +199,7 @@ func stalled(o machineObservation, phase macvirtv1alpha1.MachinePhase, ready con
 		return condition{metav1.ConditionTrue, *o.Blocked}
 	case o.WriteFailed != nil && !o.Deleting:
 		return condition{metav1.ConditionTrue, *o.WriteFailed}
-	case phase == macvirtv1alpha1.MachineFailed:
+	case phase == macvirtv1alpha1.MachineFailed, launchStalledReasons[ready.Reason]:
 		return condition{metav1.ConditionTrue, ready.problem}
 	}
 	return condition{metav1.ConditionFalse, problem{macvirtv1alpha1.ReasonAsExpected, "making progress"}}

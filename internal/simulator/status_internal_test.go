@@ -56,6 +56,16 @@ func TestPrintableStatus(t *testing.T) {
 	terminating.DeletionTimestamp = &deleted
 	crashed := vmWith(kubevirtv1.RunStrategyAlways)
 	crashed.Status.StartFailure = &kubevirtv1.VirtualMachineStartFailure{ConsecutiveFailCount: 1}
+	paused := vmiIn(kubevirtv1.Running)
+	syncPaused(paused, true, now)
+	migrating := vmiIn(kubevirtv1.Running)
+	syncMigration(migrating, true, now)
+	pullFailing := func(reason string) *kubevirtv1.VirtualMachineInstance {
+		vmi := vmiIn(kubevirtv1.Scheduling)
+		setVMICondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{Type: kubevirtv1.VirtualMachineInstanceSynchronized,
+			Status: corev1.ConditionFalse, Reason: reason})
+		return vmi
+	}
 
 	tests := map[string]struct {
 		vm            *kubevirtv1.VirtualMachine
@@ -75,6 +85,11 @@ func TestPrintableStatus(t *testing.T) {
 		"instance scheduling":        {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: vmiIn(kubevirtv1.Scheduling), want: kubevirtv1.VirtualMachineStatusStarting},
 		"start failure, no instance": {vm: crashed, want: kubevirtv1.VirtualMachineStatusCrashLoopBackOff},
 		"halted, no instance":        {vm: vmWith(kubevirtv1.RunStrategyHalted), want: kubevirtv1.VirtualMachineStatusStopped},
+		"paused instance":            {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: paused, want: kubevirtv1.VirtualMachineStatusPaused},
+		"migrating instance":         {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: migrating, want: kubevirtv1.VirtualMachineStatusMigrating},
+		"image pull failing":         {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: pullFailing(reasonErrImagePull), want: kubevirtv1.VirtualMachineStatusErrImagePull},
+		"image pull backing off":     {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: pullFailing(reasonImagePullBackOff), want: kubevirtv1.VirtualMachineStatusImagePullBackOff},
+		"image pull, provisioning":   {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: pullFailing(reasonErrImagePull), dvs: dvSummary{provisioning: true}, want: kubevirtv1.VirtualMachineStatusProvisioning},
 		"instance powered off":       {vm: vmWith(kubevirtv1.RunStrategyHalted), vmi: vmiIn(kubevirtv1.Succeeded), want: kubevirtv1.VirtualMachineStatusStopped},
 	}
 	for name, tc := range tests {
@@ -93,7 +108,7 @@ func TestDecideVM(t *testing.T) {
 	later := metav1.NewTime(now.Add(time.Minute))
 	backingOff := vmWith(kubevirtv1.RunStrategyAlways)
 	backingOff.Status.StartFailure = &kubevirtv1.VirtualMachineStartFailure{ConsecutiveFailCount: 1, RetryAfterTimestamp: &later}
-	ready := dvSummary{ready: true}
+	ready := dvSummary{templatesReady: true}
 
 	tests := map[string]struct {
 		vm      *kubevirtv1.VirtualMachine
@@ -102,8 +117,12 @@ func TestDecideVM(t *testing.T) {
 		want    vmAction
 		requeue bool
 	}{
-		"always, disks ready":        {vm: vmWith(kubevirtv1.RunStrategyAlways), dvs: ready, want: actCreate},
-		"always, disks importing":    {vm: vmWith(kubevirtv1.RunStrategyAlways), dvs: dvSummary{provisioning: true}, want: actNone},
+		"always, disks ready":     {vm: vmWith(kubevirtv1.RunStrategyAlways), dvs: ready, want: actCreate},
+		"always, disks importing": {vm: vmWith(kubevirtv1.RunStrategyAlways), dvs: dvSummary{provisioning: true}, want: actNone},
+		// Standalone DataVolumes do not hold the instance back: it waits
+		// in phase Pending (pkg/virt-controller/watch/vm/vm.go).
+		"always, standalone disks importing": {vm: vmWith(kubevirtv1.RunStrategyAlways),
+			dvs: dvSummary{templatesReady: true, provisioning: true}, want: actCreate},
 		"always, backing off":        {vm: backingOff, dvs: ready, want: actNone, requeue: true},
 		"always, instance failed":    {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: vmiIn(kubevirtv1.Failed), want: actDelete},
 		"halted, instance running":   {vm: vmWith(kubevirtv1.RunStrategyHalted), vmi: vmiIn(kubevirtv1.Running), want: actDelete},

@@ -101,7 +101,14 @@ func (r *vmReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	}
 	view := vmView{vm: vm, vmi: vmi, dvs: dvs, now: time.Now(), backoff: r.sim.opts.CrashLoopBackoff, jitter: r.sim.jitter.upTo}
 	action, requeue := decideVM(view)
-	if err := r.writeStatus(ctx, vm, computeVMStatus(view, action == actCreate)); err != nil {
+	if action == actCreate {
+		// virt-api refuses the instance: no create, a Failure condition, and
+		// a retry later (pkg/virt-controller/watch/vm/vm.go, startVMI).
+		if view.refusal = r.sim.instanceRefusal(vm); view.refusal != "" {
+			action, requeue = actNone, r.sim.opts.CrashLoopBackoff
+		}
+	}
+	if err := r.writeStatus(ctx, vm, computeVMStatus(view, action == actCreate || view.refusal != "")); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.act(ctx, vm, vmi, action); err != nil {

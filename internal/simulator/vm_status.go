@@ -27,9 +27,11 @@ import (
 // dvSummary is what the VirtualMachine controller needs to know about the
 // DataVolumes a VirtualMachine's volumes reference.
 type dvSummary struct {
-	// ready is true when every referenced DataVolume exists and Succeeded.
-	ready bool
-	// provisioning is true when a referenced DataVolume is missing or still
+	// templatesReady is true when every DataVolume of
+	// spec.dataVolumeTemplates exists and Succeeded: only those hold the
+	// instance's creation back.
+	templatesReady bool
+	// provisioning is true when a referenced DataVolume exists and is still
 	// being populated.
 	provisioning bool
 	// failure describes a referenced DataVolume that failed, if any.
@@ -45,6 +47,8 @@ type vmView struct {
 	backoff time.Duration // base crash-loop backoff
 	// jitter draws the backoff's random extra, up to its argument; nil for none.
 	jitter func(time.Duration) time.Duration
+	// refusal is virt-api's refusal of the instance about to be created.
+	refusal string
 }
 
 // vmAction is what the VirtualMachine controller does to the instance.
@@ -76,7 +80,11 @@ func decideVM(v vmView) (vmAction, time.Duration) {
 		}
 		return actNone, 0
 	}
-	if !restartsOnFailure(strategy) || !v.dvs.ready {
+	// pkg/virt-controller/watch/vm/vm.go (startVMI, handleDataVolumes):
+	// only templated DataVolumes delay the start; an instance whose
+	// standalone DataVolumes still populate is created at once and waits in
+	// phase Pending.
+	if !restartsOnFailure(strategy) || !v.dvs.templatesReady {
 		return actNone, 0
 	}
 	if left := backoffLeft(v.vm.Status.StartFailure, v.now); left > 0 {
@@ -117,6 +125,7 @@ func computeVMStatus(v vmView, startExpected bool) kubevirtv1.VirtualMachineStat
 	}
 	syncStartFailure(&st, strategy, v)
 	syncVMConditions(&st, v.vmi, v.now)
+	syncFailureCondition(&st, v.refusal, v.now)
 	st.PrintableStatus = printableStatus(v, &st, strategy, startExpected)
 	return st
 }
@@ -165,7 +174,8 @@ func wasRunning(vmi *kubevirtv1.VirtualMachineInstance) bool {
 	return false
 }
 
-// printableStatus applies virt-controller's ordered checks: the first that
+// printableStatus applies virt-controller's ordered checks
+// (pkg/virt-controller/watch/vm/vm.go, setPrintableStatus): the first that
 // holds wins.
 func printableStatus(v vmView, st *kubevirtv1.VirtualMachineStatus, strategy kubevirtv1.VirtualMachineRunStrategy,
 	startExpected bool) kubevirtv1.VirtualMachinePrintableStatus {
@@ -176,6 +186,10 @@ func printableStatus(v vmView, st *kubevirtv1.VirtualMachineStatus, strategy kub
 		return kubevirtv1.VirtualMachineStatusTerminating
 	case !gone && (vmi.DeletionTimestamp != nil || strategy == kubevirtv1.RunStrategyHalted):
 		return kubevirtv1.VirtualMachineStatusStopping
+	case vmi != nil && vmiMigrating(vmi):
+		return kubevirtv1.VirtualMachineStatusMigrating
+	case vmi != nil && vmi.IsRunning() && vmiConditionStatus(vmi, kubevirtv1.VirtualMachineInstancePaused) == corev1.ConditionTrue:
+		return kubevirtv1.VirtualMachineStatusPaused
 	case vmi != nil && vmi.IsRunning():
 		return kubevirtv1.VirtualMachineStatusRunning
 	case v.dvs.failure != "":
@@ -184,6 +198,10 @@ func printableStatus(v vmView, st *kubevirtv1.VirtualMachineStatus, strategy kub
 		return kubevirtv1.VirtualMachineStatusUnschedulable
 	case v.dvs.provisioning:
 		return kubevirtv1.VirtualMachineStatusProvisioning
+	case vmi != nil && vmiSyncFailure(vmi) == reasonErrImagePull:
+		return kubevirtv1.VirtualMachineStatusErrImagePull
+	case vmi != nil && vmiSyncFailure(vmi) == reasonImagePullBackOff:
+		return kubevirtv1.VirtualMachineStatusImagePullBackOff
 	case vmi == nil && startExpected, vmi != nil && !gone:
 		return kubevirtv1.VirtualMachineStatusStarting
 	case !startExpected && restartsOnFailure(strategy) && st.StartFailure != nil && st.StartFailure.ConsecutiveFailCount > 0:
@@ -198,4 +216,19 @@ func printableStatus(v vmView, st *kubevirtv1.VirtualMachineStatus, strategy kub
 func vmiUnschedulable(vmi *kubevirtv1.VirtualMachineInstance) bool {
 	c := vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled))
 	return c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+}
+
+// vmiMigrating reports a migration started and not ended
+// (pkg/util/migrations/migrations.go, IsMigrating).
+func vmiMigrating(vmi *kubevirtv1.VirtualMachineInstance) bool {
+	ms := vmi.Status.MigrationState
+	return ms != nil && ms.StartTimestamp != nil && ms.EndTimestamp == nil
+}
+
+// vmiSyncFailure is the reason of a Synchronized=False condition, or "".
+func vmiSyncFailure(vmi *kubevirtv1.VirtualMachineInstance) string {
+	if c := vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceSynchronized); c != nil && c.Status == corev1.ConditionFalse {
+		return c.Reason
+	}
+	return ""
 }

@@ -84,15 +84,22 @@ var _ = Describe("VirtualMachine", func() {
 		Expect(vmi.Spec.Volumes).To(Equal(vm.Spec.Template.Spec.Volumes))
 	})
 
-	It("keeps a VirtualMachine Provisioning, with no instance, until its DataVolumes succeed", func() {
+	It("creates the instance at once and holds it Pending, unschedulable, while a standalone DataVolume does not exist", func() {
 		seen := record(&kubevirtv1.VirtualMachineList{}, ns, describeVM)
 		create(newVM(ns, "mac", "disk"))
-		Eventually(printableStatus(ns, "mac")).WithTimeout(timeout).Should(Equal(kubevirtv1.VirtualMachineStatusProvisioning))
-		Consistently(vmiNotFound(ns, "mac")).WithTimeout(2 * startDelay).Should(BeTrue())
+		Eventually(printableStatus(ns, "mac")).WithTimeout(timeout).Should(Equal(kubevirtv1.VirtualMachineStatusUnschedulable))
+		vmi, err := getVMI(ns, "mac")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Pending))
+		Expect(vmi.Status.Conditions).To(ContainElement(MatchFields(IgnoreExtras, Fields{
+			"Type": BeEquivalentTo(corev1.PodScheduled), "Status": Equal(corev1.ConditionFalse),
+			"Reason": Equal(corev1.PodReasonUnschedulable), "Message": Equal("PVC " + ns + "/disk does not exist, waiting for it to appear"),
+		})))
+		Consistently(vmiPhase(ns, "mac")).WithTimeout(2 * startDelay).Should(Equal(kubevirtv1.Pending))
 
 		create(newDataVolume(ns, "disk"))
 		Eventually(printableStatus(ns, "mac")).WithTimeout(timeout).Should(Equal(kubevirtv1.VirtualMachineStatusRunning))
-		Eventually(seen.Reported).WithTimeout(timeout).Should(Equal([]string{"Provisioning", "Starting", "Running"}))
+		Eventually(seen.Reported).WithTimeout(timeout).Should(Equal([]string{"Starting", "ErrorUnschedulable", "Starting", "Running"}))
 	})
 
 	It("reports DataVolumeError when a DataVolume it uses fails", func() {
@@ -100,10 +107,17 @@ var _ = Describe("VirtualMachine", func() {
 		sim.Inject(fault)
 		DeferCleanup(sim.Clear, fault)
 		create(newDataVolume(ns, "disk"))
+		phases := record(&kubevirtv1.VirtualMachineInstanceList{}, ns, func(vmi *kubevirtv1.VirtualMachineInstance) string {
+			return string(vmi.Status.Phase)
+		})
 		create(newVM(ns, "mac", "disk"))
 
 		Eventually(printableStatus(ns, "mac")).WithTimeout(timeout).Should(Equal(kubevirtv1.VirtualMachineStatusDataVolumeError))
-		Expect(vmiNotFound(ns, "mac")()).To(BeTrue())
+		// The instance created at once fails with its DataVolume
+		// (pkg/virt-controller/watch/vmi/lifecycle.go, updateStatus).
+		Eventually(phases.Seen).WithTimeout(timeout).Should(ContainElement(string(kubevirtv1.Failed)))
+		Expect(phases.Seen()).NotTo(ContainElement(string(kubevirtv1.Scheduling)))
+		Consistently(printableStatus(ns, "mac")).WithTimeout(2 * startDelay).Should(Equal(kubevirtv1.VirtualMachineStatusDataVolumeError))
 	})
 
 	It("creates the DataVolumes of its dataVolumeTemplates and runs once they are imported", func() {

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -53,6 +54,7 @@ func (r *vmiReconciler) setup(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
 		For(&kubevirtv1.VirtualMachineInstance{}).
 		Watches(&kubevirtv1.VirtualMachine{}, handler.EnqueueRequestsFromMapFunc(sameName)).
+		Watches(&cdiv1.DataVolume{}, handler.EnqueueRequestsFromMapFunc(r.instancesUsingDataVolume)).
 		WatchesRawSource(source.Channel(r.sim.vmiEvents, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 	if err != nil {
@@ -117,16 +119,18 @@ func (r *vmiReconciler) orphaned(ctx context.Context, vmi *kubevirtv1.VirtualMac
 // advance moves a live instance to its next phase once it has spent its
 // share of StartDelay in the current one.
 func (r *vmiReconciler) advance(ctx context.Context, key string, vmi *kubevirtv1.VirtualMachineInstance) (ctrl.Result, error) {
-	f := vmiFaults{
-		unschedulable: r.sim.hasFault(Unschedulable, vmi.Namespace, vmi.Name),
-		crash:         r.sim.hasFault(CrashLoop, vmi.Namespace, vmi.Name),
-	}
+	f := r.sim.faultsOf(client.ObjectKeyFromObject(vmi))
 	phase := vmi.Status.Phase
+	if phase == kubevirtv1.Pending {
+		if held, err := r.sim.holdForDataVolumes(ctx, vmi); held || err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	timed := phase == kubevirtv1.Pending || phase == kubevirtv1.Scheduled ||
 		(phase == kubevirtv1.Scheduling && !f.unschedulable)
 	if timed {
 		step := r.sim.opts.StartDelay / startPhases
-		if wait := r.sim.pacer.wait(key, vmi.UID, string(phase), step); wait > 0 {
+		if wait := r.sim.pacer.wait(key, vmi.UID, pacerState(vmi), step); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 	}
@@ -138,6 +142,9 @@ func (r *vmiReconciler) advance(ctx context.Context, key string, vmi *kubevirtv1
 		return ctrl.Result{}, fmt.Errorf("updating VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("VirtualMachineInstance stepped", "phase", vmi.Status.Phase)
+	if f.nodeLost && vmi.Status.Phase == kubevirtv1.Failed {
+		r.sim.Clear(Fault{Kind: NodeLost, Namespace: vmi.Namespace, Name: vmi.Name})
+	}
 	return ctrl.Result{}, nil
 }
 

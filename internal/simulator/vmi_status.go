@@ -36,6 +36,8 @@ const unschedulableMessage = "0/3 nodes are available: 3 node(s) didn't match Po
 type vmiFaults struct {
 	unschedulable bool
 	crash         bool
+	// The launch faults (faults_launch.go).
+	imagePull, paused, migrating, nodeLost bool
 }
 
 // stepVMI moves the instance one phase on, as virt-controller and
@@ -56,6 +58,10 @@ func stepVMI(vmi *kubevirtv1.VirtualMachineInstance, f vmiFaults, node string, n
 				LastProbeTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now),
 			})
 		}
+		if f.imagePull {
+			return stepImagePull(vmi, now)
+		}
+		clearImagePull(vmi)
 		removeVMICondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled))
 		vmi.Status.NodeName = node
 		if vmi.Labels == nil {
@@ -72,7 +78,7 @@ func stepVMI(vmi *kubevirtv1.VirtualMachineInstance, f vmiFaults, node string, n
 		setVMIPhase(vmi, kubevirtv1.Running, now)
 	case kubevirtv1.Running:
 		if !f.crash {
-			return false
+			return stepRunning(vmi, f, now)
 		}
 		setVMIPhase(vmi, kubevirtv1.Failed, now)
 	default:
