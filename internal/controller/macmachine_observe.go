@@ -91,6 +91,9 @@ func observeVM(o machineObservation) vmState {
 		return vmState{cond: condFalse(macvirtv1alpha1.ReasonCrashLoop,
 			"VirtualMachine %s is crash-looping: %s", o.VM.Name, startFailure(o.VM))}
 	}
+	if c, ok := guestShutDown(o); ok {
+		return vmState{cond: c}
+	}
 	vmi := o.VMI
 	if vmi == nil {
 		if o.VM == nil {

@@ -68,7 +68,7 @@ func (s *Simulator) powerOff(vmi *kubevirtv1.VirtualMachineInstance) (time.Durat
 	}
 	// pkg/virt-handler/vm.go, hasGracePeriodExpired: no grace period given
 	// means KubeVirt's default of 30 s.
-	grace := int64(kubevirtv1.DefaultGracePeriodSeconds)
+	grace := kubevirtv1.DefaultGracePeriodSeconds
 	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil {
 		grace = *g
 	}

@@ -36,7 +36,7 @@ import (
 
 // vmWithGuest creates a running VirtualMachine whose simulated guest
 // heartbeats to ep.
-func vmWithGuest(ns, name string, ep *endpoint) *kubevirtv1.VirtualMachine {
+func vmWithGuest(ns, name string, ep *endpoint) {
 	srv := httptest.NewTLSServer(ep)
 	DeferCleanup(srv.Close)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
@@ -48,7 +48,6 @@ func vmWithGuest(ns, name string, ep *endpoint) *kubevirtv1.VirtualMachine {
 	spec.Volumes = append(spec.Volumes, kubevirtv1.Volume{Name: "agent-config", VolumeSource: kubevirtv1.VolumeSource{
 		Secret: &kubevirtv1.SecretVolumeSource{SecretName: name + "-agent", VolumeLabel: agentapi.ConfigVolumeLabel}}})
 	create(vm)
-	return vm
 }
 
 var _ = Describe("The guest's power", func() {
