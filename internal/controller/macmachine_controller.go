@@ -183,6 +183,7 @@ func (r *MacMachineReconciler) ensureFinalizer(ctx context.Context, o *machineOb
 // only if it changed, with an event when the phase changed.
 func (r *MacMachineReconciler) patchStatus(ctx context.Context, o *machineObservation) (time.Duration, error) {
 	m := o.Machine
+	r.reportForcedPowerOff(o)
 	computed := computeMachineStatus(*o)
 	if equality.Semantic.DeepEqual(m.Status, computed.Status) {
 		return computed.RequeueAfter, nil

@@ -92,6 +92,9 @@ func observeVM(o machineObservation) vmState {
 	if c, ok := observeVMLaunch(o.VM); ok && (o.VMI == nil || o.VMI.Status.Phase != kubevirtv1.Running) {
 		return vmState{cond: c}
 	}
+	if c, ok := guestShutDown(o); ok {
+		return vmState{cond: c}
+	}
 	vmi := o.VMI
 	if vmi == nil {
 		if o.VM == nil {

@@ -130,6 +130,9 @@ func summarize(o machineObservation, disks condition, vm vmState, guest guestSta
 	if failed, ok := previousFailure(m); ok {
 		return macvirtv1alpha1.MachineFailed, failed
 	}
+	if off, ok := forcedPowerOff(o); ok {
+		return macvirtv1alpha1.MachineStopped, off
+	}
 	switch {
 	case disks.Reason == macvirtv1alpha1.ReasonDataVolumeFailed:
 		return macvirtv1alpha1.MachineFailed, disks
@@ -189,7 +192,8 @@ func previousFailure(m *macvirtv1alpha1.MacMachine) (condition, bool) {
 }
 
 // stalled is True when progress needs a human: a failed stop request, a
-// blocked class, a refused create, or a terminal failure.
+// blocked class, a refused create, a terminal failure, or a forced
+// power-off (the disk needs checking).
 func stalled(o machineObservation, phase macvirtv1alpha1.MachinePhase, ready condition) condition {
 	switch {
 	case o.StopError != nil:
@@ -199,7 +203,7 @@ func stalled(o machineObservation, phase macvirtv1alpha1.MachinePhase, ready con
 		return condition{metav1.ConditionTrue, *o.Blocked}
 	case o.WriteFailed != nil && !o.Deleting:
 		return condition{metav1.ConditionTrue, *o.WriteFailed}
-	case phase == macvirtv1alpha1.MachineFailed, launchStalledReasons[ready.Reason]:
+	case phase == macvirtv1alpha1.MachineFailed, launchStalledReasons[ready.Reason], ready.Reason == macvirtv1alpha1.ReasonForcedPowerOff:
 		return condition{metav1.ConditionTrue, ready.problem}
 	}
 	return condition{metav1.ConditionFalse, problem{macvirtv1alpha1.ReasonAsExpected, "making progress"}}

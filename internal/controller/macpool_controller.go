@@ -198,7 +198,7 @@ func poolInputFor(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass
 		m := &items[i]
 		pm := poolMachine{Name: m.Name, Revision: m.Spec.ClassRevision, State: poolMachineState(m)}
 		if c := silentGuest(m); pm.State == stateFailed && c != nil && m.Status.Phase != macvirtv1alpha1.MachineFailed {
-			pm.ReplaceAt = c.LastTransitionTime.Add(silenceGrace)
+			pm.ReplaceAt = silentReplaceAt(m, c, class)
 		}
 		in.Machines = append(in.Machines, pm)
 	}

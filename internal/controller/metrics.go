@@ -59,7 +59,7 @@ func (c *machineCollector) Collect(ch chan<- prometheus.Metric) {
 // registry; reader is normally the manager's cache.
 func RegisterMetrics(reader client.Reader) error {
 	for _, c := range []prometheus.Collector{machinePhaseTransitions, &machineCollector{reader: reader},
-		poolMachineOps, poolMachines, claimBindSeconds, orphansDeleted} {
+		poolMachineOps, poolMachines, claimBindSeconds, orphansDeleted, forcedPowerOffs} {
 		if err := metrics.Registry.Register(c); err != nil {
 			if _, already := err.(prometheus.AlreadyRegisteredError); !already {
 				return err
@@ -107,3 +107,10 @@ func poolGauges(pool string, st macvirtv1alpha1.MacPoolStatus) {
 	poolMachines.WithLabelValues(pool, "provisioning").Set(float64(st.Provisioning))
 	poolMachines.WithLabelValues(pool, "terminating").Set(float64(st.Terminating))
 }
+
+// forcedPowerOffs counts graceful stops that ended with KubeVirt killing
+// macOS after the grace period, which risks APFS corruption.
+var forcedPowerOffs = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "macvirt_machine_forced_poweroffs_total",
+	Help: "Graceful stops of MacMachines that ended with KubeVirt killing macOS after the grace period.",
+}, []string{"namespace"})

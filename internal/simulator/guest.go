@@ -62,7 +62,7 @@ func (s *Simulator) syncGuest(key types.NamespacedName, vmi *kubevirtv1.VirtualM
 	s.guests.mu.Lock()
 	defer s.guests.mu.Unlock()
 	g, running := s.guests.running[key]
-	wanted := vmi != nil && vmi.DeletionTimestamp == nil && vmi.Status.Phase == kubevirtv1.Running && configSecret(vmi) != ""
+	wanted := s.guestListens(vmi) && configSecret(vmi) != ""
 	if running && (!wanted || g.uid != vmi.UID) {
 		g.cancel()
 		delete(s.guests.running, key)
@@ -95,6 +95,7 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 	bootedAt := time.Now()
 	wait := s.opts.GuestBootDelay
 	failures := 0
+	rebooting := false
 	var client *agent.Client
 	// A guest boots with the hostname its golden image was built with and
 	// takes the one the operator sends, as the agent's apply does.
@@ -104,6 +105,15 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		}
+		if s.hasFault(GuestReboot, vmi.Namespace, vmi.Name) {
+			// Rebooting: silent until the fault is cleared, then a new boot.
+			rebooting, wait = true, 100*time.Millisecond
+			continue
+		}
+		if rebooting {
+			rebooting, bootedAt, wait = false, time.Now(), s.opts.GuestBootDelay
+			continue
 		}
 		err := func() error {
 			if client == nil {

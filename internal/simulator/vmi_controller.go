@@ -150,22 +150,27 @@ func (r *vmiReconciler) advance(ctx context.Context, key string, vmi *kubevirtv1
 
 // shutdown plays the ACPI power-off of a deleted instance in two writes, as
 // virt-handler and virt-controller make them: after the shutdown delay the
-// guest is off (phase Succeeded); then the finalizer goes, letting the API
-// server remove the instance.
+// guest is off (phase Succeeded, or Failed when it was killed: see
+// powerOff); then the finalizer goes, letting the API server remove the
+// instance, a killed one's after killedPodHold.
 func (r *vmiReconciler) shutdown(ctx context.Context, key string, vmi *kubevirtv1.VirtualMachineInstance) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(vmi, kubevirtv1.VirtualMachineInstanceFinalizer) {
 		return ctrl.Result{}, nil
 	}
 	if !vmi.IsFinal() {
-		if wait := r.sim.pacer.wait(key, vmi.UID, "ShuttingDown", r.sim.shutdownDelay(vmi)); wait > 0 {
+		delay, off := r.sim.powerOff(vmi)
+		if wait := r.sim.pacer.wait(key, vmi.UID, "ShuttingDown", delay); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
-		setVMIPhase(vmi, kubevirtv1.Succeeded, time.Now())
+		setVMIPhase(vmi, off, time.Now())
 		if err := r.sim.client.Update(ctx, vmi); err != nil {
 			return ctrl.Result{}, fmt.Errorf("powering off VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err)
 		}
-		ctrl.LoggerFrom(ctx).Info("VirtualMachineInstance powered off")
+		ctrl.LoggerFrom(ctx).Info("VirtualMachineInstance powered off", "phase", off)
 		return ctrl.Result{}, nil
+	}
+	if wait := r.sim.killedWait(key, vmi); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	controllerutil.RemoveFinalizer(vmi, kubevirtv1.VirtualMachineInstanceFinalizer)
 	if err := r.sim.client.Update(ctx, vmi); err != nil {

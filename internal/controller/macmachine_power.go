@@ -1,0 +1,150 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controller
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// Stops, shutdowns and reboots the operator did not ask for, or that did
+// not go as it asked.
+
+// killedMessage is what virt-handler says, in a Warning event on the
+// instance, when it ends Failed (pkg/virt-handler/controller.go, VMICrashed).
+const killedMessage = "The VirtualMachineInstance crashed."
+
+// forcedPowerOff is the Ready condition of a machine whose graceful stop
+// ended with KubeVirt killing macOS: virt-handler destroys the domain once
+// terminationGracePeriodSeconds is over, and reports a domain destroyed with
+// ACPI on as phase Failed (pkg/virt-handler/vm.go, helperVmShutdown and
+// calculateVmPhaseForStatusReason). It is seen on the instance, which goes
+// soon after, and then kept while the machine stays stopped.
+func forcedPowerOff(o machineObservation) (condition, bool) {
+	if wantsRunning(o.Machine) && !o.Deleting {
+		// A running machine's failed instance is a crash, not a stop.
+		return condition{}, false
+	}
+	if killedByStop(o) {
+		grace := "its grace period"
+		if g := o.VMI.Spec.TerminationGracePeriodSeconds; g != nil {
+			grace = fmt.Sprintf("terminationGracePeriodSeconds (%ds)", *g)
+		}
+		return condFalse(macvirtv1alpha1.ReasonForcedPowerOff,
+			"macOS did not shut down within %s after the graceful stop, so KubeVirt killed it (VirtualMachineInstance %s is Failed: %q); "+
+				"APFS on the system disk may be damaged: check it with First Aid before trusting its data, then set spec.running to true",
+			grace, o.VMI.Name, killedMessage), true
+	}
+	if o.VMI != nil && o.VMI.Status.Phase == kubevirtv1.Running {
+		return condition{}, false
+	}
+	c := meta.FindStatusCondition(o.Machine.Status.Conditions, macvirtv1alpha1.ConditionReady)
+	if c == nil || c.Reason != macvirtv1alpha1.ReasonForcedPowerOff {
+		return condition{}, false
+	}
+	return condition{metav1.ConditionFalse, problem{c.Reason, c.Message}}, true
+}
+
+// killedByStop reports an instance that ran, was being stopped, and ended
+// Failed: virt-handler killed it at the end of the grace period.
+func killedByStop(o machineObservation) bool {
+	vmi := o.VMI
+	return vmi != nil && vmi.DeletionTimestamp != nil && vmi.Status.Phase == kubevirtv1.Failed && vmiEverRan(vmi)
+}
+
+func vmiEverRan(vmi *kubevirtv1.VirtualMachineInstance) bool {
+	for _, t := range vmi.Status.PhaseTransitionTimestamps {
+		if t.Phase == kubevirtv1.Running {
+			return true
+		}
+	}
+	return false
+}
+
+// forcedPowerOffsSeen holds the instances whose forced power-off was
+// reported, so each one is counted and announced once per process.
+var forcedPowerOffsSeen sync.Map
+
+// reportForcedPowerOff counts a killed instance in
+// macvirt_machine_forced_poweroffs_total and records a Warning event, once
+// per instance, whether the machine is stopped or deleted.
+func (r *MacMachineReconciler) reportForcedPowerOff(o *machineObservation) {
+	if !killedByStop(*o) {
+		return
+	}
+	if _, seen := forcedPowerOffsSeen.LoadOrStore(o.VMI.UID, struct{}{}); seen {
+		return
+	}
+	forcedPowerOffs.WithLabelValues(o.Machine.Namespace).Inc()
+	c, ok := forcedPowerOff(*o)
+	if !ok {
+		return
+	}
+	recordEvent(r.Recorder, o.Machine, corev1.EventTypeWarning, macvirtv1alpha1.ReasonForcedPowerOff, "Stop", c.Message)
+}
+
+// guestShutDown is the VMRunning condition of a machine that should run
+// whose macOS shut itself down: virt-handler reports the instance
+// Succeeded, and virt-controller, under runStrategy Always, deletes it and
+// creates a new one (pkg/virt-controller/watch/vm/vm.go, RunStrategyAlways).
+// It holds from the Succeeded instance until the new one runs, so a claim
+// sees one clear reason, not a flap through Starting and Pending.
+func guestShutDown(o machineObservation) (condition, bool) {
+	if !wantsRunning(o.Machine) {
+		return condition{}, false
+	}
+	vmi := o.VMI
+	if vmi != nil && vmi.Status.Phase == kubevirtv1.Succeeded && vmiEverRan(vmi) {
+		return condFalse(macvirtv1alpha1.ReasonGuestShutDown,
+			"macOS shut itself down (VirtualMachineInstance %s is Succeeded); KubeVirt starts it again, as runStrategy Always asks",
+			vmi.Name), true
+	}
+	if vmi != nil && (vmi.Status.Phase == kubevirtv1.Running || vmi.IsFinal()) {
+		return condition{}, false
+	}
+	c := meta.FindStatusCondition(o.Machine.Status.Conditions, macvirtv1alpha1.ConditionVMRunning)
+	if c == nil || c.Reason != macvirtv1alpha1.ReasonGuestShutDown {
+		return condition{}, false
+	}
+	return condition{metav1.ConditionFalse, problem{c.Reason, c.Message}}, true
+}
+
+// silentReplaceAt is when a pool may replace an unbound machine whose guest
+// fell silent (c, its GuestAgentReady condition): silenceGrace after it was
+// judged silent, and never before the class's bootTimeout has passed since
+// its last heartbeat. A guest rebooting, for a macOS update or from its
+// menu, keeps its instance Running and is silent until it has booted again
+// (pkg/virt-handler/vm.go reports a reset domain as Running): a reboot is a
+// boot, and gets as long.
+func silentReplaceAt(m *macvirtv1alpha1.MacMachine, c *metav1.Condition, class *macvirtv1alpha1.MacClass) time.Time {
+	at := c.LastTransitionTime.Add(silenceGrace)
+	if class == nil || m.Status.Guest == nil || m.Status.Guest.LastHeartbeat == nil {
+		return at
+	}
+	if boot := m.Status.Guest.LastHeartbeat.Add(class.Spec.Lifecycle.BootTimeoutOrDefault()); boot.After(at) {
+		return boot
+	}
+	return at
+}
