@@ -59,7 +59,7 @@ func TestComputeMachineStatusPower(t *testing.T) {
 		"started again after a forced power-off": {obs: machineObservation{Machine: machine(forcedBefore), VM: always},
 			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonStarting, stalled: metav1.ConditionFalse},
 		"a running machine's instance failed: not a stop": {obs: machineObservation{Machine: machine(), VM: always, VMI: endedVMI(kubevirtv1.Failed, true)},
-			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonStarting, stalled: metav1.ConditionFalse},
+			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonInstanceFailed, stalled: metav1.ConditionFalse},
 		"macOS shut itself down": {obs: machineObservation{Machine: machine(), VM: always, VMI: endedVMI(kubevirtv1.Succeeded, false)},
 			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonGuestShutDown, stalled: metav1.ConditionFalse,
 			message: "macOS shut itself down (VirtualMachineInstance m is Succeeded); KubeVirt starts it again, as runStrategy Always asks"},
