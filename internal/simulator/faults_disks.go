@@ -67,9 +67,9 @@ func (s *Simulator) dataVolumeFaults(namespace, name string) dvFaults {
 
 // Messages CDI and the API server write for the simulated disk faults.
 const (
-	reasonExceededQuota = "ErrExceededQuota"       // pkg/controller/common/util.go, ErrExceededQuota
-	reasonUnschedulable = "Unschedulable"          // pkg/controller/datavolume/conditions.go
-	reasonCloneNoSource = "CloneWithoutSource"     // pkg/controller/datavolume/clone-controller-base.go
+	reasonExceededQuota = "ErrExceededQuota"   // pkg/controller/common/util.go, ErrExceededQuota
+	reasonUnschedulable = "Unschedulable"      // pkg/controller/datavolume/conditions.go
+	reasonCloneNoSource = "CloneWithoutSource" // pkg/controller/datavolume/clone-controller-base.go
 	msgUnschedulable    = "Importer pod cannot be scheduled"
 	msgCloneNoSource    = "The source %s %s doesn't exist" // MessageCloneWithoutSource
 )
