@@ -197,6 +197,7 @@ func (r *MacMachineReconciler) patchStatus(ctx context.Context, o *machineObserv
 	if oldPhase != computed.Status.Phase {
 		r.recordPhase(m)
 	}
+	r.recordDiskProblem(before, m)
 	return computed.RequeueAfter, nil
 }
 

@@ -21,7 +21,7 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -36,11 +36,11 @@ import (
 type dataVolumeReconciler struct {
 	sim *Simulator
 	// recorder records CDI's events on DataVolumes (CloneWithoutSource).
-	recorder record.EventRecorder
+	recorder events.EventRecorder
 }
 
 func (r *dataVolumeReconciler) setup(mgr ctrl.Manager) error {
-	r.recorder = mgr.GetEventRecorderFor("datavolume-controller")
+	r.recorder = mgr.GetEventRecorder("datavolume-controller")
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("sim-datavolume").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).

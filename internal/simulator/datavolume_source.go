@@ -131,7 +131,7 @@ func (r *dataVolumeReconciler) holdForSource(ctx context.Context, dv *cdiv1.Data
 		return true, fmt.Errorf("updating status of DataVolume %s/%s: %w", dv.Namespace, dv.Name, err)
 	}
 	if r.recorder != nil {
-		r.recorder.Event(dv, corev1.EventTypeWarning, reasonCloneNoSource, msg)
+		r.recorder.Eventf(dv, nil, corev1.EventTypeWarning, reasonCloneNoSource, "Clone", "%s", msg)
 	}
 	return true, nil
 }
