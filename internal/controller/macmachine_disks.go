@@ -102,6 +102,12 @@ func dataVolumeProblem(dv *cdiv1.DataVolume, src *diskSource) (c condition, seve
 	}
 	switch dv.Status.Phase {
 	case cdiv1.PendingPopulation, cdiv1.WaitForFirstConsumer:
+		// macvirt does not ask CDI to bind at once
+		// (cdi.kubevirt.io/storage.bind.immediate.requested): on node-local
+		// storage, typical of Mac hosts, that pins the disks to whichever
+		// node ran the importer before the scheduler has picked a node with
+		// room for the VM. The disks fill on first start, where the VM
+		// lands; until then a stopped machine says so (summarize).
 		return condFalse(macvirtv1alpha1.ReasonWaitingForFirstConsumer,
 			"DataVolume %s is %s: its storage class binds on first consumer, so CDI fills it when the machine first starts",
 			dv.Name, dv.Status.Phase), diskWaiting, true
