@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -73,10 +72,7 @@ var _ = Describe("kstatus and Argo CD health of objects the controllers wrote", 
 		k := key(class)
 		Eventually(kstatusOf(k, &macvirtv1alpha1.MacClass{})).WithTimeout(timeout).Should(Equal(failed))
 
-		for _, name := range []string{"sonoma", "opencore"} {
-			Expect(k8sClient.Create(context.Background(), &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-				Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: ns, Name: name}}}})).To(Succeed())
-		}
+		goldenImages(ns, "sonoma", "opencore")
 		Eventually(kstatusOf(k, &macvirtv1alpha1.MacClass{})).WithTimeout(timeout).Should(Equal(current))
 
 		c := &macvirtv1alpha1.MacClass{}

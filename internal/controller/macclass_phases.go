@@ -52,17 +52,23 @@ func (r *MacClassReconciler) ensureSnapshot(ctx context.Context, s *classScope) 
 	return true, nil
 }
 
-// checkSources answers: do the class's DataSources and OSK Secret exist?
+// checkSources answers: do the class's DataSources and OSK Secret exist,
+// and has CDI something to clone from each DataSource?
 func (r *MacClassReconciler) checkSources(ctx context.Context, s *classScope) (bool, error) {
 	if s.Class == nil {
 		return true, nil
 	}
 	for _, ref := range dataSourceRefs(s.Class) {
-		if err := r.Get(ctx, ref, &cdiv1.DataSource{}); err != nil {
+		ds := &cdiv1.DataSource{}
+		if err := r.Get(ctx, ref, ds); err != nil {
 			if !apierrors.IsNotFound(err) {
 				return false, fmt.Errorf("getting DataSource %s: %w", ref, err)
 			}
 			s.Missing = append(s.Missing, "DataSource "+ref.String())
+			continue
+		}
+		if why, ok := dataSourceNotReady(ds); ok {
+			s.NotReady = append(s.NotReady, fmt.Sprintf("DataSource %s (%s)", ref, why))
 		}
 	}
 	if smc := s.Class.Spec.Hardware.SMC; smc.Mode == macvirtv1alpha1.SMCModeAppleSMC && smc.OSKSecretRef != nil {

@@ -18,6 +18,9 @@ type classScope struct {
 	// Missing lists those that do not exist.
 	SourcesChecked bool
 	Missing        []string
+	// NotReady lists the DataSources that exist but that CDI does not
+	// report Ready, with CDI's words (macclass_disks.go).
+	NotReady []string
 }
 
 // computeClassStatus derives a class's status from a scope. Until the
@@ -36,6 +39,9 @@ func computeClassStatus(s *classScope) macvirtv1alpha1.MacClassStatus {
 		p = &problem{macvirtv1alpha1.ReasonDataSourceMissing,
 			"missing: " + strings.Join(s.Missing, ", ") + "; machines of this class cannot be provisioned until they exist"}
 	}
-	setSummaryConditions(&st.Conditions, class.Generation, p, "all referenced sources exist")
+	if p == nil {
+		p = notReadyProblem(s.NotReady)
+	}
+	setSummaryConditions(&st.Conditions, class.Generation, p, "all referenced sources exist and CDI reports the DataSources Ready")
 	return *st
 }

@@ -201,6 +201,7 @@ func (r *MacMachineReconciler) patchStatus(ctx context.Context, o *machineObserv
 	if reason, note, ok := launchWarning(&before.Status, &m.Status); ok && r.Recorder != nil {
 		recordEvent(r.Recorder, m, corev1.EventTypeWarning, reason, "Start", note)
 	}
+	r.recordDiskProblem(before, m)
 	return computed.RequeueAfter, nil
 }
 

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,18 +27,18 @@ func observeDisks(o machineObservation) diskState {
 	if len(o.DataVolumes) == 0 {
 		return diskState{cond: condFalse(macvirtv1alpha1.ReasonPending, "disks not requested yet")}
 	}
+	if slices.Contains(o.DataVolumes, nil) {
+		return diskState{cond: condFalse(macvirtv1alpha1.ReasonPending, "disks not requested yet")}
+	}
+	// What CDI reports as wrong (macmachine_disks.go) wins over progress.
+	if c, ok := worstDiskProblem(o); ok {
+		return diskState{cond: c}
+	}
 	var waiting []string
 	var unfinished []diskProgress
 	for _, dv := range o.DataVolumes {
-		if dv == nil {
-			return diskState{cond: condFalse(macvirtv1alpha1.ReasonPending, "disks not requested yet")}
-		}
-		switch dv.Status.Phase {
-		case cdiv1.Succeeded:
+		if dv.Status.Phase == cdiv1.Succeeded {
 			continue
-		case cdiv1.Failed:
-			return diskState{cond: condFalse(macvirtv1alpha1.ReasonDataVolumeFailed,
-				"DataVolume %s failed: %s", dv.Name, dataVolumeMessage(dv))}
 		}
 		phase := string(dv.Status.Phase)
 		if phase == "" {

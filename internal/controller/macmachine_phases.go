@@ -130,6 +130,9 @@ func (r *MacMachineReconciler) observeObjects(ctx context.Context, o *machineObs
 		}
 		o.DataVolumes = append(o.DataVolumes, dv)
 	}
+	if err := r.observeDiskSources(ctx, o); err != nil {
+		return false, err
+	}
 	vm, vmi, err := r.observeVM(ctx, m)
 	if err != nil {
 		return false, err

@@ -34,6 +34,9 @@ type machineObservation struct {
 	// DataVolumes holds the rendered DataVolumes' live objects, bootloader
 	// first; an entry is nil while that DataVolume does not exist.
 	DataVolumes []*cdiv1.DataVolume
+	// DiskSources holds, by DataVolume name, the DataSource of each
+	// DataVolume CDI has not reported on yet.
+	DiskSources map[string]*diskSource
 	VM          *kubevirtv1.VirtualMachine
 	VMI         *kubevirtv1.VirtualMachineInstance
 	// StopError is the failure of a stop request made in this reconcile.
@@ -140,6 +143,11 @@ func summarize(o machineObservation, disks condition, vm vmState, guest guestSta
 		return macvirtv1alpha1.MachineFailed, vm.cond
 	case disks.Reason == macvirtv1alpha1.ReasonPending:
 		return macvirtv1alpha1.MachinePending, disks
+	case disks.Reason == macvirtv1alpha1.ReasonWaitingForFirstConsumer && !wantsRunning(m):
+		// Stopped, not Provisioning: nothing will fill the disks before
+		// the machine starts (see dataVolumeProblem).
+		return macvirtv1alpha1.MachineStopped, condFalse(macvirtv1alpha1.ReasonStopped,
+			"stopped (spec.running is false); its disks populate on first start: %s", disks.Message)
 	case disks.status != metav1.ConditionTrue:
 		return macvirtv1alpha1.MachineProvisioning, disks
 	case !wantsRunning(m):
@@ -192,8 +200,9 @@ func previousFailure(m *macvirtv1alpha1.MacMachine) (condition, bool) {
 }
 
 // stalled is True when progress needs a human: a failed stop request, a
-// blocked class, a refused create, a terminal failure, or a forced
-// power-off (the disk needs checking).
+// blocked class, a refused create, a disk CDI cannot start (quota, missing
+// source), a terminal failure, or a forced power-off (the disk needs
+// checking).
 func stalled(o machineObservation, phase macvirtv1alpha1.MachinePhase, ready condition) condition {
 	switch {
 	case o.StopError != nil:
@@ -203,7 +212,8 @@ func stalled(o machineObservation, phase macvirtv1alpha1.MachinePhase, ready con
 		return condition{metav1.ConditionTrue, *o.Blocked}
 	case o.WriteFailed != nil && !o.Deleting:
 		return condition{metav1.ConditionTrue, *o.WriteFailed}
-	case phase == macvirtv1alpha1.MachineFailed, launchStalledReasons[ready.Reason], ready.Reason == macvirtv1alpha1.ReasonForcedPowerOff:
+	case phase == macvirtv1alpha1.MachineFailed, launchStalledReasons[ready.Reason], stalledDiskReasons[ready.Reason],
+		ready.Reason == macvirtv1alpha1.ReasonForcedPowerOff:
 		return condition{metav1.ConditionTrue, ready.problem}
 	}
 	return condition{metav1.ConditionFalse, problem{macvirtv1alpha1.ReasonAsExpected, "making progress"}}

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -39,10 +38,7 @@ var _ = Describe("MacClass status", func() {
 			HaveField("Conditions", ContainElement(And(HaveField("Status", metav1.ConditionFalse),
 				HaveField("Message", And(ContainSubstring("DataSource "+ns+"/sonoma"), ContainSubstring("DataSource "+ns+"/opencore")))))),
 		))
-		for _, name := range []string{"sonoma", "opencore"} {
-			Expect(k8sClient.Create(context.Background(), &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-				Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: ns, Name: name}}}})).To(Succeed())
-		}
+		goldenImages(ns, "sonoma", "opencore")
 		Eventually(get).WithTimeout(timeout).Should(HaveField("Conditions", ContainElement(HaveField("Status", metav1.ConditionTrue))))
 	})
 })

@@ -106,6 +106,8 @@ var _ = BeforeSuite(func() {
 	stopAPI = newStopStandIn(sim.StopHandler())
 	DeferCleanup(stopAPI.Close)
 	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
+	// The golden images newClass refers to.
+	goldenImages("macvirt-images", "sonoma", "opencore")
 })
 
 // Faults a spec injected into the simulator or the stop stand-in end with

@@ -22,6 +22,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -242,6 +243,17 @@ func applySamples(ctx context.Context, c client.Client, machines int32) error {
 		}
 	}
 	for _, name := range []string{"sonoma", "opencore-1.0"} {
+		// The golden image's PVC: the simulated CDI, like CDI, clones only
+		// from a DataSource whose source PVC exists.
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "macvirt-images", Name: name},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Gi")}},
+			}}
+		if err := c.Create(ctx, pvc); err != nil {
+			return err
+		}
 		ds := &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Namespace: "macvirt-images", Name: name},
 			Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "macvirt-images", Name: name}}}}
 		if err := c.Create(ctx, ds); err != nil {

@@ -21,7 +21,9 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -33,14 +35,20 @@ import (
 // DataVolume through the import or clone phases, one step per StepInterval.
 type dataVolumeReconciler struct {
 	sim *Simulator
+	// recorder records CDI's events on DataVolumes (CloneWithoutSource).
+	recorder events.EventRecorder
 }
 
 func (r *dataVolumeReconciler) setup(mgr ctrl.Manager) error {
+	r.recorder = mgr.GetEventRecorder("datavolume-controller")
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("sim-datavolume").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
 		For(&cdiv1.DataVolume{}).
 		WatchesRawSource(source.Channel(r.sim.dataVolumeEvents, &handler.EnqueueRequestForObject{})).
+		// A VirtualMachine that starts is the first consumer a
+		// WaitForFirstConsumer DataVolume waits for.
+		Watches(&kubevirtv1.VirtualMachine{}, handler.EnqueueRequestsFromMapFunc(dataVolumesOfVM)).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("setting up DataVolume simulator: %w", err)
@@ -67,13 +75,26 @@ func (r *dataVolumeReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, nil
 	}
 	if dv.Status.Phase != cdiv1.PhaseUnset {
-		state := string(dv.Status.Phase) + "/" + string(dv.Status.Progress)
-		if wait := r.sim.pacer.wait(key, dv.UID, state, r.sim.opts.StepInterval); wait > 0 {
+		state := fmt.Sprintf("%s/%s/%d", dv.Status.Phase, dv.Status.Progress, dv.Status.RestartCount)
+		interval := r.sim.opts.StepInterval
+		if dv.Status.RestartCount > 0 {
+			interval = restartBackoff(interval, dv.Status.RestartCount)
+		}
+		if wait := r.sim.pacer.wait(key, dv.UID, state, interval); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 	}
-	failed := r.sim.hasFault(DataVolumeFailed, dv.Namespace, dv.Name)
-	next, ok := r.sim.nextDataVolumeTick(dv, failed)
+	if held, err := r.holdForSource(ctx, dv); held || err != nil {
+		// CDI watches DataSources and PVCs; the simulator looks again.
+		return ctrl.Result{RequeueAfter: r.sim.opts.StepInterval}, err
+	}
+	f := r.sim.dataVolumeFaults(dv.Namespace, dv.Name)
+	wffc, err := r.waitsForConsumer(ctx, dv)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	f.waitForConsumer = wffc
+	next, ok := r.sim.nextDataVolumeTick(dv, f)
 	if !ok {
 		return ctrl.Result{}, nil
 	}
@@ -85,7 +106,8 @@ func (r *dataVolumeReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	return ctrl.Result{}, nil
 }
 
-// dataVolumeDone reports the phases the simulator never leaves.
+// dataVolumeDone reports the phases the simulator never leaves (it no
+// longer produces Failed, which CDI keeps for a lost claim).
 func dataVolumeDone(phase cdiv1.DataVolumePhase) bool {
 	return phase == cdiv1.Succeeded || phase == cdiv1.Failed
 }

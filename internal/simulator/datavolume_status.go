@@ -23,6 +23,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
@@ -55,9 +56,16 @@ func isClone(dv *cdiv1.DataVolume) bool {
 }
 
 // nextDataVolumeStatus returns the DataVolume status one step on from the
-// current one, and false when the DataVolume has no further step. A failed
-// DataVolume (the fault is on) moves to Failed at its next step.
-func nextDataVolumeStatus(dv *cdiv1.DataVolume, steps int, failed bool) (cdiv1.DataVolumeStatus, bool) {
+// current one, and false when the step changes nothing (the DataVolume is
+// done or held by a fault). It imitates CDI's DataVolume controllers
+// (pkg/controller/datavolume/controller-base.go, syncDvPvcState and
+// updateStatusPVCPending; import-controller.go and clone-controller-base.go,
+// updateStatusPhase): a failed importer or clone pod is restarted
+// (RestartPolicyOnFailure, pkg/controller/import-controller.go) and the
+// DataVolume never enters Failed; the failure shows as Running=False with
+// reason Error and a growing status.restartCount (pkg/controller/util.go,
+// setAnnotationsFromPodWithPrefix).
+func nextDataVolumeStatus(dv *cdiv1.DataVolume, steps int, f dvFaults) (cdiv1.DataVolumeStatus, bool) {
 	st := *dv.Status.DeepCopy()
 	clone := isClone(dv)
 	scheduled, inProgress := cdiv1.ImportScheduled, cdiv1.ImportInProgress
@@ -66,15 +74,44 @@ func nextDataVolumeStatus(dv *cdiv1.DataVolume, steps int, failed bool) (cdiv1.D
 	}
 	st.ClaimName = dv.Name
 	switch {
+	case dataVolumeDone(st.Phase):
+		return st, false
+	case f.quota && (st.Phase == cdiv1.PhaseUnset || st.Phase == cdiv1.Pending):
+		// handlePvcCreation: the PVC create is refused, the DataVolume is
+		// Pending with the refusal on Bound, and CDI retries.
+		st.Phase, st.Progress = cdiv1.Pending, progressUnknown
+		st.Conditions = quotaConditions(st.Conditions, dv.Name)
+		return st, !equality.Semantic.DeepEqual(st, dv.Status)
 	case st.Phase == cdiv1.PhaseUnset:
 		st.Phase, st.Progress = cdiv1.Pending, progressUnknown
-	case failed:
-		st.Phase = cdiv1.Failed
-	case st.Phase == cdiv1.Pending:
+	case f.waitForConsumer && (st.Phase == cdiv1.Pending || st.Phase == cdiv1.PendingPopulation):
+		// updateStatusPVCPending with populators: a WaitForFirstConsumer
+		// PVC with no selected node and no immediate-binding request is
+		// PendingPopulation until a pod that uses it is scheduled.
+		st.Phase = cdiv1.PendingPopulation
+	case st.Phase == cdiv1.Pending || st.Phase == cdiv1.PendingPopulation:
 		st.Phase, st.Progress = scheduled, progressUnknown
+	case st.Phase == scheduled && f.unschedulable:
+		st.Conditions = setDataVolumeCondition(st.Conditions, cdiv1.DataVolumeRunning, corev1.ConditionFalse, reasonUnschedulable, msgUnschedulable)
+		return st, !equality.Semantic.DeepEqual(st, dv.Status)
+	case (st.Phase == scheduled || st.Phase == inProgress) && f.failed:
+		// The pod ran and exited with an error; the kubelet restarts it.
+		// The pod stays Running, so the phase is InProgress.
+		if st.Phase == scheduled {
+			st.Progress = progressAt(0, steps)
+		}
+		st.Phase = inProgress
+		st.RestartCount++
+		st.Conditions = dataVolumeConditions(st.Conditions, dv.Name, st.Phase, clone)
+		st.Conditions = setDataVolumeCondition(st.Conditions, cdiv1.DataVolumeRunning, corev1.ConditionFalse, reasonError, dataVolumeFailureMessage(dv))
+		return st, true
 	case st.Phase == scheduled:
 		st.Phase, st.Progress = inProgress, progressAt(0, steps)
 	case st.Phase == inProgress:
+		if runningFalse(st.Conditions) {
+			// The restarted pod runs again: the transfer resumes.
+			break
+		}
 		next := progressIndex(st.Progress, steps) + 1
 		if next >= steps {
 			st.Phase, st.Progress = cdiv1.Succeeded, progressComplete
@@ -85,7 +122,28 @@ func nextDataVolumeStatus(dv *cdiv1.DataVolume, steps int, failed bool) (cdiv1.D
 		return st, false
 	}
 	st.Conditions = dataVolumeConditions(st.Conditions, dv.Name, st.Phase, clone)
-	return st, true
+	return st, !equality.Semantic.DeepEqual(st, dv.Status)
+}
+
+// runningFalse reports a Running=False condition left by a failed pod.
+func runningFalse(conds []cdiv1.DataVolumeCondition) bool {
+	for _, c := range conds {
+		if c.Type == cdiv1.DataVolumeRunning {
+			return c.Status == corev1.ConditionFalse && c.Reason == reasonError
+		}
+	}
+	return false
+}
+
+// quotaConditions are the conditions of a DataVolume whose PVC the API
+// server refused for a quota: with no PVC, CDI puts the event's reason and
+// message on Bound and Ready (controller-base.go,
+// updateDataVolumeStatusPhaseWithEvent; conditions.go, updateBoundCondition).
+func quotaConditions(conds []cdiv1.DataVolumeCondition, claim string) []cdiv1.DataVolumeCondition {
+	f := corev1.ConditionFalse
+	conds = setDataVolumeCondition(conds, cdiv1.DataVolumeBound, f, reasonExceededQuota, quotaMessage(claim))
+	conds = setDataVolumeCondition(conds, cdiv1.DataVolumeReady, f, reasonExceededQuota, quotaMessage(claim))
+	return setDataVolumeCondition(conds, cdiv1.DataVolumeRunning, f, "", "")
 }
 
 // progressAt formats step i of steps the way CDI reports progress.
@@ -111,7 +169,7 @@ func dataVolumeConditions(conds []cdiv1.DataVolumeCondition, claim string, phase
 	}
 	f, t := corev1.ConditionFalse, corev1.ConditionTrue
 	switch phase {
-	case cdiv1.Pending:
+	case cdiv1.Pending, cdiv1.PendingPopulation:
 		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeBound, f, reasonPending, fmt.Sprintf("PVC %s Pending", claim))
 		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeRunning, f, "", "")
 		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeReady, f, "", "")
@@ -131,19 +189,19 @@ func dataVolumeConditions(conds []cdiv1.DataVolumeCondition, claim string, phase
 		conds = bound(conds)
 		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeRunning, f, reasonCompleted, msg)
 		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeReady, t, "", "")
-	case cdiv1.Failed:
-		conds = bound(conds)
-		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeRunning, f, reasonError, dataVolumeFailureMessage(clone))
-		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeReady, f, "", "")
 	}
 	return conds
 }
 
 // dataVolumeFailureMessage is the Running condition message of a DataVolume
-// failed by the DataVolumeFailed fault.
-func dataVolumeFailureMessage(clone bool) string {
+// whose pod the DataVolumeFailed fault makes fail: for an HTTP import the
+// importer's words for a missing image (pkg/importer/http-datasource.go).
+func dataVolumeFailureMessage(dv *cdiv1.DataVolume) string {
+	if src := dv.Spec.Source; src != nil && src.HTTP != nil {
+		return fmt.Sprintf("Unable to connect to http data source: expected status code 200, got 404. Status: 404 Not Found (simulated fault %s)", DataVolumeFailed)
+	}
 	op := "import"
-	if clone {
+	if isClone(dv) {
 		op = "clone"
 	}
 	return fmt.Sprintf("Unable to process data: %s failed (simulated fault %s)", op, DataVolumeFailed)

@@ -63,6 +63,7 @@ var _ = Describe("DataVolume", func() {
 	})
 
 	It("clones a DataVolume whose source is a DataSource through the clone phases", func() {
+		goldenImage(ns, "macos-sequoia")
 		seen := record(&cdiv1.DataVolumeList{}, ns, describeDataVolume)
 		create(newClonedDataVolume(ns, "clone", "macos-sequoia"))
 
@@ -84,25 +85,29 @@ var _ = Describe("DataVolume", func() {
 		})))
 	})
 
-	It("fails a DataVolume on demand and keeps it Failed once the fault is cleared", func() {
+	It("restarts a failing importer instead of failing the DataVolume, and resumes once the fault is cleared", func() {
 		fault := simulator.Fault{Kind: simulator.DataVolumeFailed, Namespace: ns, Name: "broken"}
 		sim.Inject(fault)
 		DeferCleanup(sim.Clear, fault)
 		create(newDataVolume(ns, "broken"))
 
-		Eventually(dataVolumePhase(ns, "broken")).WithTimeout(timeout).Should(Equal(cdiv1.Failed))
+		Eventually(func(g Gomega) int32 {
+			dv, err := getDataVolume(ns, "broken")
+			g.Expect(err).NotTo(HaveOccurred())
+			return dv.Status.RestartCount
+		}).WithTimeout(timeout).Should(BeNumerically(">=", 2))
 		dv, err := getDataVolume(ns, "broken")
 		Expect(err).NotTo(HaveOccurred())
+		Expect(dv.Status.Phase).To(Equal(cdiv1.ImportInProgress))
 		Expect(dv.Status.Conditions).To(And(
 			condition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Error"),
-			condition(cdiv1.DataVolumeReady, corev1.ConditionFalse, ""),
+			condition(cdiv1.DataVolumeReady, corev1.ConditionFalse, "TransferRunning"),
 			ContainElement(MatchFields(IgnoreExtras, Fields{
-				"Type": Equal(cdiv1.DataVolumeRunning), "Message": ContainSubstring("DataVolumeFailed"),
+				"Type": Equal(cdiv1.DataVolumeRunning), "Message": ContainSubstring("expected status code 200, got 404"),
 			})),
 		))
 
 		sim.Clear(fault)
-		Consistently(dataVolumePhase(ns, "broken")).WithTimeout(6 * stepInterval).
-			WithPolling(stepInterval).Should(Equal(cdiv1.Failed))
+		Eventually(dataVolumePhase(ns, "broken")).WithTimeout(timeout).Should(Equal(cdiv1.Succeeded))
 	})
 })

@@ -28,10 +28,12 @@ import (
 type FaultKind string
 
 const (
-	// DataVolumeFailed makes a DataVolume's import or clone fail: at its next
-	// step it enters phase Failed with a Running=False condition (reason
-	// Error), and it stays Failed even after the fault is cleared, as CDI
-	// does not retry a failed DataVolume.
+	// DataVolumeFailed makes a DataVolume's importer or clone pod fail. As
+	// in CDI the pod is restarted and the DataVolume never enters Failed: it
+	// stays ImportInProgress/CloneInProgress with Running=False (reason
+	// Error, the importer's message) and status.restartCount grows, one
+	// restart per kubelet back-off. Clearing the fault lets the next
+	// restart succeed and the transfer resume (see faults_disks.go).
 	DataVolumeFailed FaultKind = "DataVolumeFailed"
 	// Unschedulable keeps a VirtualMachine's instance in phase Scheduling
 	// with a PodScheduled=False condition (reason Unschedulable), as when no
@@ -47,8 +49,9 @@ const (
 )
 
 // Fault selects a failure and the object it applies to. Name is the
-// DataVolume name for DataVolumeFailed and the VirtualMachine name for the
-// other kinds. The object need not exist yet.
+// DataVolume name for the DataVolume faults (DataVolumeFailed and those in
+// faults_disks.go) and the VirtualMachine name for the other kinds. The
+// object need not exist yet.
 type Fault struct {
 	Kind      FaultKind
 	Namespace string
@@ -96,7 +99,7 @@ func (s *Simulator) hasFault(kind FaultKind, namespace, name string) bool {
 // a change to the in-memory fault set produces no watch event.
 func (s *Simulator) prompt(f Fault) {
 	meta := metav1.ObjectMeta{Namespace: f.Namespace, Name: f.Name}
-	if dataVolumeFault(f.Kind) {
+	if dataVolumeFaultKinds[f.Kind] {
 		send(s.dataVolumeEvents, &cdiv1.DataVolume{ObjectMeta: meta})
 		return
 	}

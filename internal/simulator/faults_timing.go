@@ -30,18 +30,13 @@ import (
 // resumes from the start, like a restarted importer.
 const DataVolumeProgressUnknown FaultKind = "DataVolumeProgressUnknown"
 
-// dataVolumeFault reports the fault kinds the DataVolume controller acts on.
-func dataVolumeFault(k FaultKind) bool {
-	return k == DataVolumeFailed || k == DataVolumeProgressUnknown
-}
-
 // nextDataVolumeTick is nextDataVolumeStatus with the DataVolume's own
 // number of steps and the DataVolumeProgressUnknown fault applied.
-func (s *Simulator) nextDataVolumeTick(dv *cdiv1.DataVolume, failed bool) (cdiv1.DataVolumeStatus, bool) {
+func (s *Simulator) nextDataVolumeTick(dv *cdiv1.DataVolume, f dvFaults) (cdiv1.DataVolumeStatus, bool) {
 	steps := s.importSteps(dv)
 	k := dv.Namespace + "/" + dv.Name
 	transferring := dv.Status.Phase == cdiv1.ImportInProgress || dv.Status.Phase == cdiv1.CloneInProgress
-	if transferring && !failed && s.hasFault(DataVolumeProgressUnknown, dv.Namespace, dv.Name) {
+	if transferring && !f.failed && s.hasFault(DataVolumeProgressUnknown, dv.Namespace, dv.Name) {
 		if dv.Status.Progress == progressUnknown {
 			return dv.Status, false
 		}
@@ -63,5 +58,5 @@ func (s *Simulator) nextDataVolumeTick(dv *cdiv1.DataVolume, failed bool) (cdiv1
 		dv = dv.DeepCopy()
 		dv.Status.Progress = hidden
 	}
-	return nextDataVolumeStatus(dv, steps, failed)
+	return nextDataVolumeStatus(dv, steps, f)
 }

@@ -168,6 +168,9 @@ func (s *Simulator) SetupWithManager(mgr ctrl.Manager) error {
 	if err := (&dataVolumeReconciler{sim: s}).setup(mgr); err != nil {
 		return err
 	}
+	if err := (&dataSourceReconciler{sim: s}).setup(mgr); err != nil {
+		return err
+	}
 	if err := (&vmReconciler{sim: s}).setup(mgr); err != nil {
 		return err
 	}

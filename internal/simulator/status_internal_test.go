@@ -163,28 +163,58 @@ func TestStartFailureBackoffGrowsAndIsCapped(t *testing.T) {
 }
 
 func TestNextDataVolumeStatus(t *testing.T) {
-	step := func(dv *cdiv1.DataVolume, failed bool) string {
-		st, ok := nextDataVolumeStatus(dv, 2, failed)
+	step := func(dv *cdiv1.DataVolume, f dvFaults) string {
+		st, ok := nextDataVolumeStatus(dv, 2, f)
 		if !ok {
-			return "done"
+			return "held"
 		}
 		dv.Status = st
-		return string(st.Phase) + " " + string(st.Progress)
+		return fmt.Sprintf("%s %s %d", st.Phase, st.Progress, st.RestartCount)
 	}
+	none := dvFaults{}
 	g := NewWithT(t)
 	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: "disk"}}
 	var seen []string
 	for range 7 {
-		seen = append(seen, step(dv, false))
+		seen = append(seen, step(dv, none))
 	}
-	g.Expect(seen).To(Equal([]string{"Pending N/A", "ImportScheduled N/A", "ImportInProgress 0.00%",
-		"ImportInProgress 50.00%", "Succeeded 100.0%", "done", "done"}))
+	g.Expect(seen).To(Equal([]string{"Pending N/A 0", "ImportScheduled N/A 0", "ImportInProgress 0.00% 0",
+		"ImportInProgress 50.00% 0", "Succeeded 100.0% 0", "held", "held"}))
 
+	// A failing pod is restarted: never Failed, restartCount grows, and the
+	// transfer resumes once the pod succeeds.
+	failed := dvFaults{failed: true}
 	clone := &cdiv1.DataVolume{Spec: cdiv1.DataVolumeSpec{SourceRef: &cdiv1.DataVolumeSourceRef{Name: "base"}}}
-	g.Expect([]string{step(clone, false), step(clone, false), step(clone, true), step(clone, false)}).
-		To(Equal([]string{"Pending N/A", "CloneScheduled N/A", "Failed N/A", "done"}))
-	g.Expect(dataVolumeError(clone)).To(ContainSubstring("Failed phase"))
-	g.Expect(clone.Status.Conditions).To(ContainElement(HaveField("Reason", reasonError)))
+	g.Expect([]string{step(clone, none), step(clone, none), step(clone, failed), step(clone, failed), step(clone, none), step(clone, none)}).
+		To(Equal([]string{"Pending N/A 0", "CloneScheduled N/A 0", "CloneInProgress 0.00% 1", "CloneInProgress 0.00% 2",
+			"CloneInProgress 0.00% 2", "CloneInProgress 50.00% 2"}))
+	failing := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: "disk"}}
+	step(failing, none)
+	step(failing, none)
+	step(failing, failed)
+	g.Expect(failing.Status.Conditions).To(ContainElement(And(HaveField("Type", cdiv1.DataVolumeRunning),
+		HaveField("Status", corev1.ConditionFalse), HaveField("Reason", reasonError))))
+	g.Expect(dataVolumeError(failing)).To(ContainSubstring("importer has stopped running due to an error"))
+
+	// A quota refusal holds the DataVolume Pending, Bound=False.
+	quota := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: "disk"}}
+	g.Expect([]string{step(quota, dvFaults{quota: true}), step(quota, dvFaults{quota: true}), step(quota, none), step(quota, none)}).
+		To(Equal([]string{"Pending N/A 0", "held", "ImportScheduled N/A 0", "ImportInProgress 0.00% 0"}))
+
+	// An unschedulable importer holds ImportScheduled, Running=False.
+	unsched := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: "disk"}}
+	step(unsched, none)
+	step(unsched, none)
+	g.Expect([]string{step(unsched, dvFaults{unschedulable: true}), step(unsched, dvFaults{unschedulable: true})}).
+		To(Equal([]string{"ImportScheduled N/A 0", "held"}))
+	g.Expect(unsched.Status.Conditions).To(ContainElement(And(HaveField("Type", cdiv1.DataVolumeRunning),
+		HaveField("Reason", "Unschedulable"), HaveField("Message", "Importer pod cannot be scheduled"))))
+
+	// Waiting for a first consumer holds PendingPopulation.
+	wffc := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: "disk"}}
+	w := dvFaults{waitForConsumer: true}
+	g.Expect([]string{step(wffc, w), step(wffc, w), step(wffc, w), step(wffc, none)}).
+		To(Equal([]string{"Pending N/A 0", "PendingPopulation N/A 0", "held", "ImportScheduled N/A 0"}))
 }
 
 func TestIPAddressForIsStablePerVirtualMachine(t *testing.T) {

@@ -140,7 +140,7 @@ func TestProgressUnknownFault(t *testing.T) {
 	sim := New(nil, Options{ImportSteps: 4})
 	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "disk"}}
 	tick := func() string {
-		st, ok := sim.nextDataVolumeTick(dv, false)
+		st, ok := sim.nextDataVolumeTick(dv, dvFaults{})
 		if !ok {
 			return "no step"
 		}
@@ -167,7 +167,7 @@ func TestProgressUnknownFault(t *testing.T) {
 	sim.SetImportSteps("ns", "long", 10)
 	long := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "long"},
 		Status: cdiv1.DataVolumeStatus{Phase: cdiv1.ImportInProgress, Progress: "0.00%"}}
-	st, ok := sim.nextDataVolumeTick(long, false)
+	st, ok := sim.nextDataVolumeTick(long, dvFaults{})
 	g.Expect(ok).To(BeTrue())
 	g.Expect(st.Progress).To(Equal(cdiv1.DataVolumeProgress("10.00%")), "SetImportSteps sets this DataVolume's steps")
 }

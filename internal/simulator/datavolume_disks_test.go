@@ -1,0 +1,215 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package simulator_test
+
+import (
+	"context"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/macvirt/macvirt/internal/simulator"
+)
+
+// sourcePVC creates a PVC for a DataSource or a clone to use.
+func sourcePVC(ns, name string) {
+	create(&corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Gi")},
+			},
+		},
+	})
+}
+
+// dataSource creates a DataSource whose source is the PVC pvc ("" for
+// none).
+func dataSource(ns, name, pvc string) {
+	ds := &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if pvc != "" {
+		ds.Spec.Source.PVC = &cdiv1.DataVolumeSourcePVC{Namespace: ns, Name: pvc}
+	}
+	create(ds)
+}
+
+// goldenImage creates a source PVC and a DataSource of the same name
+// pointing at it.
+func goldenImage(ns, name string) {
+	sourcePVC(ns, name)
+	dataSource(ns, name, name)
+}
+
+// dataSourceReady polls a DataSource's Ready condition as "status reason: message".
+func dataSourceReady(ns, name string) func(Gomega) string {
+	return func(g Gomega) string {
+		ds := &cdiv1.DataSource{}
+		g.Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, ds)).To(Succeed())
+		for _, c := range ds.Status.Conditions {
+			if c.Type == cdiv1.DataSourceReady {
+				return string(c.Status) + " " + c.Reason + ": " + c.Message
+			}
+		}
+		return ""
+	}
+}
+
+// wffcStorageClass creates a StorageClass that binds on first consumer,
+// deleted when the spec ends.
+func wffcStorageClass() string {
+	sc := &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{GenerateName: "local-wffc-"},
+		Provisioner:       "rancher.io/local-path",
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+	}
+	create(sc)
+	DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, sc))).To(Succeed()) })
+	return sc.Name
+}
+
+var _ = Describe("DataVolume sources and storage", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("reports a DataSource Ready only once its source PVC exists", func() {
+		dataSource(ns, "empty", "")
+		dataSource(ns, "later", "later")
+		Eventually(dataSourceReady(ns, "empty")).WithTimeout(timeout).Should(Equal("False NoSource: No source PVC set"))
+		Eventually(dataSourceReady(ns, "later")).WithTimeout(timeout).Should(Equal("False NotFound: PVC not found"))
+
+		sourcePVC(ns, "later")
+		Eventually(dataSourceReady(ns, "later")).WithTimeout(timeout).Should(Equal("True Ready: DataSource is ready to be consumed"))
+	})
+
+	It("gives a clone no status while its DataSource is missing or has no source, and clones once it resolves", func() {
+		create(newClonedDataVolume(ns, "missing", "sequoia"))
+		dataSource(ns, "empty", "")
+		create(newClonedDataVolume(ns, "unresolved", "empty"))
+		Consistently(dataVolumePhase(ns, "missing")).WithTimeout(10 * stepInterval).WithPolling(stepInterval).Should(BeEmpty())
+		Consistently(dataVolumePhase(ns, "unresolved")).WithTimeout(2 * stepInterval).WithPolling(stepInterval).Should(BeEmpty())
+		dv, err := getDataVolume(ns, "missing")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(dv.Status.Conditions).To(BeEmpty())
+
+		goldenImage(ns, "sequoia")
+		Eventually(dataVolumePhase(ns, "missing")).WithTimeout(timeout).Should(Equal(cdiv1.Succeeded))
+	})
+
+	It("keeps a clone whose source PVC is missing without a phase, with CloneWithoutSource and a Warning event", func() {
+		dataSource(ns, "sequoia", "sequoia")
+		create(newClonedDataVolume(ns, "clone", "sequoia"))
+		Eventually(func(g Gomega) []cdiv1.DataVolumeCondition {
+			dv, err := getDataVolume(ns, "clone")
+			g.Expect(err).NotTo(HaveOccurred())
+			return dv.Status.Conditions
+		}).WithTimeout(timeout).Should(ContainElement(MatchFieldsBound("The source pvc sequoia doesn't exist")))
+		Consistently(dataVolumePhase(ns, "clone")).WithTimeout(5 * stepInterval).WithPolling(stepInterval).Should(BeEmpty())
+		Eventually(func(g Gomega) []string {
+			evs := &corev1.EventList{}
+			g.Expect(k8sClient.List(ctx, evs, client.InNamespace(ns))).To(Succeed())
+			var reasons []string
+			for _, e := range evs.Items {
+				if e.InvolvedObject.Name == "clone" && e.Type == corev1.EventTypeWarning {
+					reasons = append(reasons, e.Reason)
+				}
+			}
+			return reasons
+		}).WithTimeout(timeout).Should(ContainElement("CloneWithoutSource"))
+
+		sourcePVC(ns, "sequoia")
+		Eventually(dataVolumePhase(ns, "clone")).WithTimeout(timeout).Should(Equal(cdiv1.Succeeded))
+	})
+
+	It("keeps a DataVolume on a WaitForFirstConsumer class PendingPopulation until a VirtualMachine using it runs", func() {
+		sc := wffcStorageClass()
+		dv := newDataVolume(ns, "disk")
+		dv.Spec.Storage.StorageClassName = &sc
+		create(dv)
+		vm := newVM(ns, "mac", "disk")
+		vm.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyHalted)
+		create(vm)
+		Eventually(dataVolumePhase(ns, "disk")).WithTimeout(timeout).Should(Equal(cdiv1.PendingPopulation))
+		Consistently(dataVolumePhase(ns, "disk")).WithTimeout(6 * stepInterval).WithPolling(stepInterval).Should(Equal(cdiv1.PendingPopulation))
+
+		Eventually(func() error {
+			got, err := getVM(ns, "mac")
+			if err != nil {
+				return err
+			}
+			got.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyAlways)
+			return k8sClient.Update(ctx, got)
+		}).WithTimeout(timeout).Should(Succeed())
+		Eventually(dataVolumePhase(ns, "disk")).WithTimeout(timeout).Should(Equal(cdiv1.Succeeded))
+	})
+
+	It("populates a WaitForFirstConsumer DataVolume at once when immediate binding is requested", func() {
+		sc := wffcStorageClass()
+		dv := newDataVolume(ns, "disk")
+		dv.Spec.Storage.StorageClassName = &sc
+		dv.Annotations = map[string]string{simulator.AnnImmediateBinding: "true"}
+		create(dv)
+		Eventually(dataVolumePhase(ns, "disk")).WithTimeout(timeout).Should(Equal(cdiv1.Succeeded))
+	})
+
+	It("holds a DataVolume Pending with Bound=False ErrExceededQuota while the quota refuses its PVC", func() {
+		fault := simulator.Fault{Kind: simulator.DataVolumeQuotaExceeded, Namespace: ns, Name: "disk"}
+		sim.Inject(fault)
+		DeferCleanup(sim.Clear, fault)
+		create(newDataVolume(ns, "disk"))
+		Eventually(func(g Gomega) []cdiv1.DataVolumeCondition {
+			dv, err := getDataVolume(ns, "disk")
+			g.Expect(err).NotTo(HaveOccurred())
+			return dv.Status.Conditions
+		}).WithTimeout(timeout).Should(condition(cdiv1.DataVolumeBound, corev1.ConditionFalse, "ErrExceededQuota"))
+		Consistently(dataVolumePhase(ns, "disk")).WithTimeout(5 * stepInterval).WithPolling(stepInterval).Should(Equal(cdiv1.Pending))
+
+		sim.Clear(fault)
+		Eventually(dataVolumePhase(ns, "disk")).WithTimeout(timeout).Should(Equal(cdiv1.Succeeded))
+	})
+
+	It("holds a DataVolume ImportScheduled with Running=False Unschedulable while its importer finds no node", func() {
+		fault := simulator.Fault{Kind: simulator.ImporterUnschedulable, Namespace: ns, Name: "disk"}
+		sim.Inject(fault)
+		DeferCleanup(sim.Clear, fault)
+		create(newDataVolume(ns, "disk"))
+		Eventually(func(g Gomega) []cdiv1.DataVolumeCondition {
+			dv, err := getDataVolume(ns, "disk")
+			g.Expect(err).NotTo(HaveOccurred())
+			return dv.Status.Conditions
+		}).WithTimeout(timeout).Should(condition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Unschedulable"))
+		Expect(dataVolumePhase(ns, "disk")(Default)).To(Equal(cdiv1.ImportScheduled))
+
+		sim.Clear(fault)
+		Eventually(dataVolumePhase(ns, "disk")).WithTimeout(timeout).Should(Equal(cdiv1.Succeeded))
+	})
+})
+
+// MatchFieldsBound matches a Bound=False CloneWithoutSource condition with msg.
+func MatchFieldsBound(msg string) OmegaMatcher {
+	return And(HaveField("Type", cdiv1.DataVolumeBound), HaveField("Status", corev1.ConditionFalse),
+		HaveField("Reason", "CloneWithoutSource"), HaveField("Message", msg))
+}

@@ -1,0 +1,330 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package simulator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// AnnImmediateBinding is CDI's DataVolume (and PVC) annotation asking it to
+// populate a DataVolume on a WaitForFirstConsumer storage class without
+// waiting for a consumer; only its presence counts
+// (pkg/controller/common/util.go, AnnImmediateBinding and
+// ImmediateBindingRequested).
+const AnnImmediateBinding = "cdi.kubevirt.io/storage.bind.immediate.requested"
+
+// annDefaultStorageClass marks the cluster's default storage class.
+const annDefaultStorageClass = "storageclass.kubernetes.io/is-default-class"
+
+// clonePVCSource resolves the source PVC of a clone: spec.source.pvc, or the
+// PVC of the DataSource in spec.sourceRef. resolved is false when CDI finds
+// no clone source to act on: the DataSource is missing or has neither a PVC
+// nor a snapshot source (pkg/controller/datavolume/controller-base.go,
+// getSourceRefOp, returns dataVolumeNop and no controller touches the
+// DataVolume). A nil PVC source with resolved true is a snapshot or an
+// import.
+func (r *dataVolumeReconciler) clonePVCSource(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.DataVolumeSourcePVC, bool, error) {
+	if ref := dv.Spec.SourceRef; ref != nil {
+		if ref.Kind != cdiv1.DataVolumeDataSource {
+			return nil, false, nil
+		}
+		ns := dv.Namespace
+		if ref.Namespace != nil && *ref.Namespace != "" {
+			ns = *ref.Namespace
+		}
+		ds := &cdiv1.DataSource{}
+		if err := r.sim.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, ds); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, false, nil
+			}
+			return nil, false, fmt.Errorf("getting DataSource %s/%s: %w", ns, ref.Name, err)
+		}
+		src := ds.Spec.Source
+		if src.PVC == nil && src.Snapshot == nil {
+			return nil, false, nil
+		}
+		if src.PVC != nil {
+			pvc := src.PVC.DeepCopy()
+			if pvc.Namespace == "" {
+				pvc.Namespace = ns
+			}
+			return pvc, true, nil
+		}
+		return nil, true, nil
+	}
+	if src := dv.Spec.Source; src != nil && src.PVC != nil {
+		pvc := src.PVC.DeepCopy()
+		if pvc.Namespace == "" {
+			pvc.Namespace = dv.Namespace
+		}
+		return pvc, true, nil
+	}
+	return nil, true, nil
+}
+
+// holdForSource reports whether a clone cannot start for want of its
+// source, before CDI creates the target PVC (phase unset or Pending). A
+// DataVolume whose DataSource does not resolve gets no status at all; one
+// whose source PVC is missing keeps its phase, gets Bound and Ready False
+// with reason CloneWithoutSource, and a Warning event of that reason
+// (pkg/controller/datavolume/pvc-clone-controller.go,
+// validateCloneAndSourcePVC).
+func (r *dataVolumeReconciler) holdForSource(ctx context.Context, dv *cdiv1.DataVolume) (bool, error) {
+	if dv.Status.Phase != cdiv1.PhaseUnset && dv.Status.Phase != cdiv1.Pending {
+		return false, nil
+	}
+	src, resolved, err := r.clonePVCSource(ctx, dv)
+	if err != nil || !resolved {
+		return !resolved, err
+	}
+	if src == nil {
+		return false, nil
+	}
+	err = r.sim.client.Get(ctx, types.NamespacedName{Namespace: src.Namespace, Name: src.Name}, &corev1.PersistentVolumeClaim{})
+	if err == nil {
+		return false, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return true, fmt.Errorf("getting source PVC %s/%s: %w", src.Namespace, src.Name, err)
+	}
+	msg := fmt.Sprintf(msgCloneNoSource, "pvc", src.Name)
+	st := dv.Status.DeepCopy()
+	f := corev1.ConditionFalse
+	st.Conditions = setDataVolumeCondition(st.Conditions, cdiv1.DataVolumeBound, f, reasonCloneNoSource, msg)
+	st.Conditions = setDataVolumeCondition(st.Conditions, cdiv1.DataVolumeReady, f, reasonCloneNoSource, msg)
+	st.Conditions = setDataVolumeCondition(st.Conditions, cdiv1.DataVolumeRunning, f, "", "")
+	if equality.Semantic.DeepEqual(*st, dv.Status) {
+		return true, nil
+	}
+	dv.Status = *st
+	if err := r.sim.client.Status().Update(ctx, dv); err != nil {
+		return true, fmt.Errorf("updating status of DataVolume %s/%s: %w", dv.Namespace, dv.Name, err)
+	}
+	if r.recorder != nil {
+		r.recorder.Eventf(dv, nil, corev1.EventTypeWarning, reasonCloneNoSource, "Clone", "%s", msg)
+	}
+	return true, nil
+}
+
+// waitsForConsumer reports whether the DataVolume's storage class binds on
+// first consumer and nothing consumes it yet, so CDI leaves it
+// PendingPopulation (pkg/controller/datavolume/controller-base.go,
+// shouldBeMarkedPendingPopulation: WaitForFirstConsumer, no selected node,
+// no AnnImmediateBinding). The scheduler selects a node when a pod using
+// the PVC is scheduled; the simulator counts a VirtualMachine that uses the
+// DataVolume and is asked to run as that pod, since its instance is what
+// KubeVirt schedules.
+func (r *dataVolumeReconciler) waitsForConsumer(ctx context.Context, dv *cdiv1.DataVolume) (bool, error) {
+	switch dv.Status.Phase {
+	case cdiv1.PhaseUnset, cdiv1.Pending, cdiv1.PendingPopulation:
+	default:
+		return false, nil
+	}
+	if _, ok := dv.Annotations[AnnImmediateBinding]; ok {
+		return false, nil
+	}
+	sc, err := r.storageClassOf(ctx, dv)
+	if err != nil || sc == nil || sc.VolumeBindingMode == nil || *sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
+		return false, err
+	}
+	vms := &kubevirtv1.VirtualMachineList{}
+	if err := r.sim.client.List(ctx, vms, client.InNamespace(dv.Namespace)); err != nil {
+		return false, fmt.Errorf("listing VirtualMachines using DataVolume %s/%s: %w", dv.Namespace, dv.Name, err)
+	}
+	for i := range vms.Items {
+		vm := &vms.Items[i]
+		if slices.Contains(dataVolumeNames(vm), dv.Name) && asksToRun(vm) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// asksToRun reports a VirtualMachine whose run strategy makes KubeVirt
+// create an instance (and its pod) by itself.
+func asksToRun(vm *kubevirtv1.VirtualMachine) bool {
+	s, err := vm.RunStrategy()
+	if err != nil {
+		return false
+	}
+	return s == kubevirtv1.RunStrategyAlways || s == kubevirtv1.RunStrategyRerunOnFailure || s == kubevirtv1.RunStrategyOnce
+}
+
+// storageClassOf returns the DataVolume's storage class: the one it names,
+// else the cluster's default; nil when there is none.
+func (r *dataVolumeReconciler) storageClassOf(ctx context.Context, dv *cdiv1.DataVolume) (*storagev1.StorageClass, error) {
+	var name *string
+	switch {
+	case dv.Spec.Storage != nil:
+		name = dv.Spec.Storage.StorageClassName
+	case dv.Spec.PVC != nil:
+		name = dv.Spec.PVC.StorageClassName
+	}
+	if name != nil && *name != "" {
+		sc := &storagev1.StorageClass{}
+		if err := r.sim.client.Get(ctx, types.NamespacedName{Name: *name}, sc); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("getting StorageClass %s: %w", *name, err)
+		}
+		return sc, nil
+	}
+	list := &storagev1.StorageClassList{}
+	if err := r.sim.client.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing StorageClasses: %w", err)
+	}
+	for i := range list.Items {
+		if list.Items[i].Annotations[annDefaultStorageClass] == "true" {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// dataVolumesOfVM maps a VirtualMachine to the DataVolumes it uses.
+func dataVolumesOfVM(_ context.Context, obj client.Object) []reconcile.Request {
+	vm, ok := obj.(*kubevirtv1.VirtualMachine)
+	if !ok {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, name := range dataVolumeNames(vm) {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vm.Namespace, Name: name}})
+	}
+	return reqs
+}
+
+// dataSourceReconciler plays CDI's DataSource controller
+// (pkg/controller/datasource-controller.go, update and handlePvcSource):
+// Ready=True once the source PVC exists (and the DataVolume importing it,
+// if any, Succeeded), Ready=False otherwise with CDI's reason.
+type dataSourceReconciler struct {
+	sim *Simulator
+}
+
+func (r *dataSourceReconciler) setup(mgr ctrl.Manager) error {
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("sim-datasource").
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
+		For(&cdiv1.DataSource{}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("setting up DataSource simulator: %w", err)
+	}
+	return nil
+}
+
+// Reconcile sets the DataSource's Ready condition. CDI watches the source
+// PVCs and DataVolumes; the simulator looks again every StepInterval while
+// the DataSource is not Ready.
+func (r *dataSourceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ds := &cdiv1.DataSource{}
+	if err := r.sim.client.Get(ctx, req.NamespacedName, ds); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	status, reason, msg, err := r.readiness(ctx, ds)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	st := ds.Status.DeepCopy()
+	ds.Spec.Source.DeepCopyInto(&st.Source)
+	st.Conditions = setDataSourceReady(st.Conditions, status, reason, msg)
+	if !equality.Semantic.DeepEqual(*st, ds.Status) {
+		ds.Status = *st
+		// The DataSource CRD has no status subresource: CDI updates the
+		// whole object.
+		if err := r.sim.client.Update(ctx, ds); err != nil {
+			return ctrl.Result{}, fmt.Errorf("updating status of DataSource %s: %w", req.NamespacedName, err)
+		}
+	}
+	if status != corev1.ConditionTrue {
+		return ctrl.Result{RequeueAfter: r.sim.opts.StepInterval}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// readiness is the DataSource's Ready condition in CDI's words. Snapshot
+// sources count as ready: the simulator has no VolumeSnapshot API.
+func (r *dataSourceReconciler) readiness(ctx context.Context, ds *cdiv1.DataSource) (corev1.ConditionStatus, string, string, error) {
+	src := ds.Spec.Source
+	switch {
+	case src.PVC != nil:
+		ns := src.PVC.Namespace
+		if ns == "" {
+			ns = ds.Namespace
+		}
+		key := types.NamespacedName{Namespace: ns, Name: src.PVC.Name}
+		dv := &cdiv1.DataVolume{}
+		if err := r.sim.client.Get(ctx, key, dv); err == nil {
+			if dv.Status.Phase == cdiv1.Succeeded {
+				return corev1.ConditionTrue, "Ready", "DataSource is ready to be consumed", nil
+			}
+			return corev1.ConditionFalse, string(dv.Status.Phase), fmt.Sprintf("Import DataVolume phase %s", dv.Status.Phase), nil
+		} else if !apierrors.IsNotFound(err) {
+			return "", "", "", fmt.Errorf("getting DataVolume %s: %w", key, err)
+		}
+		if err := r.sim.client.Get(ctx, key, &corev1.PersistentVolumeClaim{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return corev1.ConditionFalse, "NotFound", "PVC not found", nil
+			}
+			return "", "", "", fmt.Errorf("getting PVC %s: %w", key, err)
+		}
+		return corev1.ConditionTrue, "Ready", "DataSource is ready to be consumed", nil
+	case src.Snapshot != nil:
+		return corev1.ConditionTrue, "Ready", "DataSource is ready to be consumed", nil
+	}
+	return corev1.ConditionFalse, "NoSource", "No source PVC set", nil
+}
+
+// setDataSourceReady sets the Ready condition like CDI's
+// updateDataSourceCondition: times move only on a change.
+func setDataSourceReady(conds []cdiv1.DataSourceCondition, status corev1.ConditionStatus, reason, msg string) []cdiv1.DataSourceCondition {
+	now := metav1.Now()
+	for i := range conds {
+		c := &conds[i]
+		if c.Type != cdiv1.DataSourceReady {
+			continue
+		}
+		if c.Status != status {
+			c.LastTransitionTime = now
+		}
+		if c.Status != status || c.Reason != reason || c.Message != msg {
+			c.LastHeartbeatTime = now
+		}
+		c.Status, c.Reason, c.Message = status, reason, msg
+		return conds
+	}
+	return append(conds, cdiv1.DataSourceCondition{Type: cdiv1.DataSourceReady, ConditionState: cdiv1.ConditionState{
+		Status: status, Reason: reason, Message: msg, LastTransitionTime: now, LastHeartbeatTime: now}})
+}
