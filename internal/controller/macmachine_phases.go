@@ -316,7 +316,14 @@ func (r *MacMachineReconciler) requestStop(ctx context.Context, o *machineObserv
 		}
 		return fmt.Errorf("reading VirtualMachine %s before stopping it: %w", o.VM.Name, err)
 	}
-	if isHalted(fresh) {
+	freshVMI := &kubevirtv1.VirtualMachineInstance{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(o.VM), freshVMI); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading VirtualMachineInstance %s before stopping it: %w", o.VM.Name, err)
+		}
+		freshVMI = nil
+	}
+	if !stopNeeded(fresh, freshVMI) {
 		o.VM = fresh
 		return nil
 	}

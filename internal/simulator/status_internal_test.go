@@ -38,7 +38,7 @@ func vmWith(strategy kubevirtv1.VirtualMachineRunStrategy) *kubevirtv1.VirtualMa
 }
 
 func vmiIn(phase kubevirtv1.VirtualMachineInstancePhase) *kubevirtv1.VirtualMachineInstance {
-	vmi := &kubevirtv1.VirtualMachineInstance{}
+	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{UID: "vmi"}}
 	if phase != kubevirtv1.VmPhaseUnset {
 		setVMIPhase(vmi, phase, time.Now())
 	}
@@ -98,7 +98,59 @@ func TestPrintableStatus(t *testing.T) {
 			strategy, err := tc.vm.RunStrategy()
 			g.Expect(err).NotTo(HaveOccurred())
 			v := vmView{vm: tc.vm, vmi: tc.vmi, dvs: tc.dvs, now: now}
-			g.Expect(printableStatus(v, &tc.vm.Status, strategy, tc.startExpected)).To(Equal(tc.want))
+			g.Expect(printableStatus(v, &tc.vm.Status, strategy, tc.startExpected, false)).To(Equal(tc.want))
+		})
+	}
+}
+
+// withRequests is a VirtualMachine with the given state change requests.
+func withRequests(strategy kubevirtv1.VirtualMachineRunStrategy, reqs ...kubevirtv1.VirtualMachineStateChangeRequest) *kubevirtv1.VirtualMachine {
+	vm := vmWith(strategy)
+	vm.Status.StateChangeRequests = reqs
+	return vm
+}
+
+func stopOf(uid types.UID) kubevirtv1.VirtualMachineStateChangeRequest {
+	return kubevirtv1.VirtualMachineStateChangeRequest{Action: kubevirtv1.StopRequest, UID: ptr.To(uid)}
+}
+
+func startReq() kubevirtv1.VirtualMachineStateChangeRequest {
+	return kubevirtv1.VirtualMachineStateChangeRequest{Action: kubevirtv1.StartRequest}
+}
+
+// rerunStarted is a RerunOnFailure VirtualMachine that ran before (its
+// status records the strategy) and has no request pending.
+func rerunStarted() *kubevirtv1.VirtualMachine {
+	vm := vmWith(kubevirtv1.RunStrategyRerunOnFailure)
+	vm.Status.RunStrategy = kubevirtv1.RunStrategyRerunOnFailure
+	return vm
+}
+
+func TestSyncStateChangeRequests(t *testing.T) {
+	deleting := vmiIn(kubevirtv1.Running)
+	deleting.DeletionTimestamp = ptr.To(metav1.Now())
+	tests := map[string]struct {
+		vm     *kubevirtv1.VirtualMachine
+		vmi    *kubevirtv1.VirtualMachineInstance
+		action vmAction
+		want   []kubevirtv1.VirtualMachineStateChangeRequest
+	}{
+		"stop kept while its instance exists":  {vm: withRequests(kubevirtv1.RunStrategyManual, stopOf("vmi")), vmi: deleting, want: []kubevirtv1.VirtualMachineStateChangeRequest{stopOf("vmi")}},
+		"stop cleared once the instance gone":  {vm: withRequests(kubevirtv1.RunStrategyManual, stopOf("vmi"))},
+		"stop cleared for another instance":    {vm: withRequests(kubevirtv1.RunStrategyManual, stopOf("old")), vmi: vmiIn(kubevirtv1.Running)},
+		"start kept until an instance runs":    {vm: withRequests(kubevirtv1.RunStrategyManual, startReq()), want: []kubevirtv1.VirtualMachineStateChangeRequest{startReq()}},
+		"start cleared once an instance lives": {vm: withRequests(kubevirtv1.RunStrategyManual, startReq()), vmi: vmiIn(kubevirtv1.Scheduling)},
+		"rerun adds a start for a failed one": {vm: vmWith(kubevirtv1.RunStrategyRerunOnFailure), vmi: vmiIn(kubevirtv1.Failed), action: actDelete,
+			want: []kubevirtv1.VirtualMachineStateChangeRequest{startReq()}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			st := *tc.vm.Status.DeepCopy()
+			strategy, err := tc.vm.RunStrategy()
+			g.Expect(err).NotTo(HaveOccurred())
+			syncStateChangeRequests(&st, strategy, vmView{vm: tc.vm, vmi: tc.vmi}, tc.action)
+			g.Expect(st.StateChangeRequests).To(Equal(tc.want))
 		})
 	}
 }
@@ -123,14 +175,27 @@ func TestDecideVM(t *testing.T) {
 		// in phase Pending (pkg/virt-controller/watch/vm/vm.go).
 		"always, standalone disks importing": {vm: vmWith(kubevirtv1.RunStrategyAlways),
 			dvs: dvSummary{templatesReady: true, provisioning: true}, want: actCreate},
-		"always, backing off":        {vm: backingOff, dvs: ready, want: actNone, requeue: true},
-		"always, instance failed":    {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: vmiIn(kubevirtv1.Failed), want: actDelete},
-		"halted, instance running":   {vm: vmWith(kubevirtv1.RunStrategyHalted), vmi: vmiIn(kubevirtv1.Running), want: actDelete},
-		"halted, no instance":        {vm: vmWith(kubevirtv1.RunStrategyHalted), dvs: ready, want: actNone},
-		"rerun, instance succeeded":  {vm: vmWith(kubevirtv1.RunStrategyRerunOnFailure), vmi: vmiIn(kubevirtv1.Succeeded), want: actNone},
+		"always, backing off":      {vm: backingOff, dvs: ready, want: actNone, requeue: true},
+		"always, instance failed":  {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: vmiIn(kubevirtv1.Failed), want: actDelete},
+		"halted, instance running": {vm: vmWith(kubevirtv1.RunStrategyHalted), vmi: vmiIn(kubevirtv1.Running), want: actDelete},
+		"halted, no instance":      {vm: vmWith(kubevirtv1.RunStrategyHalted), dvs: ready, want: actNone},
+		// syncRunStrategy removes a Succeeded instance too, but starts no
+		// other (setToStart below).
+		"rerun, instance succeeded":  {vm: vmWith(kubevirtv1.RunStrategyRerunOnFailure), vmi: vmiIn(kubevirtv1.Succeeded), want: actDelete},
 		"rerun, instance failed":     {vm: vmWith(kubevirtv1.RunStrategyRerunOnFailure), vmi: vmiIn(kubevirtv1.Failed), want: actDelete},
 		"manual, no instance":        {vm: vmWith(kubevirtv1.RunStrategyManual), dvs: ready, want: actNone},
 		"always, instance scheduled": {vm: vmWith(kubevirtv1.RunStrategyAlways), vmi: vmiIn(kubevirtv1.Scheduled), want: actNone},
+		// State change requests recorded by virt-api's stop endpoint
+		// (pkg/virt-controller/watch/vm/vm.go, syncRunStrategy).
+		"manual, stop requested":           {vm: withRequests(kubevirtv1.RunStrategyManual, stopOf("vmi")), vmi: vmiIn(kubevirtv1.Running), want: actDelete},
+		"manual, stop for another":         {vm: withRequests(kubevirtv1.RunStrategyManual, stopOf("old")), vmi: vmiIn(kubevirtv1.Running), want: actNone},
+		"manual, running":                  {vm: vmWith(kubevirtv1.RunStrategyManual), vmi: vmiIn(kubevirtv1.Running), want: actNone},
+		"manual, start requested":          {vm: withRequests(kubevirtv1.RunStrategyManual, startReq()), dvs: ready, want: actCreate},
+		"rerun, stop requested":            {vm: withRequests(kubevirtv1.RunStrategyRerunOnFailure, stopOf("vmi")), vmi: vmiIn(kubevirtv1.Running), want: actDelete},
+		"rerun, stopped by request":        {vm: rerunStarted(), dvs: ready, want: actNone},
+		"rerun, never started":             {vm: vmWith(kubevirtv1.RunStrategyRerunOnFailure), dvs: ready, want: actCreate},
+		"rerun, start requested":           {vm: withRequests(kubevirtv1.RunStrategyRerunOnFailure, startReq()), dvs: ready, want: actCreate},
+		"always, stop requested (restart)": {vm: withRequests(kubevirtv1.RunStrategyAlways, stopOf("vmi")), vmi: vmiIn(kubevirtv1.Running), want: actDelete},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

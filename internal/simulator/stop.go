@@ -25,10 +25,10 @@ import (
 	"io"
 	"net/http"
 	"regexp"
-	"slices"
+	"strings"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -72,7 +72,8 @@ func (s *Simulator) StopRequests() []StopRequest {
 // StopHandler serves virt-api's VirtualMachine stop subresource,
 // PUT /apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/{name}/stop
 // with an optional kubevirtv1.StopOptions body. Like virt-api it answers
-// 202 Accepted and halts the VirtualMachine, 404 when it does not exist and
+// 202 Accepted and halts the VirtualMachine or records a stop request,
+// according to its run strategy (see stop), 404 when it does not exist and
 // 409 when it is not running; errors carry a metav1.Status body.
 func (s *Simulator) StopHandler() http.Handler {
 	return http.HandlerFunc(s.serveStop)
@@ -123,13 +124,22 @@ func decodeStopOptions(body io.Reader) (*kubevirtv1.StopOptions, error) {
 	return opts, nil
 }
 
-// stop applies virt-api's stop semantics. A supplied grace period is first
-// written to a live instance. A VirtualMachine already Halted only accepts a
-// shorter grace period for an instance still shutting down. Otherwise the
-// VirtualMachine is halted: spec.runStrategy becomes Halted, or spec.running
-// false when the VirtualMachine uses that field. For RerunOnFailure and
-// Manual, which virt-api stops through a status change request instead, the
-// simulator halts the VirtualMachine too, once it checked that it runs.
+// jsonpatchTestErr is how the API server reports a JSON patch whose test
+// operation failed; virt-api answers such a patch with a conflict.
+const jsonpatchTestErr = "jsonpatch test operation does not apply"
+
+// stop imitates virt-api's StopVMRequestHandler (pkg/virt-api/rest/lifecycle.go):
+//   - a given grace period is first written to a live instance
+//     (patchVMITerminationGracePeriod);
+//   - Always and Once: spec.runStrategy becomes Halted, or spec.running
+//     false when the VirtualMachine uses that field (getRunningPatch);
+//   - RerunOnFailure and Manual: the run strategy is kept and a stop request
+//     for the instance's UID is recorded in status.stateChangeRequests
+//     (patchVMStatusStopped), which the VirtualMachine controller acts on;
+//     409 "VM is not running" without a live instance;
+//   - Halted: 409 "VM is not running" without a live instance; otherwise
+//     only a grace period shorter than the instance's is accepted, and then
+//     recorded as a stop request like Manual.
 func (s *Simulator) stop(ctx context.Context, key types.NamespacedName, opts *kubevirtv1.StopOptions) *apierrors.StatusError {
 	s.mu.Lock()
 	reader := s.reader
@@ -148,78 +158,125 @@ func (s *Simulator) stop(ctx context.Context, key types.NamespacedName, opts *ku
 	vmi := &kubevirtv1.VirtualMachineInstance{}
 	if err := reader.Get(ctx, key, vmi); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return apierrors.NewInternalError(fmt.Errorf("unable to retrieve vmi [%s]: %w", key.Name, err))
+			return apierrors.NewInternalError(err)
 		}
 		vmi = nil
 	}
 	live := vmi != nil && !vmi.IsFinal()
-	var oldGrace *int64
+	var oldGrace int64
 	if live && opts.GracePeriod != nil {
-		oldGrace = vmi.Spec.TerminationGracePeriodSeconds
-		if serr := s.patchGracePeriod(ctx, vmi, *opts.GracePeriod, opts.DryRun); serr != nil {
-			return serr
+		oldGrace = ptr.Deref(vmi.Spec.TerminationGracePeriodSeconds, 0)
+		if err := s.patchGracePeriod(ctx, vmi, *opts.GracePeriod, opts.DryRun); err != nil {
+			return apierrors.NewInternalError(err)
 		}
 	}
 	conflict := func(msg string) *apierrors.StatusError {
 		return apierrors.NewConflict(kubevirtv1.Resource("virtualmachine"), key.Name, errors.New(msg))
 	}
+	var patchErr error
 	switch strategy {
 	case kubevirtv1.RunStrategyHalted:
 		if !live {
 			return conflict(vmNotRunning)
 		}
-		if opts.GracePeriod == nil || (oldGrace != nil && *opts.GracePeriod >= *oldGrace) {
+		if opts.GracePeriod == nil || (vmi.Spec.TerminationGracePeriodSeconds != nil && *opts.GracePeriod >= oldGrace) {
 			return conflict(fmt.Sprintf("%v only supports manual stop requests with a shorter graceperiod", strategy))
 		}
-		return nil
+		patchErr = s.requestVMIStop(ctx, vm, vmi, opts.DryRun)
 	case kubevirtv1.RunStrategyRerunOnFailure, kubevirtv1.RunStrategyManual:
 		if !live {
 			return conflict(vmNotRunning)
 		}
+		patchErr = s.requestVMIStop(ctx, vm, vmi, opts.DryRun)
+	case kubevirtv1.RunStrategyAlways, kubevirtv1.RunStrategyOnce:
+		patchErr = s.halt(ctx, vm, opts.DryRun)
 	}
-	return s.halt(ctx, vm, opts.DryRun)
+	if patchErr != nil {
+		if strings.Contains(patchErr.Error(), jsonpatchTestErr) {
+			return apierrors.NewConflict(kubevirtv1.Resource("virtualmachine"), key.Name, patchErr)
+		}
+		return apierrors.NewInternalError(patchErr)
+	}
+	ctrl.LoggerFrom(ctx).Info("Stop requested", "virtualMachine", key, "runStrategy", strategy)
+	return nil
 }
 
 // halt sets the VirtualMachine's run strategy to Halted (or spec.running to
-// false), failing with a conflict if the VirtualMachine changed meanwhile.
-func (s *Simulator) halt(ctx context.Context, vm *kubevirtv1.VirtualMachine, dryRun []string) *apierrors.StatusError {
-	base := vm.DeepCopy()
-	if vm.Spec.Running != nil {
-		vm.Spec.Running = ptr.To(false)
-	} else {
-		vm.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyHalted)
-	}
-	patch := client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
-	if err := s.client.Patch(ctx, vm, patch, dryRunOpts(dryRun)...); err != nil {
-		if apierrors.IsConflict(err) {
-			return apierrors.NewConflict(kubevirtv1.Resource("virtualmachine"), vm.Name, err)
+// false) with a JSON patch that first tests the old value, as virt-api's
+// getRunningPatch (pkg/virt-api/rest/lifecycle.go) does.
+func (s *Simulator) halt(ctx context.Context, vm *kubevirtv1.VirtualMachine, dryRun []string) error {
+	var ops []jsonPatchOp
+	if vm.Spec.RunStrategy != nil {
+		ops = []jsonPatchOp{
+			{Op: "test", Path: "/spec/runStrategy", Value: vm.Spec.RunStrategy},
+			{Op: "replace", Path: "/spec/runStrategy", Value: kubevirtv1.RunStrategyHalted},
 		}
-		return apierrors.NewInternalError(fmt.Errorf("halting VirtualMachine %s/%s: %w", vm.Namespace, vm.Name, err))
+	} else {
+		ops = []jsonPatchOp{
+			{Op: "test", Path: "/spec/running", Value: vm.Spec.Running},
+			{Op: "replace", Path: "/spec/running", Value: false},
+		}
 	}
-	ctrl.LoggerFrom(ctx).Info("Stop requested", "virtualMachine", client.ObjectKeyFromObject(vm))
-	return nil
+	return s.client.Patch(ctx, vm, jsonPatch(ops), &client.PatchOptions{DryRun: dryRun})
+}
+
+// requestVMIStop records a stop request for the instance in the
+// VirtualMachine's status, replacing any pending request, and clears a
+// start failure: virt-api's patchVMStatusStopped and getChangeRequestJson
+// (pkg/virt-api/rest/lifecycle.go).
+func (s *Simulator) requestVMIStop(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, dryRun []string) error {
+	changes := []kubevirtv1.VirtualMachineStateChangeRequest{{Action: kubevirtv1.StopRequest, UID: ptr.To(vmi.UID)}}
+	var ops []jsonPatchOp
+	if equality.Semantic.DeepEqual(vm.Status, kubevirtv1.VirtualMachineStatus{}) {
+		ops = append(ops, jsonPatchOp{Op: "add", Path: "/status", Value: kubevirtv1.VirtualMachineStatus{StateChangeRequests: changes}})
+	} else {
+		op := "replace"
+		if len(vm.Status.StateChangeRequests) == 0 {
+			op = "add"
+		}
+		ops = append(ops,
+			jsonPatchOp{Op: "test", Path: "/status/stateChangeRequests", Value: vm.Status.StateChangeRequests},
+			jsonPatchOp{Op: op, Path: "/status/stateChangeRequests", Value: changes})
+	}
+	if vm.Status.StartFailure != nil {
+		ops = append(ops, jsonPatchOp{Op: "remove", Path: "/status/startFailure"})
+	}
+	return s.client.Status().Patch(ctx, vm, jsonPatch(ops),
+		&client.SubResourcePatchOptions{PatchOptions: client.PatchOptions{DryRun: dryRun}})
 }
 
 // patchGracePeriod writes the stop's grace period to the instance, which
-// bounds how long the guest is given to shut down.
-func (s *Simulator) patchGracePeriod(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, grace int64, dryRun []string) *apierrors.StatusError {
-	base := vmi.DeepCopy()
-	vmi.Spec.TerminationGracePeriodSeconds = ptr.To(grace)
-	patch := client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
-	if err := s.client.Patch(ctx, vmi, patch, dryRunOpts(dryRun)...); err != nil {
-		if apierrors.IsConflict(err) {
-			return apierrors.NewConflict(kubevirtv1.Resource("virtualmachineinstance"), vmi.Name, err)
-		}
-		return apierrors.NewInternalError(fmt.Errorf("setting grace period of VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err))
+// bounds how long the guest is given to shut down, testing the old value
+// first (pkg/virt-api/rest/lifecycle.go, patchVMITerminationGracePeriod).
+func (s *Simulator) patchGracePeriod(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, grace int64, dryRun []string) error {
+	ops := []jsonPatchOp{
+		{Op: "test", Path: "/spec/terminationGracePeriodSeconds", Value: vmi.Spec.TerminationGracePeriodSeconds},
+		{Op: "replace", Path: "/spec/terminationGracePeriodSeconds", Value: grace},
 	}
-	return nil
+	return s.client.Patch(ctx, vmi.DeepCopy(), jsonPatch(ops), &client.PatchOptions{DryRun: dryRun})
 }
 
-func dryRunOpts(dryRun []string) []client.PatchOption {
-	if slices.Contains(dryRun, metav1.DryRunAll) {
-		return []client.PatchOption{client.DryRunAll}
+// jsonPatchOp is one operation of an RFC 6902 JSON patch.
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// MarshalJSON keeps a null value of a test operation, which tests absence.
+func (o jsonPatchOp) MarshalJSON() ([]byte, error) {
+	m := map[string]any{"op": o.Op, "path": o.Path}
+	if o.Op != "remove" {
+		m["value"] = o.Value
 	}
-	return nil
+	return json.Marshal(m)
+}
+
+// jsonPatch encodes ops as a JSON patch; the operations only hold values
+// that always encode.
+func jsonPatch(ops []jsonPatchOp) client.Patch {
+	data, _ := json.Marshal(ops)
+	return client.RawPatch(types.JSONPatchType, data)
 }
 
 // writeStatus answers with err's metav1.Status, as virt-api does.

@@ -70,10 +70,10 @@ func vmOfInstance(_ context.Context, obj client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: key}}
 }
 
-// Reconcile writes the status the VirtualMachine's current state calls for,
-// then acts on the instance; the resulting events bring the next reconcile.
-// Status comes first so that a failed start is counted before its instance
-// is deleted.
+// Reconcile acts on the instance as the run strategy calls for, then writes
+// the status computed from the instance it saw (so a failed start is still
+// counted although its instance was just deleted); the resulting events
+// bring the next reconcile.
 func (r *vmReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	vm := &kubevirtv1.VirtualMachine{}
 	if err := r.sim.client.Get(ctx, req.NamespacedName, vm); err != nil {
@@ -108,10 +108,15 @@ func (r *vmReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 			action, requeue = actNone, r.sim.opts.CrashLoopBackoff
 		}
 	}
-	if err := r.writeStatus(ctx, vm, computeVMStatus(view, action == actCreate || view.refusal != "")); err != nil {
+	// pkg/virt-controller/watch/vm/vm.go (execute): sync acts on the
+	// instance first, then updateStatus writes the status computed from the
+	// instance observed before the action. An observer may thus see a new
+	// instance while the VirtualMachine still says Stopped, or a deleted one
+	// while it still says Running.
+	if err := r.act(ctx, vm, vmi, action); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.act(ctx, vm, vmi, action); err != nil {
+	if err := r.writeStatus(ctx, vm, computeVMStatus(view, action, action == actCreate || view.refusal != "")); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
@@ -143,7 +148,7 @@ func (r *vmReconciler) act(ctx context.Context, vm *kubevirtv1.VirtualMachine, v
 // the VirtualMachine once the instance is gone.
 func (r *vmReconciler) finalize(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) error {
 	view := vmView{vm: vm, vmi: vmi, now: time.Now(), backoff: r.sim.opts.CrashLoopBackoff, jitter: r.sim.jitter.upTo}
-	if err := r.writeStatus(ctx, vm, computeVMStatus(view, false)); err != nil {
+	if err := r.writeStatus(ctx, vm, computeVMStatus(view, actNone, false)); err != nil {
 		return err
 	}
 	if vmi != nil {

@@ -72,10 +72,16 @@ func decideVM(v vmView) (vmAction, time.Duration) {
 		if v.vmi.DeletionTimestamp != nil {
 			return actNone, 0
 		}
+		// pkg/virt-controller/watch/vm/vm.go (syncRunStrategy): a stop
+		// request recorded by virt-api for this instance stops it whatever
+		// the strategy (Always then starts a new one); RerunOnFailure also
+		// removes a Succeeded instance, without starting another.
+		stopRequested := hasStopRequestFor(v.vm, v.vmi)
 		switch {
 		case strategy == kubevirtv1.RunStrategyHalted,
-			strategy == kubevirtv1.RunStrategyAlways && v.vmi.IsFinal(),
-			strategy == kubevirtv1.RunStrategyRerunOnFailure && v.vmi.Status.Phase == kubevirtv1.Failed:
+			strategy == kubevirtv1.RunStrategyAlways && (v.vmi.IsFinal() || stopRequested),
+			strategy == kubevirtv1.RunStrategyRerunOnFailure && (v.vmi.IsFinal() || stopRequested),
+			strategy == kubevirtv1.RunStrategyManual && stopRequested:
 			return actDelete, 0
 		}
 		return actNone, 0
@@ -84,13 +90,76 @@ func decideVM(v vmView) (vmAction, time.Duration) {
 	// only templated DataVolumes delay the start; an instance whose
 	// standalone DataVolumes still populate is created at once and waits in
 	// phase Pending.
-	if !restartsOnFailure(strategy) || !v.dvs.templatesReady {
+	if !setToStart(v.vm, strategy) || !v.dvs.templatesReady {
 		return actNone, 0
 	}
 	if left := backoffLeft(v.vm.Status.StartFailure, v.now); left > 0 {
 		return actNone, left
 	}
 	return actCreate, 0
+}
+
+// setToStart reports whether virt-controller starts an instance for a
+// VirtualMachine that has none (pkg/virt-controller/watch/vm/vm.go,
+// syncRunStrategy): Always and Once do; RerunOnFailure only on a start
+// request or when the strategy was just switched to (status.runStrategy
+// differs), so it stays stopped after a stop request; Manual only on a
+// start request.
+func setToStart(vm *kubevirtv1.VirtualMachine, strategy kubevirtv1.VirtualMachineRunStrategy) bool {
+	switch strategy {
+	case kubevirtv1.RunStrategyAlways, kubevirtv1.RunStrategyOnce:
+		return true
+	case kubevirtv1.RunStrategyRerunOnFailure:
+		return hasStartRequest(vm) || vm.Status.RunStrategy != strategy
+	case kubevirtv1.RunStrategyManual:
+		return hasStartRequest(vm)
+	}
+	return false
+}
+
+// hasStartRequest reports a start request at the head of the VirtualMachine's
+// state change requests (pkg/virt-controller/watch/vm/vm.go, hasStartRequest).
+func hasStartRequest(vm *kubevirtv1.VirtualMachine) bool {
+	r := vm.Status.StateChangeRequests
+	return len(r) > 0 && r[0].Action == kubevirtv1.StartRequest
+}
+
+// hasStopRequestFor reports a stop request for this instance at the head of
+// the VirtualMachine's state change requests
+// (pkg/virt-controller/watch/vm/vm.go, hasStopRequestForVMI).
+func hasStopRequestFor(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) bool {
+	r := vm.Status.StateChangeRequests
+	return len(r) > 0 && r[0].Action == kubevirtv1.StopRequest && r[0].UID != nil && *r[0].UID == vmi.UID
+}
+
+// syncStateChangeRequests updates the state change requests as
+// virt-controller does around a sync: deleting a Failed instance under
+// RerunOnFailure adds a start request (syncRunStrategy, addStartRequest);
+// then the head request is dropped once done (updateStatus,
+// isTrimFirstChangeRequestNeeded): a stop request when there is no instance
+// or another one, a start request when an instance lives.
+func syncStateChangeRequests(st *kubevirtv1.VirtualMachineStatus, strategy kubevirtv1.VirtualMachineRunStrategy, v vmView, action vmAction) {
+	if action == actDelete && strategy == kubevirtv1.RunStrategyRerunOnFailure && v.vmi.Status.Phase == kubevirtv1.Failed {
+		st.StateChangeRequests = append(st.StateChangeRequests, kubevirtv1.VirtualMachineStateChangeRequest{Action: kubevirtv1.StartRequest})
+	}
+	if len(st.StateChangeRequests) == 0 {
+		return
+	}
+	head := st.StateChangeRequests[0]
+	vmi := v.vmi
+	trim := false
+	switch head.Action {
+	case kubevirtv1.StopRequest:
+		trim = vmi == nil || head.UID == nil || *head.UID != vmi.UID
+	case kubevirtv1.StartRequest:
+		trim = vmi != nil && vmi.DeletionTimestamp == nil && !vmi.IsFinal()
+	}
+	if trim {
+		st.StateChangeRequests = st.StateChangeRequests[1:]
+		if len(st.StateChangeRequests) == 0 {
+			st.StateChangeRequests = nil
+		}
+	}
 }
 
 // restartsOnFailure reports the run strategies that start an instance when
@@ -108,8 +177,11 @@ func backoffLeft(f *kubevirtv1.VirtualMachineStartFailure, now time.Time) time.D
 }
 
 // computeVMStatus derives the VirtualMachine status virt-controller would
-// write. startExpected is true when the instance is about to be created.
-func computeVMStatus(v vmView, startExpected bool) kubevirtv1.VirtualMachineStatus {
+// write once it took action on the instance it observed (v.vmi): like
+// updateStatus in pkg/virt-controller/watch/vm/vm.go, it is computed from
+// the instance seen before the action. startExpected is true when the
+// instance was just created (or its creation refused).
+func computeVMStatus(v vmView, action vmAction, startExpected bool) kubevirtv1.VirtualMachineStatus {
 	st := *v.vm.Status.DeepCopy()
 	strategy, _ := v.vm.RunStrategy()
 	st.Created = v.vmi != nil
@@ -123,10 +195,11 @@ func computeVMStatus(v vmView, startExpected bool) kubevirtv1.VirtualMachineStat
 			st.ObservedGeneration = parseGeneration(g)
 		}
 	}
+	syncStateChangeRequests(&st, strategy, v, action)
 	syncStartFailure(&st, strategy, v)
 	syncVMConditions(&st, v.vmi, v.now)
 	syncFailureCondition(&st, v.refusal, v.now)
-	st.PrintableStatus = printableStatus(v, &st, strategy, startExpected)
+	st.PrintableStatus = printableStatus(v, &st, strategy, startExpected, action == actDelete)
 	return st
 }
 
@@ -177,14 +250,16 @@ func wasRunning(vmi *kubevirtv1.VirtualMachineInstance) bool {
 // printableStatus applies virt-controller's ordered checks
 // (pkg/virt-controller/watch/vm/vm.go, setPrintableStatus): the first that
 // holds wins.
+// stopExpected is true when the instance was just deleted
+// (isVirtualMachineStatusStopping, isVMIStopExpected).
 func printableStatus(v vmView, st *kubevirtv1.VirtualMachineStatus, strategy kubevirtv1.VirtualMachineRunStrategy,
-	startExpected bool) kubevirtv1.VirtualMachinePrintableStatus {
+	startExpected, stopExpected bool) kubevirtv1.VirtualMachinePrintableStatus {
 	vmi := v.vmi
 	gone := vmi == nil || vmi.IsFinal()
 	switch {
 	case v.vm.DeletionTimestamp != nil:
 		return kubevirtv1.VirtualMachineStatusTerminating
-	case !gone && (vmi.DeletionTimestamp != nil || strategy == kubevirtv1.RunStrategyHalted):
+	case !gone && (vmi.DeletionTimestamp != nil || strategy == kubevirtv1.RunStrategyHalted || stopExpected):
 		return kubevirtv1.VirtualMachineStatusStopping
 	case vmi != nil && vmiMigrating(vmi):
 		return kubevirtv1.VirtualMachineStatusMigrating
