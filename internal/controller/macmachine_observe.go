@@ -56,6 +56,11 @@ func observeDisks(o machineObservation) diskState {
 		previous = p.Progress
 	}
 	progress := reportedProgress(unfinished, previous)
+	if progress == "" {
+		// Every disk is cloned by a method that reports no progress.
+		return diskState{cond: condFalse(macvirtv1alpha1.ReasonProvisioning,
+			"cloning (CDI reports no progress for this clone method until it is done): %s", strings.Join(waiting, ", "))}
+	}
 	return diskState{
 		cond:     condFalse(macvirtv1alpha1.ReasonProvisioning, "importing (%s): %s", progress, strings.Join(waiting, ", ")),
 		progress: progress,

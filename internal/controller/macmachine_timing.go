@@ -29,12 +29,17 @@ type diskProgress struct {
 //   - a disk in transfer whose progress CDI cannot read ("N/A", which CDI
 //     falls back to mid-import) leaves the last known value in place rather
 //     than sending the machine back to 0 %; with none known yet, it counts
-//     as 0 %.
+//     as 0 %;
+//   - a disk cloned by CSI clone or snapshot reports "N/A" until it is done
+//     (CDI's clone populator has no progress for them): it sets no figure,
+//     and with only such disks there is none ("").
 func reportedProgress(disks []diskProgress, previous string) string {
 	slowest, unknown := math.Inf(1), false
 	for _, d := range disks {
 		pct, ok := parsePercent(string(d.progress))
 		switch {
+		case progressNeverReported(d.phase):
+			continue
 		case ok:
 		case d.phase == cdiv1.ImportInProgress || d.phase == cdiv1.CloneInProgress:
 			unknown, pct = true, 0
@@ -51,4 +56,16 @@ func reportedProgress(disks []diskProgress, previous string) string {
 	}
 	step := math.Floor(math.Max(0, math.Min(slowest, 100))/progressStep) * progressStep
 	return fmt.Sprintf("%d%%", int(step))
+}
+
+// progressNeverReported reports the DataVolume phases of a CSI or snapshot
+// clone (pkg/controller/datavolume/clone-controller-base.go in CDI,
+// populatorPhaseMap), whose progress stays "N/A" until Succeeded.
+func progressNeverReported(phase cdiv1.DataVolumePhase) bool {
+	switch phase {
+	case cdiv1.CSICloneInProgress, cdiv1.SnapshotForSmartCloneInProgress, cdiv1.CloneFromSnapshotSourceInProgress,
+		cdiv1.PrepClaimInProgress, cdiv1.RebindInProgress:
+		return true
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -36,6 +37,9 @@ func TestReportedProgress(t *testing.T) {
 		"CDI's pre-rounded 100.0%":               {[]diskProgress{in("100.0%")}, "90%", "100%"},
 		"over 100 is 100":                        {[]diskProgress{in("100.7%")}, "", "100%"},
 		"no percent sign is unreadable":          {[]diskProgress{in("45")}, "40%", "40%"},
+		"a CSI clone sets no figure":             {[]diskProgress{{cdiv1.CSICloneInProgress, "N/A"}}, "", ""},
+		"a snapshot clone sets no figure":        {[]diskProgress{{cdiv1.SnapshotForSmartCloneInProgress, "N/A"}}, "", ""},
+		"an import beside a CSI clone sets it":   {[]diskProgress{{cdiv1.CSICloneInProgress, "N/A"}, in("45.20%")}, "", "40%"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -80,5 +84,19 @@ func TestMachineStatusChangesInProgressSteps(t *testing.T) {
 	}
 	if m.Status.Phase != macvirtv1alpha1.MachineProvisioning {
 		t.Errorf("phase = %s", m.Status.Phase)
+	}
+}
+
+func TestADiskClonedWithoutProgressSaysSo(t *testing.T) {
+	dv := func(name string, phase cdiv1.DataVolumePhase) *cdiv1.DataVolume {
+		d := &cdiv1.DataVolume{}
+		d.Name, d.Status.Phase, d.Status.Progress = name, phase, "N/A"
+		return d
+	}
+	o := machineObservation{Machine: &macvirtv1alpha1.MacMachine{},
+		DataVolumes: []*cdiv1.DataVolume{dv("m-opencore", cdiv1.RebindInProgress), dv("m-system", cdiv1.CSICloneInProgress)}}
+	got := observeDisks(o)
+	if got.progress != "" || !strings.Contains(got.cond.Message, "CDI reports no progress for this clone method") {
+		t.Errorf("observeDisks = %+v, want no figure and a message saying the clone method reports none", got)
 	}
 }

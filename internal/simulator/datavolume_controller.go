@@ -93,7 +93,7 @@ func (r *dataVolumeReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	f.waitForConsumer = wffc
+	f.waitForConsumer, f.cloneStrategy = wffc, r.sim.opts.CloneStrategy
 	next, ok := r.sim.nextDataVolumeTick(dv, f)
 	if !ok {
 		return ctrl.Result{}, nil

@@ -19,6 +19,7 @@ package simulator
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -105,6 +106,14 @@ func nextDataVolumeStatus(dv *cdiv1.DataVolume, steps int, f dvFaults) (cdiv1.Da
 		st.Conditions = dataVolumeConditions(st.Conditions, dv.Name, st.Phase, clone)
 		st.Conditions = setDataVolumeCondition(st.Conditions, cdiv1.DataVolumeRunning, corev1.ConditionFalse, reasonError, dataVolumeFailureMessage(dv))
 		return st, true
+	case clone && smartClonePhases(f.cloneStrategy) != nil && (st.Phase == scheduled || slices.Contains(smartClonePhases(f.cloneStrategy), st.Phase)):
+		// A CSI or snapshot clone passes through its populator's phases
+		// and reports no progress until it is done.
+		st.Phase = nextSmartClonePhase(f.cloneStrategy, st.Phase)
+		st.Progress = progressUnknown
+		if st.Phase == cdiv1.Succeeded {
+			st.Progress = progressComplete
+		}
 	case st.Phase == scheduled:
 		st.Phase, st.Progress = inProgress, progressAt(0, steps)
 	case st.Phase == inProgress:
@@ -231,4 +240,40 @@ func setDataVolumeCondition(conds []cdiv1.DataVolumeCondition, t cdiv1.DataVolum
 		Type: t, Status: status, Reason: reason, Message: message,
 		LastTransitionTime: now, LastHeartbeatTime: now,
 	})
+}
+
+// smartClonePhases are the DataVolume phases a clone goes through after
+// CloneScheduled under a clone strategy other than host-assisted copy:
+// the clone planner's phases (pkg/controller/clone/planner.go,
+// planCSIClone: CSIClone, PrepClaim, Rebind; planSnapshotFromPVC:
+// Snapshot, SnapshotClone, PrepClaim, Rebind), named as the DataVolume
+// controller maps them (pkg/controller/datavolume/clone-controller-base.go,
+// populatorPhaseMap). Progress stays "N/A" until Succeeded, when the
+// populator writes "100.0%" (pkg/controller/populators/clone-populator.go,
+// updateClonePhaseSucceeded; controller-base.go, reconcileProgressUpdate).
+// Nil for host-assisted copy, which reports progress like an import.
+func smartClonePhases(strategy cdiv1.CDICloneStrategy) []cdiv1.DataVolumePhase {
+	switch strategy {
+	case cdiv1.CloneStrategyCsiClone:
+		return []cdiv1.DataVolumePhase{cdiv1.CSICloneInProgress, cdiv1.PrepClaimInProgress, cdiv1.RebindInProgress}
+	case cdiv1.CloneStrategySnapshot:
+		return []cdiv1.DataVolumePhase{cdiv1.SnapshotForSmartCloneInProgress, cdiv1.CloneFromSnapshotSourceInProgress,
+			cdiv1.PrepClaimInProgress, cdiv1.RebindInProgress}
+	}
+	return nil
+}
+
+// nextSmartClonePhase is the phase after current in the strategy's
+// sequence: its first phase after CloneScheduled, Succeeded after its last.
+func nextSmartClonePhase(strategy cdiv1.CDICloneStrategy, current cdiv1.DataVolumePhase) cdiv1.DataVolumePhase {
+	phases := smartClonePhases(strategy)
+	for i, p := range phases {
+		if p == current {
+			if i+1 < len(phases) {
+				return phases[i+1]
+			}
+			return cdiv1.Succeeded
+		}
+	}
+	return phases[0]
 }

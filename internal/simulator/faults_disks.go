@@ -19,6 +19,8 @@ package simulator
 import (
 	"fmt"
 	"time"
+
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
 const (
@@ -56,6 +58,9 @@ type dvFaults struct {
 	// waitForConsumer: the storage class binds on first consumer, no
 	// consumer exists and immediate binding was not requested.
 	waitForConsumer bool
+	// cloneStrategy is the storage profile's clone strategy (not a fault,
+	// but it decides a clone's phases the same way).
+	cloneStrategy cdiv1.CDICloneStrategy
 }
 
 func (s *Simulator) dataVolumeFaults(namespace, name string) dvFaults {

@@ -77,6 +77,11 @@ type Options struct {
 	Jitter float64
 	// Seed seeds the jitter's random source, so that a run can be repeated.
 	Seed int64
+	// CloneStrategy is the clone strategy of the simulated storage profile
+	// (a StorageProfile's status.cloneStrategy): copy (host-assisted, with
+	// progress; the default), csi-clone or snapshot, which report no
+	// progress until they are done.
+	CloneStrategy cdiv1.CDICloneStrategy
 }
 
 func (o Options) withDefaults() Options {

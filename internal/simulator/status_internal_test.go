@@ -292,3 +292,28 @@ func TestIPAddressForIsStablePerVirtualMachine(t *testing.T) {
 	g.Expect(podInterface(vmi)).To(And(HaveField("Name", "default"), HaveField("IP", ip)))
 	g.Expect(vmiConditionStatus(vmi, kubevirtv1.VirtualMachineInstanceReady)).To(Equal(corev1.ConditionUnknown))
 }
+
+func TestSmartClonesReportNoProgressUntilDone(t *testing.T) {
+	g := NewWithT(t)
+	for strategy, want := range map[cdiv1.CDICloneStrategy][]string{
+		cdiv1.CloneStrategyCsiClone: {"Pending N/A", "CloneScheduled N/A", "CSICloneInProgress N/A", "PrepClaimInProgress N/A",
+			"RebindInProgress N/A", "Succeeded 100.0%", "held"},
+		cdiv1.CloneStrategySnapshot: {"Pending N/A", "CloneScheduled N/A", "SnapshotForSmartCloneInProgress N/A",
+			"CloneFromSnapshotSourceInProgress N/A", "PrepClaimInProgress N/A", "RebindInProgress N/A", "Succeeded 100.0%"},
+		cdiv1.CloneStrategyHostAssisted: {"Pending N/A", "CloneScheduled N/A", "CloneInProgress 0.00%", "CloneInProgress 50.00%",
+			"Succeeded 100.0%", "held", "held"},
+	} {
+		clone := &cdiv1.DataVolume{Spec: cdiv1.DataVolumeSpec{SourceRef: &cdiv1.DataVolumeSourceRef{Name: "base"}}}
+		var seen []string
+		for range want {
+			st, ok := nextDataVolumeStatus(clone, 2, dvFaults{cloneStrategy: strategy})
+			if !ok {
+				seen = append(seen, "held")
+				continue
+			}
+			clone.Status = st
+			seen = append(seen, fmt.Sprintf("%s %s", st.Phase, st.Progress))
+		}
+		g.Expect(seen).To(Equal(want), "clone strategy %s", strategy)
+	}
+}
