@@ -56,8 +56,10 @@ func (r *MacClaimReconciler) findBound(ctx context.Context, s *claimScope) (bool
 	m := &macvirtv1alpha1.MacMachine{}
 	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
 	err := r.Get(ctx, key, m)
-	if apierrors.IsNotFound(err) {
-		// The cache may lag; only the API server can say it is gone.
+	if apierrors.IsNotFound(err) || (err == nil && (m.UID != ref.UID || m.Spec.ClaimRef == nil || m.Spec.ClaimRef.UID != s.claim.UID)) {
+		// The cache may lag behind the binding (the claim's and the
+		// machine's watches are not ordered); only the API server can say
+		// the machine is gone or not this claim's.
 		err = r.APIReader.Get(ctx, key, m)
 	}
 	switch {
@@ -88,8 +90,9 @@ func (r *MacClaimReconciler) deleteOrphans(ctx context.Context, claim *macvirtv1
 			continue
 		}
 		uid, rv := m.UID, m.ResourceVersion
-		if err := r.Delete(ctx, m, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil &&
-			!apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		if err := r.Delete(ctx, m, client.Preconditions{UID: &uid, ResourceVersion: &rv}); apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			continue
+		} else if err != nil {
 			return fmt.Errorf("deleting orphaned machine %s/%s: %w", m.Namespace, m.Name, err)
 		}
 		// The binding protocol makes this impossible; it stays as a last
@@ -184,6 +187,19 @@ func (r *MacClaimReconciler) bindOnDemand(ctx context.Context, s *claimScope) (b
 		return false, err
 	}
 	s.class = class
+	// The class or the namespace may have changed since the claim
+	// committed: create nothing they no longer allow. The commitment stays
+	// (another operator may be creating this very machine); the claim says
+	// why it waits.
+	if !onDemand(s.claim, class) {
+		s.waiting = &problem{macvirtv1alpha1.ReasonWaitingForMachine,
+			fmt.Sprintf("committed to a machine made on demand, which MacClass %s no longer allows (tenancy.onDemand)", class.Name)}
+		return false, nil
+	}
+	if p, err := r.checkTenancy(ctx, s.claim, class); err != nil || p != nil {
+		s.waiting = p
+		return false, err
+	}
 	return r.createOnDemand(ctx, s)
 }
 
@@ -216,6 +232,17 @@ func (r *MacClaimReconciler) createOnDemand(ctx context.Context, s *claimScope) 
 	if reclaimPolicy(claim) == macvirtv1alpha1.ReclaimDelete {
 		m.OwnerReferences = []metav1.OwnerReference{controllerRef("MacClaim", claim.Name, claim.UID)}
 	}
+	// A paused or stale writer must not create a machine for a claim that
+	// has moved on (bound since, lost, or gone): the API server's copy of
+	// the claim must still be committed to it.
+	fresh := &macvirtv1alpha1.MacClaim{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(claim), fresh); err != nil {
+		return false, fmt.Errorf("reading claim %s/%s before creating its machine: %w", claim.Namespace, claim.Name, err)
+	}
+	if fresh.UID != claim.UID || !bindingInProgress(fresh) || fresh.Status.MachineRef != nil {
+		return false, apierrors.NewConflict(macvirtv1alpha1.GroupVersion.WithResource("macclaims").GroupResource(), claim.Name,
+			fmt.Errorf("the claim is no longer committed to a machine made on demand"))
+	}
 	err := r.Create(ctx, m)
 	if apierrors.IsAlreadyExists(err) {
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
@@ -242,7 +269,7 @@ func (r *MacClaimReconciler) createOnDemand(ctx context.Context, s *claimScope) 
 		return true, nil
 	}
 	ctrl.LoggerFrom(ctx).Info("created on-demand machine", "machine", m.Name)
-	s.machine = m
+	s.machine, s.retrySoon = m, false
 	return true, nil
 }
 
@@ -296,12 +323,57 @@ func (r *MacClaimReconciler) checkTenancy(ctx context.Context, claim *macvirtv1a
 		return nil, fmt.Errorf("counting the released machines of namespace %s: %w", claim.Namespace, err)
 	}
 	uids := make([]types.UID, 0, len(released.Items))
+	seen := make(map[types.UID]bool, len(released.Items))
 	for i := range released.Items {
 		uids = append(uids, released.Items[i].UID)
+		seen[released.Items[i].UID] = true
 	}
 	count := r.retained.count(releasedKey(claim.Namespace, class.Name), uids, r.Clock.Now())
+	pending, err := r.retainsInProgress(ctx, claim, class.Name)
+	if err != nil {
+		return nil, err
+	}
+	for _, uid := range pending {
+		if !seen[uid] {
+			count++
+		}
+	}
 	if refusal := tenancy.ReleasedFull(class, claim.Namespace, count); refusal != nil {
 		return &problem{refusal.Reason, refusal.Message}, nil
 	}
 	return nil, nil
+}
+
+// retainsInProgress lists, for the Retain bound of claim's namespace and
+// class, the bindings other Retain claims there have begun and not
+// recorded: each reserved machine's UID, or the committed claim's own UID
+// for a machine still to be made on demand. A binding begun by another
+// worker or operator (or before a crash) counts before it completes.
+func (r *MacClaimReconciler) retainsInProgress(ctx context.Context, claim *macvirtv1alpha1.MacClaim, class string) ([]types.UID, error) {
+	var claims macvirtv1alpha1.MacClaimList
+	if err := r.List(ctx, &claims, client.InNamespace(claim.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing the claims of namespace %s: %w", claim.Namespace, err)
+	}
+	var out []types.UID
+	for i := range claims.Items {
+		c := &claims.Items[i]
+		if c.UID == claim.UID || reclaimPolicy(c) != macvirtv1alpha1.ReclaimRetain || !bindingInProgress(c) {
+			continue
+		}
+		ref := c.Status.MachineRef
+		if ref == nil {
+			if c.Spec.ClassName == class {
+				out = append(out, c.UID)
+			}
+			continue
+		}
+		m := &macvirtv1alpha1.MacMachine{}
+		if err := getOptional(ctx, r.Client, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, m); err != nil {
+			return nil, err
+		}
+		if m.Name != "" && m.Spec.ClassName == class {
+			out = append(out, ref.UID)
+		}
+	}
+	return out, nil
 }

@@ -79,6 +79,10 @@ func (r *MacClaimReconciler) completeBind(ctx context.Context, s *claimScope) (b
 		return r.undoReservation(ctx, s, fmt.Sprintf("reserved machine %s was bound to another claim", key))
 	case !m.DeletionTimestamp.IsZero():
 		return r.undoReservation(ctx, s, fmt.Sprintf("reserved machine %s is being deleted", key))
+	case m.Status.Phase == macvirtv1alpha1.MachineFailed:
+		// Failed is terminal, and claimMachine never binds a Failed
+		// machine: no writer can still give it to this claim.
+		return r.undoReservation(ctx, s, fmt.Sprintf("reserved machine %s failed", key))
 	}
 	return r.finishBind(ctx, s, m)
 }
@@ -100,6 +104,7 @@ func (r *MacClaimReconciler) finishBind(ctx context.Context, s *claimScope, m *m
 		return false, err
 	case won:
 		s.machine = m
+		s.retrySoon = false
 		return true, nil
 	}
 	if _, err := r.undoReservation(ctx, s, fmt.Sprintf("machine %s/%s was taken by another claim", m.Namespace, m.Name)); err != nil {
@@ -129,13 +134,20 @@ func (r *MacClaimReconciler) writeReservation(ctx context.Context, s *claimScope
 	c.Status.Phase = macvirtv1alpha1.ClaimPending
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionBound,
 		Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: c.Generation})
-	if _, err := writeStatus(ctx, r.Client, c, before, true); err != nil {
+	written, err := writeStatus(ctx, r.Client, c, before, true)
+	if err != nil {
 		*c = *before
 		if !apierrors.IsConflict(err) {
 			s.writeFailed = &problem{macvirtv1alpha1.ReasonUpdateFailed, err.Error()}
 			recordEvent(r.Recorder, c, corev1.EventTypeWarning, macvirtv1alpha1.ReasonUpdateFailed, "Bind", err.Error())
 		}
 		return err
+	}
+	if !written {
+		// The claim is gone (the cache still showed it): nothing may be
+		// bound or created for it.
+		*c = *before
+		return apierrors.NewNotFound(macvirtv1alpha1.GroupVersion.WithResource("macclaims").GroupResource(), c.Name)
 	}
 	return nil
 }
@@ -152,7 +164,7 @@ const lostRaceRetry = 10 * time.Millisecond
 // no pool owner reference (deleting the pool must not delete a tenant's
 // machine). On a conflict it reads the machine from the API server: bound
 // to this claim already (by another operator) means won; bound to another
-// claim, gone, replaced or being deleted means lost, for good; still free
+// claim, gone, replaced, being deleted or Failed means lost, for good; still free
 // means one more try with the fresh copy, then the conflict is returned.
 // Lost is only ever said of a machine that can never be the claim's: the
 // binding protocol undoes a reservation on it.
@@ -181,7 +193,7 @@ func (r *MacClaimReconciler) claimMachine(ctx context.Context, claim *macvirtv1a
 			*m = *fresh
 			return ref.UID == claim.UID, nil
 		}
-		if fresh.UID != m.UID || !fresh.DeletionTimestamp.IsZero() {
+		if fresh.UID != m.UID || !fresh.DeletionTimestamp.IsZero() || fresh.Status.Phase == macvirtv1alpha1.MachineFailed {
 			return false, nil
 		}
 		// Still free: the claim's reservation of it stands (readiness may

@@ -78,7 +78,7 @@ var _ = Describe("The guest's power", func() {
 		heard := len(ep.heartbeats())
 		Expect(heard).To(BeNumerically(">", 2), "the guest kept heartbeating while it ignored the power button")
 		Eventually(vmiNotFound(ns, "deaf")).WithTimeout(timeout).Should(BeTrue())
-		Expect(vmiStates.Seen()).To(HaveExactElements(
+		Eventually(vmiStates.Seen).WithTimeout(timeout).Should(HaveExactElements(
 			"Running deleting=false", "Running deleting=true", "Failed deleting=true"))
 	})
 
@@ -102,7 +102,9 @@ var _ = Describe("The guest's power", func() {
 			g.Expect(vmi.UID).NotTo(Equal(first.UID))
 			g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
 		}).WithTimeout(timeout).Should(Succeed())
-		Expect(vmiStates.Seen()).To(ContainElements("Succeeded deleting=false", "Succeeded deleting=true", "new Running"))
+		// The recorder follows a watch, which may deliver the new
+		// instance's Running after the read above saw it.
+		Eventually(vmiStates.Seen).WithTimeout(timeout).Should(ContainElements("Succeeded deleting=false", "Succeeded deleting=true", "new Running"))
 		Expect(sim.ShutDownGuest(ctx, types.NamespacedName{Namespace: ns, Name: "absent"})).To(MatchError(ContainSubstring("not running")))
 	})
 

@@ -160,16 +160,19 @@ var _ = Describe("VirtualMachine controller order", func() {
 			Expect(err).NotTo(HaveOccurred())
 			return n
 		}
-		Expect(vmiStates.Seen()).NotTo(BeEmpty())
+		// The recorders follow watches, which may lag the reads above.
+		Eventually(vmiStates.Seen).WithTimeout(timeout).ShouldNot(BeEmpty())
 		created := revision(vmiStates.Seen()[0])
-		var starting int64
-		for _, s := range vmStates.Seen() {
-			if strings.HasPrefix(s, string(kubevirtv1.VirtualMachineStatusStarting)+"@") {
-				starting = revision(s)
-				break
+		startingAt := func() int64 {
+			for _, s := range vmStates.Seen() {
+				if strings.HasPrefix(s, string(kubevirtv1.VirtualMachineStatusStarting)+"@") {
+					return revision(s)
+				}
 			}
+			return 0
 		}
-		Expect(starting).NotTo(BeZero(), "no Starting status in %v", vmStates.Seen())
+		Eventually(startingAt).WithTimeout(timeout).ShouldNot(BeZero(), "no Starting status in %v", vmStates.Seen())
+		starting := startingAt()
 		Expect(created).To(BeNumerically("<", starting),
 			"the instance (revision %d) must exist before the status says Starting (revision %d)", created, starting)
 	})

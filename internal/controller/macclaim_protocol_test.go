@@ -1,0 +1,107 @@
+package controller
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// indexedBuilder registers the operator's cache indexes on a fake client.
+type indexedBuilder struct{ b *fake.ClientBuilder }
+
+func (i indexedBuilder) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+	i.b.WithIndex(obj, field, fn)
+	return nil
+}
+
+func fakeClient(t *testing.T, objs ...client.Object) client.WithWatch {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := macvirtv1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := corev1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	b := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&macvirtv1alpha1.MacClaim{}, &macvirtv1alpha1.MacMachine{})
+	if err := RegisterIndexes(context.Background(), indexedBuilder{b}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Build()
+}
+
+func boundClaim(machine *macvirtv1alpha1.MacMachine) *macvirtv1alpha1.MacClaim {
+	c := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: "claim-uid"}}
+	c.Status.MachineRef = &macvirtv1alpha1.ObjectRef{Namespace: machine.Namespace, Name: machine.Name, UID: machine.UID}
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionBound,
+		Status: metav1.ConditionTrue, Reason: macvirtv1alpha1.ReasonBound})
+	return c
+}
+
+// The claim's and the machine's watches are not ordered: a cache may show
+// the claim bound and the machine not yet. That is no lost machine.
+func TestFindBoundDoesNotLoseAClaimToACacheThatLagsTheMachine(t *testing.T) {
+	stale := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "pools", UID: "m-uid"}}
+	claim := boundClaim(stale)
+	fresh := stale.DeepCopy()
+	fresh.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
+	r := &MacClaimReconciler{Client: fakeClient(t, stale), APIReader: fakeClient(t, fresh)}
+	s := &claimScope{claim: claim}
+	if _, err := r.findBound(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if s.lost != "" || s.machine == nil || s.machine.Name != "m" {
+		t.Errorf("findBound: lost %q, machine %v; want the machine, not lost", s.lost, s.machine)
+	}
+}
+
+// A claim deleted while the cache still shows it must not reserve, and so
+// must not bind or create, anything.
+func TestAReservationForADeletedClaimFails(t *testing.T) {
+	r := &MacClaimReconciler{Client: fakeClient(t)}
+	s := &claimScope{claim: &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: "team", UID: "u", ResourceVersion: "7"}}}
+	err := r.writeReservation(context.Background(), s, &macvirtv1alpha1.ObjectRef{Namespace: "pools", Name: "m", UID: "m-uid"},
+		macvirtv1alpha1.ReasonBinding, "reserved")
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("writeReservation for a deleted claim = %v, want NotFound", err)
+	}
+	if s.claim.Status.MachineRef != nil {
+		t.Errorf("the scope's claim names %v, want nothing", s.claim.Status.MachineRef)
+	}
+}
+
+// The Retain bound counts bindings other claims have begun: a reservation,
+// or a commitment to a machine made on demand.
+func TestTheRetainBoundCountsBindingsInProgress(t *testing.T) {
+	allow, one := true, int32(1)
+	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "mac"}}
+	class.Spec.Tenancy.AllowRetain, class.Spec.Tenancy.MaxReleasedPerNamespace = &allow, &one
+	committed := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "first", Namespace: "team", UID: "first-uid"},
+		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: "mac", ReclaimPolicy: macvirtv1alpha1.ReclaimRetain}}
+	meta.SetStatusCondition(&committed.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionBound,
+		Status: metav1.ConditionFalse, Reason: macvirtv1alpha1.ReasonBinding})
+	other := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "second", Namespace: "team", UID: "second-uid"},
+		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: "mac", ReclaimPolicy: macvirtv1alpha1.ReclaimRetain}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}
+	r := &MacClaimReconciler{Client: fakeClient(t, ns, committed, other), Clock: clock.RealClock{}}
+	p, err := r.checkTenancy(context.Background(), other, class)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p == nil || p.Reason != macvirtv1alpha1.ReasonTooManyReleased {
+		t.Errorf("checkTenancy = %+v, want TooManyReleased: the first claim's binding is under way", p)
+	}
+	if p, _ := r.checkTenancy(context.Background(), committed, class); p != nil {
+		t.Errorf("checkTenancy of the committed claim itself = %+v, want none: it does not count against itself", p)
+	}
+}
