@@ -19,11 +19,13 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -79,6 +81,10 @@ type MacMachineReconciler struct {
 	// ControllerName overrides the controller's name, so tests can run
 	// several managers in one process.
 	ControllerName string
+
+	// killed holds, per machine, an instance the watch saw KubeVirt kill at
+	// the end of a graceful stop, until the machine's status records it.
+	killed sync.Map
 }
 
 // +kubebuilder:rbac:groups=macvirt.io,resources=macmachines,verbs=get;list;watch;update;patch;delete
@@ -101,9 +107,15 @@ type MacMachineReconciler struct {
 func (r *MacMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, reterr error) {
 	m := &macvirtv1alpha1.MacMachine{}
 	if err := r.Get(ctx, req.NamespacedName, m); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.killed.Delete(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	o := &machineObservation{Now: r.Clock.Now(), Machine: m, Deleting: !m.DeletionTimestamp.IsZero()}
+	if killed, ok := r.killed.Load(req.NamespacedName); ok {
+		o.Killed = killed.(*kubevirtv1.VirtualMachineInstance)
+	}
 	o.ListeningSince = r.started
 	if r.ListeningSince != nil {
 		if t := r.ListeningSince(); t.After(o.ListeningSince) {
@@ -179,6 +191,19 @@ func (r *MacMachineReconciler) ensureFinalizer(ctx context.Context, o *machineOb
 	return true, nil
 }
 
+// forgetKilled drops the killed instance the watch kept for the machine
+// once its status, as written, records the forced power-off (the condition
+// keeps it from then on), or once the machine is to run again.
+func (r *MacMachineReconciler) forgetKilled(o *machineObservation) {
+	if o.Killed == nil {
+		return
+	}
+	c := meta.FindStatusCondition(o.Machine.Status.Conditions, macvirtv1alpha1.ConditionReady)
+	if (c != nil && c.Reason == macvirtv1alpha1.ReasonForcedPowerOff) || (wantsRunning(o.Machine) && !o.Deleting) {
+		r.killed.Delete(client.ObjectKeyFromObject(o.Machine))
+	}
+}
+
 // patchStatus computes the status from the observation and writes it once,
 // only if it changed, with an event when the phase changed.
 func (r *MacMachineReconciler) patchStatus(ctx context.Context, o *machineObservation) (time.Duration, error) {
@@ -186,6 +211,7 @@ func (r *MacMachineReconciler) patchStatus(ctx context.Context, o *machineObserv
 	r.reportForcedPowerOff(o)
 	computed := computeMachineStatus(*o)
 	if equality.Semantic.DeepEqual(m.Status, computed.Status) {
+		r.forgetKilled(o)
 		return computed.RequeueAfter, nil
 	}
 	before := m.DeepCopy()
@@ -194,6 +220,7 @@ func (r *MacMachineReconciler) patchStatus(ctx context.Context, o *machineObserv
 	if written, err := writeStatus(ctx, r.Client, m, before, false); !written {
 		return 0, err
 	}
+	r.forgetKilled(o)
 	machinePhaseTransitions.WithLabelValues(string(computed.Status.Phase)).Inc()
 	if oldPhase != computed.Status.Phase {
 		r.recordPhase(m)
@@ -236,7 +263,7 @@ func (r *MacMachineReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&macvirtv1alpha1.MacMachine{}).
 		Owns(&kubevirtv1.VirtualMachine{}).
 		Owns(&cdiv1.DataVolume{}).
-		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(vmiToMachine),
+		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(r.vmiToMachine),
 			builder.WithPredicates(predicate.NewPredicateFuncs(hasMachineLabel))).
 		Watches(&macvirtv1alpha1.MacClass{}, handler.EnqueueRequestsFromMapFunc(r.classToMachines)).
 		Watches(&macvirtv1alpha1.MacClaim{}, handler.EnqueueRequestsFromMapFunc(r.claimToMachines))
@@ -254,9 +281,14 @@ func hasMachineLabel(o client.Object) bool {
 
 // vmiToMachine maps a VMI to its machine: the VMI carries the machine label
 // from the VM template.
-func vmiToMachine(_ context.Context, o client.Object) []reconcile.Request {
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{
-		Namespace: o.GetNamespace(), Name: o.GetLabels()[macvirtv1alpha1.LabelMachine]}}}
+func (r *MacMachineReconciler) vmiToMachine(_ context.Context, o client.Object) []reconcile.Request {
+	key := types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetLabels()[macvirtv1alpha1.LabelMachine]}
+	if vmi, ok := o.(*kubevirtv1.VirtualMachineInstance); ok && isKilledByStop(vmi) {
+		// Kept until the machine's status records it: the instance may be
+		// gone from the cache before the machine is reconciled.
+		r.killed.Store(key, vmi.DeepCopy())
+	}
+	return []reconcile.Request{{NamespacedName: key}}
 }
 
 // claimToMachines maps a claim (also its deletion) to the machine bound to it.

@@ -47,15 +47,15 @@ func forcedPowerOff(o machineObservation) (condition, bool) {
 		// A running machine's failed instance is a crash, not a stop.
 		return condition{}, false
 	}
-	if killedByStop(o) {
+	if vmi := killedByStop(o); vmi != nil {
 		grace := "its grace period"
-		if g := o.VMI.Spec.TerminationGracePeriodSeconds; g != nil {
+		if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil {
 			grace = fmt.Sprintf("terminationGracePeriodSeconds (%ds)", *g)
 		}
 		return condFalse(macvirtv1alpha1.ReasonForcedPowerOff,
 			"macOS did not shut down within %s after the graceful stop, so KubeVirt killed it (VirtualMachineInstance %s is Failed: %q); "+
 				"APFS on the system disk may be damaged: check it with First Aid before trusting its data, then set spec.running to true",
-			grace, o.VMI.Name, killedMessage), true
+			grace, vmi.Name, killedMessage), true
 	}
 	if o.VMI != nil && o.VMI.Status.Phase == kubevirtv1.Running {
 		return condition{}, false
@@ -67,10 +67,19 @@ func forcedPowerOff(o machineObservation) (condition, bool) {
 	return condition{metav1.ConditionFalse, problem{c.Reason, c.Message}}, true
 }
 
-// killedByStop reports an instance that ran, was being stopped, and ended
-// Failed: virt-handler killed it at the end of the grace period.
-func killedByStop(o machineObservation) bool {
-	vmi := o.VMI
+// killedByStop is the machine's instance that ran, was being stopped, and
+// ended Failed (virt-handler killed it at the end of the grace period), as
+// the cache holds it or, once gone, as the watch saw it; nil when none.
+func killedByStop(o machineObservation) *kubevirtv1.VirtualMachineInstance {
+	for _, vmi := range []*kubevirtv1.VirtualMachineInstance{o.VMI, o.Killed} {
+		if isKilledByStop(vmi) {
+			return vmi
+		}
+	}
+	return nil
+}
+
+func isKilledByStop(vmi *kubevirtv1.VirtualMachineInstance) bool {
 	return vmi != nil && vmi.DeletionTimestamp != nil && vmi.Status.Phase == kubevirtv1.Failed && vmiEverRan(vmi)
 }
 
@@ -91,10 +100,11 @@ var forcedPowerOffsSeen sync.Map
 // macvirt_machine_forced_poweroffs_total and records a Warning event, once
 // per instance, whether the machine is stopped or deleted.
 func (r *MacMachineReconciler) reportForcedPowerOff(o *machineObservation) {
-	if !killedByStop(*o) {
+	vmi := killedByStop(*o)
+	if vmi == nil {
 		return
 	}
-	if _, seen := forcedPowerOffsSeen.LoadOrStore(o.VMI.UID, struct{}{}); seen {
+	if _, seen := forcedPowerOffsSeen.LoadOrStore(vmi.UID, struct{}{}); seen {
 		return
 	}
 	forcedPowerOffs.WithLabelValues(o.Machine.Namespace).Inc()

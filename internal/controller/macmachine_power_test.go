@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,10 @@ func TestComputeMachineStatusPower(t *testing.T) {
 		"a stop killed at the end of the grace period": {obs: machineObservation{Machine: machine(stopped), VM: halted, VMI: endedVMI(kubevirtv1.Failed, true)},
 			phase: macvirtv1alpha1.MachineStopped, reason: macvirtv1alpha1.ReasonForcedPowerOff, stalled: metav1.ConditionTrue,
 			message: `terminationGracePeriodSeconds (180s) after the graceful stop, so KubeVirt killed it (VirtualMachineInstance m is Failed: "The VirtualMachineInstance crashed.")`},
+		"killed and gone before the operator looked: the watch's copy reports it": {obs: machineObservation{Machine: machine(stopped), VM: halted,
+			Killed: endedVMI(kubevirtv1.Failed, true)},
+			phase: macvirtv1alpha1.MachineStopped, reason: macvirtv1alpha1.ReasonForcedPowerOff, stalled: metav1.ConditionTrue,
+			message: "so KubeVirt killed it"},
 		"the killed instance is gone: the forced power-off stays": {obs: machineObservation{Machine: machine(stopped, forcedBefore), VM: halted},
 			phase: macvirtv1alpha1.MachineStopped, reason: macvirtv1alpha1.ReasonForcedPowerOff, stalled: metav1.ConditionTrue},
 		"a clean stop": {obs: machineObservation{Machine: machine(stopped), VM: halted, VMI: endedVMI(kubevirtv1.Succeeded, true)},
@@ -109,5 +114,24 @@ func TestSilentReplaceAtGivesARebootItsBootTimeout(t *testing.T) {
 		if got := silentReplaceAt(tc.m, c, tc.class); !got.Equal(tc.want) {
 			t.Errorf("%s: replace at %s, want %s", name, got, tc.want)
 		}
+	}
+}
+
+func TestTheWatchKeepsAKilledInstanceForItsMachine(t *testing.T) {
+	r := &MacMachineReconciler{}
+	killed := endedVMI(kubevirtv1.Failed, true)
+	killed.Labels = map[string]string{macvirtv1alpha1.LabelMachine: "m"}
+	reqs := r.vmiToMachine(context.Background(), killed)
+	if len(reqs) != 1 || reqs[0].Name != "m" {
+		t.Fatalf("vmiToMachine = %v, want the machine m", reqs)
+	}
+	if _, ok := r.killed.Load(reqs[0].NamespacedName); !ok {
+		t.Errorf("the killed instance was not kept for machine m")
+	}
+	clean := endedVMI(kubevirtv1.Succeeded, true)
+	clean.Labels = map[string]string{macvirtv1alpha1.LabelMachine: "n"}
+	reqs = r.vmiToMachine(context.Background(), clean)
+	if _, ok := r.killed.Load(reqs[0].NamespacedName); ok {
+		t.Errorf("a clean stop was kept as killed")
 	}
 }

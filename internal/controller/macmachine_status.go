@@ -17,6 +17,10 @@ import (
 // the same objects computes the same phase.
 type machineObservation struct {
 	Now time.Time
+	// Killed is an instance of the machine that the watch saw KubeVirt
+	// kill at the end of a graceful stop, and that the cache no longer
+	// holds (it goes soon after): a slow or busy operator still reports it.
+	Killed *kubevirtv1.VirtualMachineInstance
 	// ListeningSince is when the operator's agent endpoint began to listen
 	// (at the latest, when this operator started): no guest is judged
 	// silent for a time when nobody could have heard it.
