@@ -142,3 +142,27 @@ func webhookNames(t *testing.T) map[string]bool {
 	}
 	return names
 }
+
+// TestNoDocReplacesKubeVirtsFeatureGates keeps the docs from telling an
+// admin to merge-patch KubeVirt's featureGates: a merge patch replaces the
+// whole list and silently turns off every other gate the cluster had.
+func TestNoDocReplacesKubeVirtsFeatureGates(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, filepath.Join(testenv.RepoRoot(), "README.md"))
+	command := regexp.MustCompile(`kubectl(?:[^\n]*\\\n)*[^\n]*`)
+	for _, f := range files {
+		b, err := os.ReadFile(f) //nolint:gosec // fixed repository files.
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cmd := range command.FindAllString(string(b), -1) {
+			if strings.Contains(cmd, "featureGates") && (strings.Contains(cmd, "--type merge") || strings.Contains(cmd, "--type=merge")) {
+				t.Errorf("%s: a merge patch of featureGates replaces every gate the cluster has; append with a JSON patch:\n%s",
+					filepath.Base(f), cmd)
+			}
+		}
+	}
+}
