@@ -46,6 +46,11 @@ const (
 
 	// ConditionBound is True on a MacClaim once a MacMachine is bound to it.
 	ConditionBound = "Bound"
+	// ConditionConnectionSecretReady is True on a claim once its connection
+	// Secret holds the connection; False, with reason SecretConflict, when a
+	// Secret of that name exists that the claim does not control (it is
+	// never written then).
+	ConditionConnectionSecretReady = "ConnectionSecretReady"
 
 	// ConditionClassUpToDate is True on a MacMachine while its MacClass exists
 	// at the revision the machine records in spec.classRevision. False (reason
@@ -109,6 +114,9 @@ const (
 	// ReasonBinding means the claim has reserved a machine (its status
 	// names it) and the machine's side of the binding is being written.
 	ReasonBinding = "Binding"
+	// ReasonSecretConflict means a Secret of the connection Secret's name
+	// exists and is not controlled by the claim.
+	ReasonSecretConflict = "SecretConflict"
 	// ReasonMachineNotReady means the bound machine is not Ready yet.
 	ReasonMachineNotReady = "MachineNotReady"
 	// ReasonIdleTargetNotMet means a pool holds fewer idle machines than asked.

@@ -118,7 +118,10 @@ type MacClaimStatus struct {
 	// +optional
 	ConnectionSecretName string `json:"connectionSecretName,omitempty"`
 	// conditions: Bound, Ready, and Stalled when the claim cannot proceed
-	// without a human (its machine was lost, or its class or pool is unusable).
+	// without a human (its machine was lost, or its class or pool is unusable);
+	// ConnectionSecretReady says whether the connection Secret could be
+	// written (False, reason SecretConflict, while a Secret of its name exists
+	// that the claim does not control).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -306,4 +306,37 @@ var _ = Describe("Under faults", func() {
 			g.Expect(got.Data).To(HaveKeyWithValue("host", []byte("192.0.2.10")))
 		}).WithTimeout(timeout).Should(Succeed())
 	})
+
+	It("a tenant's own Secret named like the connection Secret is left untouched, and the claim says so until it goes", func() {
+		DeferCleanup(startOperator(func(o *operator.Options) { o.ConnectionResync = time.Second }))
+		class := newClass()
+		pool, poolNS := newPool(class.Name, 1, 2)
+		startGuests(poolNS)
+		tenant := newNamespace()
+		mine := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-connection", Namespace: tenant},
+			Data: map[string][]byte{"password": []byte("the tenant's own")}}
+		Expect(k8sClient.Create(context.Background(), mine)).To(Succeed())
+		k := key(newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) { c.GenerateName, c.Name, c.Spec.PoolName = "", "db", pool.Name }))
+
+		Eventually(claimCondition(k, macvirtv1alpha1.ConditionConnectionSecretReady)).WithTimeout(timeout).Should(And(
+			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", macvirtv1alpha1.ReasonSecretConflict),
+			HaveField("Message", ContainSubstring("not controlled by this claim"))))
+		Eventually(claimPhase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady), "the Mac itself is usable")
+		Expect(getClaim(k).Status.ConnectionSecretName).To(BeEmpty())
+		Eventually(warningsAbout("db", macvirtv1alpha1.ReasonSecretConflict)).WithTimeout(timeout).ShouldNot(BeEmpty())
+		Consistently(func(g Gomega) {
+			got := &corev1.Secret{}
+			g.Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(mine), got)).To(Succeed())
+			g.Expect(got.Data).To(Equal(mine.Data), "the tenant's data is kept")
+			g.Expect(got.OwnerReferences).To(BeEmpty(), "no owner reference: deleting the claim must not delete it")
+		}).WithTimeout(3 * time.Second).Should(Succeed())
+
+		By("once the tenant's Secret goes, the claim's is written")
+		Expect(k8sClient.Delete(context.Background(), mine)).To(Succeed())
+		Eventually(claimCondition(k, macvirtv1alpha1.ConditionConnectionSecretReady)).WithTimeout(timeout).Should(HaveField("Status", metav1.ConditionTrue))
+		Expect(getClaim(k).Status.ConnectionSecretName).To(Equal("db-connection"))
+		got := &corev1.Secret{}
+		Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(mine), got)).To(Succeed())
+		Expect(got.OwnerReferences).To(ConsistOf(HaveField("UID", getClaim(k).UID)))
+	})
 })

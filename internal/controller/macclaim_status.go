@@ -2,16 +2,17 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -119,15 +120,31 @@ func (r *MacClaimReconciler) patchClaimStatus(ctx context.Context, s *claimScope
 	c := s.claim
 	now := r.Clock.Now()
 	st := computeClaimStatus(s, metav1.NewTime(now))
-	if st.Connection != nil && (c.Status.ConnectionSecretName == "" || !equality.Semantic.DeepEqual(c.Status.Connection, st.Connection) ||
-		r.connectionDue(client.ObjectKeyFromObject(c), now)) {
-		// Applied when the connection changes, and again every
+	key := client.ObjectKeyFromObject(c)
+	clashed := meta.IsStatusConditionFalse(c.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady)
+	if st.Connection != nil && ((c.Status.ConnectionSecretName == "" && !clashed) || !equality.Semantic.DeepEqual(c.Status.Connection, st.Connection) ||
+		r.connectionDue(key, now)) {
+		// Written when the connection changes, and again every
 		// ConnectionResync (and once after a restart): the operator cannot
-		// watch Secrets, so this is how a deleted one comes back. An
-		// unchanged apply changes nothing on the server.
-		if err := r.applyConnectionSecret(ctx, c, st.Connection); err != nil {
+		// watch Secrets, so this is how a deleted one comes back, and how a
+		// clash clears once the other Secret is gone.
+		conflict, err := r.applyConnectionSecret(ctx, c, st.Connection)
+		if err != nil {
 			return err
 		}
+		if conflict != "" {
+			if !clashed {
+				recordEvent(r.Recorder, c, corev1.EventTypeWarning, macvirtv1alpha1.ReasonSecretConflict, "WriteConnectionSecret", conflict)
+			}
+			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionConnectionSecretReady,
+				Status: metav1.ConditionFalse, Reason: macvirtv1alpha1.ReasonSecretConflict, Message: conflict, ObservedGeneration: c.Generation})
+			st.ConnectionSecretName = ""
+			r.connectionApplied.Store(key, now)
+			return r.writeClaimStatus(ctx, s, st)
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionConnectionSecretReady,
+			Status: metav1.ConditionTrue, Reason: macvirtv1alpha1.ReasonAsExpected,
+			Message: fmt.Sprintf("Secret %s holds the connection", connectionSecretName(c)), ObservedGeneration: c.Generation})
 		st.ConnectionSecretName = connectionSecretName(c)
 		// Remembered only once the status agrees with what was applied: a
 		// losing operator's Secret is applied again by the next reconcile.
@@ -137,6 +154,12 @@ func (r *MacClaimReconciler) patchClaimStatus(ctx context.Context, s *claimScope
 			}
 		}()
 	}
+	return r.writeClaimStatus(ctx, s, st)
+}
+
+// writeClaimStatus writes st as the claim's status if it changed.
+func (r *MacClaimReconciler) writeClaimStatus(ctx context.Context, s *claimScope, st macvirtv1alpha1.MacClaimStatus) error {
+	c := s.claim
 	if equality.Semantic.DeepEqual(c.Status, st) {
 		return nil
 	}
@@ -200,19 +223,47 @@ func knownHosts(conn *macvirtv1alpha1.ClaimConnection) string {
 // applyConnectionSecret writes host, port, user and known_hosts into a
 // Secret owned by the claim, by server-side apply: the operator creates and
 // updates Secrets but never reads them.
-func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvirtv1alpha1.MacClaim, conn *macvirtv1alpha1.ClaimConnection) error {
-	secret := corev1ac.Secret(connectionSecretName(c), c.Namespace).
-		WithLabels(map[string]string{macvirtv1alpha1.LabelClass: c.Spec.ClassName}).
-		WithOwnerReferences(controllerRefApply("MacClaim", c.Name, c.UID)).
-		WithType(corev1.SecretTypeOpaque).
-		WithStringData(map[string]string{
-			"host":        conn.Address,
-			"port":        fmt.Sprint(conn.SSHPort),
-			"user":        defaultSSHUser,
-			"known_hosts": knownHosts(conn),
-		})
-	if err := r.Apply(ctx, secret, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying connection Secret %s/%s: %w", c.Namespace, connectionSecretName(c), err)
+func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvirtv1alpha1.MacClaim, conn *macvirtv1alpha1.ClaimConnection) (conflict string, err error) {
+	name := connectionSecretName(c)
+	data := map[string][]byte{
+		"host":        []byte(conn.Address),
+		"port":        []byte(fmt.Sprint(conn.SSHPort)),
+		"user":        []byte(defaultSSHUser),
+		"known_hosts": []byte(knownHosts(conn)),
 	}
-	return nil
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace,
+			Labels:          map[string]string{macvirtv1alpha1.LabelClass: c.Spec.ClassName},
+			OwnerReferences: []metav1.OwnerReference{controllerRef("MacClaim", c.Name, c.UID)}},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+	err = r.Create(ctx, secret)
+	if err == nil {
+		return "", nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("creating connection Secret %s/%s: %w", c.Namespace, name, err)
+	}
+	// It exists. The operator may not read Secrets, so the API server
+	// checks, in the same request, that this claim controls it: a JSON
+	// patch that tests the owner reference this claim put first. A tenant's
+	// own Secret of that name fails the test and is left untouched.
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": c.UID},
+		{"op": "add", "path": "/data", "value": data},
+	})
+	if err != nil {
+		return "", err
+	}
+	err = r.Patch(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace}}, client.RawPatch(types.JSONPatchType, patch))
+	switch {
+	case err == nil:
+		return "", nil
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		return fmt.Sprintf("Secret %s/%s exists and is not controlled by this claim; it is left as it is, and the connection is only in the claim's status: "+
+			"rename or delete that Secret to have it written", c.Namespace, name), nil
+	default:
+		return "", fmt.Errorf("updating connection Secret %s/%s: %w", c.Namespace, name, err)
+	}
 }

@@ -3,7 +3,6 @@ package controller
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
@@ -14,10 +13,4 @@ import (
 func controllerRef(kind, name string, uid types.UID) metav1.OwnerReference {
 	t := true
 	return metav1.OwnerReference{APIVersion: macvirtv1alpha1.GroupVersion.String(), Kind: kind, Name: name, UID: uid, Controller: &t}
-}
-
-// controllerRefApply is controllerRef for server-side apply.
-func controllerRefApply(kind, name string, uid types.UID) *metav1ac.OwnerReferenceApplyConfiguration {
-	return metav1ac.OwnerReference().WithAPIVersion(macvirtv1alpha1.GroupVersion.String()).WithKind(kind).
-		WithName(name).WithUID(uid).WithController(true)
 }
