@@ -95,20 +95,19 @@ func (darwin) AuthorizedKeysPath(user string) (string, error) {
 	return filepath.Join("/Users", user, ".ssh", "authorized_keys"), nil
 }
 
-// Own gives the file and its directory to the owner of the user's home.
-func (darwin) Own(path, user string) error {
-	info, err := os.Stat(filepath.Join("/Users", user))
+// Owner is the owner of the user's home (read without following a
+// symlink), which the agent gives the authorized_keys file and its .ssh.
+func (darwin) Owner(user string) (int, int, error) {
+	info, err := os.Lstat(filepath.Join("/Users", user))
 	if err != nil {
-		return fmt.Errorf("the home of %s: %w", user, err)
+		return 0, 0, fmt.Errorf("the home of %s: %w", user, err)
+	}
+	if !info.IsDir() {
+		return 0, 0, fmt.Errorf("the home of %s is not a real directory", user)
 	}
 	st, ok := info.Sys().(*syscall.Stat_t)
 	if !ok {
-		return errors.New("no owner information for the home directory")
+		return 0, 0, errors.New("no owner information for the home directory")
 	}
-	for _, p := range []string{filepath.Dir(path), path} {
-		if err := os.Chown(p, int(st.Uid), int(st.Gid)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return int(st.Uid), int(st.Gid), nil
 }

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/macvirt/macvirt/internal/agentapi"
@@ -92,9 +93,9 @@ type Platform interface {
 	Facts() (Facts, error)
 	// AuthorizedKeysPath is the authorized_keys file of a user.
 	AuthorizedKeysPath(user string) (string, error)
-	// Own gives a file written for user to that user (sshd refuses keys
-	// files other users could have written).
-	Own(path, user string) error
+	// Owner is the uid and gid that files written for user get (sshd
+	// refuses keys files other users could have written).
+	Owner(user string) (uid, gid int, err error)
 	// SetHostname gives the guest the name the operator chose (the
 	// machine's), which Facts reports from then on.
 	SetHostname(name string) error
@@ -168,41 +169,83 @@ func (c *Client) Heartbeat(ctx context.Context, facts Facts) (*agentapi.DesiredS
 	return state, nil
 }
 
-// WriteAuthorizedKeys replaces path with keys atomically: a temporary file
-// in the same directory, synced, renamed over the old one. A reader sees the
-// old file or the new one, never half of either.
-func WriteAuthorizedKeys(path string, keys []string) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, ".authorized_keys-")
+// WriteAuthorizedKeys replaces path (<home>/.ssh/authorized_keys) with
+// keys, owned by uid and gid, atomically: a temporary file in the same
+// directory, synced, renamed over the old one, so a reader sees the old file
+// or the new one, never half of either.
+//
+// The agent runs as root and the directory belongs to the guest's user, who
+// may have made .ssh (or authorized_keys) a symlink to somewhere only root
+// may write, such as the agent's own files. So no symlink is followed: the
+// home and .ssh are opened with O_NOFOLLOW and every later step works
+// relative to the opened .ssh (openat, fchown, renameat), so swapping .ssh
+// after the check changes nothing; .ssh must be a real directory owned by
+// the user (or by root, from an older agent, and then given to the user);
+// a symlink named authorized_keys is replaced, never written through.
+func WriteAuthorizedKeys(path string, keys []string, uid, gid int) error {
+	sshDir := filepath.Dir(path)
+	home := filepath.Dir(sshDir)
+	homeFD, err := unix.Open(home, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
+		return fmt.Errorf("opening the home %s (no symlink is followed): %w", home, err)
+	}
+	defer func() { _ = unix.Close(homeFD) }()
+	name := filepath.Base(sshDir)
+	if err := unix.Mkdirat(homeFD, name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("creating %s: %w", sshDir, err)
+	}
+	dirFD, err := unix.Openat(homeFD, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("refusing %s: it is not a real directory (a symlink is never followed): %w", sshDir, err)
+	}
+	defer func() { _ = unix.Close(dirFD) }()
+	var st unix.Stat_t
+	if err := unix.Fstat(dirFD, &st); err != nil {
 		return err
 	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
+	switch int(st.Uid) {
+	case uid:
+	case 0:
+		if err := unix.Fchown(dirFD, uid, gid); err != nil {
+			return fmt.Errorf("giving %s to its user: %w", sshDir, err)
+		}
+	default:
+		return fmt.Errorf("refusing %s: it belongs to uid %d, not the user's %d", sshDir, st.Uid, uid)
+	}
+	if err := unix.Fchmod(dirFD, 0o700); err != nil {
+		return err
+	}
 	var buf bytes.Buffer
 	buf.WriteString("# Managed by macvirt-agent from the MacClaim's sshAuthorizedKeys; changes are overwritten.\n")
 	for _, k := range keys {
 		buf.WriteString(strings.TrimSpace(k))
 		buf.WriteByte('\n')
 	}
-	if _, err := tmp.Write(buf.Bytes()); err != nil {
-		_ = tmp.Close()
+	tmp := fmt.Sprintf(".authorized_keys-%d-%d", os.Getpid(), time.Now().UnixNano())
+	fd, err := unix.Openat(dirFD, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("creating a temporary file in %s: %w", sshDir, err)
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(sshDir, tmp))
+	defer func() { _ = unix.Unlinkat(dirFD, tmp, 0) }()
+	if _, err := f.Write(buf.Bytes()); err != nil {
+		_ = f.Close()
 		return err
 	}
-	if err := tmp.Chmod(0o600); err != nil {
-		_ = tmp.Close()
+	for _, step := range []func() error{
+		func() error { return unix.Fchown(fd, uid, gid) },
+		func() error { return unix.Fchmod(fd, 0o600) },
+		f.Sync,
+	} {
+		if err := step(); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return unix.Renameat(dirFD, tmp, dirFD, filepath.Base(path))
 }
 
 // Backoff is the wait before retry n (0-based): exponential from base,
@@ -291,10 +334,11 @@ func apply(p Platform, facts Facts, state *agentapi.DesiredState) error {
 	if err != nil {
 		return err
 	}
-	if err := WriteAuthorizedKeys(path, state.SSHAuthorizedKeys); err != nil {
+	uid, gid, err := p.Owner(state.SSHUser)
+	if err != nil {
 		return err
 	}
-	if err := p.Own(path, state.SSHUser); err != nil {
+	if err := WriteAuthorizedKeys(path, state.SSHAuthorizedKeys, uid, gid); err != nil {
 		return err
 	}
 	if h := state.Hostname; h != "" && h != facts.Hostname {

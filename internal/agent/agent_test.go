@@ -74,8 +74,11 @@ func (l *linux) Facts() (Facts, error) {
 	return Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: l.currentHostname(), BootTime: time.Now().Add(-time.Minute),
 		IPAddresses: []string{"10.0.2.2"}}, nil
 }
-func (l *linux) Own(string, string) error { return nil }
+func (l *linux) Owner(string) (int, int, error) { return os.Getuid(), os.Getgid(), nil }
 func (l *linux) AuthorizedKeysPath(user string) (string, error) {
+	if err := os.MkdirAll(filepath.Join(l.home, user), 0o700); err != nil {
+		return "", err
+	}
 	return filepath.Join(l.home, user, ".ssh", "authorized_keys"), nil
 }
 func (l *linux) SetHostname(name string) error {
@@ -255,11 +258,17 @@ func TestReadConfigRefusesAnIncompleteDisk(t *testing.T) {
 
 func TestWriteAuthorizedKeysReplacesTheFileWhole(t *testing.T) {
 	path := filepath.Join(t.TempDir(), ".ssh", "authorized_keys")
-	if err := WriteAuthorizedKeys(path, []string{"ssh-ed25519 AAAA1 a", " ssh-ed25519 AAAA2 b \n"}); err != nil {
+	uid, gid := os.Getuid(), os.Getgid()
+	if err := WriteAuthorizedKeys(path, []string{"ssh-ed25519 AAAA1 a", " ssh-ed25519 AAAA2 b \n"}, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteAuthorizedKeys(path, []string{"ssh-ed25519 AAAA3 c"}); err != nil {
+	if err := WriteAuthorizedKeys(path, []string{"ssh-ed25519 AAAA3 c"}, uid, gid); err != nil {
 		t.Fatal(err)
+	}
+	for p, want := range map[string]os.FileMode{path: 0o600, filepath.Dir(path): 0o700 | os.ModeDir} {
+		if info, err := os.Lstat(p); err != nil || info.Mode() != want {
+			t.Errorf("%s: mode %v (%v), want %v", p, info.Mode(), err, want)
+		}
 	}
 	b, err := os.ReadFile(path) //nolint:gosec // the test's own file.
 	if err != nil {
@@ -272,6 +281,60 @@ func TestWriteAuthorizedKeysReplacesTheFileWhole(t *testing.T) {
 	if len(entries) != 1 {
 		t.Errorf("temporary files left: %v", entries)
 	}
+}
+
+// The guest's user owns its home and may point .ssh, or authorized_keys,
+// at a place only root may write (the agent's own files): the agent, which
+// runs as root, must write through neither.
+func TestWriteAuthorizedKeysFollowsNoSymlink(t *testing.T) {
+	uid, gid := os.Getuid(), os.Getgid()
+	rootOnly := t.TempDir()
+	if err := os.WriteFile(filepath.Join(rootOnly, "agent.conf"), []byte("root's own\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unchanged := func() {
+		t.Helper()
+		entries, _ := os.ReadDir(rootOnly)
+		b, _ := os.ReadFile(filepath.Join(rootOnly, "agent.conf")) //nolint:gosec // the test's own file.
+		if len(entries) != 1 || string(b) != "root's own\n" {
+			t.Errorf("the symlink's target was written: %v, %q", entries, b)
+		}
+	}
+
+	home := t.TempDir()
+	if err := os.Symlink(rootOnly, filepath.Join(home, ".ssh")); err != nil {
+		t.Fatal(err)
+	}
+	err := WriteAuthorizedKeys(filepath.Join(home, ".ssh", "authorized_keys"), []string{"ssh-ed25519 AAAA1 a"}, uid, gid)
+	if err == nil || !strings.Contains(err.Error(), "not a real directory") {
+		t.Errorf("a symlinked .ssh: err = %v, want a refusal", err)
+	}
+	unchanged()
+
+	home = t.TempDir()
+	if err := os.Mkdir(filepath.Join(home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	keys := filepath.Join(home, ".ssh", "authorized_keys")
+	if err := os.Symlink(filepath.Join(rootOnly, "agent.conf"), keys); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteAuthorizedKeys(keys, []string{"ssh-ed25519 AAAA1 a"}, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Lstat(keys); err != nil || !info.Mode().IsRegular() {
+		t.Errorf("authorized_keys is %v (%v), want a regular file in place of the symlink", info.Mode(), err)
+	}
+	unchanged()
+
+	home = t.TempDir()
+	if err := os.Symlink(rootOnly, filepath.Join(home, "user")); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteAuthorizedKeys(filepath.Join(home, "user", ".ssh", "authorized_keys"), nil, uid, gid); err == nil {
+		t.Error("a symlinked home was followed")
+	}
+	unchanged()
 }
 
 func TestBackoffGrowsIsCappedAndJittered(t *testing.T) {
