@@ -93,6 +93,22 @@ type ClaimConnection struct {
 	HostKeys []string `json:"hostKeys,omitempty"`
 }
 
+// ClaimMachineStatus summarises a claim's machine for its tenant.
+type ClaimMachineStatus struct {
+	// name is the machine as <namespace>/<name>.
+	Name string `json:"name"`
+	// phase is the machine's phase.
+	// +optional
+	Phase MachinePhase `json:"phase,omitempty"`
+	// nodeName is the node the machine runs on.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// progress is the machine's disk provisioning progress, while it
+	// provisions.
+	// +optional
+	Progress string `json:"progress,omitempty"`
+}
+
 // MacClaimStatus is the observed state of a claim.
 type MacClaimStatus struct {
 	// observedGeneration is the generation the status was computed from.
@@ -104,6 +120,10 @@ type MacClaimStatus struct {
 	// machineRef is the bound MacMachine.
 	// +optional
 	MachineRef *ObjectRef `json:"machineRef,omitempty"`
+	// machine is what a tenant needs to know of the bound machine, which
+	// lives in a namespace the tenant may not read.
+	// +optional
+	Machine *ClaimMachineStatus `json:"machine,omitempty"`
 	// boundAt is when the claim was bound.
 	// +optional
 	BoundAt *metav1.Time `json:"boundAt,omitempty"`
@@ -136,7 +156,8 @@ type MacClaimStatus struct {
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="Machine",type=string,JSONPath=`.status.machineRef.name`
+// +kubebuilder:printcolumn:name="Machine",type=string,JSONPath=`.status.machine.name`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.machine.nodeName`,priority=1
 // +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.status.connection.address`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1

@@ -190,6 +190,7 @@ type MacMachineStatus struct {
 // +kubebuilder:selectablefield:JSONPath=`.spec.className`
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Claim NS",type=string,JSONPath=`.spec.claimRef.namespace`
 // +kubebuilder:printcolumn:name="Claim",type=string,JSONPath=`.spec.claimRef.name`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
 // +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.provisioning.progress`,priority=1

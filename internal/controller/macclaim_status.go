@@ -45,6 +45,9 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 	case s.lost != "":
 		st.Phase = macvirtv1alpha1.ClaimLost
 		st.Connection = nil
+		if s.machine != nil {
+			st.Machine = machineSummary(s.machine)
+		}
 		lost := problem{macvirtv1alpha1.ReasonMachineLost, s.lost + "; the claim is not re-bound: delete it and claim again"}
 		set(macvirtv1alpha1.ConditionReady, false, lost.Reason, lost.Message)
 		stalled(&lost)
@@ -73,6 +76,7 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 	stalled(nil)
 	m := s.machine
 	st.MachineRef = &macvirtv1alpha1.ObjectRef{Namespace: m.Namespace, Name: m.Name, UID: m.UID}
+	st.Machine = machineSummary(m)
 	if st.BoundAt == nil {
 		st.BoundAt = &now
 	}
@@ -112,6 +116,18 @@ func machineAddress(m *macvirtv1alpha1.MacMachine) string {
 		return m.Status.Addresses[0]
 	}
 	return ""
+}
+
+// machineSummary is what the claim's tenant sees of its machine, which it
+// may not read: phase, node and progress, named <namespace>/<name>. The
+// progress moves in coarse steps (reportedProgress), so the claim's status
+// is not rewritten on every tick of CDI's.
+func machineSummary(m *macvirtv1alpha1.MacMachine) *macvirtv1alpha1.ClaimMachineStatus {
+	sum := &macvirtv1alpha1.ClaimMachineStatus{Name: m.Namespace + "/" + m.Name, Phase: m.Status.Phase, NodeName: m.Status.NodeName}
+	if p := m.Status.Provisioning; p != nil {
+		sum.Progress = p.Progress
+	}
+	return sum
 }
 
 // patchClaimStatus writes the computed status once, if it changed, after

@@ -81,3 +81,15 @@ func TestClaimOfAMachineThatHasNotReported(t *testing.T) {
 		t.Errorf("Ready = %+v, want the message to say the machine has not reported yet", c)
 	}
 }
+
+func TestAClaimShowsItsMachineToATenantWhoMayNotReadIt(t *testing.T) {
+	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "pool-3", Namespace: "macvirt-pools", UID: "u"},
+		Status: macvirtv1alpha1.MacMachineStatus{Phase: macvirtv1alpha1.MachineProvisioning, NodeName: "mac-mini-7",
+			Provisioning: &macvirtv1alpha1.ProvisioningStatus{Progress: "40%"}}}
+	st := computeClaimStatus(&claimScope{claim: &macvirtv1alpha1.MacClaim{}, machine: m}, metav1.Now())
+	want := macvirtv1alpha1.ClaimMachineStatus{Name: "macvirt-pools/pool-3", Phase: macvirtv1alpha1.MachineProvisioning,
+		NodeName: "mac-mini-7", Progress: "40%"}
+	if st.Machine == nil || *st.Machine != want {
+		t.Errorf("status.machine = %+v, want %+v", st.Machine, want)
+	}
+}
