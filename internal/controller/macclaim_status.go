@@ -247,24 +247,12 @@ func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvi
 		"user":        []byte(defaultSSHUser),
 		"known_hosts": []byte(knownHosts(conn)),
 	}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace,
-			Labels:          map[string]string{macvirtv1alpha1.LabelClass: c.Spec.ClassName},
-			OwnerReferences: []metav1.OwnerReference{controllerRef("MacClaim", c.Name, c.UID)}},
-		Type: corev1.SecretTypeOpaque,
-		Data: data,
-	}
-	err = r.Create(ctx, secret)
-	if err == nil {
-		return "", nil
-	}
-	if !apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("creating connection Secret %s/%s: %w", c.Namespace, name, err)
-	}
-	// It exists. The operator may not read Secrets, so the API server
-	// checks, in the same request, that this claim controls it: a JSON
-	// patch that tests the owner reference this claim put first. A tenant's
-	// own Secret of that name fails the test and is left untouched.
+	// The Secret usually exists (it is written again every resync), so it is
+	// patched first: one request, and none that changes anything when the
+	// connection is the same. The operator may not read Secrets, so the API
+	// server checks, in the same request, that this claim controls it: the
+	// JSON patch first tests the owner reference the claim put first. A
+	// tenant's own Secret of that name fails the test and is left untouched.
 	patch, err := json.Marshal([]map[string]any{
 		{"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": c.UID},
 		{"op": "add", "path": "/data", "value": data},
@@ -277,9 +265,22 @@ func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvi
 	case err == nil:
 		return "", nil
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-		return fmt.Sprintf("Secret %s/%s exists and is not controlled by this claim; it is left as it is, and the connection is only in the claim's status: "+
-			"rename or delete that Secret to have it written", c.Namespace, name), nil
-	default:
+		return fmt.Sprintf("Secret %s/%s exists and is not controlled by this claim (the API server: %v); it is left as it is, and the connection "+
+			"is only in the claim's status: rename or delete that Secret to have it written", c.Namespace, name, err), nil
+	case !apierrors.IsNotFound(err):
 		return "", fmt.Errorf("updating connection Secret %s/%s: %w", c.Namespace, name, err)
 	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace,
+			Labels:          map[string]string{macvirtv1alpha1.LabelClass: c.Spec.ClassName},
+			OwnerReferences: []metav1.OwnerReference{controllerRef("MacClaim", c.Name, c.UID)}},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+	if err := r.Create(ctx, secret); err != nil {
+		// AlreadyExists: created meanwhile (by a tenant or another
+		// operator); the retry patches it, or finds the clash.
+		return "", fmt.Errorf("creating connection Secret %s/%s: %w", c.Namespace, name, err)
+	}
+	return "", nil
 }
