@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -277,6 +278,19 @@ var _ = Describe("Under faults", func() {
 		pool, _ := newPool(class.Name, 1, 2, func(p *macvirtv1alpha1.MacPool) { p.Spec.Namespace = poolNS })
 		startGuests(poolNS)
 		Eventually(poolStatus(pool.Name)).Should(HaveField("Idle", int32(1)))
+		By("the policy refuses before the claim exists (the API server loads a new policy in its own time)")
+		Eventually(func() error {
+			var machines macvirtv1alpha1.MacMachineList
+			if err := k8sClient.List(context.Background(), &machines, client.InNamespace(poolNS)); err != nil {
+				return err
+			}
+			if len(machines.Items) == 0 {
+				return errors.New("the pool has no machine yet")
+			}
+			m := machines.Items[0]
+			m.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: "probe", Name: "probe", UID: "probe"}
+			return k8sClient.Update(context.Background(), &m, client.DryRunAll)
+		}).Should(MatchError(ContainSubstring("frozen for maintenance")))
 		k := key(newClaim(newNamespace(), func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name }))
 		Eventually(claimCondition(k, macvirtv1alpha1.ConditionReady)).Should(And(
 			HaveField("Reason", macvirtv1alpha1.ReasonUpdateFailed), HaveField("Message", ContainSubstring("frozen for maintenance"))))
