@@ -18,15 +18,17 @@ import (
 	"github.com/macvirt/macvirt/internal/render"
 )
 
-// readyIdleMachines creates n machines of a pool that are already Ready
-// (the machine controller is not running in these tests, so their status
-// stays as written).
+// readyIdleMachines creates n machines of a pool, controlled by it as the
+// pool controller makes them, that are already Ready (the machine
+// controller is not running in these tests, so their status stays as
+// written).
 func readyIdleMachines(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass, n int) {
 	ctx := context.Background()
 	parallel(n, func(i int) {
 		m := &macvirtv1alpha1.MacMachine{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", pool.Name, i), Namespace: pool.Spec.Namespace,
-				Labels: map[string]string{macvirtv1alpha1.LabelPool: pool.Name, macvirtv1alpha1.LabelClass: class.Name}},
+				Labels:          map[string]string{macvirtv1alpha1.LabelPool: pool.Name, macvirtv1alpha1.LabelClass: class.Name},
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pool, macvirtv1alpha1.GroupVersion.WithKind("MacPool"))}},
 			Spec: macvirtv1alpha1.MacMachineSpec{ClassName: class.Name, ClassRevision: render.ClassRevision(class)},
 		}
 		Expect(k8sClient.Create(ctx, m)).To(Succeed())

@@ -25,9 +25,13 @@ import (
 // claimRef carries the claim's UID. A named machine that is gone, bound to
 // another UID, or Failed makes the claim Lost; it is never re-bound.
 func (r *MacClaimReconciler) findBound(ctx context.Context, s *claimScope) (bool, error) {
-	var won macvirtv1alpha1.MacMachineList
-	if err := r.List(ctx, &won, client.MatchingFields{claimUIDField: string(s.claim.UID)}); err != nil {
+	var listed macvirtv1alpha1.MacMachineList
+	if err := r.List(ctx, &listed, client.MatchingFields{claimUIDField: string(s.claim.UID)}); err != nil {
 		return false, fmt.Errorf("listing the machines bound to claim %s/%s: %w", s.claim.Namespace, s.claim.Name, err)
+	}
+	won, err := r.madeForClaim(ctx, s.claim, listed.Items)
+	if err != nil {
+		return false, err
 	}
 	ref := s.claim.Status.MachineRef
 	switch {
@@ -43,19 +47,19 @@ func (r *MacClaimReconciler) findBound(ctx context.Context, s *claimScope) (bool
 		// A machine created for the claim on demand (pre-bound), or bound
 		// by an operator that wrote the machine's side first: adopt it. The
 		// lowest name, so every operator adopts the same one.
-		for i := range won.Items {
-			if s.machine == nil || won.Items[i].Name < s.machine.Name {
-				s.machine = &won.Items[i]
+		for _, m := range won {
+			if s.machine == nil || m.Name < s.machine.Name {
+				s.machine = m
 			}
 		}
 		return true, nil
 	}
-	if err := r.deleteOrphans(ctx, s.claim, ref, won.Items); err != nil {
+	if err := r.deleteOrphans(ctx, s.claim, ref, won); err != nil {
 		return false, err
 	}
 	m := &macvirtv1alpha1.MacMachine{}
 	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
-	err := r.Get(ctx, key, m)
+	err = r.Get(ctx, key, m)
 	if apierrors.IsNotFound(err) || (err == nil && (m.UID != ref.UID || m.Spec.ClaimRef == nil || m.Spec.ClaimRef.UID != s.claim.UID)) {
 		// The cache may lag behind the binding (the claim's and the
 		// machine's watches are not ordered); only the API server can say
@@ -78,14 +82,57 @@ func (r *MacClaimReconciler) findBound(ctx context.Context, s *claimScope) (bool
 	return true, nil
 }
 
+// madeForClaim keeps, of the machines whose claimRef names the claim, those
+// that can be its own (see madeForClaim); any other is ignored, loudly.
+func (r *MacClaimReconciler) madeForClaim(ctx context.Context, claim *macvirtv1alpha1.MacClaim,
+	listed []macvirtv1alpha1.MacMachine) ([]*macvirtv1alpha1.MacMachine, error) {
+	pools := poolLookup{}
+	out := make([]*macvirtv1alpha1.MacMachine, 0, len(listed))
+	for i := range listed {
+		m := &listed[i]
+		pool, err := pools.get(ctx, r.Client, m.Labels[macvirtv1alpha1.LabelPool])
+		if err != nil {
+			return nil, err
+		}
+		if !madeForClaim(m, claim, pool) {
+			ctrl.LoggerFrom(ctx).Info("ignoring a machine that names this claim but was made neither for it nor by a pool",
+				"machine", client.ObjectKeyFromObject(m))
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// poolLookup reads pools by name once per reconcile; nil for no name or a
+// pool that does not exist.
+type poolLookup map[string]*macvirtv1alpha1.MacPool
+
+func (l poolLookup) get(ctx context.Context, c client.Reader, name string) (*macvirtv1alpha1.MacPool, error) {
+	if name == "" {
+		return nil, nil
+	}
+	if p, ok := l[name]; ok {
+		return p, nil
+	}
+	p := &macvirtv1alpha1.MacPool{}
+	if err := c.Get(ctx, types.NamespacedName{Name: name}, p); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("getting MacPool %s: %w", name, err)
+		}
+		p = nil
+	}
+	l[name] = p
+	return p, nil
+}
+
 // deleteOrphans deletes machines bound to this claim that its status does
 // not name: two operators each bound one, and only one was recorded. The
 // orphan was never handed to the tenant, and its claimRef cannot change, so
 // it goes (with its resourceVersion as precondition) and its pool replaces it.
 func (r *MacClaimReconciler) deleteOrphans(ctx context.Context, claim *macvirtv1alpha1.MacClaim, ref *macvirtv1alpha1.ObjectRef,
-	bound []macvirtv1alpha1.MacMachine) error {
-	for i := range bound {
-		m := &bound[i]
+	bound []*macvirtv1alpha1.MacMachine) error {
+	for _, m := range bound {
 		if m.UID == ref.UID || !m.DeletionTimestamp.IsZero() {
 			continue
 		}
@@ -138,9 +185,19 @@ func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) (bool, err
 	if err := r.List(ctx, &list, client.MatchingFields{bindableField: bindKey(s.claim)}); err != nil {
 		return false, fmt.Errorf("listing idle machines for %s: %w", bindKey(s.claim), err)
 	}
+	pools := poolLookup{}
 	candidates := make([]*macvirtv1alpha1.MacMachine, 0, len(list.Items))
 	for i := range list.Items {
-		candidates = append(candidates, &list.Items[i])
+		m := &list.Items[i]
+		pool, err := pools.get(ctx, r.Client, m.Labels[macvirtv1alpha1.LabelPool])
+		if err != nil {
+			return false, err
+		}
+		if !heldByPool(m, pool) {
+			ctrl.LoggerFrom(ctx).Info("skipping a machine labelled for a pool that did not make it", "machine", client.ObjectKeyFromObject(m))
+			continue
+		}
+		candidates = append(candidates, m)
 	}
 	for _, m := range candidateOrder(s.claim.UID, candidates) {
 		key := client.ObjectKeyFromObject(m)

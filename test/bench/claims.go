@@ -41,7 +41,7 @@ func benchClaims(ctx context.Context, cfg *rest.Config, c client.Client, n int) 
 	if err := c.Create(ctx, pool); err != nil {
 		return result{}, err
 	}
-	if err := parallel(n, func(i int) error { return readyMachine(ctx, c, class, poolNS, fmt.Sprintf("bench-%d", i), "bench") }); err != nil {
+	if err := parallel(n, func(i int) error { return readyMachine(ctx, c, class, pool, fmt.Sprintf("bench-%d", i)) }); err != nil {
 		return result{}, err
 	}
 
@@ -189,12 +189,14 @@ func benchClass(ctx context.Context, c client.Client) (*macvirtv1alpha1.MacClass
 	return class, c.Create(ctx, class)
 }
 
-// readyMachine creates a pool machine and marks it Ready, as the machine
-// controller would once its guest answered.
-func readyMachine(ctx context.Context, c client.Client, class *macvirtv1alpha1.MacClass, ns, name, pool string) error {
+// readyMachine creates a pool machine, controlled by the pool as the pool
+// controller makes them, and marks it Ready, as the machine controller
+// would once its guest answered.
+func readyMachine(ctx context.Context, c client.Client, class *macvirtv1alpha1.MacClass, pool *macvirtv1alpha1.MacPool, name string) error {
 	m := &macvirtv1alpha1.MacMachine{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
-			Labels: map[string]string{macvirtv1alpha1.LabelPool: pool, macvirtv1alpha1.LabelClass: class.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pool.Spec.Namespace,
+			Labels:          map[string]string{macvirtv1alpha1.LabelPool: pool.Name, macvirtv1alpha1.LabelClass: class.Name},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pool, macvirtv1alpha1.GroupVersion.WithKind("MacPool"))}},
 		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: class.Name, ClassRevision: render.ClassRevision(class)},
 	}
 	if err := c.Create(ctx, m); err != nil {

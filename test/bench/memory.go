@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -29,7 +30,11 @@ func benchMemory(ctx context.Context, cfg *rest.Config, c client.Client, count i
 	if err := parallel(count, func(i int) error {
 		return c.Create(ctx, &macvirtv1alpha1.MacMachine{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("m-%d", i), Namespace: ns,
-				Labels: map[string]string{macvirtv1alpha1.LabelPool: "cache", macvirtv1alpha1.LabelClass: "bench"}},
+				Labels: map[string]string{macvirtv1alpha1.LabelPool: "cache", macvirtv1alpha1.LabelClass: "bench"},
+				// Controlled by a pool, as pool machines are, so the cache
+				// indexes them as bindable.
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: macvirtv1alpha1.GroupVersion.String(), Kind: "MacPool",
+					Name: "cache", UID: "00000000-0000-0000-0000-00000000cace", Controller: ptr.To(true)}}},
 			Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "bench", ClassRevision: "0123456789"},
 		})
 	}); err != nil {
