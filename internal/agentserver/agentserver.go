@@ -195,13 +195,21 @@ func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachin
 		claim := &macvirtv1alpha1.MacClaim{}
 		err := h.Client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, claim)
 		switch {
-		case err == nil && claim.UID == ref.UID:
+		case err == nil && claim.UID == ref.UID && boundTo(claim, m):
 			state.SSHAuthorizedKeys = append(state.SSHAuthorizedKeys, claim.Spec.SSHAuthorizedKeys...)
 		case err != nil && !apierrors.IsNotFound(err):
 			return nil, err
 		}
 	}
 	return state, nil
+}
+
+// boundTo reports whether the claim names the machine as its own: a claim's
+// keys go only to a machine both sides of the binding agree on, never to one
+// that merely names the claim.
+func boundTo(claim *macvirtv1alpha1.MacClaim, m *macvirtv1alpha1.MacMachine) bool {
+	ref := claim.Status.MachineRef
+	return ref != nil && ref.UID == m.UID && ref.Namespace == m.Namespace && ref.Name == m.Name
 }
 
 func (h *Handler) now() time.Time {

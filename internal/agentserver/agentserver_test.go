@@ -27,6 +27,7 @@ import (
 const (
 	tokenA = "token-of-machine-a-0123456789abcdef"
 	tokenB = "token-of-machine-b-0123456789abcdef"
+	tokenC = "token-of-machine-c-0123456789abcdef"
 )
 
 var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -50,12 +51,19 @@ func setup(t *testing.T) (*Handler, client.Client) {
 	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team-a", UID: "claim-uid"},
 		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: "sonoma", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA dev@example"}}}
 	a := machine("a", tokenA)
+	a.UID = "machine-a-uid"
 	a.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: "team-a", Name: "build", UID: "claim-uid"}
+	claim.Status.MachineRef = &macvirtv1alpha1.ObjectRef{Namespace: "team-a", Name: "a", UID: a.UID}
+	// c names the claim, but the claim does not name c: a machine made to
+	// look bound.
+	c := machine("c", tokenC)
+	c.UID = "machine-c-uid"
+	c.Spec.ClaimRef = a.Spec.ClaimRef.DeepCopy()
 	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}
 	class.Spec.Lifecycle.HeartbeatTimeout = &metav1.Duration{Duration: 2 * time.Minute}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(a, machine("b", tokenB), claim, class).
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(a, machine("b", tokenB), c, claim, class).
 		WithStatusSubresource(&macvirtv1alpha1.MacMachine{}).Build()
-	return &Handler{Client: c, Clock: clocktesting.NewFakePassiveClock(now)}, c
+	return &Handler{Client: cl, Clock: clocktesting.NewFakePassiveClock(now)}, cl
 }
 
 func heartbeat(name string) []byte {
@@ -111,6 +119,11 @@ func TestHeartbeatIsRecordedAndAnsweredWithTheDesiredState(t *testing.T) {
 	rec = post(h, tokenB, heartbeat("b"))
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"sshAuthorizedKeys":[]`) {
 		t.Errorf("machine b: %d %s", rec.Code, rec.Body)
+	}
+	// Machine c names the claim, which names a: no keys either.
+	rec = post(h, tokenC, heartbeat("c"))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"sshAuthorizedKeys":[]`) {
+		t.Errorf("machine c, which only names the claim, was answered %d %s", rec.Code, rec.Body)
 	}
 }
 
