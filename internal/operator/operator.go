@@ -193,11 +193,31 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		}
 	}
 	if opts.Webhooks {
-		if err := webhookv1alpha1.Setup(mgr, webhookv1alpha1.Options{EmulatorOverride: opts.EmulatorPath != ""}); err != nil {
+		user, err := operatorUser(mgr)
+		if err != nil {
+			return err
+		}
+		if err := webhookv1alpha1.Setup(mgr, webhookv1alpha1.Options{EmulatorOverride: opts.EmulatorPath != "", OperatorUser: user}); err != nil {
 			return err
 		}
 	}
 	return controller.RegisterMetrics(mgr.GetCache())
+}
+
+// Every authenticated user may already create SelfSubjectReviews
+// (system:basic-user); the rule says so where the operator's rules are read.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=selfsubjectreviews,verbs=create
+
+// operatorUser asks the API server which user the manager's requests arrive
+// under, for the machine webhook to tell the operator's writes from others'.
+func operatorUser(mgr ctrl.Manager) (string, error) {
+	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return "", fmt.Errorf("a client to learn the operator's identity: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return webhookv1alpha1.Identity(ctx, c)
 }
 
 // snapshotCache is a cache of the class snapshots in the operator's

@@ -11,16 +11,34 @@ import (
 	"github.com/macvirt/macvirt/internal/identity"
 )
 
-// Machines are matched on CREATE only: the operator updates machines
-// (finalizer, binding, identity), and those updates must not depend on the
-// webhook; the CRD's CEL rules keep claimRef, smbios, className and
-// classRevision immutable.
+// The mutating webhook matches CREATE only (it draws the SMBIOS identity).
+// The validating one matches CREATE and UPDATE: besides checking a new
+// machine, it refuses anyone but the operator who sets or changes what
+// binds a machine or speaks for it (OperatorOnlyChanges). It fails closed,
+// so those fields cannot be written while it is down; the operator's own
+// updates go through the webhook its own process serves. The CRD's CEL
+// rules keep claimRef, smbios, className and classRevision immutable.
 // +kubebuilder:webhook:path=/mutate-macvirt-io-v1alpha1-macmachine,mutating=true,failurePolicy=ignore,sideEffects=None,groups=macvirt.io,resources=macmachines,verbs=create,versions=v1alpha1,name=mmacmachine-v1alpha1.macvirt.io,admissionReviewVersions=v1,timeoutSeconds=10
-// +kubebuilder:webhook:path=/validate-macvirt-io-v1alpha1-macmachine,mutating=false,failurePolicy=fail,sideEffects=None,groups=macvirt.io,resources=macmachines,verbs=create,versions=v1alpha1,name=vmacmachine-v1alpha1.macvirt.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-macvirt-io-v1alpha1-macmachine,mutating=false,failurePolicy=fail,sideEffects=None,groups=macvirt.io,resources=macmachines,verbs=create;update,versions=v1alpha1,name=vmacmachine-v1alpha1.macvirt.io,admissionReviewVersions=v1,timeoutSeconds=10
 
 // machineWebhook gives machines a unique SMBIOS identity and validates them.
 type machineWebhook struct {
 	lookup *lookup
+	// operator is the user name the operator's own requests arrive under.
+	operator string
+}
+
+// operatorOnly refuses, unless the request is the operator's own, a write
+// that sets or changes what only the operator may (old is nil on create).
+func (w *machineWebhook) operatorOnly(ctx context.Context, old, m *macvirtv1alpha1.MacMachine) error {
+	req, err := admission.RequestFromContext(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the admission request: %w", err)
+	}
+	if w.operator != "" && req.UserInfo.Username == w.operator {
+		return nil
+	}
+	return invalid("MacMachine", m.Name, OperatorOnlyChanges(old, m))
 }
 
 func (w *machineWebhook) Default(ctx context.Context, m *macvirtv1alpha1.MacMachine) error {
@@ -39,6 +57,9 @@ func (w *machineWebhook) Default(ctx context.Context, m *macvirtv1alpha1.MacMach
 }
 
 func (w *machineWebhook) ValidateCreate(ctx context.Context, m *macvirtv1alpha1.MacMachine) (admission.Warnings, error) {
+	if err := w.operatorOnly(ctx, nil, m); err != nil {
+		return nil, err
+	}
 	class, err := w.lookup.class(ctx, m.Spec.ClassName)
 	if err != nil {
 		return nil, err
@@ -54,9 +75,9 @@ func (w *machineWebhook) ValidateCreate(ctx context.Context, m *macvirtv1alpha1.
 	return warns, invalid("MacMachine", m.Name, errs)
 }
 
-// ValidateUpdate is not called (machines are matched on CREATE only).
-func (w *machineWebhook) ValidateUpdate(context.Context, *macvirtv1alpha1.MacMachine, *macvirtv1alpha1.MacMachine) (admission.Warnings, error) {
-	return nil, nil
+// ValidateUpdate refuses changes only the operator may make.
+func (w *machineWebhook) ValidateUpdate(ctx context.Context, old, m *macvirtv1alpha1.MacMachine) (admission.Warnings, error) {
+	return nil, w.operatorOnly(ctx, old, m)
 }
 
 func (w *machineWebhook) ValidateDelete(context.Context, *macvirtv1alpha1.MacMachine) (admission.Warnings, error) {

@@ -32,13 +32,19 @@ import (
 // What never depends on them: DELETE is in no rule, so namespaces, claims
 // and machines can always be deleted. Status is a subresource no rule
 // matches, and the operator writes only status to classes, pools and
-// claims. The operator's updates of machines (finalizer, binding, identity)
-// are updates, and machines are matched on CREATE only.
+// claims, so heartbeats and claim status go on while the webhooks are
+// down. Machine updates (finalizer, binding, identity, agent token) do
+// depend on the machine webhook, which refuses them from anyone but the
+// operator; they wait for it as any refused write does, shown in status.
 
 // Options configure the webhooks.
 type Options struct {
 	// EmulatorOverride is true when the operator runs with --emulator-path.
 	EmulatorOverride bool
+	// OperatorUser is the user name the operator's own requests arrive
+	// under (see Identity): only it may write what binds a machine. When
+	// empty, nobody may.
+	OperatorUser string
 }
 
 // Setup registers the defaulting and validating webhooks of all four kinds
@@ -48,13 +54,13 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	l := &lookup{cache: mgr.GetClient(), api: mgr.GetAPIReader()}
 	for _, err := range []error{
 		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacClass{}).
-			WithDefaulter(&classWebhook{}).WithValidator(&classWebhook{env: ClassEnv(opts)}).Complete(),
+			WithDefaulter(&classWebhook{}).WithValidator(&classWebhook{env: ClassEnv{EmulatorOverride: opts.EmulatorOverride}}).Complete(),
 		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacPool{}).
 			WithDefaulter(&poolWebhook{}).WithValidator(&poolWebhook{lookup: l}).Complete(),
 		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacClaim{}).
 			WithDefaulter(&claimWebhook{}).WithValidator(&claimWebhook{lookup: l}).Complete(),
 		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacMachine{}).
-			WithDefaulter(&machineWebhook{lookup: l}).WithValidator(&machineWebhook{lookup: l}).Complete(),
+			WithDefaulter(&machineWebhook{lookup: l}).WithValidator(&machineWebhook{lookup: l, operator: opts.OperatorUser}).Complete(),
 	} {
 		if err != nil {
 			return fmt.Errorf("setting up webhooks: %w", err)

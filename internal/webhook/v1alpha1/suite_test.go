@@ -39,6 +39,8 @@ var (
 	k8sClient client.Client
 	warnings  = &warningRecorder{}
 	manifests []byte
+	// operatorUser is who the webhooks take for the operator.
+	operatorUser string
 	suiteCtx  context.Context
 	cancelAll context.CancelFunc
 )
@@ -74,7 +76,13 @@ var _ = BeforeSuite(func() {
 	// No controller runs: these specs are about admission. The webhooks look
 	// SMBIOS identities up by the operator's cache index.
 	Expect(controller.RegisterIndexes(suiteCtx, mgr.GetFieldIndexer())).To(Succeed())
-	Expect(Setup(mgr, Options{})).To(Succeed())
+	// The manager's user plays the operator: only it may write what binds
+	// a machine. Specs play anyone else with impersonated clients.
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	operatorUser, err = Identity(suiteCtx, c)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(Setup(mgr, Options{OperatorUser: operatorUser})).To(Succeed())
 	Expect(mgr.Add(&localwebhook.Registrar{Server: local, Client: mgr.GetClient(),
 		Started: func() bool { return mgr.GetWebhookServer().StartedChecker()(nil) == nil }})).To(Succeed())
 	stopped := make(chan struct{})
@@ -95,7 +103,7 @@ var _ = BeforeSuite(func() {
 
 	warnCfg := rest.CopyConfig(cfg)
 	warnCfg.WarningHandler = warnings
-	c, err := client.New(warnCfg, client.Options{Scheme: scheme})
+	c, err = client.New(warnCfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient = client.WithFieldValidation(c, metav1.FieldValidationStrict)
 

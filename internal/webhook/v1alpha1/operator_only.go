@@ -1,0 +1,111 @@
+package v1alpha1
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// What only the operator writes on a MacMachine. Each one decides who a
+// machine belongs to or who may speak for it:
+//
+//   - spec.claimRef binds the machine to a claim: the claim's SSH keys are
+//     delivered to it, and the claim's tenant is told its address and host
+//     keys.
+//   - the pool label and a controller reference to a macvirt object say a
+//     pool (or a claim) made the machine; claims bind only a pool's own.
+//   - the released label and the reclaim-policy annotation decide what
+//     happens to a bound machine when its claim goes.
+//   - the agent token-hash and agent Secret annotations say which guest
+//     may heartbeat for the machine and which Secret its config disk is.
+//
+// Anyone else, whatever RBAC grants them on MacMachines, is refused when a
+// create sets one of them or an update changes one. Removing a controller
+// reference is allowed (the garbage collector does that when it orphans
+// dependents).
+
+// operatorOnlyLabels and operatorOnlyAnnotations are the metadata keys only
+// the operator writes.
+var (
+	operatorOnlyLabels      = []string{macvirtv1alpha1.LabelPool, macvirtv1alpha1.LabelReleased}
+	operatorOnlyAnnotations = []string{macvirtv1alpha1.AnnotationAgentTokenHash, macvirtv1alpha1.AnnotationAgentSecret,
+		macvirtv1alpha1.AnnotationReclaimPolicy}
+)
+
+// OperatorOnlyChanges lists, as field errors, what a create (old nil) or an
+// update of a machine by someone other than the operator sets or changes
+// that only the operator may.
+func OperatorOnlyChanges(old, m *macvirtv1alpha1.MacMachine) field.ErrorList {
+	if old == nil {
+		old = &macvirtv1alpha1.MacMachine{}
+	}
+	const why = "only the macvirt operator sets this: "
+	var errs field.ErrorList
+	if !equality.Semantic.DeepEqual(old.Spec.ClaimRef, m.Spec.ClaimRef) {
+		errs = append(errs, field.Forbidden(field.NewPath("spec", "claimRef"),
+			why+"create a MacClaim to have a machine bound to it"))
+	}
+	for _, k := range operatorOnlyLabels {
+		if old.Labels[k] != m.Labels[k] {
+			errs = append(errs, field.Forbidden(field.NewPath("metadata", "labels").Key(k),
+				why+"pools label the machines they make; create a MacPool for pool machines"))
+		}
+	}
+	for _, k := range operatorOnlyAnnotations {
+		if old.Annotations[k] != m.Annotations[k] {
+			errs = append(errs, field.Forbidden(field.NewPath("metadata", "annotations").Key(k),
+				why+"the operator issues agent tokens and records each claim's reclaim policy"))
+		}
+	}
+	before := macvirtRefs(old.OwnerReferences)
+	for i, ref := range m.OwnerReferences {
+		if !isMacvirtRef(ref) {
+			continue
+		}
+		if prev, ok := before[ref.UID]; !ok || !equality.Semantic.DeepEqual(prev, ref) {
+			errs = append(errs, field.Forbidden(field.NewPath("metadata", "ownerReferences").Index(i),
+				why+"a machine is owned by the MacPool or MacClaim that made it"))
+		}
+	}
+	return errs
+}
+
+func isMacvirtRef(ref metav1.OwnerReference) bool {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err != nil || gv.Group == macvirtv1alpha1.GroupVersion.Group
+}
+
+func macvirtRefs(refs []metav1.OwnerReference) map[types.UID]metav1.OwnerReference {
+	out := map[types.UID]metav1.OwnerReference{}
+	for _, ref := range refs {
+		if isMacvirtRef(ref) {
+			out[ref.UID] = ref
+		}
+	}
+	return out
+}
+
+// Identity asks the API server who the given client is (a SelfSubjectReview,
+// which every authenticated user may create): the user name the operator's
+// own writes arrive under, so admission can tell them from anyone else's.
+func Identity(ctx context.Context, c client.Client) (string, error) {
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, review); err != nil {
+		return "", fmt.Errorf("asking the API server who the operator is (SelfSubjectReview): %w", err)
+	}
+	name := review.Status.UserInfo.Username
+	if name == "" {
+		return "", errors.New("the API server's SelfSubjectReview named no user for the operator")
+	}
+	return name, nil
+}
