@@ -676,7 +676,7 @@ func TestKustomizeInstall(t *testing.T) {
 		"Service/macvirt-webhook-service", "Service/macvirt-agent", "Service/macvirt-controller-manager-metrics-service",
 		"Certificate/macvirt-serving-cert", "MutatingWebhookConfiguration/macvirt-mutating-webhook-configuration",
 		"ValidatingWebhookConfiguration/macvirt-validating-webhook-configuration",
-		"ClusterRole/macvirt-claim-editor", "ClusterRole/macvirt-viewer",
+		"ClusterRole/macvirt-claim-editor", "ClusterRole/macvirt-viewer", "ClusterRole/macvirt-catalog-viewer",
 		"CustomResourceDefinition/macclasses.macvirt.io", "CustomResourceDefinition/macpools.macvirt.io",
 		"CustomResourceDefinition/macclaims.macvirt.io", "CustomResourceDefinition/macmachines.macvirt.io"} {
 		if _, ok := got[want]; !ok {
@@ -688,8 +688,10 @@ func TestKustomizeInstall(t *testing.T) {
 	if l := agg("macvirt-claim-editor"); l[to+"edit"] != "true" || l[to+"admin"] != "true" || l[to+"view"] != "" {
 		t.Errorf("macvirt-claim-editor aggregates as %v; want edit and admin only", l)
 	}
-	if l := agg("macvirt-viewer"); l[to+"view"] != "true" {
-		t.Errorf("macvirt-viewer aggregates as %v; want view", l)
+	for _, name := range []string{"macvirt-viewer", "macvirt-catalog-viewer"} {
+		if l := agg(name); l[to+"view"] != "true" {
+			t.Errorf("%s aggregates as %v; want view", name, l)
+		}
 	}
 	// The serving certificate comes from a CA that outlives its renewals,
 	// so agents' config disks keep verifying the endpoint.
