@@ -21,6 +21,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,6 +45,7 @@ import (
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/simulator"
 	"github.com/macvirt/macvirt/internal/testenv"
+	webhookv1alpha1 "github.com/macvirt/macvirt/internal/webhook/v1alpha1"
 )
 
 // Options configure a sandbox.
@@ -111,17 +113,17 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	done, err := startManagers(runCtx, cfg, scheme, opts)
+	sys, err := StartSystem(runCtx, cfg, scheme, SystemOptions{Options: opts})
 	if err != nil {
 		return err
 	}
-	defer func() { stop(); done() }()
+	defer func() { stop(); sys.Stop() }()
 
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
 	}
-	if err := applySamples(runCtx, c, opts.Machines); err != nil {
+	if err := ApplySamples(runCtx, c, opts.Machines); err != nil {
 		return err
 	}
 	_, _ = fmt.Fprintf(opts.Out, "\nsandbox up in %s\n  kubeconfig: %s\n  try: kubectl --kubeconfig %s get macvirt -A\n       kubectl --kubeconfig %s get macclaim ios-build -o yaml\n\n",
@@ -144,9 +146,48 @@ func writeKubeconfig(env *envtest.Environment, path, tmp string) (string, error)
 	return path, os.WriteFile(path, b, 0o600)
 }
 
-// startManagers starts the simulator and the operator (webhooks, agent
-// endpoint) and returns a function that waits for both to stop.
-func startManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts Options) (func(), error) {
+// System is macvirt at work against an API server: the KubeVirt and CDI
+// simulator with its guests, and the operator with its webhooks and agent
+// endpoint, each in its own manager.
+type System struct {
+	// AgentEndpoint is the https:// URL guests send heartbeats to, and
+	// CABundle the PEM its certificate chains to.
+	AgentEndpoint string
+	CABundle      []byte
+	// OperatorUser is who the operator's requests arrive as.
+	OperatorUser string
+	stop         func()
+}
+
+// Stop waits for the managers, whose context must have ended, and frees
+// what the system holds.
+func (s *System) Stop() { s.stop() }
+
+// SystemOptions say how a System runs.
+type SystemOptions struct {
+	Options
+	// OperatorConfig is the operator's own connection to the API server (a
+	// service account under the shipped RBAC, in the tenancy tests); the
+	// administrator's config when nil. The simulator, playing KubeVirt and
+	// CDI, and the webhook registrar, playing the installer, keep the
+	// administrator's.
+	OperatorConfig *rest.Config
+}
+
+// StartSystem starts the simulator and the operator until ctx ends, and
+// returns once the webhooks answer.
+func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts SystemOptions) (*System, error) {
+	if opts.Speed <= 0 {
+		opts.Speed = 1
+	}
+	opCfg := opts.OperatorConfig
+	if opCfg == nil {
+		opCfg = cfg
+	}
+	admin, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
 	simMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	if err != nil {
 		return nil, err
@@ -183,7 +224,8 @@ func startManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme
 		return nil, err
 	}
 	agentAddr := net.JoinHostPort(local.Host, strconv.Itoa(agentPort))
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+	sys := &System{AgentEndpoint: "https://" + agentAddr, CABundle: local.CABundle}
+	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0", WebhookServer: local.WebhookServer(webhook.Options{})})
 	var agentHandler *agentserver.Handler
 	agentServer := &agentserver.Server{Addr: agentAddr, CertDir: local.CertDir}
@@ -191,7 +233,7 @@ func startManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme
 		agentHandler = &agentserver.Handler{Client: mgr.GetClient()}
 		agentServer.Handler = agentHandler
 		err = operator.Setup(mgr, operator.Options{Webhooks: true, StopConfig: &rest.Config{Host: stopAPI.URL},
-			Agent:               controller.AgentOptions{Endpoint: "https://" + agentAddr, CABundle: local.CABundle},
+			Agent:               controller.AgentOptions{Endpoint: sys.AgentEndpoint, CABundle: local.CABundle},
 			AgentHandler:        agentHandler,
 			AgentListeningSince: agentServer.ListeningSince})
 	}
@@ -199,8 +241,14 @@ func startManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme
 		err = mgr.Add(agentServer)
 	}
 	if err == nil {
-		err = mgr.Add(&localwebhook.Registrar{Server: local, Client: mgr.GetClient(),
+		err = mgr.Add(&localwebhook.Registrar{Server: local, Client: admin,
 			Started: func() bool { return mgr.GetWebhookServer().StartedChecker()(nil) == nil }})
+	}
+	if err == nil {
+		var c client.Client
+		if c, err = client.New(opCfg, client.Options{Scheme: scheme}); err == nil {
+			sys.OperatorUser, err = webhookv1alpha1.Identity(ctx, c)
+		}
 	}
 	if err != nil {
 		stopAPI.Close()
@@ -221,7 +269,7 @@ func startManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme
 	for mgr.GetWebhookServer().StartedChecker()(nil) != nil && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	return func() {
+	sys.stop = func() {
 		for range 2 {
 			select {
 			case <-stopped:
@@ -230,15 +278,17 @@ func startManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme
 		}
 		stopAPI.Close()
 		local.Close()
-	}, nil
+	}
+	return sys, nil
 }
 
-// applySamples creates what the samples need that a cluster would already
-// have (namespaces, the operator's included, where it keeps class snapshots;
-// the golden-image DataSources), then config/samples.
-func applySamples(ctx context.Context, c client.Client, machines int32) error {
+// ApplySamples creates what the samples need that a cluster would already
+// have (namespaces, the operator's included, where it keeps class snapshots,
+// unless they exist; the golden-image DataSources), then config/samples,
+// with the sample pool's idle target set to machines when that is not 0.
+func ApplySamples(ctx context.Context, c client.Client, machines int32) error {
 	for _, ns := range []string{operator.DefaultNamespace, "macvirt-images", "macvirt-pools"} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}

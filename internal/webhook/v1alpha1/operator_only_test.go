@@ -107,7 +107,7 @@ func withOwner(ref metav1.OwnerReference) *macvirtv1alpha1.MacMachine {
 // shippedRole creates, under a name of its own, the ClusterRole a file of
 // config/rbac ships, and binds it to user in ns.
 func shippedRole(file, ns, user string) {
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", file))
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", file)) //nolint:gosec // a file of the repository's config/rbac.
 	Expect(err).NotTo(HaveOccurred())
 	role := &rbacv1.ClusterRole{}
 	Expect(yaml.Unmarshal(raw, role)).To(Succeed())

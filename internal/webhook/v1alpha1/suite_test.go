@@ -41,8 +41,8 @@ var (
 	manifests []byte
 	// operatorUser is who the webhooks take for the operator.
 	operatorUser string
-	suiteCtx  context.Context
-	cancelAll context.CancelFunc
+	suiteCtx     context.Context
+	cancelAll    context.CancelFunc
 )
 
 func TestWebhooks(t *testing.T) {

@@ -1,0 +1,211 @@
+// Package tenancy_test plays two tenants and an attacker against the whole
+// of macvirt (the operator with its webhooks and agent endpoint, running as
+// its service account under the shipped RBAC, against the KubeVirt and CDI
+// simulator), each tenant with the shipped roles only, through impersonated
+// clients. Every attempt to cross a tenant's boundary must be refused or
+// harmless, and the suite fails if a shipped role ever grants one.
+package tenancy_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
+
+	"github.com/macvirt/macvirt/internal/operator"
+	"github.com/macvirt/macvirt/internal/sandbox"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/internal/testenv"
+)
+
+var (
+	cfg     *rest.Config
+	testEnv *envtest.Environment
+	scheme  *runtime.Scheme
+	admin   client.Client
+	system  *sandbox.System
+	stopAll context.CancelFunc
+)
+
+// The operator's service account, as config/default names it.
+const (
+	operatorSA   = "macvirt-controller-manager"
+	operatorUser = "system:serviceaccount:" + operator.DefaultNamespace + ":" + operatorSA
+)
+
+// The players: two tenants and an attacker, each in a namespace of their own.
+var tenants = map[string]string{"alice": "team-a", "bob": "team-b", "mallory": "evil"}
+
+func TestTenancy(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Tenancy Suite")
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	SetDefaultEventuallyTimeout(2 * time.Minute)
+	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
+	var err error
+	scheme, err = macvirtscheme.New()
+	Expect(err).NotTo(HaveOccurred())
+	testEnv, cfg, err = testenv.Start(scheme)
+	Expect(err).NotTo(HaveOccurred())
+	admin, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	stopAll = cancel
+
+	By("the operator's service account with the shipped config/rbac/role.yaml")
+	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operator.DefaultNamespace}})).To(Succeed())
+	Expect(admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: operatorSA, Namespace: operator.DefaultNamespace}})).To(Succeed())
+	sa := rbacv1.Subject{Kind: "ServiceAccount", Name: operatorSA, Namespace: operator.DefaultNamespace}
+	for _, obj := range shipped("role.yaml") {
+		switch role := obj.(type) {
+		case *rbacv1.ClusterRole:
+			Expect(admin.Create(ctx, role)).To(Succeed())
+			Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+				Subjects: []rbacv1.Subject{sa}})).To(Succeed())
+		case *rbacv1.Role:
+			Expect(admin.Create(ctx, role)).To(Succeed())
+			Expect(admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: role.Namespace},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+				Subjects: []rbacv1.Subject{sa}})).To(Succeed())
+		}
+	}
+	Eventually(func() bool {
+		return allowed(operatorUser, authorizationv1.ResourceAttributes{Verb: "list", Group: "macvirt.io", Resource: "macmachines"})
+	}).Should(BeTrue(), "the API server's RBAC cache learns of the binding")
+	opCfg := rest.CopyConfig(cfg)
+	opCfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operator.DefaultNamespace, "system:authenticated"}}
+
+	By("macvirt, the simulator and the samples")
+	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, OperatorConfig: opCfg})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(system.OperatorUser).To(Equal(operatorUser))
+	Expect(sandbox.ApplySamples(ctx, admin, 2)).To(Succeed())
+
+	By("each player gets every shipped tenant-facing role in their namespace, and the catalog cluster-wide")
+	for _, file := range tenantRoleFiles() {
+		for _, obj := range shipped(file) {
+			Expect(admin.Create(ctx, obj)).To(Succeed())
+		}
+	}
+	for user, ns := range tenants {
+		Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		for _, file := range tenantRoleFiles() {
+			for _, obj := range shipped(file) {
+				name := obj.GetName()
+				Expect(admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user + "-" + name, Namespace: ns},
+					RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+					Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}}})).To(Succeed())
+			}
+		}
+		// What a platform gives a team besides macvirt's roles (the
+		// built-in edit role would): its own namespace's Secrets.
+		Expect(admin.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "secrets", Namespace: ns},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}})).To(Succeed())
+		Expect(admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user + "-secrets", Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "secrets"},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}}})).To(Succeed())
+	}
+	Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "catalog"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "catalog-viewer"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "Group", Name: "system:authenticated"}}})).To(Succeed())
+	for user, ns := range tenants {
+		Eventually(func() bool {
+			return allowed(user, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "macvirt.io", Resource: "macclaims"}) &&
+				allowed(user, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Resource: "secrets"}) &&
+				allowed(user, authorizationv1.ResourceAttributes{Verb: "list", Group: "macvirt.io", Resource: "macclasses"})
+		}).Should(BeTrue(), "the API server's RBAC cache learns of %s's bindings", user)
+	}
+})
+
+var _ = AfterSuite(func() {
+	if stopAll != nil {
+		stopAll()
+	}
+	if system != nil {
+		system.Stop()
+	}
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// tenantRoleFiles are the ClusterRoles config/rbac ships for people: all of
+// them but the operator's own and the metrics endpoint's.
+func tenantRoleFiles() []string {
+	entries, err := os.ReadDir(filepath.Join(testenv.RepoRoot(), "config", "rbac"))
+	Expect(err).NotTo(HaveOccurred())
+	var files []string
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, "_role.yaml") || strings.HasPrefix(name, "leader_election") || strings.HasPrefix(name, "metrics_") {
+			continue
+		}
+		files = append(files, name)
+	}
+	Expect(files).To(ContainElements("aggregated_claim_editor_role.yaml", "aggregated_viewer_role.yaml", "macmachine_admin_role.yaml"))
+	return files
+}
+
+// shipped reads the RBAC objects of a file in config/rbac.
+func shipped(file string) []client.Object {
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", file)) //nolint:gosec // a file of the repository's config/rbac.
+	Expect(err).NotTo(HaveOccurred())
+	var out []client.Object
+	for _, doc := range strings.Split(string(raw), "\n---") {
+		var meta metav1.TypeMeta
+		Expect(yaml.Unmarshal([]byte(doc), &meta)).To(Succeed())
+		switch meta.Kind {
+		case "ClusterRole":
+			r := &rbacv1.ClusterRole{}
+			Expect(yaml.Unmarshal([]byte(doc), r)).To(Succeed())
+			out = append(out, r)
+		case "Role":
+			r := &rbacv1.Role{}
+			Expect(yaml.Unmarshal([]byte(doc), r)).To(Succeed())
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// allowed asks the API server whether user may do what attrs say.
+func allowed(user string, attrs authorizationv1.ResourceAttributes) bool {
+	groups := []string{"system:authenticated"}
+	if strings.HasPrefix(user, "system:serviceaccount:") {
+		groups = append(groups, "system:serviceaccounts", "system:serviceaccounts:"+strings.Split(user, ":")[2])
+	}
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: user, Groups: groups, ResourceAttributes: &attrs}}
+	Expect(admin.Create(context.Background(), sar)).To(Succeed())
+	return sar.Status.Allowed
+}
+
+// as is a client that acts as user.
+func as(user string) client.Client {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
+	cl, err := client.New(c, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return cl
+}
