@@ -1,15 +1,15 @@
 package repo
 
 import (
+	rbacv1 "k8s.io/api/rbac/v1"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sigs.k8s.io/yaml"
 	"slices"
 	"strings"
 	"testing"
-
-	"sigs.k8s.io/yaml"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/testenv"
@@ -163,6 +163,60 @@ func TestNoDocReplacesKubeVirtsFeatureGates(t *testing.T) {
 				t.Errorf("%s: a merge patch of featureGates replaces every gate the cluster has; append with a JSON patch:\n%s",
 					filepath.Base(f), cmd)
 			}
+		}
+	}
+}
+
+// docs/tenancy.md's tables list every role config/rbac ships for people,
+// with its resources and verbs as shipped, and no role that is not shipped.
+func TestTenancyDocListsTheShippedRoles(t *testing.T) {
+	doc := read(t, "docs/tenancy.md")
+	rows := map[string]string{}
+	for _, line := range strings.Split(doc, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`macvirt-") {
+			continue
+		}
+		rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = line
+	}
+	dir := filepath.Join(testenv.RepoRoot(), "config", "rbac")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped := map[string]bool{}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, "_role.yaml") || strings.HasPrefix(name, "leader_election") || strings.HasPrefix(name, "metrics_") {
+			continue
+		}
+		var role rbacv1.ClusterRole
+		if err := yaml.Unmarshal([]byte(read(t, filepath.Join("config", "rbac", name))), &role); err != nil {
+			t.Fatal(err)
+		}
+		installed := "macvirt-" + role.Name
+		shipped[installed] = true
+		row, ok := rows[installed]
+		if !ok {
+			t.Errorf("docs/tenancy.md does not list %s (%s)", installed, name)
+			continue
+		}
+		for _, rule := range role.Rules {
+			for _, r := range rule.Resources {
+				if !strings.Contains(row, "`"+r+"`") && !strings.Contains(row, "`"+strings.TrimSuffix(r, "/status")+"` / `"+r+"`") {
+					t.Errorf("docs/tenancy.md's row for %s does not name resource %s", installed, r)
+				}
+			}
+			for _, v := range rule.Verbs {
+				if !strings.Contains(row, v) {
+					t.Errorf("docs/tenancy.md's row for %s does not list verb %s", installed, v)
+				}
+			}
+		}
+	}
+	for name := range rows {
+		if !shipped[name] {
+			t.Errorf("docs/tenancy.md lists %s, which config/rbac does not ship", name)
 		}
 	}
 }
