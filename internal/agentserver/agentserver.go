@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/agentapi"
@@ -120,9 +122,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, agentapi.ReasonInternal, "reading the desired state failed; retry")
 		return
 	}
+	heartbeats.WithLabelValues(resultAccepted).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(state)
 }
+
+// resultAccepted is the result label of a heartbeat recorded and answered.
+const resultAccepted = "Accepted"
+
+// heartbeats counts the endpoint's answers by result: Accepted, or the
+// reason of the refusal. A refused heartbeat writes nothing on any machine
+// (anyone who reaches the endpoint could otherwise write there), so this is
+// where a guest with a wrong token, or someone trying tokens, shows.
+var heartbeats = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "macvirt_agent_heartbeats_total",
+	Help: "Heartbeats the guest-agent endpoint answered, by result: Accepted, or the refusal's reason (Unauthorized, RateLimited, Malformed, TooLarge, Unsupported, MethodNotAllowed, Internal).",
+}, []string{"result"})
+
+func init() { ctrlmetrics.Registry.MustRegister(heartbeats) }
 
 // limiter is the machine's rate limiter. Before adding one to a map that
 // has reached sweepAt entries, it forgets every limiter that is full again
@@ -220,6 +237,7 @@ func (h *Handler) now() time.Time {
 }
 
 func writeError(w http.ResponseWriter, code int, reason, msg string) {
+	heartbeats.WithLabelValues(reason).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(agentapi.Error{Reason: reason, Message: msg})

@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -119,6 +121,14 @@ func TestHeartbeatIsRecordedAndAnsweredWithTheDesiredState(t *testing.T) {
 	rec = post(h, tokenB, heartbeat("b"))
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"sshAuthorizedKeys":[]`) {
 		t.Errorf("machine b: %d %s", rec.Code, rec.Body)
+	}
+	// A token good for b is no good for a; the refusal is counted.
+	refused := testutil.ToFloat64(heartbeats.WithLabelValues(agentapi.ReasonUnauthorized))
+	if rec := post(h, tokenB, heartbeat("a")); rec.Code != http.StatusUnauthorized {
+		t.Errorf("machine a with b's token: %d %s", rec.Code, rec.Body)
+	}
+	if got := testutil.ToFloat64(heartbeats.WithLabelValues(agentapi.ReasonUnauthorized)); got != refused+1 {
+		t.Errorf("macvirt_agent_heartbeats_total{result=Unauthorized} went from %v to %v, want one more", refused, got)
 	}
 	// Machine c names the claim, which names a: no keys either.
 	rec = post(h, tokenC, heartbeat("c"))
