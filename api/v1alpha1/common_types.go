@@ -119,6 +119,10 @@ const (
 	ReasonSecretConflict = "SecretConflict"
 	// ReasonMachineNotReady means the bound machine is not Ready yet.
 	ReasonMachineNotReady = "MachineNotReady"
+	// ReasonGuestConfigFailed means the bound machine's guest agent could
+	// not apply the claim's SSH keys (or the machine's hostname); its words
+	// are in the message, and a human must fix the guest or its image.
+	ReasonGuestConfigFailed = "GuestConfigFailed"
 	// ReasonIdleTargetNotMet means a pool holds fewer idle machines than asked.
 	ReasonIdleTargetNotMet = "IdleTargetNotMet"
 	// ReasonCreateFailed means the API server refused to create an object

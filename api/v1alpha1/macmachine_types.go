@@ -140,6 +140,12 @@ type GuestStatus struct {
 	// +listType=atomic
 	// +optional
 	SSHHostKeys []string `json:"sshHostKeys,omitempty"`
+	// applyError is why the guest agent could not apply what the operator
+	// last asked of it (the bound claim's SSH keys, the hostname), in the
+	// agent's words; empty once it did.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	ApplyError string `json:"applyError,omitempty"`
 }
 
 // MacMachineStatus is the observed state of a machine.

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -83,6 +84,9 @@ type Facts struct {
 	BootTime                     time.Time
 	IPAddresses                  []string
 	SSHHostKeys                  []string
+	// ApplyError is why the last desired state could not be applied; the
+	// run loop sets it, so the operator hears of it with the next heartbeat.
+	ApplyError string
 }
 
 // Platform is what differs per operating system.
@@ -138,6 +142,7 @@ func (c *Client) Heartbeat(ctx context.Context, facts Facts) (*agentapi.DesiredS
 		Machine:      agentapi.MachineRef{Namespace: c.cfg.Namespace, Name: c.cfg.Machine},
 		AgentVersion: Version, OSVersion: facts.OSVersion, OSBuild: facts.OSBuild, Hostname: facts.Hostname,
 		BootTime: facts.BootTime, IPAddresses: facts.IPAddresses, SSHHostKeys: facts.SSHHostKeys,
+		ApplyError: truncate(facts.ApplyError, agentapi.MaxApplyErrorBytes),
 	})
 	if err != nil {
 		return nil, err
@@ -276,6 +281,7 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 	var client *Client
 	var cfg *Config
 	failures := 0
+	applyErr := ""
 	interval := agentapi.DefaultHeartbeatInterval
 	wait := time.Duration(0)
 	for {
@@ -300,6 +306,7 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 		var facts Facts
 		if err == nil {
 			if facts, err = p.Facts(); err == nil {
+				facts.ApplyError = applyErr
 				state, err = client.Heartbeat(ctx, facts)
 			}
 		}
@@ -320,8 +327,17 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 		// The operator heard the heartbeat; a guest-side failure to apply
 		// its answer is retried at the next one, never by backing off the
 		// heartbeats, which would make a healthy guest look silent.
+		applyErr = ""
 		if err := apply(p, facts, state); err != nil {
+			// Told to the operator with the next heartbeat, which shows it
+			// on the machine and its claim.
+			applyErr = err.Error()
 			logf("applying the desired state failed (next try with the heartbeat in %s): %v", wait, err)
+		}
+		if applyErr != facts.ApplyError {
+			// What the operator was told is no longer true: tell it soon,
+			// once, rather than a whole interval later.
+			wait = min(wait, ReportWait)
 		}
 	}
 }
@@ -350,6 +366,22 @@ func apply(p Platform, facts Facts, state *agentapi.DesiredState) error {
 		}
 	}
 	return nil
+}
+
+// ReportWait is how soon the agent heartbeats again when applying the
+// desired state failed, or stopped failing, so the tenant learns of it
+// without waiting a whole interval.
+var ReportWait = time.Second
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // Token is the bearer token the client sends.

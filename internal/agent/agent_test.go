@@ -36,14 +36,19 @@ func operator(t *testing.T) (configDir string, c client.Client) {
 		t.Fatal(err)
 	}
 	m := &macvirtv1alpha1.MacMachine{
-		ObjectMeta: metav1.ObjectMeta{Name: "ci-0", Namespace: "macvirt-pools",
+		ObjectMeta: metav1.ObjectMeta{Name: "ci-0", Namespace: "macvirt-pools", UID: "m1",
 			Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: agentapi.HashToken(token)}},
 		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "sonoma",
 			ClaimRef: &macvirtv1alpha1.ObjectRef{Namespace: "team-a", Name: "build", UID: "u1"}},
 	}
 	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team-a", UID: "u1"},
-		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: "sonoma", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAAkey dev@example"}}}
-	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(m, claim).WithStatusSubresource(&macvirtv1alpha1.MacMachine{}).Build()
+		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: "sonoma", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAAkey dev@example"}},
+		Status: macvirtv1alpha1.MacClaimStatus{MachineRef: &macvirtv1alpha1.ObjectRef{Namespace: "macvirt-pools", Name: "ci-0", UID: "m1"}}}
+	// The shortest heartbeatTimeout, so the agent is asked to heartbeat
+	// every 5 s (the least it is ever asked).
+	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}
+	class.Spec.Lifecycle.HeartbeatTimeout = &metav1.Duration{Duration: 20 * time.Second}
+	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(m, claim, class).WithStatusSubresource(&macvirtv1alpha1.MacMachine{}).Build()
 	srv := httptest.NewTLSServer(&agentserver.Handler{Client: c})
 	t.Cleanup(srv.Close)
 
@@ -178,6 +183,48 @@ func TestAFailedRenameNeitherBlocksKeysNorBacksOffHeartbeats(t *testing.T) {
 			t.Errorf("a rename failure backed off the heartbeats: %q", l)
 		}
 	}
+}
+
+// A guest that cannot write the claim's keys (here a ~/.ssh that is a
+// symlink, which the agent refuses to follow) tells the operator, which
+// records it on the machine, and says so again once it can.
+func TestAGuestThatCannotApplyTheKeysTellsTheOperator(t *testing.T) {
+	dir, c := operator(t)
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, "admin"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(t.TempDir(), filepath.Join(home, "admin", ".ssh")); err != nil {
+		t.Fatal(err)
+	}
+	guest := &linux{configDir: dir, home: home, hostname: "golden-sonoma"}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, guest, t.Logf) }()
+	defer func() { cancel(); <-done }()
+	applyError := func() string {
+		m := &macvirtv1alpha1.MacMachine{}
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: "macvirt-pools", Name: "ci-0"}, m); err != nil || m.Status.Guest == nil {
+			return ""
+		}
+		return m.Status.Guest.ApplyError
+	}
+	waitFor := func(what string, ok func(string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !ok(applyError()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("status.guest.applyError %q: %s within 30s", applyError(), what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("want the symlinked .ssh reported", func(s string) bool { return strings.Contains(s, ".ssh") })
+	t.Logf("the machine says: %s", applyError())
+	if err := os.Remove(filepath.Join(home, "admin", ".ssh")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("want it cleared once the keys are written", func(s string) bool { return s == "" })
 }
 
 func TestApplySetsTheHostnameOnlyWhenItDiffersAndIsADNSName(t *testing.T) {

@@ -85,7 +85,15 @@ type Heartbeat struct {
 	// as in /etc/ssh/ssh_host_*_key.pub without the comment. Tenants get
 	// them as known_hosts lines.
 	SSHHostKeys []string `json:"sshHostKeys,omitempty"`
+	// ApplyError says why the agent could not apply the desired state the
+	// operator last sent (the SSH keys, the hostname); empty once it did.
+	// At most MaxApplyErrorBytes.
+	ApplyError string `json:"applyError,omitempty"`
 }
+
+// MaxApplyErrorBytes bounds a heartbeat's applyError; the agent cuts a
+// longer message.
+const MaxApplyErrorBytes = 1024
 
 // HeartbeatInterval is the interval the operator asks for under a class's
 // heartbeatTimeout: a quarter of it, between 5 s and 60 s, so a guest has
@@ -168,6 +176,9 @@ func (h *Heartbeat) Validate() error {
 		if len(v) > MaxStringBytes {
 			errs = append(errs, fmt.Errorf("%s is longer than %d bytes", name, MaxStringBytes))
 		}
+	}
+	if len(h.ApplyError) > MaxApplyErrorBytes {
+		errs = append(errs, fmt.Errorf("applyError is longer than %d bytes", MaxApplyErrorBytes))
 	}
 	if h.AgentVersion == "" {
 		errs = append(errs, errors.New("agentVersion is required"))

@@ -180,7 +180,7 @@ func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb 
 	before := m.DeepCopy()
 	g := &macvirtv1alpha1.GuestStatus{
 		AgentVersion: hb.AgentVersion, OSVersion: hb.OSVersion, OSBuild: hb.OSBuild, Hostname: hb.Hostname,
-		LastHeartbeat: &now, IPAddresses: hb.IPAddresses, SSHHostKeys: hb.SSHHostKeys,
+		LastHeartbeat: &now, IPAddresses: hb.IPAddresses, SSHHostKeys: hb.SSHHostKeys, ApplyError: hb.ApplyError,
 	}
 	if !hb.BootTime.IsZero() {
 		bt := metav1.NewTime(hb.BootTime)

@@ -93,13 +93,24 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 		set(macvirtv1alpha1.ConditionReady, false, macvirtv1alpha1.ReasonMachineNotReady, msg)
 		return st
 	}
-	st.Phase = macvirtv1alpha1.ClaimReady
-	if st.ReadyAt == nil {
-		st.ReadyAt = &now
-	}
 	st.Connection = &macvirtv1alpha1.ClaimConnection{Address: machineAddress(m), SSHPort: defaultSSHPort}
 	if g := m.Status.Guest; g != nil {
 		st.Connection.HostKeys = g.SSHHostKeys
+		if g.ApplyError != "" {
+			// The Mac runs, but the tenant's keys are not on it: not Ready,
+			// and a human must look at the guest.
+			st.Phase = macvirtv1alpha1.ClaimBound
+			p := problem{macvirtv1alpha1.ReasonGuestConfigFailed, fmt.Sprintf(
+				"the guest agent on machine %s could not apply this claim's SSH keys: %s (it tries again with every heartbeat; the guest or its golden image needs fixing)",
+				m.Name, g.ApplyError)}
+			set(macvirtv1alpha1.ConditionReady, false, p.Reason, p.Message)
+			stalled(&p)
+			return st
+		}
+	}
+	st.Phase = macvirtv1alpha1.ClaimReady
+	if st.ReadyAt == nil {
+		st.ReadyAt = &now
 	}
 	set(macvirtv1alpha1.ConditionReady, true, macvirtv1alpha1.ReasonAsExpected,
 		fmt.Sprintf("machine %s is Ready at %s", m.Name, st.Connection.Address))

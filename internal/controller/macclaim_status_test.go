@@ -14,6 +14,8 @@ func TestComputeClaimStatus(t *testing.T) {
 	ready := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "pools", UID: "u1"},
 		Status: macvirtv1alpha1.MacMachineStatus{Phase: macvirtv1alpha1.MachineReady, Addresses: []string{"10.0.0.7"},
 			Conditions: []metav1.Condition{{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AsExpected"}}}}
+	keysRefused := ready.DeepCopy()
+	keysRefused.Status.Guest = &macvirtv1alpha1.GuestStatus{ApplyError: "refusing /Users/admin/.ssh: it is not a real directory"}
 	booting := ready.DeepCopy()
 	booting.Status.Phase, booting.Status.Conditions = macvirtv1alpha1.MachineBooting, nil
 	for name, tc := range map[string]struct {
@@ -33,6 +35,8 @@ func TestComputeClaimStatus(t *testing.T) {
 			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonMachineNotReady, metav1.ConditionFalse, false},
 		"ready": {claimScope{machine: ready},
 			macvirtv1alpha1.ClaimReady, macvirtv1alpha1.ReasonAsExpected, metav1.ConditionFalse, true},
+		"ready, but the guest could not apply the keys": {claimScope{machine: keysRefused},
+			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonGuestConfigFailed, metav1.ConditionTrue, true},
 		"lost": {claimScope{lost: "bound machine pools/m no longer exists"},
 			macvirtv1alpha1.ClaimLost, macvirtv1alpha1.ReasonMachineLost, metav1.ConditionTrue, false},
 	} {
