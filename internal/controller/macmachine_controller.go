@@ -229,6 +229,7 @@ func (r *MacMachineReconciler) patchStatus(ctx context.Context, o *machineObserv
 		recordEvent(r.Recorder, m, corev1.EventTypeWarning, reason, "Start", note)
 	}
 	r.recordDiskProblem(before, m)
+	r.recordNotOwned(before, m)
 	return computed.RequeueAfter, nil
 }
 
@@ -250,7 +251,9 @@ func (r *MacMachineReconciler) recordPhase(m *macvirtv1alpha1.MacMachine) {
 }
 
 // SetupWithManager registers the controller: it owns VMs and DataVolumes,
-// follows VMIs through their VM's name, and follows class changes.
+// follows VMIs through their VM's name, follows VMs, VMIs and DataVolumes
+// it does not control that are named like a machine's (so the machine goes
+// on once they are gone), and follows class changes.
 func (r *MacMachineReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
@@ -265,6 +268,10 @@ func (r *MacMachineReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&cdiv1.DataVolume{}).
 		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(r.vmiToMachine),
 			builder.WithPredicates(predicate.NewPredicateFuncs(hasMachineLabel))).
+		Watches(&kubevirtv1.VirtualMachine{}, handler.EnqueueRequestsFromMapFunc(r.namesakeMachine)).
+		Watches(&cdiv1.DataVolume{}, handler.EnqueueRequestsFromMapFunc(r.namesakeMachine)).
+		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(r.namesakeMachine),
+			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return !hasMachineLabel(o) }))).
 		Watches(&macvirtv1alpha1.MacClass{}, handler.EnqueueRequestsFromMapFunc(r.classToMachines)).
 		Watches(&macvirtv1alpha1.MacClaim{}, handler.EnqueueRequestsFromMapFunc(r.claimToMachines))
 	if r.ControllerName != "" {

@@ -5,31 +5,35 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
-	kubevirtv1 "kubevirt.io/api/core/v1"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/render"
 )
 
 // reconcileDelete follows the APFS rule: request a graceful stop, wait until
 // the VMI is gone, only then delete the VM and DataVolumes, and remove the
 // finalizer once they are gone. If the stop request fails, nothing is
-// deleted: graceful stop never degrades into deletion.
+// deleted: graceful stop never degrades into deletion. Only what the machine
+// controls is stopped and deleted; anything else under its names is left as
+// it is, and said so (Foreign), and does not hold the finalizer.
 func (r *MacMachineReconciler) reconcileDelete(ctx context.Context, o *machineObservation) (ctrl.Result, error) {
 	m := o.Machine
 	if !controllerutil.ContainsFinalizer(m, macvirtv1alpha1.MachineFinalizer) {
 		return ctrl.Result{}, nil
 	}
-	vm, vmi, err := r.observeVM(ctx, m)
-	if err != nil {
+	if err := r.observeOwned(ctx, o); err != nil {
 		return ctrl.Result{}, err
 	}
-	o.VM, o.VMI = vm, vmi
+	vm, vmi := o.VM, o.VMI
+	if vm != nil && o.strayInstance {
+		// A stop or a deletion of the VM could reach the instance of its
+		// name, which is not the VM's: both wait until it is gone.
+		o.DeletionStep = fmt.Sprintf("VirtualMachine %s/%s is neither stopped nor deleted while VirtualMachineInstance %s/%s, which it does not control, exists: delete that instance",
+			vm.Namespace, vm.Name, vm.Namespace, vm.Name)
+		return ctrl.Result{}, nil
+	}
 	if vm != nil && !isHalted(vm) {
 		o.DeletionStep = "requesting a graceful stop"
 		if err := r.requestStop(ctx, o); err != nil {
@@ -42,7 +46,7 @@ func (r *MacMachineReconciler) reconcileDelete(ctx context.Context, o *machineOb
 		o.DeletionStep = "waiting for macOS to shut down"
 		return ctrl.Result{}, nil
 	}
-	remaining, err := r.deleteOwned(ctx, m, vm)
+	remaining, err := r.deleteOwned(ctx, o)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -55,25 +59,22 @@ func (r *MacMachineReconciler) reconcileDelete(ctx context.Context, o *machineOb
 	if err := r.Patch(ctx, m, patch); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}
-	ctrl.LoggerFrom(ctx).Info("machine deleted after graceful stop")
+	ctrl.LoggerFrom(ctx).Info("machine deleted after graceful stop", "leftAlone", o.Foreign)
 	o.DeletionStep = "done"
 	return ctrl.Result{}, nil
 }
 
-// deleteOwned deletes the machine's VM (as already observed) and the
-// DataVolumes that still exist, and returns how many existed.
-func (r *MacMachineReconciler) deleteOwned(ctx context.Context, m *macvirtv1alpha1.MacMachine, vm *kubevirtv1.VirtualMachine) (int, error) {
+// deleteOwned deletes the machine's VM and DataVolumes, as observed (only
+// those it controls), and returns how many existed. Each delete is pinned to
+// the UID observed, so an object replaced since is not deleted.
+func (r *MacMachineReconciler) deleteOwned(ctx context.Context, o *machineObservation) (int, error) {
 	remaining := 0
 	objs := []client.Object{}
-	if vm != nil {
-		objs = append(objs, vm)
+	if o.VM != nil {
+		objs = append(objs, o.VM)
 	}
-	for _, name := range render.DataVolumeNames(m) {
-		dv := &cdiv1.DataVolume{}
-		if err := getOptional(ctx, r.Client, types.NamespacedName{Namespace: m.Namespace, Name: name}, dv); err != nil {
-			return 0, err
-		}
-		if dv.Name != "" {
+	for _, dv := range o.DataVolumes {
+		if dv != nil {
 			objs = append(objs, dv)
 		}
 	}

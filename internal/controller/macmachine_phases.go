@@ -116,48 +116,21 @@ func (r *MacMachineReconciler) ensureClassKept(ctx context.Context, o *machineOb
 	return true, nil
 }
 
-// observeObjects reads the machine's DataVolumes, VM and VMI.
+// observeObjects reads the machine's DataVolumes, VM and VMI, keeping only
+// those the machine controls. Anything else under their names is never
+// written: the chain stops, and the status names it (ReasonNotOwned).
 func (r *MacMachineReconciler) observeObjects(ctx context.Context, o *machineObservation) (bool, error) {
-	m := o.Machine
-	o.DataVolumes = make([]*cdiv1.DataVolume, 0, 2)
-	for _, name := range render.DataVolumeNames(m) {
-		dv := &cdiv1.DataVolume{}
-		if err := getOptional(ctx, r.Client, types.NamespacedName{Namespace: m.Namespace, Name: name}, dv); err != nil {
-			return false, err
-		}
-		if dv.Name == "" {
-			dv = nil
-		}
-		o.DataVolumes = append(o.DataVolumes, dv)
+	if err := r.observeOwned(ctx, o); err != nil {
+		return false, err
+	}
+	if len(o.Foreign) > 0 {
+		ctrl.LoggerFrom(ctx).Info("objects under the machine's names are not the machine's; leaving them alone", "notOwned", o.Foreign)
+		return false, nil
 	}
 	if err := r.observeDiskSources(ctx, o); err != nil {
 		return false, err
 	}
-	vm, vmi, err := r.observeVM(ctx, m)
-	if err != nil {
-		return false, err
-	}
-	o.VM, o.VMI = vm, vmi
 	return true, nil
-}
-
-// observeVM reads the machine's VM and VMI; nil for what does not exist.
-func (r *MacMachineReconciler) observeVM(ctx context.Context, m *macvirtv1alpha1.MacMachine) (*kubevirtv1.VirtualMachine, *kubevirtv1.VirtualMachineInstance, error) {
-	key := types.NamespacedName{Namespace: m.Namespace, Name: render.VirtualMachineName(m)}
-	vm, vmi := &kubevirtv1.VirtualMachine{}, &kubevirtv1.VirtualMachineInstance{}
-	if err := getOptional(ctx, r.Client, key, vm); err != nil {
-		return nil, nil, err
-	}
-	if err := getOptional(ctx, r.Client, key, vmi); err != nil {
-		return nil, nil, err
-	}
-	if vm.Name == "" {
-		vm = nil
-	}
-	if vmi.Name == "" {
-		vmi = nil
-	}
-	return vm, vmi, nil
 }
 
 // getOptional gets an object, leaving it empty when it does not exist.
@@ -229,13 +202,35 @@ func (r *MacMachineReconciler) ensureDataVolumes(ctx context.Context, o *machine
 		if !ok {
 			return false, nil
 		}
-		if err := r.Create(ctx, &dvs[i]); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := r.Create(ctx, &dvs[i])
+		switch {
+		case err == nil:
+			ctrl.LoggerFrom(ctx).Info("created DataVolume", "dataVolume", dvs[i].Name)
+			o.DataVolumes[i] = &dvs[i]
+		case apierrors.IsAlreadyExists(err):
+			got := &cdiv1.DataVolume{}
+			if err := r.readExisting(ctx, &dvs[i], got); err != nil {
+				return false, err
+			}
+			o.DataVolumes[i] = got
+			if !o.keepOwned() {
+				return false, nil
+			}
+		default:
 			return false, r.createFailed(o, fmt.Errorf("creating DataVolume %s/%s: %w", dvs[i].Namespace, dvs[i].Name, err))
 		}
-		ctrl.LoggerFrom(ctx).Info("created DataVolume", "dataVolume", dvs[i].Name)
-		o.DataVolumes[i] = &dvs[i]
 	}
 	return true, nil
+}
+
+// readExisting reads, uncached, an object the API server says exists
+// although the cache did not show it: whether the machine controls it
+// decides what happens next, never its name.
+func (r *MacMachineReconciler) readExisting(ctx context.Context, rendered, into client.Object) error {
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(rendered), into); err != nil {
+		return fmt.Errorf("reading %T %s/%s, which already exists: %w", into, rendered.GetNamespace(), rendered.GetName(), err)
+	}
+	return nil
 }
 
 // ensureVirtualMachine answers: does the VM exist? It is created once, as
@@ -249,11 +244,21 @@ func (r *MacMachineReconciler) ensureVirtualMachine(ctx context.Context, o *mach
 	if !ok {
 		return false, nil
 	}
-	if err := r.Create(ctx, vm); err != nil && !apierrors.IsAlreadyExists(err) {
+	err := r.Create(ctx, vm)
+	switch {
+	case err == nil:
+		ctrl.LoggerFrom(ctx).Info("created VirtualMachine", "virtualMachine", vm.Name)
+		o.VM = vm
+	case apierrors.IsAlreadyExists(err):
+		got := &kubevirtv1.VirtualMachine{}
+		if err := r.readExisting(ctx, vm, got); err != nil {
+			return false, err
+		}
+		o.VM = got
+		return o.keepOwned(), nil
+	default:
 		return false, r.createFailed(o, fmt.Errorf("creating VirtualMachine %s/%s: %w", vm.Namespace, vm.Name, err))
 	}
-	ctrl.LoggerFrom(ctx).Info("created VirtualMachine", "virtualMachine", vm.Name)
-	o.VM = vm
 	return true, nil
 }
 
@@ -291,7 +296,9 @@ func (r *MacMachineReconciler) ensureRunState(ctx context.Context, o *machineObs
 	case !wantsRunning(o.Machine) && !halted:
 		return false, r.requestStop(ctx, o)
 	case wantsRunning(o.Machine) && halted && o.VMI == nil:
-		patch := client.MergeFrom(vm.DeepCopy())
+		// Guarded by the resourceVersion: a VM replaced since it was read
+		// (perhaps by one the machine does not control) is not patched.
+		patch := client.MergeFromWithOptions(vm.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		vm.Spec.RunStrategy = render.RunStrategy(o.Machine)
 		vm.Spec.Running = nil // cleared so runStrategy alone decides.
 		if err := r.Patch(ctx, vm, patch); err != nil {
@@ -322,6 +329,15 @@ func (r *MacMachineReconciler) requestStop(ctx context.Context, o *machineObserv
 			return fmt.Errorf("reading VirtualMachineInstance %s before stopping it: %w", o.VM.Name, err)
 		}
 		freshVMI = nil
+	}
+	// The stop goes by name, so what it would reach is checked first: the
+	// VM observed (the machine's) and an instance that VM controls. Anything
+	// else is observed, and reported, by the next reconcile.
+	if fresh.UID != o.VM.UID {
+		return fmt.Errorf("VirtualMachine %s/%s was replaced since it was read; not stopping it", o.VM.Namespace, o.VM.Name)
+	}
+	if freshVMI != nil && !controlledBy(freshVMI, kindVirtualMachine, fresh.UID) {
+		return fmt.Errorf("VirtualMachineInstance %s/%s is not controlled by the machine's VirtualMachine; not stopping it", o.VM.Namespace, o.VM.Name)
 	}
 	if !stopNeeded(fresh, freshVMI) {
 		o.VM = fresh

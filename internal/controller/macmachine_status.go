@@ -43,6 +43,18 @@ type machineObservation struct {
 	DiskSources map[string]*diskSource
 	VM          *kubevirtv1.VirtualMachine
 	VMI         *kubevirtv1.VirtualMachineInstance
+	// Foreign names, with its controller, each object under the machine's
+	// names that the machine does not control (a VM or DataVolume whose
+	// controller reference is not the machine, a VMI whose controller
+	// reference is not the machine's VM). They were set aside when read
+	// (DataVolumes, VM and VMI hold only the machine's own) and are never
+	// written: the machine is Pending and Stalled (ReasonNotOwned) while
+	// they exist, and a deleting machine leaves them as they are.
+	Foreign []string
+	// strayInstance is true when the VMI set aside carries the name of a VM
+	// the machine controls: that VM is neither stopped nor deleted while it
+	// exists, since KubeVirt could act on the instance by its name.
+	strayInstance bool
 	// StopError is the failure of a stop request made in this reconcile.
 	StopError error
 	// WriteFailed is a create the API server refused in this reconcile,
@@ -128,7 +140,7 @@ func summarize(o machineObservation, disks condition, vm vmState, guest guestSta
 	m := o.Machine
 	switch {
 	case o.Deleting:
-		return macvirtv1alpha1.MachineTerminating, condFalse(macvirtv1alpha1.ReasonDeleting, "deleting: %s", o.DeletionStep)
+		return macvirtv1alpha1.MachineTerminating, condFalse(macvirtv1alpha1.ReasonDeleting, "deleting: %s%s", o.DeletionStep, leftAlone(o.Foreign))
 	case o.Class == nil:
 		return macvirtv1alpha1.MachinePending, condFalse(macvirtv1alpha1.ReasonClassNotFound, "%s", classNotFound(m))
 	case o.Blocked != nil:
@@ -136,6 +148,11 @@ func summarize(o machineObservation, disks condition, vm vmState, guest guestSta
 	}
 	if failed, ok := previousFailure(m); ok {
 		return macvirtv1alpha1.MachineFailed, failed
+	}
+	if len(o.Foreign) > 0 {
+		// Nothing was created, started or stopped: the machine waits for
+		// a human (stalled says so).
+		return macvirtv1alpha1.MachinePending, condition{metav1.ConditionFalse, notOwnedProblem(o.Foreign)}
 	}
 	if off, ok := forcedPowerOff(o); ok {
 		return macvirtv1alpha1.MachineStopped, off
@@ -203,15 +220,20 @@ func previousFailure(m *macvirtv1alpha1.MacMachine) (condition, bool) {
 	return condition{metav1.ConditionFalse, problem{c.Reason, c.Message}}, true
 }
 
-// stalled is True when progress needs a human: a failed stop request, a
-// blocked class, a refused create, a disk CDI cannot start (quota, missing
-// source), a terminal failure, or a forced power-off (the disk needs
-// checking).
+// stalled is True when progress needs a human: a failed stop request,
+// objects under the machine's names that it does not control, a blocked
+// class, a refused create, a disk CDI cannot start (quota, missing source),
+// a terminal failure, or a forced power-off (the disk needs checking).
 func stalled(o machineObservation, phase macvirtv1alpha1.MachinePhase, ready condition) condition {
 	switch {
 	case o.StopError != nil:
 		return condition{metav1.ConditionTrue, problem{macvirtv1alpha1.ReasonStopFailed, fmt.Sprintf(
 			"graceful stop failed, so the VirtualMachine is left as it is and not deleted: %v", o.StopError)}}
+	case len(o.Foreign) > 0 && !o.Deleting:
+		return condition{metav1.ConditionTrue, notOwnedProblem(o.Foreign)}
+	case o.Deleting && o.strayInstance && o.VM != nil:
+		// Deletion cannot finish: the machine's VM waits for the instance.
+		return condition{metav1.ConditionTrue, problem{macvirtv1alpha1.ReasonNotOwned, "deletion cannot go on: " + o.DeletionStep}}
 	case o.Blocked != nil && !o.Deleting:
 		return condition{metav1.ConditionTrue, *o.Blocked}
 	case o.WriteFailed != nil && !o.Deleting:

@@ -140,6 +140,18 @@ func TestComputeMachineStatus(t *testing.T) {
 		"stop failed while deleting": {obs: machineObservation{Machine: machine(), Deleting: true, DeletionStep: "x",
 			StopError: errors.New("403")},
 			phase: macvirtv1alpha1.MachineTerminating, reason: macvirtv1alpha1.ReasonDeleting, stalled: metav1.ConditionTrue},
+		"objects under its names it does not control": {obs: machineObservation{Machine: machine(), Class: class(),
+			DataVolumes: []*cdiv1.DataVolume{nil, nil}, Foreign: []string{"VirtualMachine ns/m (its controller: none)"}},
+			phase: macvirtv1alpha1.MachinePending, reason: macvirtv1alpha1.ReasonNotOwned, stalled: metav1.ConditionTrue},
+		"deleting leaves what it does not control alone": {obs: machineObservation{Machine: machine(), Deleting: true, DeletionStep: "done",
+			Foreign: []string{"DataVolume ns/m-system (its controller: none)"}},
+			phase: macvirtv1alpha1.MachineTerminating, reason: macvirtv1alpha1.ReasonDeleting, stalled: metav1.ConditionFalse},
+		"a failed machine stays failed beside objects it does not control": {obs: machineObservation{Class: class(),
+			Foreign: []string{"VirtualMachine ns/m (its controller: none)"}, Machine: machine(func(m *macvirtv1alpha1.MacMachine) {
+				m.Status.Phase = macvirtv1alpha1.MachineFailed
+				m.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: "False", Reason: macvirtv1alpha1.ReasonBootTimeout, Message: "late"}}
+			})},
+			phase: macvirtv1alpha1.MachineFailed, reason: macvirtv1alpha1.ReasonBootTimeout, stalled: metav1.ConditionTrue},
 		"failed stays failed": {obs: machineObservation{Now: t0, Class: class(), DataVolumes: succeeded,
 			VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusRunning), VMI: runningVMI(t0),
 			Machine: machine(withHeartbeat(t0), func(m *macvirtv1alpha1.MacMachine) {
