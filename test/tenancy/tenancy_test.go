@@ -15,8 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -210,6 +212,33 @@ var _ = Describe("Tenants with the shipped roles", Ordered, func() {
 		Expect(alice.Get(ctx, client.ObjectKeyFromObject(mine), mine)).To(Succeed())
 		Expect(mine.Data).To(Equal(map[string][]byte{"diary": []byte("mine")}))
 		Expect(mine.OwnerReferences).To(BeEmpty())
+	})
+
+	It("cannot stop or delete a colleague's VirtualMachine by naming a machine after it", func() {
+		vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "evil", Name: "colleague"},
+			Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: ptrTo(kubevirtv1.RunStrategyAlways),
+				Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
+					Domain: kubevirtv1.DomainSpec{Resources: kubevirtv1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}}}}}}}
+		Expect(admin.Create(ctx, vm)).To(Succeed(), "a VM someone else in the namespace made")
+		c := mallory()
+		m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "colleague", Namespace: "evil"},
+			Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "sonoma", Running: ptrTo(false)}}
+		Expect(c.Create(ctx, m)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(m), m)).To(Succeed())
+			cond := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionStalled)
+			g.Expect(cond).NotTo(BeNil())
+			g.Expect(cond.Reason).To(Equal(macvirtv1alpha1.ReasonNotOwned))
+			g.Expect(cond.Message).To(ContainSubstring("VirtualMachine evil/colleague"))
+		}).Should(Succeed())
+		Expect(c.Delete(ctx, m)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(m), m)) }).Should(BeTrue())
+		after := &kubevirtv1.VirtualMachine{}
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(vm), after)).To(Succeed())
+		Expect(after.UID).To(Equal(vm.UID))
+		Expect(after.DeletionTimestamp).To(BeNil())
+		Expect(after.Spec.RunStrategy).To(HaveValue(Equal(kubevirtv1.RunStrategyAlways)), "the machine, asked not to run, stopped someone's VM")
 	})
 
 	It("are granted nothing across namespaces, or over status, by any shipped role", func() {
