@@ -42,7 +42,7 @@ func operator(t *testing.T) (configDir string, c client.Client) {
 			ClaimRef: &macvirtv1alpha1.ObjectRef{Namespace: "team-a", Name: "build", UID: "u1"}},
 	}
 	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team-a", UID: "u1"},
-		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: "sonoma", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAAkey dev@example"}},
+		Spec:   macvirtv1alpha1.MacClaimSpec{ClassName: "sonoma", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAAkey dev@example"}},
 		Status: macvirtv1alpha1.MacClaimStatus{MachineRef: &macvirtv1alpha1.ObjectRef{Namespace: "macvirt-pools", Name: "ci-0", UID: "m1"}}}
 	// The shortest heartbeatTimeout, so the agent is asked to heartbeat
 	// every 5 s (the least it is ever asked).
@@ -201,7 +201,12 @@ func TestAGuestThatCannotApplyTheKeysTellsTheOperator(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, guest, t.Logf) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
 	applyError := func() string {
 		m := &macvirtv1alpha1.MacMachine{}
 		if err := c.Get(context.Background(), types.NamespacedName{Namespace: "macvirt-pools", Name: "ci-0"}, m); err != nil || m.Status.Guest == nil {
