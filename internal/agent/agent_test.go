@@ -37,6 +37,7 @@ func operator(t *testing.T) (configDir string, c client.Client) {
 	}
 	m := &macvirtv1alpha1.MacMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: "ci-0", Namespace: "macvirt-pools", UID: "m1",
+			Labels:      map[string]string{macvirtv1alpha1.LabelPool: "ci"},
 			Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: agentapi.HashToken(token)}},
 		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "sonoma",
 			ClaimRef: &macvirtv1alpha1.ObjectRef{Namespace: "team-a", Name: "build", UID: "u1"}},
@@ -48,7 +49,8 @@ func operator(t *testing.T) (configDir string, c client.Client) {
 	// every 5 s (the least it is ever asked).
 	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}
 	class.Spec.Lifecycle.HeartbeatTimeout = &metav1.Duration{Duration: 20 * time.Second}
-	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(m, claim, class).WithStatusSubresource(&macvirtv1alpha1.MacMachine{}).Build()
+	pool := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: "ci"}, Spec: macvirtv1alpha1.MacPoolSpec{ClassName: "sonoma", Namespace: "macvirt-pools"}}
+	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(m, claim, class, pool).WithStatusSubresource(&macvirtv1alpha1.MacMachine{}).Build()
 	srv := httptest.NewTLSServer(&agentserver.Handler{Client: c})
 	t.Cleanup(srv.Close)
 

@@ -29,6 +29,7 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/agentapi"
 	"github.com/macvirt/macvirt/internal/classhistory"
+	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
 // Handler serves the protocol. Client reads machines, claims and classes
@@ -213,12 +214,34 @@ func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachin
 		err := h.Client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, claim)
 		switch {
 		case err == nil && claim.UID == ref.UID && boundTo(claim, m):
-			state.SSHAuthorizedKeys = append(state.SSHAuthorizedKeys, claim.Spec.SSHAuthorizedKeys...)
+			ok, err := h.mayServe(ctx, m, claim.Namespace)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				state.SSHAuthorizedKeys = append(state.SSHAuthorizedKeys, claim.Spec.SSHAuthorizedKeys...)
+			}
 		case err != nil && !apierrors.IsNotFound(err):
 			return nil, err
 		}
 	}
 	return state, nil
+}
+
+// mayServe reports whether the machine may serve claims of the namespace
+// (tenancy.MayServe), reading the pool its label names.
+func (h *Handler) mayServe(ctx context.Context, m *macvirtv1alpha1.MacMachine, namespace string) (bool, error) {
+	var pool *macvirtv1alpha1.MacPool
+	if name := m.Labels[macvirtv1alpha1.LabelPool]; name != "" {
+		pool = &macvirtv1alpha1.MacPool{}
+		if err := h.Client.Get(ctx, types.NamespacedName{Name: name}, pool); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return false, err
+			}
+			pool = nil
+		}
+	}
+	return tenancy.MayServe(m, namespace, pool), nil
 }
 
 // boundTo reports whether the claim names the machine as its own: a claim's

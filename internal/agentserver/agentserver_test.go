@@ -29,6 +29,7 @@ const (
 	tokenA = "token-of-machine-a-0123456789abcdef"
 	tokenB = "token-of-machine-b-0123456789abcdef"
 	tokenC = "token-of-machine-c-0123456789abcdef"
+	tokenE = "token-of-machine-e-0123456789abcdef"
 )
 
 var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -62,7 +63,16 @@ func setup(t *testing.T) (*Handler, client.Client) {
 	c.Spec.ClaimRef = a.Spec.ClaimRef.DeepCopy()
 	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}
 	class.Spec.Lifecycle.HeartbeatTimeout = &metav1.Duration{Duration: 2 * time.Minute}
-	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(a, machine("b", tokenB), c, claim, class).
+	// e lives in another namespace and names a claim that names it back (a
+	// binding made before admission guarded claimRef): it is no pool's
+	// machine, so it is not the claim's either.
+	legacy := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "legacy", Namespace: "team-a", UID: "legacy-uid"},
+		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: "sonoma", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAB legacy@example"}}}
+	e := machine("e", tokenE)
+	e.Namespace, e.UID = "evil", "machine-e-uid"
+	e.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: "team-a", Name: "legacy", UID: legacy.UID}
+	legacy.Status.MachineRef = &macvirtv1alpha1.ObjectRef{Namespace: "evil", Name: "e", UID: e.UID}
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(a, machine("b", tokenB), c, e, claim, legacy, class).
 		WithStatusSubresource(&macvirtv1alpha1.MacMachine{}).Build()
 	return &Handler{Client: cl, Clock: clocktesting.NewFakePassiveClock(now)}, cl
 }
@@ -128,6 +138,12 @@ func TestHeartbeatIsRecordedAndAnsweredWithTheDesiredState(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(heartbeats.WithLabelValues(agentapi.ReasonUnauthorized)); got != refused+1 {
 		t.Errorf("macvirt_agent_heartbeats_total{result=Unauthorized} went from %v to %v, want one more", refused, got)
+	}
+	// Machine e, in a namespace that is neither the claim's nor a pool's,
+	// gets no keys though the claim names it.
+	body, _ := json.Marshal(agentapi.Heartbeat{Machine: agentapi.MachineRef{Namespace: "evil", Name: "e"}, AgentVersion: "1.0.0"})
+	if rec := post(h, tokenE, body); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"sshAuthorizedKeys":[]`) {
+		t.Errorf("machine e, made by hand in another namespace, was answered %d %s", rec.Code, rec.Body)
 	}
 	// Machine c names the claim, which names a: no keys either.
 	rec = post(h, tokenC, heartbeat("c"))

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"context"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -43,5 +44,28 @@ var _ = Describe("A MacMachine made by hand", func() {
 			g.Expect(getMachineWith(g, key(decoy)).Spec.ClaimRef).To(BeNil(), "the decoy was bound")
 			g.Expect(getMachineWith(g, key(forged)).DeletionTimestamp).To(BeNil(), "the forged machine is ignored, not deleted as an orphan")
 		}).WithTimeout(5 * time.Second).Should(Succeed())
+	})
+
+	It("that an older operator bound to a claim is not the claim's: the claim is Lost and gets no keys through it", func() {
+		class := newClass()
+		pool, _ := newPool(class.Name, 0, 2)
+		attacker, victim := newNamespace(), newNamespace()
+		claim := newClaim(victim, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name })
+		By("a binding as the label-trusting binder of old made it, written before the operator starts")
+		decoy := newMachine(attacker, class.Name, func(m *macvirtv1alpha1.MacMachine) {
+			m.Labels = map[string]string{macvirtv1alpha1.LabelPool: pool.Name, macvirtv1alpha1.LabelClass: class.Name}
+			m.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: victim, Name: claim.Name, UID: claim.UID}
+		})
+		now := metav1.Now()
+		claim.Status.Phase, claim.Status.BoundAt = macvirtv1alpha1.ClaimBound, &now
+		claim.Status.MachineRef = &macvirtv1alpha1.ObjectRef{Namespace: attacker, Name: decoy.Name, UID: decoy.UID}
+		claim.Status.Conditions = []metav1.Condition{{Type: macvirtv1alpha1.ConditionBound, Status: metav1.ConditionTrue,
+			Reason: macvirtv1alpha1.ReasonBound, Message: "bound", LastTransitionTime: now}}
+		Expect(k8sClient.Status().Update(context.Background(), claim)).To(Succeed())
+
+		DeferCleanup(startOperator())
+		k := key(claim)
+		Eventually(claimPhase(k)).Should(Equal(macvirtv1alpha1.ClaimLost))
+		Expect(claimCondition(k, macvirtv1alpha1.ConditionReady)()).To(HaveField("Message", ContainSubstring("was not made for this claim")))
 	})
 })

@@ -40,37 +40,16 @@ func releasedKey(namespace, class string) string { return namespace + "/" + clas
 // (labelled for it and controlled by it), unbound, never released, not
 // being deleted, and Ready. Whether the pool really made it (its UID, its
 // namespace) is checked against the pool when a claim takes it
-// (heldByPool).
+// (tenancy.PoolHolds).
 func bindableKeys(m *macvirtv1alpha1.MacMachine) []string {
 	pool := m.Labels[macvirtv1alpha1.LabelPool]
 	owner := metav1.GetControllerOfNoCopy(m)
-	if pool == "" || owner == nil || owner.Kind != "MacPool" || owner.Name != pool ||
+	if pool == "" || owner == nil || owner.Kind != "MacPool" || owner.Name != pool || owner.APIVersion != macvirtv1alpha1.GroupVersion.String() ||
 		m.Spec.ClaimRef != nil || m.Labels[macvirtv1alpha1.LabelReleased] != "" ||
 		!m.DeletionTimestamp.IsZero() || m.Status.Phase != macvirtv1alpha1.MachineReady || !machineIsReady(m) {
 		return nil
 	}
 	return []string{"class/" + m.Spec.ClassName, "pool/" + pool}
-}
-
-// heldByPool reports whether an unbound machine is one the pool made and
-// still holds: labelled for it, in the pool's namespace, and controlled by
-// the pool itself (its UID). A machine made by anyone else, wherever it
-// lives and however it is labelled, is never handed to a claim.
-func heldByPool(m *macvirtv1alpha1.MacMachine, pool *macvirtv1alpha1.MacPool) bool {
-	return pool != nil && m.Labels[macvirtv1alpha1.LabelPool] == pool.Name &&
-		m.Namespace == pool.Spec.Namespace && metav1.IsControlledBy(m, pool)
-}
-
-// madeForClaim reports whether a machine that names the claim in its
-// claimRef can be the claim's: one made on demand in the claim's own
-// namespace, or a pool's machine in that pool's namespace. Only the
-// operator may write claimRef (admission); this keeps a machine that
-// somehow carries a claim's UID elsewhere from being adopted.
-func madeForClaim(m *macvirtv1alpha1.MacMachine, claim *macvirtv1alpha1.MacClaim, pool *macvirtv1alpha1.MacPool) bool {
-	if m.Namespace == claim.Namespace {
-		return true
-	}
-	return pool != nil && m.Labels[macvirtv1alpha1.LabelPool] == pool.Name && m.Namespace == pool.Spec.Namespace
 }
 
 // claimWaiting reports whether a claim has no machine yet.

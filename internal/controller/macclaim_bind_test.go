@@ -6,6 +6,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
 func trustPool() *macvirtv1alpha1.MacPool {
@@ -49,6 +50,9 @@ func TestOnlyAPoolsOwnMachinesAreBindable(t *testing.T) {
 		{"controlled by another object of the pool's name and kind (another UID)", trustMachine(func(m *macvirtv1alpha1.MacMachine) {
 			m.OwnerReferences = []metav1.OwnerReference{controllerRef("MacPool", "ci", "forged-uid")}
 		}), true, false},
+		{"controlled by the pool's UID under another group (apiVersion spelt \"macvirt.io\")", trustMachine(func(m *macvirtv1alpha1.MacMachine) {
+			m.OwnerReferences[0].APIVersion = "macvirt.io"
+		}), false, false},
 		{"controlled by a claim", trustMachine(func(m *macvirtv1alpha1.MacMachine) {
 			m.OwnerReferences = []metav1.OwnerReference{controllerRef("MacClaim", "ci", "claim-uid")}
 		}), false, false},
@@ -60,12 +64,12 @@ func TestOnlyAPoolsOwnMachinesAreBindable(t *testing.T) {
 			if got := len(bindableKeys(tc.machine)) > 0; got != tc.indexed {
 				t.Errorf("indexed as bindable: %v, want %v", got, tc.indexed)
 			}
-			if got := heldByPool(tc.machine, trustPool()); got != tc.heldByIt {
-				t.Errorf("heldByPool: %v, want %v", got, tc.heldByIt)
+			if got := tenancy.PoolHolds(trustPool(), tc.machine); got != tc.heldByIt {
+				t.Errorf("PoolHolds: %v, want %v", got, tc.heldByIt)
 			}
 		})
 	}
-	if heldByPool(trustMachine(), nil) {
+	if tenancy.PoolHolds(nil, trustMachine()) {
 		t.Error("a machine of a pool that does not exist is held by it")
 	}
 }
@@ -96,8 +100,8 @@ func TestAClaimAdoptsOnlyMachinesMadeForIt(t *testing.T) {
 		{"labelled for a pool that does not exist", trustMachine(), nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := madeForClaim(tc.machine, claim, tc.pool); got != tc.want {
-				t.Errorf("madeForClaim: %v, want %v", got, tc.want)
+			if got := tenancy.MayServe(tc.machine, claim.Namespace, tc.pool); got != tc.want {
+				t.Errorf("MayServe: %v, want %v", got, tc.want)
 			}
 		})
 	}

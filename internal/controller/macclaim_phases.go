@@ -29,7 +29,7 @@ func (r *MacClaimReconciler) findBound(ctx context.Context, s *claimScope) (bool
 	if err := r.List(ctx, &listed, client.MatchingFields{claimUIDField: string(s.claim.UID)}); err != nil {
 		return false, fmt.Errorf("listing the machines bound to claim %s/%s: %w", s.claim.Namespace, s.claim.Name, err)
 	}
-	won, err := r.madeForClaim(ctx, s.claim, listed.Items)
+	won, err := r.mayServe(ctx, s.claim.Namespace, listed.Items)
 	if err != nil {
 		return false, err
 	}
@@ -77,14 +77,27 @@ func (r *MacClaimReconciler) findBound(ctx context.Context, s *claimScope) (bool
 		s.lost = fmt.Sprintf("bound machine %s failed", key)
 		s.machine = m
 	default:
+		// A binding made before admission guarded claimRef and the pool
+		// label (or while it was not installed) may name a machine made by
+		// hand: it is not the claim's, and never gets its keys.
+		served, err := r.mayServe(ctx, s.claim.Namespace, []macvirtv1alpha1.MacMachine{*m})
+		if err != nil {
+			return false, err
+		}
+		if len(served) == 0 {
+			s.lost = fmt.Sprintf("machine %s was not made for this claim: it is neither in the claim's namespace nor a pool's machine "+
+				"in that pool's namespace", key)
+			return true, nil
+		}
 		s.machine = m
 	}
 	return true, nil
 }
 
-// madeForClaim keeps, of the machines whose claimRef names the claim, those
-// that can be its own (see madeForClaim); any other is ignored, loudly.
-func (r *MacClaimReconciler) madeForClaim(ctx context.Context, claim *macvirtv1alpha1.MacClaim,
+// mayServe keeps, of the machines whose claimRef names a claim of the
+// namespace, those that can be its own (tenancy.MayServe); any other is
+// ignored, loudly.
+func (r *MacClaimReconciler) mayServe(ctx context.Context, namespace string,
 	listed []macvirtv1alpha1.MacMachine) ([]*macvirtv1alpha1.MacMachine, error) {
 	pools := poolLookup{}
 	out := make([]*macvirtv1alpha1.MacMachine, 0, len(listed))
@@ -94,9 +107,9 @@ func (r *MacClaimReconciler) madeForClaim(ctx context.Context, claim *macvirtv1a
 		if err != nil {
 			return nil, err
 		}
-		if !madeForClaim(m, claim, pool) {
-			ctrl.LoggerFrom(ctx).Info("ignoring a machine that names this claim but was made neither for it nor by a pool",
-				"machine", client.ObjectKeyFromObject(m))
+		if !tenancy.MayServe(m, namespace, pool) {
+			ctrl.LoggerFrom(ctx).Info("ignoring a machine that names a claim of the namespace but was made neither there nor by a pool",
+				"machine", client.ObjectKeyFromObject(m), "namespace", namespace)
 			continue
 		}
 		out = append(out, m)
@@ -193,7 +206,7 @@ func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) (bool, err
 		if err != nil {
 			return false, err
 		}
-		if !heldByPool(m, pool) {
+		if !tenancy.PoolHolds(pool, m) {
 			ctrl.LoggerFrom(ctx).Info("skipping a machine labelled for a pool that did not make it", "machine", client.ObjectKeyFromObject(m))
 			continue
 		}
@@ -379,11 +392,15 @@ func (r *MacClaimReconciler) checkTenancy(ctx context.Context, claim *macvirtv1a
 	if err := r.List(ctx, &released, client.MatchingFields{releasedField: releasedKey(claim.Namespace, class.Name)}); err != nil {
 		return nil, fmt.Errorf("counting the released machines of namespace %s: %w", claim.Namespace, err)
 	}
-	uids := make([]types.UID, 0, len(released.Items))
-	seen := make(map[types.UID]bool, len(released.Items))
-	for i := range released.Items {
-		uids = append(uids, released.Items[i].UID)
-		seen[released.Items[i].UID] = true
+	counted, err := r.mayServe(ctx, claim.Namespace, released.Items)
+	if err != nil {
+		return nil, err
+	}
+	uids := make([]types.UID, 0, len(counted))
+	seen := make(map[types.UID]bool, len(counted))
+	for _, m := range counted {
+		uids = append(uids, m.UID)
+		seen[m.UID] = true
 	}
 	count := r.retained.count(releasedKey(claim.Namespace, class.Name), uids, r.Clock.Now())
 	pending, err := r.retainsInProgress(ctx, claim, class.Name)

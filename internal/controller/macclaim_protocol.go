@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
 // The binding protocol. A claim holds at most one machine at any moment:
@@ -72,6 +73,16 @@ func (r *MacClaimReconciler) completeBind(ctx context.Context, s *claimScope) (b
 		return false, fmt.Errorf("getting reserved machine %s: %w", key, err)
 	case m.UID != ref.UID:
 		return r.undoReservation(ctx, s, fmt.Sprintf("reserved machine %s was replaced", key))
+	}
+	// A reservation made before the pool's own machines were told from
+	// others may name a machine made by hand: never complete it.
+	pool, err := poolLookup{}.get(ctx, r.Client, m.Labels[macvirtv1alpha1.LabelPool])
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case m.Spec.ClaimRef == nil && !tenancy.PoolHolds(pool, m), !tenancy.MayServe(m, s.claim.Namespace, pool):
+		return r.undoReservation(ctx, s, fmt.Sprintf("reserved machine %s was not made by its pool for claims", key))
 	case m.Spec.ClaimRef != nil && m.Spec.ClaimRef.UID == s.claim.UID:
 		s.machine = m
 		return true, nil

@@ -51,11 +51,13 @@ func boundClaim(machine *macvirtv1alpha1.MacMachine) *macvirtv1alpha1.MacClaim {
 // The claim's and the machine's watches are not ordered: a cache may show
 // the claim bound and the machine not yet. That is no lost machine.
 func TestFindBoundDoesNotLoseAClaimToACacheThatLagsTheMachine(t *testing.T) {
-	stale := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "pools", UID: "m-uid"}}
+	stale := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "pools", UID: "m-uid",
+		Labels: map[string]string{macvirtv1alpha1.LabelPool: "ci"}}}
+	pool := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: "ci"}, Spec: macvirtv1alpha1.MacPoolSpec{Namespace: "pools"}}
 	claim := boundClaim(stale)
 	fresh := stale.DeepCopy()
 	fresh.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
-	r := &MacClaimReconciler{Client: fakeClient(t, stale), APIReader: fakeClient(t, fresh)}
+	r := &MacClaimReconciler{Client: fakeClient(t, stale, pool), APIReader: fakeClient(t, fresh)}
 	s := &claimScope{claim: claim}
 	if _, err := r.findBound(context.Background(), s); err != nil {
 		t.Fatal(err)

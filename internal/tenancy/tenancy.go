@@ -61,3 +61,35 @@ func ReleasedFull(class *macvirtv1alpha1.MacClass, namespace string, released in
 			"spec.tenancy.maxReleasedPerNamespace; delete a released one (kubectl get macmachines -A -l %s=true) or claim with reclaimPolicy Delete",
 		namespace, released, class.Name, macvirtv1alpha1.LabelReleased), "spec.reclaimPolicy"}
 }
+
+// Which machine may serve which claim. Admission keeps anyone but the
+// operator from writing what binds a machine (its claimRef, pool label and
+// owner references); these say what the controllers and the agent endpoint
+// accept even so, so a machine that got such fields some other way (made
+// before admission checked them, or while it was not installed) serves no
+// claim it was not made for.
+
+// PoolHolds reports whether an unbound machine is one the pool made and
+// still holds: labelled for it, in the pool's namespace, and controlled by
+// the pool itself (its kind and UID). Only such a machine is handed to a
+// claim; one made by anyone else, wherever it lives and however it is
+// labelled, never is.
+func PoolHolds(pool *macvirtv1alpha1.MacPool, m *macvirtv1alpha1.MacMachine) bool {
+	if pool == nil || m.Labels[macvirtv1alpha1.LabelPool] != pool.Name || m.Namespace != pool.Spec.Namespace {
+		return false
+	}
+	ref := metav1.GetControllerOfNoCopy(m)
+	return ref != nil && ref.Kind == "MacPool" && ref.UID == pool.UID && ref.APIVersion == macvirtv1alpha1.GroupVersion.String()
+}
+
+// MayServe reports whether a machine can be the machine of claims of the
+// namespace: one made on demand in that namespace, or a pool's machine in
+// that pool's namespace (pool is the pool its label names, nil when none
+// or it does not exist). A bound pool machine no longer has its pool as
+// owner (binding removes it), so only its place is checked.
+func MayServe(m *macvirtv1alpha1.MacMachine, namespace string, pool *macvirtv1alpha1.MacPool) bool {
+	if m.Namespace == namespace {
+		return true
+	}
+	return pool != nil && m.Labels[macvirtv1alpha1.LabelPool] == pool.Name && m.Namespace == pool.Spec.Namespace
+}
