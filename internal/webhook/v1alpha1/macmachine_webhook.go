@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -28,15 +29,20 @@ type machineWebhook struct {
 	operator string
 }
 
+// byOperator reports whether the request is the operator's own.
+func (w *machineWebhook) byOperator(ctx context.Context) (bool, error) {
+	req, err := admission.RequestFromContext(ctx)
+	if err != nil {
+		return false, fmt.Errorf("reading the admission request: %w", err)
+	}
+	return w.operator != "" && req.UserInfo.Username == w.operator, nil
+}
+
 // operatorOnly refuses, unless the request is the operator's own, a write
 // that sets or changes what only the operator may (old is nil on create).
 func (w *machineWebhook) operatorOnly(ctx context.Context, old, m *macvirtv1alpha1.MacMachine) error {
-	req, err := admission.RequestFromContext(ctx)
-	if err != nil {
-		return fmt.Errorf("reading the admission request: %w", err)
-	}
-	if w.operator != "" && req.UserInfo.Username == w.operator {
-		return nil
+	if ok, err := w.byOperator(ctx); ok || err != nil {
+		return err
 	}
 	return invalid("MacMachine", m.Name, OperatorOnlyChanges(old, m))
 }
@@ -65,6 +71,19 @@ func (w *machineWebhook) ValidateCreate(ctx context.Context, m *macvirtv1alpha1.
 		return nil, err
 	}
 	env := MachineEnv{Class: class}
+	if env.ByOperator, err = w.byOperator(ctx); err != nil {
+		return nil, err
+	}
+	if !env.ByOperator {
+		ns := &corev1.Namespace{}
+		ok, err := w.lookup.get(ctx, types.NamespacedName{Name: m.Namespace}, ns)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			env.Namespace = ns
+		}
+	}
 	if m.Spec.SMBIOS != nil {
 		if env.SMBIOSUsers, err = identity.Users(ctx, w.lookup.cache, *m.Spec.SMBIOS,
 			types.NamespacedName{Namespace: m.Namespace, Name: m.Name}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -61,11 +62,19 @@ func OperatorOnlyChanges(old, m *macvirtv1alpha1.MacMachine) field.ErrorList {
 				why+"pools label the machines they make; create a MacPool for pool machines"))
 		}
 	}
+	renewing := old.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] != "" && m.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] == ""
 	for _, k := range operatorOnlyAnnotations {
-		if old.Annotations[k] != m.Annotations[k] {
-			errs = append(errs, field.Forbidden(field.NewPath("metadata", "annotations").Key(k),
-				why+"the operator issues agent tokens and records each claim's reclaim policy"))
+		before, after := old.Annotations[k], m.Annotations[k]
+		if before == after {
+			continue
 		}
+		// Removing the token's hash (with its Secret's name, or not) is how
+		// an admin has a machine issued a new token: the operator draws it.
+		if after == "" && renewing && (k == macvirtv1alpha1.AnnotationAgentTokenHash || k == macvirtv1alpha1.AnnotationAgentSecret) {
+			continue
+		}
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "annotations").Key(k),
+			why+"the operator issues agent tokens (remove macvirt.io/agent-token-sha256 to have a new one issued) and records each claim's reclaim policy"))
 	}
 	before := macvirtRefs(old.OwnerReferences)
 	for i, ref := range m.OwnerReferences {
@@ -80,9 +89,15 @@ func OperatorOnlyChanges(old, m *macvirtv1alpha1.MacMachine) field.ErrorList {
 	return errs
 }
 
+// isMacvirtRef reports whether an owner reference is to a macvirt object:
+// of macvirt's group, or of a macvirt kind under any spelling of a group.
 func isMacvirtRef(ref metav1.OwnerReference) bool {
+	if ref.Kind == "MacPool" || ref.Kind == "MacClaim" || ref.Kind == "MacClass" || ref.Kind == "MacMachine" {
+		return true
+	}
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	return err != nil || gv.Group == macvirtv1alpha1.GroupVersion.Group
+	return err != nil || strings.EqualFold(gv.Group, macvirtv1alpha1.GroupVersion.Group) ||
+		strings.EqualFold(gv.Version, macvirtv1alpha1.GroupVersion.Group)
 }
 
 func macvirtRefs(refs []metav1.OwnerReference) map[types.UID]metav1.OwnerReference {

@@ -58,9 +58,29 @@ func TestOperatorOnlyChanges(t *testing.T) {
 		{"an update that changes the token's hash", withAnnotation(macvirtv1alpha1.AnnotationAgentTokenHash, "0123"), func(m *macvirtv1alpha1.MacMachine) {
 			m.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] = "4567"
 		}, "metadata.annotations[macvirt.io/agent-token-sha256]"},
-		{"an update that removes the token's hash", withAnnotation(macvirtv1alpha1.AnnotationAgentTokenHash, "0123"), func(m *macvirtv1alpha1.MacMachine) {
+		{"an update that removes the token's hash (to have a new token issued)", withAnnotation(macvirtv1alpha1.AnnotationAgentTokenHash, "0123"), func(m *macvirtv1alpha1.MacMachine) {
 			delete(m.Annotations, macvirtv1alpha1.AnnotationAgentTokenHash)
-		}, "metadata.annotations[macvirt.io/agent-token-sha256]"},
+		}, ""},
+		{"an update that removes the token's hash and its Secret's name", withTokenAndSecret(), func(m *macvirtv1alpha1.MacMachine) {
+			m.Annotations = nil
+		}, ""},
+		{"an update that removes only the Secret's name", withTokenAndSecret(), func(m *macvirtv1alpha1.MacMachine) {
+			delete(m.Annotations, macvirtv1alpha1.AnnotationAgentSecret)
+		}, "metadata.annotations[macvirt.io/agent-secret]"},
+		{"an update that removes the hash and points at another Secret", withTokenAndSecret(), func(m *macvirtv1alpha1.MacMachine) {
+			delete(m.Annotations, macvirtv1alpha1.AnnotationAgentTokenHash)
+			m.Annotations[macvirtv1alpha1.AnnotationAgentSecret] = "someone-elses"
+		}, "metadata.annotations[macvirt.io/agent-secret]"},
+		{"an owner reference to a pool under a group spelt otherwise", nil, func(m *macvirtv1alpha1.MacMachine) {
+			ref := poolRef
+			ref.APIVersion = "MACVIRT.IO/v1alpha1"
+			m.OwnerReferences = []metav1.OwnerReference{ref}
+		}, "metadata.ownerReferences[0]"},
+		{"an owner reference to a pool with the group as its only part", nil, func(m *macvirtv1alpha1.MacMachine) {
+			ref := poolRef
+			ref.APIVersion, ref.Kind = "macvirt.io", "Pool"
+			m.OwnerReferences = []metav1.OwnerReference{ref}
+		}, "metadata.ownerReferences[0]"},
 		{"an update that keeps the pool's owner reference", withOwner(poolRef), func(m *macvirtv1alpha1.MacMachine) {
 			m.Spec.Running = ptrTo(false)
 		}, ""},
@@ -95,6 +115,12 @@ func ptrTo[T any](v T) *T { return &v }
 func withAnnotation(k, v string) *macvirtv1alpha1.MacMachine {
 	m := minimalMachine()
 	m.Annotations = map[string]string{k: v}
+	return m
+}
+
+func withTokenAndSecret() *macvirtv1alpha1.MacMachine {
+	m := withAnnotation(macvirtv1alpha1.AnnotationAgentTokenHash, "0123")
+	m.Annotations[macvirtv1alpha1.AnnotationAgentSecret] = "m-1-agent-0123"
 	return m
 }
 

@@ -209,6 +209,12 @@ type MachineEnv struct {
 	// serial, UUID) already used by another machine to that machine's
 	// namespace/name.
 	SMBIOSUsers map[string]string
+	// ByOperator is true when the operator itself creates the machine (for
+	// a pool or a claim, which were checked); anyone else's machine obeys
+	// its class's tenancy as a claim from its namespace would.
+	ByOperator bool
+	// Namespace is the machine's namespace; nil when it was not read.
+	Namespace *corev1.Namespace
 }
 
 // maxMachineNameLength keeps a machine's name usable as a label value.
@@ -228,6 +234,12 @@ func ValidateMacMachine(m *macvirtv1alpha1.MacMachine, env MachineEnv) (field.Er
 		errs = append(errs, field.Required(spec.Child("className"), "name the MacClass to render the machine from"))
 	} else if env.Class == nil {
 		warns = append(warns, fmt.Sprintf("MacClass %q does not exist yet: the machine stays Pending until it does", m.Spec.ClassName))
+	}
+	if env.Class != nil && env.Namespace != nil && !env.ByOperator {
+		if r := tenancy.Check(env.Class, m.Namespace, env.Namespace.Labels, macvirtv1alpha1.ReclaimDelete); r != nil && r.Reason != macvirtv1alpha1.ReasonInvalidClass {
+			errs = append(errs, field.Forbidden(field.NewPath("metadata", "namespace"),
+				r.Message+" (a machine made by hand obeys its class's tenancy as a claim does)"))
+		}
 	}
 	if id := m.Spec.SMBIOS; id != nil {
 		sp := spec.Child("smbios")

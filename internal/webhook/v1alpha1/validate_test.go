@@ -428,3 +428,25 @@ func TestValidateMacMachine(t *testing.T) {
 	_, warns := ValidateMacMachine(minimalMachine(), MachineEnv{})
 	expectWarning(t, warns, `MacClass "sonoma" does not exist yet`)
 }
+
+// A machine made by hand obeys its class's tenancy as a claim would; the
+// operator's own (for a pool, or for a claim that was checked) is not held
+// to it.
+func TestAMachineMadeByHandObeysItsClassesTenancy(t *testing.T) {
+	class := minimalClass()
+	class.Spec.Tenancy.AllowedNamespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"macvirt.io/tenant": "true"}}
+	m := minimalMachine()
+	id := goodIdentity()
+	m.Spec.SMBIOS = &id
+	outsider := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: m.Namespace}}
+	errs, _ := ValidateMacMachine(m, MachineEnv{Class: class, Namespace: outsider})
+	expectError(t, errs, "metadata.namespace", "a machine made by hand obeys its class's tenancy")
+	if errs, _ := ValidateMacMachine(m, MachineEnv{Class: class, Namespace: outsider, ByOperator: true}); len(errs) != 0 {
+		t.Errorf("the operator's own machine was refused: %v", errs)
+	}
+	tenant := outsider.DeepCopy()
+	tenant.Labels = map[string]string{"macvirt.io/tenant": "true"}
+	if errs, _ := ValidateMacMachine(m, MachineEnv{Class: class, Namespace: tenant}); len(errs) != 0 {
+		t.Errorf("a machine of an allowed namespace was refused: %v", errs)
+	}
+}
