@@ -39,7 +39,7 @@ type MacPoolReconciler struct {
 
 // +kubebuilder:rbac:groups=macvirt.io,resources=macpools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macpools/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=macvirt.io,resources=macmachines,verbs=create;delete
+// +kubebuilder:rbac:groups=macvirt.io,resources=macmachines,verbs=create;delete;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // poolScope is what one reconcile of a pool read, decided and failed to do.
@@ -80,6 +80,7 @@ func (r *MacPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	for _, step := range []func(context.Context, *poolScope) (bool, error){
 		r.loadPoolClass,
 		r.listPoolMachines,
+		r.adoptPoolMachines,
 		r.deletePoolMachines,
 		r.createPoolMachines,
 	} {
@@ -115,9 +116,49 @@ func (r *MacPoolReconciler) listPoolMachines(ctx context.Context, s *poolScope) 
 		client.MatchingLabels{macvirtv1alpha1.LabelPool: s.Pool.Name}); err != nil {
 		return false, fmt.Errorf("listing machines of pool %s: %w", s.Pool.Name, err)
 	}
-	s.Machines = list.Items
+	s.Machines = s.Machines[:0]
+	for i := range list.Items {
+		m := &list.Items[i]
+		if owner := metav1.GetControllerOfNoCopy(m); owner != nil && owner.UID != s.Pool.UID && m.Spec.ClaimRef == nil &&
+			m.Labels[macvirtv1alpha1.LabelReleased] == "" {
+			// Unbound, and controlled by something else (an earlier pool of
+			// this name, not yet collected): not this pool's to count.
+			continue
+		}
+		s.Machines = append(s.Machines, *m)
+	}
 	s.Plan = planPool(poolInputFor(s.Pool, s.Class, s.Machines, r.Clock.Now()))
 	return true, nil
+}
+
+// adoptPoolMachines answers: does the pool control every unbound machine it
+// counts? One labelled for it in its namespace, unbound and controlled by
+// nothing (the garbage collector orphaned it when an earlier pool of this
+// name was deleted with --cascade=orphan) is adopted, as a ReplicaSet adopts
+// its orphans: claims bind only machines their pool controls. The patch
+// carries the machine's resourceVersion; a refused one shows in status.
+func (r *MacPoolReconciler) adoptPoolMachines(ctx context.Context, s *poolScope) (bool, error) {
+	var errs []error
+	for i := range s.Machines {
+		m := &s.Machines[i]
+		if m.Spec.ClaimRef != nil || m.Labels[macvirtv1alpha1.LabelReleased] != "" || !m.DeletionTimestamp.IsZero() ||
+			metav1.GetControllerOfNoCopy(m) != nil {
+			continue
+		}
+		adopted := m.DeepCopy()
+		adopted.OwnerReferences = append(adopted.OwnerReferences, controllerRef("MacPool", s.Pool.Name, s.Pool.UID))
+		err := r.Patch(ctx, adopted, client.MergeFromWithOptions(m, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case err == nil:
+			ctrl.LoggerFrom(ctx).Info("adopted an orphaned pool machine", "machine", m.Name)
+			*m = *adopted
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			// Gone or changed (bound, perhaps): the next reconcile sees it.
+		default:
+			errs = append(errs, r.writeFailed(s, macvirtv1alpha1.ReasonUpdateFailed, "adopting", m.Name, err))
+		}
+	}
+	return true, errors.Join(errs...)
 }
 
 // deletePoolMachines deletes as planned. Deletes carry the machine's

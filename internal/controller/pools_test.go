@@ -44,6 +44,28 @@ var _ = Describe("MacClass status", func() {
 })
 
 var _ = Describe("A pool", func() {
+	It("adopts an unbound machine labelled for it that nothing controls (orphaned by an earlier pool of its name), so claims bind it", func() {
+		DeferCleanup(startOperator())
+		class := newClass()
+		pool, poolNS := newPool(class.Name, 1, 1)
+		startGuests(poolNS)
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(HaveField("Idle", int32(1)))
+		var list macvirtv1alpha1.MacMachineList
+		Expect(k8sClient.List(context.Background(), &list, client.InNamespace(poolNS))).To(Succeed())
+		Expect(list.Items).To(HaveLen(1))
+		m := list.Items[0]
+		By("the garbage collector orphans it, as after kubectl delete macpool --cascade=orphan")
+		patch := client.MergeFrom(m.DeepCopy())
+		m.OwnerReferences = nil
+		Expect(k8sClient.Patch(context.Background(), &m, patch)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(metav1.IsControlledBy(getMachineWith(g, key(&m)), pool)).To(BeTrue())
+		}).WithTimeout(timeout).Should(Succeed())
+		k := key(newClaim(newNamespace(), func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name }))
+		Eventually(claimCondition(k, macvirtv1alpha1.ConditionBound)).WithTimeout(timeout).Should(HaveField("Status", metav1.ConditionTrue))
+		Expect(getClaim(k).Status.MachineRef.UID).To(Equal(m.UID), "the adopted machine, not a new one")
+	})
+
 	It("with VMs stuck Pending neither storms nor exceeds its cap", func() {
 		DeferCleanup(startOperator())
 		class := newClass()
