@@ -101,7 +101,8 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 			// and a human must look at the guest.
 			st.Phase = macvirtv1alpha1.ClaimBound
 			p := problem{macvirtv1alpha1.ReasonGuestConfigFailed, fmt.Sprintf(
-				"the guest agent on machine %s could not apply this claim's SSH keys: %s (it tries again with every heartbeat; the guest or its golden image needs fixing)",
+				"the guest agent on machine %s could not apply what it was sent (this claim's SSH keys, the machine's hostname): %s "+
+					"(it tries again with every heartbeat; the guest or its golden image needs fixing)",
 				m.Name, g.ApplyError)}
 			set(macvirtv1alpha1.ConditionReady, false, p.Reason, p.Message)
 			stalled(&p)
