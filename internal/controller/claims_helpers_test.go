@@ -38,7 +38,8 @@ func (g *guests) round(ctx context.Context, ns string) {
 }
 
 // startGuests plays the guest agent of every running machine in ns: it
-// heartbeats them until the test ends.
+// heartbeats them until the test ends, reporting the address a guest behind
+// KubeVirt's masquerade binding sees (10.0.2.2), as a real one does.
 func startGuests(ns string) *guests {
 	g := &guests{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -78,7 +79,7 @@ func heartbeatRunning(ctx context.Context, ns string) {
 		}
 		before := m.DeepCopy()
 		now := metav1.NewTime(clock.Now())
-		m.Status.Guest = &macvirtv1alpha1.GuestStatus{LastHeartbeat: &now, AgentVersion: "test", IPAddresses: []string{"192.0.2.10"},
+		m.Status.Guest = &macvirtv1alpha1.GuestStatus{LastHeartbeat: &now, AgentVersion: "test", IPAddresses: []string{"10.0.2.2"},
 			SSHHostKeys: []string{testHostKey}}
 		_ = k8sClient.Status().Patch(ctx, m, client.MergeFrom(before))
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/simulator"
 )
 
 var _ = Describe("Pools and claims", func() {
@@ -30,12 +31,16 @@ var _ = Describe("Pools and claims", func() {
 		Eventually(claimPhase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
 		c := getClaim(k)
 		Expect(c.Status.MachineRef.Namespace).To(Equal(poolNS))
-		Expect(c.Status.Connection).To(Equal(&macvirtv1alpha1.ClaimConnection{Address: "192.0.2.10", SSHPort: 22, HostKeys: []string{testHostKey}}))
+		// The address is the virt-launcher pod's, as KubeVirt reports it;
+		// never the one the guest sees behind masquerade (10.0.2.2), which
+		// the guests here report, as real ones do.
+		podIP := simulator.IPAddressFor(poolNS, c.Status.MachineRef.Name)
+		Expect(c.Status.Connection).To(Equal(&macvirtv1alpha1.ClaimConnection{Address: podIP, SSHPort: 22, HostKeys: []string{testHostKey}}))
 		Expect(c.Status.BoundAt).NotTo(BeNil())
 		secret := &corev1.Secret{}
 		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: tenant, Name: c.Status.ConnectionSecretName}, secret)).To(Succeed())
-		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte("192.0.2.10")), HaveKeyWithValue("port", []byte("22")), HaveKey("user"),
-			HaveKeyWithValue("known_hosts", []byte("192.0.2.10 "+testHostKey+"\n"))))
+		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte(podIP)), HaveKeyWithValue("port", []byte("22")), HaveKey("user"),
+			HaveKeyWithValue("known_hosts", []byte(podIP+" "+testHostKey+"\n"))))
 		Expect(secret.OwnerReferences).To(ConsistOf(HaveField("UID", claim.UID)))
 
 		m := getMachine(types.NamespacedName{Namespace: poolNS, Name: c.Status.MachineRef.Name})

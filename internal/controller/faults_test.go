@@ -21,6 +21,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/operator"
+	"github.com/macvirt/macvirt/internal/simulator"
 )
 
 // machineUIDs maps each machine of ns to its UID: a machine deleted and
@@ -317,7 +318,7 @@ var _ = Describe("Under faults", func() {
 			got := &corev1.Secret{}
 			g.Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(secret), got)).To(Succeed())
 			g.Expect(got.UID).NotTo(Equal(secret.UID))
-			g.Expect(got.Data).To(HaveKeyWithValue("host", []byte("192.0.2.10")))
+			g.Expect(got.Data).To(HaveKeyWithValue("host", []byte(simulator.IPAddressFor(getClaim(k).Status.MachineRef.Namespace, getClaim(k).Status.MachineRef.Name))))
 		}).WithTimeout(timeout).Should(Succeed())
 	})
 

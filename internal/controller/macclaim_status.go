@@ -93,6 +93,12 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 		set(macvirtv1alpha1.ConditionReady, false, macvirtv1alpha1.ReasonMachineNotReady, msg)
 		return st
 	}
+	if machineAddress(m) == "" {
+		st.Phase = macvirtv1alpha1.ClaimBound
+		set(macvirtv1alpha1.ConditionReady, false, macvirtv1alpha1.ReasonMachineNotReady,
+			fmt.Sprintf("KubeVirt reports no pod-network address for machine %s yet", m.Name))
+		return st
+	}
 	st.Connection = &macvirtv1alpha1.ClaimConnection{Address: machineAddress(m), SSHPort: defaultSSHPort}
 	if g := m.Status.Guest; g != nil {
 		st.Connection.HostKeys = g.SSHHostKeys
@@ -118,12 +124,11 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 	return st
 }
 
-// machineAddress is the address a tenant connects to: the guest's own
-// report first, then KubeVirt's.
+// machineAddress is the address a tenant connects to: KubeVirt's, the
+// virt-launcher pod's IP on the pod network. Never the guest's own report:
+// behind KubeVirt's masquerade binding the guest sees only its side of the
+// NAT (10.0.2.2 by default), which nobody outside the pod can reach.
 func machineAddress(m *macvirtv1alpha1.MacMachine) string {
-	if g := m.Status.Guest; g != nil && len(g.IPAddresses) > 0 {
-		return g.IPAddresses[0]
-	}
 	if len(m.Status.Addresses) > 0 {
 		return m.Status.Addresses[0]
 	}

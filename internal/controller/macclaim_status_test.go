@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"net/netip"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -14,6 +15,11 @@ func TestComputeClaimStatus(t *testing.T) {
 	ready := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "pools", UID: "u1"},
 		Status: macvirtv1alpha1.MacMachineStatus{Phase: macvirtv1alpha1.MachineReady, Addresses: []string{"10.0.0.7"},
 			Conditions: []metav1.Condition{{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AsExpected"}}}}
+	// The guest reports what it sees behind masquerade; KubeVirt reports
+	// no address (yet).
+	unaddressed := ready.DeepCopy()
+	unaddressed.Status.Addresses = nil
+	unaddressed.Status.Guest = &macvirtv1alpha1.GuestStatus{IPAddresses: []string{"10.0.2.2"}}
 	keysRefused := ready.DeepCopy()
 	keysRefused.Status.Guest = &macvirtv1alpha1.GuestStatus{ApplyError: "refusing /Users/admin/.ssh: it is not a real directory"}
 	booting := ready.DeepCopy()
@@ -37,6 +43,8 @@ func TestComputeClaimStatus(t *testing.T) {
 			macvirtv1alpha1.ClaimReady, macvirtv1alpha1.ReasonAsExpected, metav1.ConditionFalse, true},
 		"ready, but the guest could not apply the keys": {claimScope{machine: keysRefused},
 			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonGuestConfigFailed, metav1.ConditionTrue, true},
+		"ready, but with no address but the guest's own": {claimScope{machine: unaddressed},
+			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonMachineNotReady, metav1.ConditionFalse, false},
 		"lost": {claimScope{lost: "bound machine pools/m no longer exists"},
 			macvirtv1alpha1.ClaimLost, macvirtv1alpha1.ReasonMachineLost, metav1.ConditionTrue, false},
 	} {
@@ -95,5 +103,34 @@ func TestAClaimShowsItsMachineToATenantWhoMayNotReadIt(t *testing.T) {
 		NodeName: "mac-mini-7", Progress: "40%"}
 	if st.Machine == nil || *st.Machine != want {
 		t.Errorf("status.machine = %+v, want %+v", st.Machine, want)
+	}
+}
+
+// The address a tenant is given is KubeVirt's (the virt-launcher pod's on
+// the pod network), never the guest's own: behind masquerade a macOS guest
+// sees only 10.0.2.2 (or the .2 of the network's vmNetworkCIDR), which no
+// one outside the pod can reach.
+func TestTheConnectionAddressIsNeverTheGuestsMasqueradeAddress(t *testing.T) {
+	masquerade := netip.MustParsePrefix("10.0.2.0/24")
+	for name, guest := range map[string][]string{
+		"the default network":       {"10.0.2.2"},
+		"a guest with IPv6 too":     {"10.0.2.2", "fd10:0:2::2"},
+		"a guest that reports none": nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "pools", UID: "u1"},
+				Status: macvirtv1alpha1.MacMachineStatus{Phase: macvirtv1alpha1.MachineReady, Addresses: []string{"10.244.7.9"},
+					Guest:      &macvirtv1alpha1.GuestStatus{IPAddresses: guest},
+					Conditions: []metav1.Condition{{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AsExpected"}}}}
+			claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team"}}
+			st := computeClaimStatus(&claimScope{claim: claim, machine: m}, metav1.Now())
+			if st.Connection == nil {
+				t.Fatalf("no connection: %+v", st)
+			}
+			addr, err := netip.ParseAddr(st.Connection.Address)
+			if err != nil || masquerade.Contains(addr) || st.Connection.Address != "10.244.7.9" {
+				t.Errorf("connection address %q, want KubeVirt's 10.244.7.9 and never the guest's side of masquerade", st.Connection.Address)
+			}
+		})
 	}
 }

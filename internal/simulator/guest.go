@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"errors"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -127,10 +128,8 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 			}
 			facts := agent.Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: hostname, BootTime: bootedAt.UTC(),
 				SSHHostKeys: []string{guestHostKey(vmi.UID)}}
-			for _, iface := range vmi.Status.Interfaces {
-				if iface.IP != "" {
-					facts.IPAddresses = append(facts.IPAddresses, iface.IP)
-				}
+			if ip := GuestAddress(vmi); ip != "" {
+				facts.IPAddresses = []string{ip}
 			}
 			state, err := client.Heartbeat(ctx, facts)
 			if err != nil {
@@ -182,3 +181,48 @@ func guestHostKey(uid types.UID) string {
 	}
 	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub)))
 }
+
+// GuestAddress is the address the guest itself sees on its pod-network
+// interface, as a real macOS guest reports it: behind KubeVirt's masquerade
+// binding, the second address of the network's vmNetworkCIDR (10.0.2.2 by
+// default; pkg/network/link/address.go, GenerateMasqueradeGatewayAndVmIPAddrs:
+// the first is the gateway), which nobody outside the pod can reach; with
+// bridge binding, the pod's own IP, which DHCP hands the guest.
+func GuestAddress(vmi *kubevirtv1.VirtualMachineInstance) string {
+	for _, n := range vmi.Spec.Networks {
+		if n.Pod == nil {
+			continue
+		}
+		for _, iface := range vmi.Spec.Domain.Devices.Interfaces {
+			if iface.Name != n.Name {
+				continue
+			}
+			if iface.Masquerade != nil {
+				return masqueradeGuestIP(n.Pod.VMNetworkCIDR)
+			}
+			for _, st := range vmi.Status.Interfaces {
+				if st.Name == n.Name {
+					return st.IP
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// masqueradeGuestIP is the guest's address in a masquerade network: the
+// network address plus two (KubeVirt's default network 10.0.2.0/24 when
+// cidr is empty or does not parse).
+func masqueradeGuestIP(cidr string) string {
+	if cidr == "" {
+		cidr = defaultVMNetworkCIDR
+	}
+	prefix, err := netip.ParsePrefix(cidr)
+	if err != nil || !prefix.Addr().Is4() {
+		prefix = netip.MustParsePrefix(defaultVMNetworkCIDR)
+	}
+	return prefix.Masked().Addr().Next().Next().String()
+}
+
+// defaultVMNetworkCIDR is KubeVirt's api.DefaultVMCIDR.
+const defaultVMNetworkCIDR = "10.0.2.0/24"

@@ -111,8 +111,13 @@ func setVMIPhase(vmi *kubevirtv1.VirtualMachineInstance, phase kubevirtv1.Virtua
 	setVMICondition(vmi, ready)
 }
 
-// podInterface is the guest's interface on the pod network, with addresses
-// derived from the instance's name so that they are stable across restarts.
+// podInterface is the instance's interface on the pod network as
+// virt-handler reports it (pkg/network/setup/netstat.go, UpdateStatus): the
+// interface from the domain, its IP the virt-launcher pod's IP from the pod
+// interface cache (updateIfacesStatusFromPodCache), whatever the binding.
+// Only a QEMU guest agent would add the guest's own view (interfaceName,
+// infoSource "guest-agent"), and macOS runs none. The pod IP is derived
+// from the instance's name so that it is stable across restarts.
 func podInterface(vmi *kubevirtv1.VirtualMachineInstance) kubevirtv1.VirtualMachineInstanceNetworkInterface {
 	name := "default"
 	for _, n := range vmi.Spec.Networks {
@@ -131,7 +136,7 @@ func podInterface(vmi *kubevirtv1.VirtualMachineInstance) kubevirtv1.VirtualMach
 	ip := IPAddressFor(vmi.Namespace, vmi.Name)
 	return kubevirtv1.VirtualMachineInstanceNetworkInterface{
 		Name: name, IP: ip, IPs: []string{ip}, MAC: mac,
-		InterfaceName: "eth0", PodInterfaceName: "eth0", InfoSource: "domain, guest-agent",
+		PodInterfaceName: "eth0", InfoSource: "domain",
 		QueueCount: 1, LinkState: "up",
 	}
 }
