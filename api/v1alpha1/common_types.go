@@ -51,6 +51,9 @@ const (
 	// Secret of that name exists that the claim does not control (it is
 	// never written then).
 	ConditionConnectionSecretReady = "ConnectionSecretReady"
+	// ConditionServiceReady is True on a claim once its Service routes to
+	// its machine.
+	ConditionServiceReady = "ServiceReady"
 
 	// ConditionClassUpToDate is True on a MacMachine while its MacClass exists
 	// at the revision the machine records in spec.classRevision. False (reason
@@ -119,6 +122,12 @@ const (
 	ReasonSecretConflict = "SecretConflict"
 	// ReasonMachineNotReady means the bound machine is not Ready yet.
 	ReasonMachineNotReady = "MachineNotReady"
+	// ReasonServiceConflict means a Service or EndpointSlice of the name a
+	// claim's would have exists and is not controlled by the claim.
+	ReasonServiceConflict = "ServiceConflict"
+	// ReasonAccessTypeNotAllowed means the claim asks for an access type its
+	// class does not allow; its Service is ClusterIP.
+	ReasonAccessTypeNotAllowed = "AccessTypeNotAllowed"
 	// ReasonGuestConfigFailed means the bound machine's guest agent could
 	// not apply the claim's SSH keys (or the machine's hostname); its words
 	// are in the message, and a human must fix the guest or its image.
@@ -163,6 +172,10 @@ const (
 	LabelClassRevision = "macvirt.io/class-revision"
 	// LabelPool carries the name of the MacPool a machine belongs to, if any.
 	LabelPool = "macvirt.io/pool"
+	// LabelClaim carries, on a claim's Service and EndpointSlice, the
+	// claim's name; the operator caches only Services and EndpointSlices
+	// that carry it.
+	LabelClaim = "macvirt.io/claim"
 	// AnnotationDomainHook holds the versioned JSON configuration read by the
 	// domain-hook sidecar, on the VirtualMachine's template.
 	AnnotationDomainHook = "macvirt.io/domain-hook"

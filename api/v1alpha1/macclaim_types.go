@@ -69,6 +69,11 @@ type MacClaimSpec struct {
 	// +optional
 	ReclaimPolicy ReclaimPolicy `json:"reclaimPolicy,omitempty"`
 
+	// access says how the machine is exposed: the operator keeps a Service
+	// of this type in the claim's namespace for it.
+	// +optional
+	Access ClaimAccess `json:"access,omitempty"`
+
 	// sshAuthorizedKeys are delivered to the machine by the guest agent.
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=16384
@@ -77,11 +82,36 @@ type MacClaimSpec struct {
 	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitempty"`
 }
 
+// ClaimAccess says how a claim's machine is exposed.
+type ClaimAccess struct {
+	// type is the claim's Service type: ClusterIP (the default; reachable
+	// inside the cluster), NodePort or LoadBalancer, as the class allows
+	// (spec.tenancy.allowedAccessTypes).
+	// +optional
+	Type AccessType `json:"type,omitempty"`
+}
+
 // ClaimConnection says how to reach a claimed machine.
 type ClaimConnection struct {
-	// address is the machine's IP address.
+	// host is the DNS name of the claim's Service
+	// (<service>.<namespace>.svc), the same across re-binds of a claim of
+	// this name; prefer it to address.
+	// +optional
+	Host string `json:"host,omitempty"`
+	// serviceName is the claim's Service in its namespace.
+	// +optional
+	ServiceName string `json:"serviceName,omitempty"`
+	// address is the machine's IP address on the pod network, as KubeVirt
+	// reports it; it changes when the machine's instance is recreated.
 	// +optional
 	Address string `json:"address,omitempty"`
+	// vncPort is the Screen Sharing port, when the class offers it.
+	// +optional
+	VNCPort int32 `json:"vncPort,omitempty"`
+	// external is how to reach the machine from outside the cluster, for
+	// the NodePort and LoadBalancer access types.
+	// +optional
+	External *ExternalAccess `json:"external,omitempty"`
 	// sshPort is the SSH port.
 	// +optional
 	SSHPort int32 `json:"sshPort,omitempty"`
@@ -91,6 +121,21 @@ type ClaimConnection struct {
 	// +listType=atomic
 	// +optional
 	HostKeys []string `json:"hostKeys,omitempty"`
+}
+
+// ExternalAccess is how to reach a machine from outside the cluster.
+type ExternalAccess struct {
+	// address is the load balancer's address (IP or host name); empty for
+	// NodePort (any node's address) and while the load balancer is being
+	// provisioned.
+	// +optional
+	Address string `json:"address,omitempty"`
+	// sshPort is the SSH port there: the node port, or 22.
+	// +optional
+	SSHPort int32 `json:"sshPort,omitempty"`
+	// vncPort is the Screen Sharing port there, when the class offers it.
+	// +optional
+	VNCPort int32 `json:"vncPort,omitempty"`
 }
 
 // ClaimMachineStatus summarises a claim's machine for its tenant.
@@ -158,6 +203,7 @@ type MacClaimStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Machine",type=string,JSONPath=`.status.machine.name`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.machine.nodeName`,priority=1
+// +kubebuilder:printcolumn:name="Host",type=string,JSONPath=`.status.connection.host`,priority=1
 // +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.status.connection.address`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1

@@ -278,6 +278,51 @@ type TenancySpec struct {
 	// +kubebuilder:validation:Maximum=10000
 	// +optional
 	MaxReleasedPerNamespace *int32 `json:"maxReleasedPerNamespace,omitempty"`
+
+	// allowedAccessTypes are the access types (a claim's spec.access.type)
+	// claims of this class may ask for. NodePort and LoadBalancer reach a
+	// Mac from outside the cluster; a LoadBalancer may cost money per claim.
+	// +kubebuilder:validation:MaxItems=3
+	// +kubebuilder:default={ClusterIP}
+	// +listType=set
+	// +optional
+	AllowedAccessTypes []AccessType `json:"allowedAccessTypes,omitempty"`
+}
+
+// AccessType is how a claim's Service exposes its Mac, as a Service's type.
+// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+type AccessType string
+
+// Access types.
+const (
+	AccessClusterIP    AccessType = "ClusterIP"
+	AccessNodePort     AccessType = "NodePort"
+	AccessLoadBalancer AccessType = "LoadBalancer"
+)
+
+// AllowsAccess reports whether the class lets claims ask for access type t
+// (ClusterIP alone when the class names none).
+func (t TenancySpec) AllowsAccess(a AccessType) bool {
+	if a == "" {
+		a = AccessClusterIP
+	}
+	if len(t.AllowedAccessTypes) == 0 {
+		return a == AccessClusterIP
+	}
+	for _, allowed := range t.AllowedAccessTypes {
+		if allowed == a {
+			return true
+		}
+	}
+	return false
+}
+
+// ClassAccess says what each claim's Service offers besides SSH.
+type ClassAccess struct {
+	// screenSharing adds port vnc (5900, macOS Screen Sharing) to each
+	// claim's Service. The guest must have Screen Sharing turned on.
+	// +optional
+	ScreenSharing bool `json:"screenSharing,omitempty"`
 }
 
 // MacClassSpec is a hardware and image recipe for macOS machines.
@@ -319,6 +364,10 @@ type MacClassSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Tenancy TenancySpec `json:"tenancy,omitempty"`
+
+	// access says what each claim's Service offers besides SSH.
+	// +optional
+	Access ClassAccess `json:"access,omitempty"`
 }
 
 // MacClassStatus is the observed state of a MacClass.

@@ -35,12 +35,15 @@ var _ = Describe("Pools and claims", func() {
 		// never the one the guest sees behind masquerade (10.0.2.2), which
 		// the guests here report, as real ones do.
 		podIP := simulator.IPAddressFor(poolNS, c.Status.MachineRef.Name)
-		Expect(c.Status.Connection).To(Equal(&macvirtv1alpha1.ClaimConnection{Address: podIP, SSHPort: 22, HostKeys: []string{testHostKey}}))
+		host := claim.Name + "." + tenant + ".svc"
+		Expect(c.Status.Connection).To(Equal(&macvirtv1alpha1.ClaimConnection{Host: host, ServiceName: claim.Name, Address: podIP,
+			SSHPort: 22, HostKeys: []string{testHostKey}}))
 		Expect(c.Status.BoundAt).NotTo(BeNil())
 		secret := &corev1.Secret{}
 		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: tenant, Name: c.Status.ConnectionSecretName}, secret)).To(Succeed())
-		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte(podIP)), HaveKeyWithValue("port", []byte("22")), HaveKey("user"),
-			HaveKeyWithValue("known_hosts", []byte(podIP+" "+testHostKey+"\n"))))
+		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte(host)), HaveKeyWithValue("address", []byte(podIP)),
+			HaveKeyWithValue("port", []byte("22")), HaveKey("user"),
+			HaveKeyWithValue("known_hosts", []byte(host+","+podIP+" "+testHostKey+"\n"))))
 		Expect(secret.OwnerReferences).To(ConsistOf(HaveField("UID", claim.UID)))
 
 		m := getMachine(types.NamespacedName{Namespace: poolNS, Name: c.Status.MachineRef.Name})

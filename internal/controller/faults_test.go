@@ -318,7 +318,8 @@ var _ = Describe("Under faults", func() {
 			got := &corev1.Secret{}
 			g.Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(secret), got)).To(Succeed())
 			g.Expect(got.UID).NotTo(Equal(secret.UID))
-			g.Expect(got.Data).To(HaveKeyWithValue("host", []byte(simulator.IPAddressFor(getClaim(k).Status.MachineRef.Namespace, getClaim(k).Status.MachineRef.Name))))
+			g.Expect(got.Data).To(And(HaveKeyWithValue("host", []byte(k.Name+"."+tenant+".svc")),
+				HaveKeyWithValue("address", []byte(simulator.IPAddressFor(getClaim(k).Status.MachineRef.Namespace, getClaim(k).Status.MachineRef.Name)))))
 		}).WithTimeout(timeout).Should(Succeed())
 	})
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -63,6 +64,8 @@ type MacClaimReconciler struct {
 // +kubebuilder:rbac:groups=macvirt.io,resources=macclaims/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macpools,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update
 
 // claimScope is what one reconcile of a claim observed and decided.
 type claimScope struct {
@@ -76,6 +79,13 @@ type claimScope struct {
 	// retrySoon says every idle machine tried was taken under us: look
 	// again soon, without a status write (the cache is about to catch up).
 	retrySoon bool
+	// service is the claim's Service as it is; nil until it is written, or
+	// while one of its name is not the claim's.
+	service *corev1.Service
+	// endpointsReady says the Service's EndpointSlice names the machine.
+	endpointsReady bool
+	// serviceProblem says why the Service is not as the claim asks.
+	serviceProblem *problem
 }
 
 // Reconcile finds or makes the claim's binding, then writes status once,
@@ -122,6 +132,7 @@ func (r *MacClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	for _, step := range []func(context.Context, *claimScope) (bool, error){
 		r.findBound,
 		r.bind,
+		r.ensureService,
 	} {
 		if proceed, err := step(ctx, s); err != nil || !proceed {
 			return ctrl.Result{}, err
@@ -156,6 +167,8 @@ func (r *MacClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&macvirtv1alpha1.MacClaim{}).
+		Owns(&corev1.Service{}).
+		Owns(&discoveryv1.EndpointSlice{}).
 		Watches(&macvirtv1alpha1.MacMachine{}, r.machineEvents()).
 		Watches(&macvirtv1alpha1.MacClass{}, handler.EnqueueRequestsFromMapFunc(r.classToWaitingClaims),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).

@@ -100,6 +100,16 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 		return st
 	}
 	st.Connection = &macvirtv1alpha1.ClaimConnection{Address: machineAddress(m), SSHPort: defaultSSHPort}
+	setServiceReady(s, &st)
+	if svc := s.service; svc != nil {
+		st.Connection.Host, st.Connection.ServiceName = serviceHost(c), svc.Name
+		for _, p := range svc.Spec.Ports {
+			if p.Name == vncPortName {
+				st.Connection.VNCPort = p.Port
+			}
+		}
+		st.Connection.External = externalAccess(svc)
+	}
 	if g := m.Status.Guest; g != nil {
 		st.Connection.HostKeys = g.SSHHostKeys
 		if g.ApplyError != "" {
@@ -122,6 +132,31 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 	set(macvirtv1alpha1.ConditionReady, true, macvirtv1alpha1.ReasonAsExpected,
 		fmt.Sprintf("machine %s is Ready at %s", m.Name, st.Connection.Address))
 	return st
+}
+
+// setServiceReady says whether the claim's Service routes to its machine.
+func setServiceReady(s *claimScope, st *macvirtv1alpha1.MacClaimStatus) {
+	c := s.claim
+	cond := metav1.Condition{Type: macvirtv1alpha1.ConditionServiceReady, ObservedGeneration: c.Generation}
+	switch {
+	case s.writeFailed != nil:
+		// The API server refused the Service or its EndpointSlice: the
+		// Mac is reachable at its address only, until it is written.
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, s.writeFailed.Reason, s.writeFailed.Message
+	case s.serviceProblem != nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, s.serviceProblem.Reason, s.serviceProblem.Message
+		if s.service != nil && s.endpointsReady && s.serviceProblem.Reason == macvirtv1alpha1.ReasonAccessTypeNotAllowed {
+			// Reachable all the same, inside the cluster.
+			cond.Status = metav1.ConditionTrue
+		}
+	case s.service != nil && s.endpointsReady:
+		cond.Status, cond.Reason = metav1.ConditionTrue, macvirtv1alpha1.ReasonAsExpected
+		cond.Message = fmt.Sprintf("Service %s (%s) routes to machine %s at %s", s.service.Name, s.service.Spec.Type,
+			s.machine.Name, machineAddress(s.machine))
+	default:
+		return
+	}
+	meta.SetStatusCondition(&st.Conditions, cond)
 }
 
 // machineAddress is the address a tenant connects to: KubeVirt's, the
@@ -242,13 +277,26 @@ func connectionSecretName(c *macvirtv1alpha1.MacClaim) string { return c.Name + 
 // per host key, the host in brackets with its port when that is not 22.
 // Empty until the guest agent has reported the keys.
 func knownHosts(conn *macvirtv1alpha1.ClaimConnection) string {
-	host := conn.Address
-	if conn.SSHPort != 0 && conn.SSHPort != 22 {
-		host = fmt.Sprintf("[%s]:%d", conn.Address, conn.SSHPort)
+	name := func(host string, port int32) string {
+		if port != 0 && port != 22 {
+			return fmt.Sprintf("[%s]:%d", host, port)
+		}
+		return host
 	}
+	// One line per key, naming the machine every way the connection does:
+	// the Service's name, the address, and the external address.
+	var names []string
+	if conn.Host != "" {
+		names = append(names, name(conn.Host, conn.SSHPort))
+	}
+	names = append(names, name(conn.Address, conn.SSHPort))
+	if ext := conn.External; ext != nil && ext.Address != "" {
+		names = append(names, name(ext.Address, ext.SSHPort))
+	}
+	hosts := strings.Join(names, ",")
 	var b strings.Builder
 	for _, k := range conn.HostKeys {
-		b.WriteString(host + " " + k + "\n")
+		b.WriteString(hosts + " " + k + "\n")
 	}
 	return b.String()
 }
@@ -258,11 +306,27 @@ func knownHosts(conn *macvirtv1alpha1.ClaimConnection) string {
 // updates Secrets but never reads them.
 func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvirtv1alpha1.MacClaim, conn *macvirtv1alpha1.ClaimConnection) (conflict string, err error) {
 	name := connectionSecretName(c)
+	host := conn.Host
+	if host == "" {
+		host = conn.Address
+	}
 	data := map[string][]byte{
-		"host":        []byte(conn.Address),
+		"host":        []byte(host),
+		"address":     []byte(conn.Address),
 		"port":        []byte(fmt.Sprint(conn.SSHPort)),
 		"user":        []byte(defaultSSHUser),
 		"known_hosts": []byte(knownHosts(conn)),
+	}
+	if conn.VNCPort != 0 {
+		data["vnc-port"] = []byte(fmt.Sprint(conn.VNCPort))
+	}
+	if ext := conn.External; ext != nil {
+		if ext.Address != "" {
+			data["external-address"] = []byte(ext.Address)
+		}
+		if ext.SSHPort != 0 {
+			data["external-port"] = []byte(fmt.Sprint(ext.SSHPort))
+		}
 	}
 	// The Secret usually exists (it is written again every resync), so it is
 	// patched first: one request, and none that changes anything when the

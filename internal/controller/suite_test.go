@@ -133,6 +133,7 @@ const operatorNamespace = "macvirt-system"
 func startOperator(mods ...func(*operator.Options)) (stop func()) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
+		Cache:                  operator.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -202,6 +204,22 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		}
 	}
 	return controller.RegisterMetrics(mgr.GetCache())
+}
+
+// CacheOptions is how the operator's manager caches: Services and
+// EndpointSlices only when they carry macvirt.io/claim (each claim's own),
+// not every one of the cluster. A manager made without them works, caching
+// all of them.
+func CacheOptions() cache.Options {
+	req, err := labels.NewRequirement(macvirtv1alpha1.LabelClaim, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant key: cannot fail
+	}
+	sel := labels.NewSelector().Add(*req)
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Service{}:            {Label: sel},
+		&discoveryv1.EndpointSlice{}: {Label: sel},
+	}}
 }
 
 // Every authenticated user may already create SelfSubjectReviews

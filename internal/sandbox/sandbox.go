@@ -225,7 +225,7 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 	}
 	agentAddr := net.JoinHostPort(local.Host, strconv.Itoa(agentPort))
 	sys := &System{AgentEndpoint: "https://" + agentAddr, CABundle: local.CABundle}
-	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{Scheme: scheme, Cache: operator.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0", WebhookServer: local.WebhookServer(webhook.Options{})})
 	var agentHandler *agentserver.Handler
 	agentServer := &agentserver.Server{Addr: agentAddr, CertDir: local.CertDir}

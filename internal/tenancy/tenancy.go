@@ -93,3 +93,18 @@ func MayServe(m *macvirtv1alpha1.MacMachine, namespace string, pool *macvirtv1al
 	}
 	return pool != nil && m.Labels[macvirtv1alpha1.LabelPool] == pool.Name && m.Namespace == pool.Spec.Namespace
 }
+
+// CheckAccess says whether class lets a claim ask for access type t; nil
+// when it does.
+func CheckAccess(class *macvirtv1alpha1.MacClass, t macvirtv1alpha1.AccessType) *Refusal {
+	if class.Spec.Tenancy.AllowsAccess(t) {
+		return nil
+	}
+	allowed := class.Spec.Tenancy.AllowedAccessTypes
+	if len(allowed) == 0 {
+		allowed = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP}
+	}
+	return &Refusal{macvirtv1alpha1.ReasonAccessTypeNotAllowed, fmt.Sprintf(
+		"MacClass %s allows spec.access.type %v only (its spec.tenancy.allowedAccessTypes); use one of those or ask an admin",
+		class.Name, allowed), "spec.access.type"}
+}

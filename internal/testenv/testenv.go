@@ -37,6 +37,10 @@ func New(scheme *kruntime.Scheme) *envtest.Environment {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		env.BinaryAssetsDirectory = filepath.Join(root, "bin", "envtest")
 	}
+	// Every bound claim gets a Service, and envtest deletes no namespace's
+	// contents (there is no namespace controller): the default /24 of
+	// cluster IPs runs out in one suite. kubeadm's default range instead.
+	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/12")
 	return env
 }
 

@@ -276,8 +276,26 @@ var _ = Describe("Validation over TLS", func() {
 			expectRefusal(k8sClient.Create(suiteCtx, c), claimAPIServerRejects, name, "vmacclaim-v1alpha1.macvirt.io", tc.path, tc.want)
 		},
 		// The cases that need a pool or a namespace's labels have their own specs below.
-		entries(claimRejections, func(tc claimCase) bool { return tc.env.Pool == nil && tc.path != "metadata.namespace" }),
+		entries(claimRejections, func(tc claimCase) bool {
+			return tc.env.Pool == nil && tc.path != "metadata.namespace" && tc.path != "spec.access.type"
+		}),
 	)
+
+	It("refuses a claim asking for an access type its class does not allow, on create and on update", func() {
+		class := minimalClass()
+		class.Name = uniqueName("access")
+		Expect(k8sClient.Create(suiteCtx, class)).To(Succeed())
+		cleanup(class)
+		c := minimalClaim()
+		c.Namespace, c.Spec.ClassName = newNamespace(nil), class.Name
+		c.Spec.Access.Type = macvirtv1alpha1.AccessLoadBalancer
+		Expect(errorText(k8sClient.Create(suiteCtx, c))).To(ContainSubstring(
+			"spec.access.type: Forbidden: MacClass " + class.Name + " allows spec.access.type [ClusterIP] only"))
+		c.Spec.Access.Type = ""
+		Expect(k8sClient.Create(suiteCtx, c)).To(Succeed())
+		c.Spec.Access.Type = macvirtv1alpha1.AccessNodePort
+		Expect(errorText(k8sClient.Update(suiteCtx, c))).To(ContainSubstring("spec.access.type: Forbidden"))
+	})
 
 	DescribeTable("refuses a MacMachine, naming the field and the fix",
 		func(name string) {

@@ -52,6 +52,9 @@ func DefaultMacClass(c *macvirtv1alpha1.MacClass) {
 		t := true
 		s.Tenancy.OnDemand = &t
 	}
+	if len(s.Tenancy.AllowedAccessTypes) == 0 {
+		s.Tenancy.AllowedAccessTypes = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP}
+	}
 	if s.Tenancy.AllowRetain == nil {
 		t := true
 		s.Tenancy.AllowRetain = &t

@@ -5,9 +5,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
 // +kubebuilder:webhook:path=/mutate-macvirt-io-v1alpha1-macclaim,mutating=true,failurePolicy=ignore,sideEffects=None,groups=macvirt.io,resources=macclaims,verbs=create;update,versions=v1alpha1,name=mmacclaim-v1alpha1.macvirt.io,admissionReviewVersions=v1,timeoutSeconds=10
@@ -35,8 +37,21 @@ func (w *claimWebhook) ValidateCreate(ctx context.Context, c *macvirtv1alpha1.Ma
 // ValidateUpdate checks what may change; the namespace's tenancy was
 // checked when the claim was created and is the controller's to enforce
 // afterwards.
-func (w *claimWebhook) ValidateUpdate(_ context.Context, old, c *macvirtv1alpha1.MacClaim) (admission.Warnings, error) {
-	return nil, invalid("MacClaim", c.Name, ValidateMacClaimUpdate(old, c))
+func (w *claimWebhook) ValidateUpdate(ctx context.Context, old, c *macvirtv1alpha1.MacClaim) (admission.Warnings, error) {
+	errs := ValidateMacClaimUpdate(old, c)
+	if old.Spec.Access.Type != c.Spec.Access.Type {
+		// A new access type must be one the class allows, as at creation.
+		env, err := w.env(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		if env.Class != nil {
+			if r := tenancy.CheckAccess(env.Class, c.Spec.Access.Type); r != nil {
+				errs = append(errs, field.Forbidden(field.NewPath("spec", "access", "type"), r.Message))
+			}
+		}
+	}
+	return nil, invalid("MacClaim", c.Name, errs)
 }
 
 func (w *claimWebhook) ValidateDelete(context.Context, *macvirtv1alpha1.MacClaim) (admission.Warnings, error) {

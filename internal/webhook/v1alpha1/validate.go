@@ -103,6 +103,11 @@ func ValidateMacClaim(c *macvirtv1alpha1.MacClaim, env ClaimEnv) (field.ErrorLis
 			errs = append(errs, err)
 		}
 	}
+	if env.Class != nil {
+		if r := tenancy.CheckAccess(env.Class, c.Spec.Access.Type); r != nil {
+			errs = append(errs, field.Forbidden(field.NewPath("spec", "access", "type"), r.Message))
+		}
+	}
 	errs = append(errs, validateSSHKeys(spec.Child("sshAuthorizedKeys"), c.Spec.SSHAuthorizedKeys, &warns)...)
 	return errs, warns
 }

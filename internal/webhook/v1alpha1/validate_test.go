@@ -307,6 +307,9 @@ var claimRejections = map[string]claimCase{
 	}, ClaimEnv{Class: tenantClass(), Namespace: allowedNamespace()}, "spec.sshAuthorizedKeys", "must have at most 64 items"},
 	"key too long": {func(c *macvirtv1alpha1.MacClaim) { c.Spec.SSHAuthorizedKeys = []string{strings.Repeat("a", 16385)} },
 		ClaimEnv{Class: tenantClass(), Namespace: allowedNamespace()}, "spec.sshAuthorizedKeys[0]", "may not be more than 16384"},
+	"an access type the class does not allow": {func(c *macvirtv1alpha1.MacClaim) { c.Spec.Access.Type = macvirtv1alpha1.AccessLoadBalancer },
+		ClaimEnv{Class: tenantClass(), Namespace: allowedNamespace()}, "spec.access.type",
+		"MacClass sonoma allows spec.access.type [ClusterIP] only (its spec.tenancy.allowedAccessTypes)"},
 }
 
 func TestValidateMacClaim(t *testing.T) {

@@ -1,0 +1,102 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+func TestServiceNameIsTheClaimsWhenItCanBe(t *testing.T) {
+	for name, want := range map[string]string{
+		"build":                      "build",
+		"ios-ci-7":                   "ios-ci-7",
+		"7up":                        "",
+		"team.build":                 "",
+		strings.Repeat("a", 64):      "",
+		"a-name-that-ends-in-dash-x": "a-name-that-ends-in-dash-x",
+	} {
+		got := serviceName(&macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		if errs := validation.IsDNS1035Label(got); len(errs) > 0 {
+			t.Errorf("serviceName(%q) = %q, not a Service name: %v", name, got, errs)
+		}
+		if want != "" && got != want {
+			t.Errorf("serviceName(%q) = %q, want the claim's own name", name, got)
+		}
+		if want == "" && !strings.HasPrefix(got, "mac-") {
+			t.Errorf("serviceName(%q) = %q, want mac-<hash>", name, got)
+		}
+	}
+}
+
+func TestDesiredServiceAndSlice(t *testing.T) {
+	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team", UID: "c1"},
+		Spec: macvirtv1alpha1.MacClaimSpec{Access: macvirtv1alpha1.ClaimAccess{Type: macvirtv1alpha1.AccessLoadBalancer}}}
+	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}
+	svc := desiredService(claim, class)
+	if svc.Spec.Type != corev1.ServiceTypeClusterIP || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 22 || len(svc.Spec.Selector) != 0 {
+		t.Errorf("a class allowing ClusterIP only, without Screen Sharing: %+v", svc.Spec)
+	}
+	class.Spec.Tenancy.AllowedAccessTypes = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessLoadBalancer}
+	class.Spec.Access.ScreenSharing = true
+	svc = desiredService(claim, class)
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || len(svc.Spec.Ports) != 2 || svc.Spec.Ports[1].Port != 5900 {
+		t.Errorf("LoadBalancer with Screen Sharing: %+v", svc.Spec)
+	}
+	if svc.Labels[macvirtv1alpha1.LabelClaim] != "build" || !metav1.IsControlledBy(svc, claim) {
+		t.Errorf("the Service is not labelled and controlled by its claim: %+v", svc.ObjectMeta)
+	}
+
+	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Status: macvirtv1alpha1.MacMachineStatus{
+		Phase: macvirtv1alpha1.MachineReady, Addresses: []string{"10.244.1.9"}, NodeName: "apple-1",
+		Guest:      &macvirtv1alpha1.GuestStatus{IPAddresses: []string{"10.0.2.2"}},
+		Conditions: []metav1.Condition{{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AsExpected"}}}}
+	slice := desiredSlice(claim, svc, m)
+	if slice.Labels[discoveryv1.LabelServiceName] != "build" || slice.AddressType != discoveryv1.AddressTypeIPv4 || len(slice.Ports) != 2 {
+		t.Errorf("slice %+v", slice)
+	}
+	if len(slice.Endpoints) != 1 || slice.Endpoints[0].Addresses[0] != "10.244.1.9" || *slice.Endpoints[0].NodeName != "apple-1" ||
+		!*slice.Endpoints[0].Conditions.Ready {
+		t.Errorf("endpoints %+v, want KubeVirt's address (not the guest's 10.0.2.2), its node, ready", slice.Endpoints)
+	}
+	m.Status.Addresses = []string{"fd00::9"}
+	if slice := desiredSlice(claim, svc, m); slice.AddressType != discoveryv1.AddressTypeIPv6 {
+		t.Errorf("an IPv6 address in an %s slice", slice.AddressType)
+	}
+	m.Status.Addresses = nil
+	if slice := desiredSlice(claim, svc, m); len(slice.Endpoints) != 0 {
+		t.Errorf("endpoints %+v for a machine without an address", slice.Endpoints)
+	}
+}
+
+func TestExternalAccess(t *testing.T) {
+	np := &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{
+		{Name: "ssh", Port: 22, NodePort: 30022}, {Name: "vnc", Port: 5900, NodePort: 30590}}}}
+	if ext := externalAccess(np); ext == nil || ext.Address != "" || ext.SSHPort != 30022 || ext.VNCPort != 30590 {
+		t.Errorf("NodePort: %+v", ext)
+	}
+	lb := &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "ssh", Port: 22}}}}
+	if ext := externalAccess(lb); ext == nil || ext.Address != "" || ext.SSHPort != 22 {
+		t.Errorf("a LoadBalancer still being provisioned: %+v", ext)
+	}
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{Hostname: "mac.example.com"}}
+	if ext := externalAccess(lb); ext == nil || ext.Address != "mac.example.com" {
+		t.Errorf("a LoadBalancer with a host name: %+v", ext)
+	}
+	if ext := externalAccess(&corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP}}); ext != nil {
+		t.Errorf("ClusterIP: %+v", ext)
+	}
+}
+
+func TestKnownHostsNameTheMacEveryWayTheConnectionDoes(t *testing.T) {
+	conn := &macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", Address: "10.244.1.9", SSHPort: 22, HostKeys: []string{"ssh-ed25519 AAAA"},
+		External: &macvirtv1alpha1.ExternalAccess{Address: "203.0.113.7", SSHPort: 30022}}
+	if got, want := knownHosts(conn), "build.team.svc,10.244.1.9,[203.0.113.7]:30022 ssh-ed25519 AAAA\n"; got != want {
+		t.Errorf("knownHosts = %q, want %q", got, want)
+	}
+}
