@@ -18,6 +18,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -323,6 +324,15 @@ type ClassAccess struct {
 	// claim's Service. The guest must have Screen Sharing turned on.
 	// +optional
 	ScreenSharing bool `json:"screenSharing,omitempty"`
+
+	// allowedPeers may reach a bound machine besides the pods of its
+	// claim's namespace (a CI controller's namespace, a bastion's IP
+	// block), as NetworkPolicy peers. Everyone else, other tenants
+	// included, is kept out by each machine's NetworkPolicy.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	AllowedPeers []networkingv1.NetworkPolicyPeer `json:"allowedPeers,omitempty"`
 }
 
 // MacClassSpec is a hardware and image recipe for macOS machines.

@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -76,6 +77,35 @@ var _ = Describe("A claim's Service", func() {
 		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte(host)), HaveKeyWithValue("address", []byte(podIP)),
 			HaveKeyWithValue("vnc-port", []byte("5900")), HaveKey("external-port"),
 			HaveKeyWithValue("known_hosts", []byte(host+","+podIP+" "+testHostKey+"\n"))))
+
+		By("the bound machine lets in its claim's namespace and, exposed by a NodePort, the outside; the idle one nobody")
+		Eventually(func(g Gomega) {
+			np := &networkingv1.NetworkPolicy{}
+			g.Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: poolNS, Name: c.Status.MachineRef.Name}, np)).To(Succeed())
+			g.Expect(np.Spec.PodSelector.MatchLabels).To(Equal(map[string]string{macvirtv1alpha1.LabelMachine: c.Status.MachineRef.Name}))
+			g.Expect(np.Spec.PolicyTypes).To(ConsistOf(networkingv1.PolicyTypeIngress))
+			g.Expect(np.Spec.Ingress).To(HaveLen(1))
+			g.Expect(np.Spec.Ingress[0].Ports).To(ConsistOf(HaveField("Port.IntVal", int32(22)), HaveField("Port.IntVal", int32(5900))))
+			g.Expect(np.Spec.Ingress[0].From).To(ConsistOf(
+				HaveField("NamespaceSelector.MatchLabels", Equal(map[string]string{corev1.LabelMetadataName: tenant})),
+				HaveField("IPBlock.CIDR", "0.0.0.0/0"), HaveField("IPBlock.CIDR", "::/0")))
+		}).WithTimeout(timeout).Should(Succeed())
+		Eventually(func(g Gomega) {
+			var machines macvirtv1alpha1.MacMachineList
+			g.Expect(k8sClient.List(context.Background(), &machines, client.InNamespace(poolNS))).To(Succeed())
+			idle := 0
+			for _, m := range machines.Items {
+				if m.Spec.ClaimRef != nil {
+					continue
+				}
+				np := &networkingv1.NetworkPolicy{}
+				g.Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: poolNS, Name: m.Name}, np)).To(Succeed())
+				g.Expect(np.Spec.Ingress).To(BeEmpty(), "an idle machine lets nobody in")
+				g.Expect(np.Spec.PolicyTypes).To(ConsistOf(networkingv1.PolicyTypeIngress))
+				idle++
+			}
+			g.Expect(idle).To(BeNumerically(">=", 1))
+		}).WithTimeout(timeout).Should(Succeed())
 	})
 
 	Context("of hand-made Ready machines (only the claim controller runs)", func() {

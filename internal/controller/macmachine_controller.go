@@ -23,6 +23,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -96,6 +97,7 @@ type MacMachineReconciler struct {
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch
 // +kubebuilder:rbac:groups=subresources.kubevirt.io,resources=virtualmachines/stop,verbs=update
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes/source,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",namespace=macvirt-system,resources=secrets,verbs=get
@@ -163,6 +165,7 @@ func (r *MacMachineReconciler) reconcileNormal(ctx context.Context, o *machineOb
 		r.ensureClassKept,
 		r.ensureAgentConfig,
 		r.observeObjects,
+		r.ensureNetworkPolicy,
 		r.ensureDataVolumes,
 		r.ensureVirtualMachine,
 		r.ensureAgentVolume,
@@ -266,6 +269,7 @@ func (r *MacMachineReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&macvirtv1alpha1.MacMachine{}).
 		Owns(&kubevirtv1.VirtualMachine{}).
 		Owns(&cdiv1.DataVolume{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(r.vmiToMachine),
 			builder.WithPredicates(predicate.NewPredicateFuncs(hasMachineLabel))).
 		Watches(&kubevirtv1.VirtualMachine{}, handler.EnqueueRequestsFromMapFunc(r.namesakeMachine)).

@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -208,7 +209,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 
 // CacheOptions is how the operator's manager caches: Services and
 // EndpointSlices only when they carry macvirt.io/claim (each claim's own),
-// not every one of the cluster. A manager made without them works, caching
+// NetworkPolicies only when they carry macvirt.io/machine (each machine's
+// own), not every one of the cluster. A manager made without them works, caching
 // all of them.
 func CacheOptions() cache.Options {
 	req, err := labels.NewRequirement(macvirtv1alpha1.LabelClaim, selection.Exists, nil)
@@ -216,9 +218,14 @@ func CacheOptions() cache.Options {
 		panic(err) // a constant key: cannot fail
 	}
 	sel := labels.NewSelector().Add(*req)
+	machineReq, err := labels.NewRequirement(macvirtv1alpha1.LabelMachine, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant key: cannot fail
+	}
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Service{}:            {Label: sel},
-		&discoveryv1.EndpointSlice{}: {Label: sel},
+		&corev1.Service{}:             {Label: sel},
+		&discoveryv1.EndpointSlice{}:  {Label: sel},
+		&networkingv1.NetworkPolicy{}: {Label: labels.NewSelector().Add(*machineReq)},
 	}}
 }
 
