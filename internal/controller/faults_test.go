@@ -74,12 +74,18 @@ func denyBinds(ns string) (lift func()) {
 // denyMachineUpdates refuses, with a ValidatingAdmissionPolicy, the updates
 // of MacMachines in ns that fail the CEL expression.
 func denyMachineUpdates(name, ns, expression, message string) (lift func()) {
+	return denyMachineWrites(name, ns, admissionregistrationv1.Update, expression, message)
+}
+
+// denyMachineWrites refuses, with a ValidatingAdmissionPolicy, the op
+// requests on MacMachines in ns that fail the CEL expression.
+func denyMachineWrites(name, ns string, op admissionregistrationv1.OperationType, expression, message string) (lift func()) {
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
 				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Operations: []admissionregistrationv1.OperationType{op},
 					Rule: admissionregistrationv1.Rule{APIGroups: []string{"macvirt.io"}, APIVersions: []string{"v1alpha1"},
 						Resources: []string{"macmachines"}}}}}},
 			Validations: []admissionregistrationv1.Validation{{
@@ -221,6 +227,53 @@ var _ = Describe("Under faults", func() {
 		lift()
 		Eventually(conditionOf(k, macvirtv1alpha1.ConditionDisksReady)).WithTimeout(timeout).Should(HaveField("Status", metav1.ConditionTrue))
 		Expect(conditionOf(k, macvirtv1alpha1.ConditionStalled)()).To(HaveField("Status", metav1.ConditionFalse))
+	})
+
+	It("a machine whose VirtualMachine is refused says so in the API server's words, and starts once the cause goes", func() {
+		DeferCleanup(startOperator())
+		class := newClass()
+		ns := newNamespace()
+		lift := denyByQuota(ns, "count/virtualmachines.kubevirt.io")
+		k := key(newMachine(ns, class.Name))
+		Eventually(conditionOf(k, macvirtv1alpha1.ConditionReady)).WithTimeout(timeout).Should(And(
+			HaveField("Reason", macvirtv1alpha1.ReasonCreateFailed), HaveField("Message", ContainSubstring("VirtualMachine")),
+			HaveField("Message", ContainSubstring("exceeded quota"))))
+		Expect(conditionOf(k, macvirtv1alpha1.ConditionStalled)()).To(HaveField("Status", metav1.ConditionTrue))
+		Eventually(warningsAbout(k.Name, macvirtv1alpha1.ReasonCreateFailed)).WithTimeout(timeout).ShouldNot(BeEmpty())
+
+		lift()
+		Eventually(conditionOf(k, macvirtv1alpha1.ConditionVMRunning)).WithTimeout(timeout).Should(HaveField("Status", metav1.ConditionTrue))
+		Expect(conditionOf(k, macvirtv1alpha1.ConditionStalled)()).To(HaveField("Status", metav1.ConditionFalse))
+	})
+
+	It("a pool whose machine deletes are refused says so in the API server's words, and shrinks once the cause goes", func() {
+		DeferCleanup(startOperator())
+		class := newClass()
+		pool, ns := newPool(class.Name, 2, 2)
+		startGuests(ns)
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(HaveField("Idle", int32(2)))
+		lift := denyMachineWrites("no-deletes-"+ns, ns, admissionregistrationv1.Delete, "false", "deleting machines is frozen for maintenance")
+		By("the policy refuses before the pool shrinks (the API server loads a new policy in its own time)")
+		var machines macvirtv1alpha1.MacMachineList
+		Expect(k8sClient.List(context.Background(), &machines, client.InNamespace(ns))).To(Succeed())
+		Expect(machines.Items).NotTo(BeEmpty())
+		probe := machines.Items[0].DeepCopy()
+		Eventually(func() error { return k8sClient.Delete(context.Background(), probe, client.DryRunAll) }).WithTimeout(timeout).Should(
+			MatchError(ContainSubstring("deleting machines is frozen for maintenance")))
+
+		p := &macvirtv1alpha1.MacPool{}
+		Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(pool), p)).To(Succeed())
+		p.Spec.Idle = ptrTo(int32(0))
+		Expect(k8sClient.Update(context.Background(), p)).To(Succeed())
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(HaveField("Conditions", ContainElements(
+			And(HaveField("Type", macvirtv1alpha1.ConditionReady), HaveField("Status", metav1.ConditionFalse),
+				HaveField("Reason", macvirtv1alpha1.ReasonDeleteFailed), HaveField("Message", ContainSubstring("deleting machines is frozen for maintenance"))),
+			And(HaveField("Type", macvirtv1alpha1.ConditionStalled), HaveField("Status", metav1.ConditionTrue)))))
+		Eventually(warningsAbout(pool.Name, macvirtv1alpha1.ReasonDeleteFailed)).WithTimeout(timeout).ShouldNot(BeEmpty())
+
+		lift()
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(HaveField("Idle", int32(0)), HaveField("Conditions", ContainElement(
+			And(HaveField("Type", macvirtv1alpha1.ConditionStalled), HaveField("Status", metav1.ConditionFalse))))))
 	})
 
 	It("a machine whose finalizer is refused says so in the API server's words, creates nothing, and provisions once the cause goes", func() {

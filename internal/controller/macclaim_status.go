@@ -90,7 +90,14 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 		if rc := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionReady); rc != nil {
 			msg = fmt.Sprintf("machine is %s: %s", m.Status.Phase, rc.Message)
 		}
-		set(macvirtv1alpha1.ConditionReady, false, macvirtv1alpha1.ReasonMachineNotReady, msg)
+		reason := macvirtv1alpha1.ReasonMachineNotReady
+		if sc := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionStalled); sc != nil && sc.Status == metav1.ConditionTrue {
+			// The machine waits for a human (a forced power-off, an image
+			// that cannot be pulled): its tenant hears it in its words.
+			reason = sc.Reason
+			stalled(&problem{sc.Reason, fmt.Sprintf("machine %s/%s is %s and needs a human: %s", m.Namespace, m.Name, m.Status.Phase, sc.Message)})
+		}
+		set(macvirtv1alpha1.ConditionReady, false, reason, msg)
 		return st
 	}
 	if machineAddress(m) == "" {
@@ -246,7 +253,24 @@ func (r *MacClaimReconciler) writeClaimStatus(ctx context.Context, s *claimScope
 	if oldPhase != st.Phase {
 		r.recordClaimPhase(c)
 	}
+	// A refused write and a lost machine have their Warning events already.
+	if reason, note, ok := turnedStalled(before.Status.Conditions, st.Conditions); ok && s.writeFailed == nil && st.Phase != macvirtv1alpha1.ClaimLost {
+		recordEvent(r.Recorder, c, corev1.EventTypeWarning, reason, "Claim", note)
+	}
 	return nil
+}
+
+// turnedStalled reports a Stalled condition that is True now and was not,
+// or was for another reason: the moment a human is needed is a Warning event.
+func turnedStalled(before, after []metav1.Condition) (string, string, bool) {
+	now := meta.FindStatusCondition(after, macvirtv1alpha1.ConditionStalled)
+	if now == nil || now.Status != metav1.ConditionTrue {
+		return "", "", false
+	}
+	if was := meta.FindStatusCondition(before, macvirtv1alpha1.ConditionStalled); was != nil && was.Status == metav1.ConditionTrue && was.Reason == now.Reason {
+		return "", "", false
+	}
+	return now.Reason, now.Message, true
 }
 
 // connectionDue says the claim's connection Secret was not applied by this

@@ -24,6 +24,11 @@ func TestComputeClaimStatus(t *testing.T) {
 	keysRefused.Status.Guest = &macvirtv1alpha1.GuestStatus{ApplyError: "refusing /Users/admin/.ssh: it is not a real directory"}
 	booting := ready.DeepCopy()
 	booting.Status.Phase, booting.Status.Conditions = macvirtv1alpha1.MachineBooting, nil
+	killed := ready.DeepCopy()
+	killed.Status.Phase = macvirtv1alpha1.MachineStopped
+	killed.Status.Conditions = []metav1.Condition{
+		{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: macvirtv1alpha1.ReasonForcedPowerOff, Message: "KubeVirt killed it"},
+		{Type: macvirtv1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: macvirtv1alpha1.ReasonForcedPowerOff, Message: "KubeVirt killed it"}}
 	for name, tc := range map[string]struct {
 		scope          claimScope
 		phase          macvirtv1alpha1.ClaimPhase
@@ -39,6 +44,8 @@ func TestComputeClaimStatus(t *testing.T) {
 			macvirtv1alpha1.ClaimPending, macvirtv1alpha1.ReasonCreateFailed, metav1.ConditionTrue, false},
 		"bound, machine booting": {claimScope{machine: booting},
 			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonMachineNotReady, metav1.ConditionFalse, false},
+		"bound, machine killed at the end of a stop": {claimScope{machine: killed},
+			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonForcedPowerOff, metav1.ConditionTrue, false},
 		"ready": {claimScope{machine: ready},
 			macvirtv1alpha1.ClaimReady, macvirtv1alpha1.ReasonAsExpected, metav1.ConditionFalse, true},
 		"ready, but the guest could not apply the keys": {claimScope{machine: keysRefused},
@@ -63,6 +70,29 @@ func TestComputeClaimStatus(t *testing.T) {
 			}
 			if (st.Connection != nil) != tc.wantConnection {
 				t.Errorf("connection = %+v, want one: %v", st.Connection, tc.wantConnection)
+			}
+		})
+	}
+}
+
+func TestTurnedStalled(t *testing.T) {
+	cond := func(status metav1.ConditionStatus, reason string) []metav1.Condition {
+		return []metav1.Condition{{Type: macvirtv1alpha1.ConditionStalled, Status: status, Reason: reason, Message: reason + " message"}}
+	}
+	for name, tc := range map[string]struct {
+		before, after []metav1.Condition
+		want          string
+	}{
+		"turns stalled":              {cond(metav1.ConditionFalse, "AsExpected"), cond(metav1.ConditionTrue, "ForcedPowerOff"), "ForcedPowerOff"},
+		"stalled from the first":     {nil, cond(metav1.ConditionTrue, "ClassNotFound"), "ClassNotFound"},
+		"stalled for another reason": {cond(metav1.ConditionTrue, "ImagePullFailed"), cond(metav1.ConditionTrue, "ForcedPowerOff"), "ForcedPowerOff"},
+		"stays stalled":              {cond(metav1.ConditionTrue, "ForcedPowerOff"), cond(metav1.ConditionTrue, "ForcedPowerOff"), ""},
+		"recovers":                   {cond(metav1.ConditionTrue, "ForcedPowerOff"), cond(metav1.ConditionFalse, "AsExpected"), ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			reason, note, ok := turnedStalled(tc.before, tc.after)
+			if reason != tc.want || ok != (tc.want != "") || (ok && note != tc.want+" message") {
+				t.Errorf("turnedStalled = %q, %q, %v; want %q", reason, note, ok, tc.want)
 			}
 		})
 	}

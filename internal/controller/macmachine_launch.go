@@ -19,6 +19,7 @@ const crashLoopFailedStarts = 3
 // launchStalledReasons are the VMRunning reasons that need a human: KubeVirt
 // retries, but the same cause fails every retry until someone fixes it.
 var launchStalledReasons = map[string]bool{
+	macvirtv1alpha1.ReasonStartTimeout:         true,
 	macvirtv1alpha1.ReasonImagePullFailed:      true,
 	macvirtv1alpha1.ReasonInstanceCreateFailed: true,
 	macvirtv1alpha1.ReasonPaused:               true,
@@ -27,6 +28,7 @@ var launchStalledReasons = map[string]bool{
 // launchWarningReasons are the Ready reasons announced by a Warning event
 // when the machine enters them.
 var launchWarningReasons = map[string]bool{
+	macvirtv1alpha1.ReasonStartTimeout:         true,
 	macvirtv1alpha1.ReasonImagePullFailed:      true,
 	macvirtv1alpha1.ReasonInstanceCreateFailed: true,
 	macvirtv1alpha1.ReasonPaused:               true,

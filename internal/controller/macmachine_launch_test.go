@@ -44,6 +44,15 @@ func TestComputeMachineStatusLaunch(t *testing.T) {
 	lost := vmiIn(kubevirtv1.Failed)
 	lost.Status.Reason = "NodeUnresponsive"
 
+	scheduled := func(at time.Time) *kubevirtv1.VirtualMachineInstance {
+		v := vmiIn(kubevirtv1.Scheduled)
+		v.UID = "vmi-uid"
+		v.Status.PhaseTransitionTimestamps = []kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{
+			{Phase: kubevirtv1.Scheduling, PhaseTransitionTimestamp: metav1.NewTime(at)},
+			{Phase: kubevirtv1.Scheduled, PhaseTransitionTimestamp: metav1.NewTime(at.Add(time.Second))}}
+		return v
+	}
+	boot := macvirtv1alpha1.DefaultBootTimeout
 	cases := map[string]struct {
 		obs     machineObservation
 		phase   macvirtv1alpha1.MachinePhase
@@ -80,6 +89,17 @@ func TestComputeMachineStatusLaunch(t *testing.T) {
 		"migrating is no failure": {obs: machineObservation{Now: t0.Add(5 * time.Minute), Machine: machine(withHeartbeat(t0.Add(4 * time.Minute))),
 			Class: class(), DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusMigrating), VMI: migrating},
 			phase: macvirtv1alpha1.MachineReady, reason: macvirtv1alpha1.ReasonAsExpected, stalled: metav1.ConditionFalse},
+		"a pod that does not start within bootTimeout": {obs: machineObservation{Now: t0.Add(boot), Machine: machine(), Class: class(),
+			DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusStarting), VMI: scheduled(t0)},
+			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonStartTimeout,
+			message: "kubevirt.io/created-by=vmi-uid", stalled: metav1.ConditionTrue},
+		"a pod starting for less than bootTimeout": {obs: machineObservation{Now: t0.Add(boot - time.Second), Machine: machine(), Class: class(),
+			DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusStarting), VMI: scheduled(t0)},
+			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonStarting, stalled: metav1.ConditionFalse},
+		"an operator outage does not count against a start": {obs: machineObservation{Now: t0.Add(boot), ListeningSince: t0.Add(time.Minute),
+			Machine: machine(), Class: class(), DataVolumes: succeeded,
+			VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusStarting), VMI: scheduled(t0)},
+			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonStarting, stalled: metav1.ConditionFalse},
 		"its node was lost": {obs: machineObservation{Machine: machine(), Class: class(), DataVolumes: succeeded,
 			VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusStopped), VMI: lost},
 			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonInstanceFailed,
@@ -130,3 +150,16 @@ func TestLaunchWarning(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return sub == "" || strings.Contains(s, sub) }
+
+func TestAStartIsLookedAtAgainWhenItWouldTimeOut(t *testing.T) {
+	v := vmiIn(kubevirtv1.Scheduling)
+	v.Status.PhaseTransitionTimestamps = []kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{
+		{Phase: kubevirtv1.Scheduling, PhaseTransitionTimestamp: metav1.NewTime(t0)}}
+	succeeded := []*cdiv1.DataVolume{dv("m-opencore", cdiv1.Succeeded, "100.0%"), dv("m-system", cdiv1.Succeeded, "100.0%")}
+	boot := macvirtv1alpha1.DefaultBootTimeout
+	got := computeMachineStatus(machineObservation{Now: t0.Add(time.Minute), Machine: machine(), Class: class(), DataVolumes: succeeded,
+		VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusStarting), VMI: v})
+	if got.RequeueAfter != boot-time.Minute {
+		t.Errorf("RequeueAfter = %s, want %s (when the start times out)", got.RequeueAfter, boot-time.Minute)
+	}
+}

@@ -91,6 +91,8 @@ type vmState struct {
 	node         string
 	addresses    []string
 	runningSince *metav1.Time
+	// recheckAfter is when a start that has not happened times out.
+	recheckAfter time.Duration
 }
 
 // observeVM maps the VM and VMI to the VMRunning condition.
@@ -123,12 +125,54 @@ func observeVM(o machineObservation) vmState {
 			st.cond = condFalse(macvirtv1alpha1.ReasonUnschedulable, "VirtualMachineInstance cannot be scheduled: %s", msg)
 			return st
 		}
-		st.cond = condFalse(macvirtv1alpha1.ReasonStarting, "VirtualMachineInstance is %s", phaseOrPending(vmi.Status.Phase))
+		st.cond, st.recheckAfter = observeStart(o, vmi)
 		return st
 	}
 	st.runningSince = runningSince(vmi)
 	st.cond = condTrue(fmt.Sprintf("running on node %s", vmi.Status.NodeName))
 	return st
+}
+
+// observeStart maps an instance that does not run yet, for no reason
+// KubeVirt names, to Starting, and to StartTimeout once its pod has been
+// trying (Scheduling or Scheduled) for the class's bootTimeout: a start
+// that never happens must not look like progress. The time counts from the
+// later of the pod's creation and the moment the agent endpoint began to
+// listen, as a boot does. A Pending instance waits for its disks, which say
+// so themselves.
+func observeStart(o machineObservation, vmi *kubevirtv1.VirtualMachineInstance) (condition, time.Duration) {
+	starting := condFalse(macvirtv1alpha1.ReasonStarting, "VirtualMachineInstance is %s", phaseOrPending(vmi.Status.Phase))
+	since := scheduledSince(vmi)
+	if since == nil || o.Class == nil {
+		return starting, 0
+	}
+	from := since.Time
+	if o.ListeningSince.After(from) {
+		from = o.ListeningSince
+	}
+	timeout := o.Class.Spec.Lifecycle.BootTimeoutOrDefault()
+	if waited := o.Now.Sub(from); waited < timeout {
+		return starting, timeout - waited
+	}
+	return condFalse(macvirtv1alpha1.ReasonStartTimeout,
+		"VirtualMachineInstance %s has been %s since %s, longer than bootTimeout %s, and KubeVirt names no cause: "+
+			"look at its virt-launcher pod (kubectl -n %s get pods -l kubevirt.io/created-by=%s) and its events",
+		vmi.Name, phaseOrPending(vmi.Status.Phase), since.UTC().Format(time.RFC3339), timeout, vmi.Namespace, vmi.UID), 0
+}
+
+// scheduledSince is when virt-controller created the instance's pod (the
+// instance entered Scheduling); nil before that.
+func scheduledSince(vmi *kubevirtv1.VirtualMachineInstance) *metav1.Time {
+	if vmi.Status.Phase != kubevirtv1.Scheduling && vmi.Status.Phase != kubevirtv1.Scheduled {
+		return nil
+	}
+	for _, t := range vmi.Status.PhaseTransitionTimestamps {
+		if t.Phase == kubevirtv1.Scheduling {
+			ts := t.PhaseTransitionTimestamp
+			return &ts
+		}
+	}
+	return nil
 }
 
 func printable(vm *kubevirtv1.VirtualMachine) string {

@@ -129,8 +129,11 @@ func computeMachineStatus(o machineObservation) machineStatus {
 		set(macvirtv1alpha1.ConditionClassUpToDate, classUpToDate(o))
 	}
 	requeue := time.Duration(0)
-	if phase == macvirtv1alpha1.MachineBooting || phase == macvirtv1alpha1.MachineReady {
+	switch phase {
+	case macvirtv1alpha1.MachineBooting, macvirtv1alpha1.MachineReady:
 		requeue = guest.recheckAfter
+	case macvirtv1alpha1.MachineStarting:
+		requeue = vm.recheckAfter
 	}
 	return machineStatus{Status: *st, RequeueAfter: requeue}
 }

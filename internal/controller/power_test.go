@@ -68,7 +68,11 @@ var _ = Describe("The guest's power", func() {
 			HaveField("Reason", macvirtv1alpha1.ReasonForcedPowerOff)))
 		Eventually(warningsAbout(k.Name, macvirtv1alpha1.ReasonForcedPowerOff)).WithTimeout(timeout).Should(HaveLen(1))
 		Eventually(claimCondition(key(claim), macvirtv1alpha1.ConditionReady)).WithTimeout(timeout).Should(And(
-			HaveField("Status", metav1.ConditionFalse), HaveField("Message", ContainSubstring("KubeVirt killed it"))))
+			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", macvirtv1alpha1.ReasonForcedPowerOff),
+			HaveField("Message", ContainSubstring("KubeVirt killed it"))))
+		Expect(claimCondition(key(claim), macvirtv1alpha1.ConditionStalled)()).To(And(HaveField("Status", metav1.ConditionTrue),
+			HaveField("Reason", macvirtv1alpha1.ReasonForcedPowerOff), HaveField("Message", ContainSubstring("First Aid"))))
+		Eventually(warningsAbout(claim.Name, macvirtv1alpha1.ReasonForcedPowerOff)).WithTimeout(timeout).Should(HaveLen(1))
 
 		By("the forced power-off stays on the machine once the instance is gone")
 		Eventually(vmiGone(k)).WithTimeout(timeout).Should(BeTrue())
