@@ -125,9 +125,9 @@ type ClaimConnection struct {
 
 // ExternalAccess is how to reach a machine from outside the cluster.
 type ExternalAccess struct {
-	// address is the load balancer's address (IP or host name); empty for
-	// NodePort (any node's address) and while the load balancer is being
-	// provisioned.
+	// address is the load balancer's address (IP or host name), or for
+	// NodePort the address of the machine's node (its ExternalIP, else its
+	// InternalIP; any node's address works); empty while unknown.
 	// +optional
 	Address string `json:"address,omitempty"`
 	// sshPort is the SSH port there: the node port, or 22.

@@ -301,6 +301,23 @@ const (
 	AccessLoadBalancer AccessType = "LoadBalancer"
 )
 
+// DefaultAccess is the access type of a claim of the class that names none.
+func (c *MacClass) DefaultAccess() AccessType {
+	if c == nil || c.Spec.Access.DefaultType == "" {
+		return AccessClusterIP
+	}
+	return c.Spec.Access.DefaultType
+}
+
+// AccessTypes are the access types the class allows: ClusterIP alone when
+// it names none.
+func (t TenancySpec) AccessTypes() []AccessType {
+	if len(t.AllowedAccessTypes) == 0 {
+		return []AccessType{AccessClusterIP}
+	}
+	return t.AllowedAccessTypes
+}
+
 // AllowsAccess reports whether the class lets claims ask for access type t
 // (ClusterIP alone when the class names none).
 func (t TenancySpec) AllowsAccess(a AccessType) bool {
@@ -324,6 +341,12 @@ type ClassAccess struct {
 	// claim's Service. The guest must have Screen Sharing turned on.
 	// +optional
 	ScreenSharing bool `json:"screenSharing,omitempty"`
+
+	// defaultType is the access type of a claim that names none
+	// (spec.access.type empty): ClusterIP when unset. It must be among
+	// spec.tenancy.allowedAccessTypes.
+	// +optional
+	DefaultType AccessType `json:"defaultType,omitempty"`
 
 	// allowedPeers may reach a bound machine besides the pods of its
 	// claim's namespace (a CI controller's namespace, a bastion's IP

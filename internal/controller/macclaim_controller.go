@@ -66,6 +66,7 @@ type MacClaimReconciler struct {
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 
 // claimScope is what one reconcile of a claim observed and decided.
 type claimScope struct {
@@ -86,6 +87,9 @@ type claimScope struct {
 	endpointsReady bool
 	// serviceProblem says why the Service is not as the claim asks.
 	serviceProblem *problem
+	// nodeAddress is the address of the machine's node, where a NodePort
+	// Service reaches it; empty when unknown.
+	nodeAddress string
 }
 
 // Reconcile finds or makes the claim's binding, then writes status once,

@@ -58,11 +58,15 @@ func serviceHost(c *macvirtv1alpha1.MacClaim) string {
 	return serviceName(c) + "." + c.Namespace + ".svc"
 }
 
-// accessType is the Service type the claim gets: what it asks for if its
-// class allows it, ClusterIP otherwise (the claim then says why).
+// accessType is the Service type the claim gets: what it asks for, or its
+// class's default when it asks for none, if the class allows it; ClusterIP
+// otherwise (the claim then says why).
 func accessType(c *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacClass) macvirtv1alpha1.AccessType {
 	want := c.Spec.Access.Type
-	if want == "" || class == nil || !class.Spec.Tenancy.AllowsAccess(want) {
+	if want == "" {
+		want = class.DefaultAccess()
+	}
+	if class == nil || !class.Spec.Tenancy.AllowsAccess(want) {
 		return macvirtv1alpha1.AccessClusterIP
 	}
 	return want
@@ -146,6 +150,15 @@ func (r *MacClaimReconciler) ensureService(ctx context.Context, s *claimScope) (
 		return err == nil, err
 	}
 	s.service = svc.(*corev1.Service)
+	if s.service.Spec.Type == corev1.ServiceTypeNodePort && s.machine.Status.NodeName != "" {
+		node := &corev1.Node{}
+		switch err := r.Get(ctx, types.NamespacedName{Name: s.machine.Status.NodeName}, node); {
+		case err == nil:
+			s.nodeAddress = nodeAddress(node)
+		case !apierrors.IsNotFound(err):
+			return false, fmt.Errorf("getting Node %s, where claim's NodePort reaches its machine: %w", s.machine.Status.NodeName, err)
+		}
+	}
 	wantSlice := desiredSlice(s.claim, s.service, s.machine)
 	slice, err := r.writeOwned(ctx, s, "EndpointSlice", wantSlice, &discoveryv1.EndpointSlice{}, func(have, want client.Object) bool {
 		h, w := have.(*discoveryv1.EndpointSlice), want.(*discoveryv1.EndpointSlice)
@@ -249,15 +262,30 @@ func (r *MacClaimReconciler) writeOwned(ctx context.Context, s *claimScope, kind
 	return have, nil
 }
 
+// nodeAddress is where a node's node ports are reached from outside the
+// cluster: its ExternalIP, else its InternalIP, else its host name.
+func nodeAddress(node *corev1.Node) string {
+	for _, t := range []corev1.NodeAddressType{corev1.NodeExternalIP, corev1.NodeInternalIP, corev1.NodeExternalDNS, corev1.NodeHostName} {
+		for _, a := range node.Status.Addresses {
+			if a.Type == t && a.Address != "" {
+				return a.Address
+			}
+		}
+	}
+	return ""
+}
+
 // externalAccess is how the claim's Service reaches the Mac from outside
-// the cluster; nil for ClusterIP.
-func externalAccess(svc *corev1.Service) *macvirtv1alpha1.ExternalAccess {
+// the cluster (a NodePort at node, the address of the machine's node);
+// nil for ClusterIP.
+func externalAccess(svc *corev1.Service, node string) *macvirtv1alpha1.ExternalAccess {
 	if svc == nil {
 		return nil
 	}
 	ext := &macvirtv1alpha1.ExternalAccess{}
 	switch svc.Spec.Type {
 	case corev1.ServiceTypeNodePort:
+		ext.Address = node
 		for _, p := range svc.Spec.Ports {
 			switch p.Name {
 			case sshPortName:

@@ -77,18 +77,18 @@ func TestDesiredServiceAndSlice(t *testing.T) {
 func TestExternalAccess(t *testing.T) {
 	np := &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{
 		{Name: "ssh", Port: 22, NodePort: 30022}, {Name: "vnc", Port: 5900, NodePort: 30590}}}}
-	if ext := externalAccess(np); ext == nil || ext.Address != "" || ext.SSHPort != 30022 || ext.VNCPort != 30590 {
+	if ext := externalAccess(np, "192.0.2.7"); ext == nil || ext.Address != "192.0.2.7" || ext.SSHPort != 30022 || ext.VNCPort != 30590 {
 		t.Errorf("NodePort: %+v", ext)
 	}
 	lb := &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "ssh", Port: 22}}}}
-	if ext := externalAccess(lb); ext == nil || ext.Address != "" || ext.SSHPort != 22 {
+	if ext := externalAccess(lb, "192.0.2.7"); ext == nil || ext.Address != "" || ext.SSHPort != 22 {
 		t.Errorf("a LoadBalancer still being provisioned: %+v", ext)
 	}
 	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{Hostname: "mac.example.com"}}
-	if ext := externalAccess(lb); ext == nil || ext.Address != "mac.example.com" {
+	if ext := externalAccess(lb, "192.0.2.7"); ext == nil || ext.Address != "mac.example.com" {
 		t.Errorf("a LoadBalancer with a host name: %+v", ext)
 	}
-	if ext := externalAccess(&corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP}}); ext != nil {
+	if ext := externalAccess(&corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP}}, "192.0.2.7"); ext != nil {
 		t.Errorf("ClusterIP: %+v", ext)
 	}
 }
@@ -98,5 +98,49 @@ func TestKnownHostsNameTheMacEveryWayTheConnectionDoes(t *testing.T) {
 		External: &macvirtv1alpha1.ExternalAccess{Address: "203.0.113.7", SSHPort: 30022}}
 	if got, want := knownHosts(conn), "build.team.svc,10.244.1.9,[203.0.113.7]:30022 ssh-ed25519 AAAA\n"; got != want {
 		t.Errorf("knownHosts = %q, want %q", got, want)
+	}
+}
+
+func TestNodeAddress(t *testing.T) {
+	addr := func(t corev1.NodeAddressType, a string) corev1.NodeAddress {
+		return corev1.NodeAddress{Type: t, Address: a}
+	}
+	for name, tc := range map[string]struct {
+		addrs []corev1.NodeAddress
+		want  string
+	}{
+		"external first":       {[]corev1.NodeAddress{addr(corev1.NodeHostName, "mac-1"), addr(corev1.NodeInternalIP, "10.1.0.4"), addr(corev1.NodeExternalIP, "192.0.2.4")}, "192.0.2.4"},
+		"internal without one": {[]corev1.NodeAddress{addr(corev1.NodeHostName, "mac-1"), addr(corev1.NodeInternalIP, "10.1.0.4")}, "10.1.0.4"},
+		"a host name at worst": {[]corev1.NodeAddress{addr(corev1.NodeHostName, "mac-1")}, "mac-1"},
+		"none":                 {nil, ""},
+	} {
+		if got := nodeAddress(&corev1.Node{Status: corev1.NodeStatus{Addresses: tc.addrs}}); got != tc.want {
+			t.Errorf("%s: nodeAddress = %q, want %q", name, got, tc.want)
+		}
+	}
+}
+
+func TestAccessType(t *testing.T) {
+	class := func(def macvirtv1alpha1.AccessType, allowed ...macvirtv1alpha1.AccessType) *macvirtv1alpha1.MacClass {
+		c := &macvirtv1alpha1.MacClass{}
+		c.Spec.Access.DefaultType, c.Spec.Tenancy.AllowedAccessTypes = def, allowed
+		return c
+	}
+	for name, tc := range map[string]struct {
+		asks  macvirtv1alpha1.AccessType
+		class *macvirtv1alpha1.MacClass
+		want  macvirtv1alpha1.AccessType
+	}{
+		"nothing asked, no default":          {"", class(""), macvirtv1alpha1.AccessClusterIP},
+		"nothing asked, the class's default": {"", class(macvirtv1alpha1.AccessNodePort, macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessNodePort), macvirtv1alpha1.AccessNodePort},
+		"asked, and allowed":                 {macvirtv1alpha1.AccessClusterIP, class(macvirtv1alpha1.AccessNodePort, macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessNodePort), macvirtv1alpha1.AccessClusterIP},
+		"asked, not allowed":                 {macvirtv1alpha1.AccessLoadBalancer, class(""), macvirtv1alpha1.AccessClusterIP},
+		"a default the class does not allow": {"", class(macvirtv1alpha1.AccessLoadBalancer), macvirtv1alpha1.AccessClusterIP},
+		"no class":                           {macvirtv1alpha1.AccessNodePort, nil, macvirtv1alpha1.AccessClusterIP},
+	} {
+		claim := &macvirtv1alpha1.MacClaim{Spec: macvirtv1alpha1.MacClaimSpec{Access: macvirtv1alpha1.ClaimAccess{Type: tc.asks}}}
+		if got := accessType(claim, tc.class); got != tc.want {
+			t.Errorf("%s: accessType = %s, want %s", name, got, tc.want)
+		}
 	}
 }

@@ -115,7 +115,7 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 				st.Connection.VNCPort = p.Port
 			}
 		}
-		st.Connection.External = externalAccess(svc)
+		st.Connection.External = externalAccess(svc, s.nodeAddress)
 	}
 	if g := m.Status.Guest; g != nil {
 		st.Connection.HostKeys = g.SSHHostKeys

@@ -100,11 +100,7 @@ func CheckAccess(class *macvirtv1alpha1.MacClass, t macvirtv1alpha1.AccessType) 
 	if class.Spec.Tenancy.AllowsAccess(t) {
 		return nil
 	}
-	allowed := class.Spec.Tenancy.AllowedAccessTypes
-	if len(allowed) == 0 {
-		allowed = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP}
-	}
 	return &Refusal{macvirtv1alpha1.ReasonAccessTypeNotAllowed, fmt.Sprintf(
 		"MacClass %s allows spec.access.type %v only (its spec.tenancy.allowedAccessTypes); use one of those or ask an admin",
-		class.Name, allowed), "spec.access.type"}
+		class.Name, class.Spec.Tenancy.AccessTypes()), "spec.access.type"}
 }

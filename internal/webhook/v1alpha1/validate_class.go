@@ -64,6 +64,10 @@ func ValidateMacClass(c *macvirtv1alpha1.MacClass, env ClassEnv) (field.ErrorLis
 	errs = append(errs, validatePlacement(spec.Child("placement"), &s.Placement, &warns)...)
 	errs = append(errs, validateLifecycle(spec.Child("lifecycle"), &s.Lifecycle, &warns)...)
 
+	if t := s.Access.DefaultType; t != "" && !s.Tenancy.AllowsAccess(t) {
+		errs = append(errs, field.Invalid(spec.Child("access", "defaultType"), t,
+			fmt.Sprintf("must be one of spec.tenancy.allowedAccessTypes %v: add %s there, or pick one of those", s.Tenancy.AccessTypes(), t)))
+	}
 	if sel := s.Tenancy.AllowedNamespaces; sel != nil {
 		errs = append(errs, metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{},
 			spec.Child("tenancy", "allowedNamespaces"))...)

@@ -94,6 +94,9 @@ var classRejections = map[string]struct {
 	"allowedNamespaces with a bad operator": {func(c *macvirtv1alpha1.MacClass) {
 		c.Spec.Tenancy.AllowedNamespaces = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Like"}}}
 	}, "spec.tenancy.allowedNamespaces.matchExpressions[0].operator", "not a valid selector operator"},
+	"a default access type the class does not allow": {func(c *macvirtv1alpha1.MacClass) {
+		c.Spec.Access.DefaultType = macvirtv1alpha1.AccessNodePort
+	}, "spec.access.defaultType", "must be one of spec.tenancy.allowedAccessTypes [ClusterIP]: add NodePort there, or pick one of those"},
 }
 
 func TestValidateMacClassRejections(t *testing.T) {
