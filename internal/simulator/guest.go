@@ -2,8 +2,6 @@ package simulator
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/sha256"
 	"errors"
 	"net/netip"
 	"strings"
@@ -101,6 +99,7 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 	// A guest boots with the hostname its golden image was built with and
 	// takes the one the operator sends, as the agent's apply does.
 	hostname := goldenHostname
+	sshd, serving := &guestSSHD{}, false
 	for {
 		select {
 		case <-ctx.Done():
@@ -138,6 +137,16 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 			if state.Hostname != "" {
 				hostname = state.Hostname
 			}
+			sshd.update(*state, hostname)
+			if s.opts.Network && !serving {
+				// sshd is up once macOS has booted: the agent's first
+				// heartbeat says so.
+				if err := s.serveSSH(ctx, vmi.UID, podAddress(vmi), sshd); err != nil {
+					log.Error(err, "simulated guest cannot serve SSH")
+				} else {
+					serving = true
+				}
+			}
 			wait = time.Duration(max(state.HeartbeatIntervalSeconds, 1)) * time.Second
 			return nil
 		}()
@@ -170,16 +179,25 @@ func (s *Simulator) guestConfig(ctx context.Context, vmi *kubevirtv1.VirtualMach
 		Namespace: string(d[agentapi.KeyNamespace]), Machine: string(d[agentapi.KeyMachine])}, nil
 }
 
-// guestHostKey is a simulated guest's SSH host key: an ed25519 key drawn
-// from its VMI's UID, so it stays the same across heartbeats and differs
-// between machines.
+// guestHostKey is the public half of guestHostSigner, as the agent reports
+// it.
 func guestHostKey(uid types.UID) string {
-	seed := sha256.Sum256([]byte(uid))
-	pub, err := ssh.NewPublicKey(ed25519.NewKeyFromSeed(seed[:]).Public())
+	signer, err := guestHostSigner(uid)
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub)))
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))
+}
+
+// podAddress is the instance's address on the pod network, as KubeVirt
+// reports it.
+func podAddress(vmi *kubevirtv1.VirtualMachineInstance) string {
+	for _, iface := range vmi.Status.Interfaces {
+		if iface.IP != "" {
+			return iface.IP
+		}
+	}
+	return IPAddressFor(vmi.Namespace, vmi.Name)
 }
 
 // GuestAddress is the address the guest itself sees on its pod-network

@@ -67,6 +67,11 @@ type Options struct {
 	// Guests runs a simulated macOS guest, speaking the guest agent's real
 	// protocol, in every Running instance with a macvirt agent config disk.
 	Guests bool
+	// Network simulates the pod network for guests and a kube-proxy for
+	// NodePort Services on a registered node whose address is NodeAddress
+	// (see network.go): each simulated guest then answers SSH on its pod
+	// address, port 22, and a NodePort reaches it from this machine.
+	Network bool
 	// GuestBootDelay is the simulated macOS boot: from Running to the first
 	// heartbeat.
 	GuestBootDelay time.Duration
@@ -127,7 +132,8 @@ type Simulator struct {
 	vmEvents         chan event.GenericEvent
 	vmiEvents        chan event.GenericEvent
 
-	guests guests
+	guests  guests
+	network podNetwork
 }
 
 // New returns a Simulator that reads and writes objects through c. The
@@ -181,6 +187,14 @@ func (s *Simulator) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if err := mgr.Add(guestRunnable{sim: s}); err != nil {
 		return err
+	}
+	if s.opts.Network {
+		if err := mgr.Add(nodeRunnable{sim: s}); err != nil {
+			return err
+		}
+		if err := (&serviceProxy{sim: s}).setup(mgr); err != nil {
+			return err
+		}
 	}
 	return (&vmiReconciler{sim: s}).setup(mgr)
 }

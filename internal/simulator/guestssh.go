@@ -1,0 +1,221 @@
+package simulator
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/crypto/ssh"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/macvirt/macvirt/internal/agentapi"
+)
+
+// The simulated guest's sshd (Options.Network). A macOS guest runs sshd with
+// the host keys its agent reports, and the agent writes the bound claim's
+// keys into the SSH user's authorized_keys. The stand-in does the same: it
+// answers on the guest's pod address, port 22, with the host key the guest
+// reports, and lets in the user and keys of the operator's last reply, no
+// one else. It runs no shell: it answers uname, hostname, sw_vers, whoami
+// and true from the guest's facts, as a macOS 14.5 (23F79) guest would,
+// and "command not found" (exit 127) for anything else.
+
+// guestSSHD is one guest's stand-in sshd.
+type guestSSHD struct {
+	mu       sync.Mutex
+	user     string
+	keys     map[string]bool // marshalled public keys
+	hostname string
+}
+
+// update takes what the operator last sent the guest.
+func (d *guestSSHD) update(state agentapi.DesiredState, hostname string) {
+	keys := map[string]bool{}
+	for _, k := range state.SSHAuthorizedKeys {
+		if pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k)); err == nil {
+			keys[string(pub.Marshal())] = true
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.user, d.keys, d.hostname = state.SSHUser, keys, hostname
+}
+
+func (d *guestSSHD) allowed(user string, key ssh.PublicKey) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return user != "" && user == d.user && d.keys[string(key.Marshal())]
+}
+
+func (d *guestSSHD) facts() (user, hostname string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.user, d.hostname
+}
+
+// guestHostSigner is a simulated guest's SSH host key: an ed25519 key drawn
+// from its VMI's UID, so it stays the same across heartbeats and differs
+// between machines.
+func guestHostSigner(uid types.UID) (ssh.Signer, error) {
+	seed := sha256.Sum256([]byte(uid))
+	return ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(seed[:]))
+}
+
+// serveSSH listens on a local port registered as podIP:22 on the simulated
+// pod network and serves until ctx ends.
+func (s *Simulator) serveSSH(ctx context.Context, uid types.UID, podIP string, d *guestSSHD) error {
+	signer, err := guestHostSigner(uid)
+	if err != nil {
+		return err
+	}
+	cfg := &ssh.ServerConfig{
+		PublicKeyCallback: func(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
+			if d.allowed(meta.User(), key) {
+				return &ssh.Permissions{}, nil
+			}
+			return nil, fmt.Errorf("permission denied for %q", meta.User())
+		},
+		ServerVersion: "SSH-2.0-OpenSSH_9.6",
+	}
+	cfg.AddHostKey(signer)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	unregister := s.network.register(podIP, 22, ln.Addr().String())
+	go func() {
+		<-ctx.Done()
+		unregister()
+		_ = ln.Close()
+	}()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serveSSHConn(conn, cfg, d)
+		}
+	}()
+	return nil
+}
+
+func serveSSHConn(conn net.Conn, cfg *ssh.ServerConfig, d *guestSSHD) {
+	defer func() { _ = conn.Close() }()
+	_, chans, reqs, err := ssh.NewServerConn(conn, cfg)
+	if err != nil {
+		return
+	}
+	go ssh.DiscardRequests(reqs)
+	for nc := range chans {
+		if nc.ChannelType() != "session" {
+			_ = nc.Reject(ssh.UnknownChannelType, "only sessions")
+			continue
+		}
+		ch, in, err := nc.Accept()
+		if err != nil {
+			continue
+		}
+		go serveSession(ch, in, d)
+	}
+}
+
+// serveSession answers one session's requests: exec runs one command, shell
+// reads commands line by line until exit or end of input.
+func serveSession(ch ssh.Channel, in <-chan *ssh.Request, d *guestSSHD) {
+	defer func() { _ = ch.Close() }()
+	for req := range in {
+		switch req.Type {
+		case "exec":
+			var payload struct{ Command string }
+			if err := ssh.Unmarshal(req.Payload, &payload); err != nil {
+				_ = req.Reply(false, nil)
+				continue
+			}
+			_ = req.Reply(true, nil)
+			out, code := d.run(payload.Command)
+			w := io.Writer(ch)
+			if code == 127 {
+				w = ch.Stderr()
+			}
+			_, _ = io.WriteString(w, out)
+			exit(ch, code)
+			return
+		case "shell":
+			_ = req.Reply(true, nil)
+			exit(ch, d.shell(ch))
+			return
+		case "pty-req", "env", "window-change":
+			_ = req.Reply(true, nil)
+		default:
+			_ = req.Reply(false, nil)
+		}
+	}
+}
+
+func exit(ch ssh.Channel, code int) {
+	b := make([]byte, 4)
+	binary.BigEndian.PutUint32(b, uint32(code&0xff)) // an exit status, 0 to 255
+	_, _ = ch.SendRequest("exit-status", false, b)
+}
+
+// shell is an interactive session: a prompt, a command per line.
+func (d *guestSSHD) shell(ch ssh.Channel) int {
+	user, host := d.facts()
+	prompt := fmt.Sprintf("%s@%s ~ %% ", user, strings.SplitN(host, ".", 2)[0])
+	_, _ = io.WriteString(ch, prompt)
+	lines := bufio.NewScanner(ch)
+	for lines.Scan() {
+		line := strings.TrimSpace(strings.TrimSuffix(lines.Text(), "\r"))
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "exit" {
+			code := 0
+			if len(f) > 1 {
+				code, _ = strconv.Atoi(f[1])
+			}
+			return code
+		}
+		if line != "" {
+			out, _ := d.run(line)
+			_, _ = io.WriteString(ch, strings.ReplaceAll(out, "\n", "\r\n"))
+		}
+		_, _ = io.WriteString(ch, prompt)
+	}
+	return 0
+}
+
+// run answers a command as macOS 14.5 would, from the guest's facts.
+func (d *guestSSHD) run(command string) (string, int) {
+	user, host := d.facts()
+	f := strings.Fields(command)
+	if len(f) == 0 {
+		return "", 0
+	}
+	const release, kernel = "23.5.0", "Darwin Kernel Version 23.5.0: Wed May  1 20:09:52 PDT 2024; root:xnu-10063.121.3~5/RELEASE_X86_64"
+	switch strings.Join(f, " ") {
+	case "true":
+		return "", 0
+	case "uname", "uname -s":
+		return "Darwin\n", 0
+	case "uname -a":
+		return fmt.Sprintf("Darwin %s %s %s x86_64\n", host, release, kernel), 0
+	case "uname -r":
+		return release + "\n", 0
+	case "uname -m":
+		return "x86_64\n", 0
+	case "uname -n", "hostname":
+		return host + "\n", 0
+	case "whoami":
+		return user + "\n", 0
+	case "sw_vers":
+		return "ProductName:\t\tmacOS\nProductVersion:\t\t14.5\nBuildVersion:\t\t23F79\n", 0
+	}
+	return fmt.Sprintf("zsh:1: command not found: %s\n", f[0]), 127
+}
