@@ -142,6 +142,10 @@ build: manifests generate fmt vet ## Build the manager binary.
 build-agent: ## Cross-compile the macOS guest agent (darwin/amd64, no cgo) into bin/macvirt-agent.
 	GOOS=darwin GOARCH=amd64 CGO_ENABLED=0 go build -o bin/macvirt-agent ./cmd/macvirt-agent
 
+.PHONY: kubectl-mac
+kubectl-mac: ## Build the kubectl mac plugin into bin/kubectl-mac (put bin/ on PATH, then: kubectl mac --help).
+	go build -o bin/kubectl-mac ./cmd/kubectl-mac
+
 # SANDBOX_ARGS are passed to macvirt-sandbox, e.g. SANDBOX_ARGS="--until-ready --speed 4".
 SANDBOX_ARGS ?=
 

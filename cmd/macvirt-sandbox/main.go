@@ -32,6 +32,7 @@ func main() {
 		"a real cluster's timings with jitter: imports of minutes with progress every 2 s, a minute-long boot, 10 s·n² crash-loop backoff (still scaled by --speed)")
 	flag.Int64Var(&opts.Seed, "seed", time.Now().UnixNano(), "seed of --realistic's jitter; the same seed repeats a run's timings")
 	verbose := flag.Bool("verbose", false, "show the operator's and the simulator's logs")
+	flag.StringVar(&opts.TenantKubeconfig, "tenant-kubeconfig", "", "where to write the tenant's kubeconfig, for kubectl mac (a temporary file by default)")
 	// --kubeconfig is registered by controller-runtime; here it says where to
 	// write the sandbox's kubeconfig (a temporary file by default).
 	flag.Parse()

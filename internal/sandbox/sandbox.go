@@ -66,6 +66,9 @@ type Options struct {
 	Seed int64
 	// Kubeconfig is where to write the kubeconfig; a temporary file if empty.
 	Kubeconfig string
+	// TenantKubeconfig is where to write the tenant's kubeconfig (user
+	// TenantUser, namespace TenantNamespace); a temporary file if empty.
+	TenantKubeconfig string
 	// Out receives progress; Live redraws a table in place (a terminal).
 	Out  io.Writer
 	Live bool
@@ -113,7 +116,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	sys, err := StartSystem(runCtx, cfg, scheme, SystemOptions{Options: opts})
+	sys, err := StartSystem(runCtx, cfg, scheme, SystemOptions{Options: opts, Network: true})
 	if err != nil {
 		return err
 	}
@@ -126,8 +129,25 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := ApplySamples(runCtx, c, opts.Machines); err != nil {
 		return err
 	}
-	_, _ = fmt.Fprintf(opts.Out, "\nsandbox up in %s\n  kubeconfig: %s\n  try: kubectl --kubeconfig %s get macvirt -A\n       kubectl --kubeconfig %s get macclaim ios-build -o yaml\n\n",
-		time.Since(start).Round(100*time.Millisecond), kubeconfig, kubeconfig, kubeconfig)
+	tenant := opts.TenantKubeconfig
+	if tenant == "" {
+		tenant = filepath.Join(tmp, "tenant.kubeconfig")
+	} else {
+		defer func() { _ = os.Remove(tenant) }()
+	}
+	if err := SetUpTenant(runCtx, c, TenantUser, TenantNamespace); err != nil {
+		return err
+	}
+	if err := ApplyTenantClass(runCtx, c); err != nil {
+		return err
+	}
+	if err := WriteTenantKubeconfig(env, TenantUser, TenantNamespace, tenant); err != nil {
+		return err
+	}
+	_, _ = fmt.Fprintf(opts.Out, "\nsandbox up in %s\n  kubeconfig: %s\n  try: kubectl --kubeconfig %s get macvirt -A\n       kubectl --kubeconfig %s get macclaim ios-build -o yaml\n"+
+		"  as tenant %s (namespace %s, claims and their Secrets only), with kubectl mac (make kubectl-mac puts it in bin/):\n"+
+		"       export KUBECONFIG=%s PATH=$PWD/bin:$PATH\n       kubectl mac claim demo --class %s --wait\n       kubectl mac ssh demo -- uname -a\n\n",
+		time.Since(start).Round(100*time.Millisecond), kubeconfig, kubeconfig, kubeconfig, TenantUser, TenantNamespace, tenant, TenantClass)
 	return watch(runCtx, c, opts, start)
 }
 
@@ -172,6 +192,9 @@ type SystemOptions struct {
 	// CDI, and the webhook registrar, playing the installer, keep the
 	// administrator's.
 	OperatorConfig *rest.Config
+	// Network simulates the pod network, node ports and the guests' sshd
+	// (simulator.Options.Network).
+	Network bool
 }
 
 // StartSystem starts the simulator and the operator until ctx ends, and
@@ -201,6 +224,7 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 	}
 	simOpts = simOpts.Scaled(opts.Speed)
 	simOpts.Guests = true
+	simOpts.Network = opts.Network
 	sim := simulator.New(simMgr.GetClient(), simOpts)
 	if err := sim.SetupWithManager(simMgr); err != nil {
 		return nil, err

@@ -1,0 +1,279 @@
+package kubectlmac
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// defaultPublicKeys are the public keys claim sends when --ssh-key is not
+// given, the first that exists: OpenSSH's default identities.
+var defaultPublicKeys = []string{"id_ed25519.pub", "id_ecdsa.pub", "id_rsa.pub"}
+
+type claimCmd struct {
+	class, pool, access, sshKey string
+	wait                        bool
+	timeout                     time.Duration
+}
+
+func claimFlags(fs *flag.FlagSet) runner {
+	c := &claimCmd{}
+	fs.StringVar(&c.class, "class", "", "the MacClass to claim a machine of (required)")
+	fs.StringVar(&c.pool, "pool", "", "the MacPool to take a warm machine from (default: a machine made on demand)")
+	fs.StringVar(&c.access, "access", "", "ClusterIP, NodePort or LoadBalancer, as the class allows (default: the class's)")
+	fs.StringVar(&c.sshKey, "ssh-key", "", "the public key to authorize (default: ~/.ssh/id_ed25519.pub, id_ecdsa.pub or id_rsa.pub)")
+	fs.BoolVar(&c.wait, "wait", false, "wait until the machine is Ready")
+	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "how long --wait waits")
+	return c
+}
+
+func (c *claimCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
+	name, err := oneName(args, "claim")
+	if err != nil {
+		return 2, err
+	}
+	if c.class == "" {
+		return 2, errors.New("--class is required: the MacClass to claim a machine of (kubectl get macclasses lists them)")
+	}
+	key, err := publicKey(c.sshKey, env.Home)
+	if err != nil {
+		return 1, err
+	}
+	claim := &macvirtv1alpha1.MacClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: env.Namespace},
+		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: c.class, PoolName: c.pool,
+			Access:            macvirtv1alpha1.ClaimAccess{Type: macvirtv1alpha1.AccessType(c.access)},
+			SSHAuthorizedKeys: []string{key}},
+	}
+	if err := env.Client.Create(ctx, claim); err != nil {
+		return 1, err
+	}
+	_, _ = fmt.Fprintf(env.Out, "macclaim %s/%s created\n", env.Namespace, name)
+	if !c.wait {
+		return 0, nil
+	}
+	return waitReady(ctx, env, name, c.timeout)
+}
+
+// publicKey reads the key to authorize: file, or the first of the user's
+// default identities.
+func publicKey(file, home string) (string, error) {
+	candidates := []string{file}
+	if file == "" {
+		candidates = nil
+		for _, f := range defaultPublicKeys {
+			candidates = append(candidates, filepath.Join(home, ".ssh", f))
+		}
+	}
+	for _, f := range candidates {
+		b, err := os.ReadFile(f) //nolint:gosec // a file the user names, or their own default identity.
+		if errors.Is(err, os.ErrNotExist) && file == "" {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("reading --ssh-key: %w", err)
+		}
+		pub, comment, _, _, err := ssh.ParseAuthorizedKey(b)
+		if err != nil {
+			return "", fmt.Errorf("%s is not an SSH public key (%v): give the .pub file", f, err)
+		}
+		line := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub)))
+		if comment != "" {
+			line += " " + comment
+		}
+		return line, nil
+	}
+	return "", fmt.Errorf("no SSH public key in %s (%s): make one with ssh-keygen -t ed25519, or give --ssh-key FILE",
+		filepath.Join(home, ".ssh"), strings.Join(defaultPublicKeys, ", "))
+}
+
+type getCmd struct{}
+
+func (getCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
+	var claims []macvirtv1alpha1.MacClaim
+	switch len(args) {
+	case 0:
+		var list macvirtv1alpha1.MacClaimList
+		if err := env.Client.List(ctx, &list, client.InNamespace(env.Namespace)); err != nil {
+			return 1, err
+		}
+		claims = list.Items
+	case 1:
+		c := &macvirtv1alpha1.MacClaim{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: args[0]}, c); err != nil {
+			return 1, err
+		}
+		claims = []macvirtv1alpha1.MacClaim{*c}
+	default:
+		return 2, errors.New("give at most one claim name: kubectl mac get [NAME]")
+	}
+	if len(claims) == 0 {
+		_, _ = fmt.Fprintf(env.Out, "No claims in namespace %s.\n", env.Namespace)
+		return 0, nil
+	}
+	w := tabwriter.NewWriter(env.Out, 0, 4, 3, ' ', 0)
+	_, _ = fmt.Fprintln(w, "NAME\tCLASS\tPHASE\tMACHINE\tADDRESS\tREADY\tAGE")
+	for i := range claims {
+		c := &claims[i]
+		machine := "<none>"
+		if c.Status.Machine != nil {
+			machine = c.Status.Machine.Name
+		}
+		ready := "False"
+		if meta.IsStatusConditionTrue(c.Status.Conditions, macvirtv1alpha1.ConditionReady) {
+			ready = "True"
+		}
+		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Spec.ClassName, orNone(string(c.Status.Phase)), machine,
+			orNone(displayAddress(c)), ready, duration.HumanDuration(env.now().Sub(c.CreationTimestamp.Time)))
+	}
+	return 0, w.Flush()
+}
+
+// displayAddress is where ssh would connect, as host:port.
+func displayAddress(c *macvirtv1alpha1.MacClaim) string {
+	t, err := sshTarget(c, "")
+	if err != nil {
+		return ""
+	}
+	return t
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+type waitCmd struct{ timeout time.Duration }
+
+func waitFlags(fs *flag.FlagSet) runner {
+	c := &waitCmd{}
+	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "how long to wait")
+	return c
+}
+
+func (c *waitCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
+	name, err := oneName(args, "wait")
+	if err != nil {
+		return 2, err
+	}
+	return waitReady(ctx, env, name, c.timeout)
+}
+
+// waitReady polls the claim until it is Ready, printing each new step of
+// its progress; it gives up when the claim is Stalled (a human must act),
+// Lost or gone, or after timeout.
+func waitReady(ctx context.Context, env *Env, name string, timeout time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start, last := env.now(), ""
+	for {
+		c := &macvirtv1alpha1.MacClaim{}
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: name}, c)
+		switch {
+		case apierrors.IsNotFound(err):
+			return 1, fmt.Errorf("macclaim %s/%s does not exist", env.Namespace, name)
+		case err != nil && ctx.Err() == nil:
+			return 1, err
+		case err == nil:
+			if code, done, err := claimSettled(env, c, start, &last); done {
+				return code, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 1, fmt.Errorf("macclaim %s/%s is not Ready after %s: %s", env.Namespace, name, timeout, last)
+		case <-time.After(env.pollInterval()):
+		}
+	}
+}
+
+// claimSettled prints the claim's progress when it changed and says whether
+// waiting is over.
+func claimSettled(env *Env, c *macvirtv1alpha1.MacClaim, start time.Time, last *string) (int, bool, error) {
+	ready := meta.FindStatusCondition(c.Status.Conditions, macvirtv1alpha1.ConditionReady)
+	if ready != nil && ready.ObservedGeneration == c.Generation && ready.Status == metav1.ConditionTrue {
+		_, _ = fmt.Fprintf(env.Out, "macclaim %s/%s is Ready after %s: kubectl mac ssh %s\n", c.Namespace, c.Name,
+			env.now().Sub(start).Round(time.Second), c.Name)
+		return 0, true, nil
+	}
+	if st := meta.FindStatusCondition(c.Status.Conditions, macvirtv1alpha1.ConditionStalled); st != nil && st.Status == metav1.ConditionTrue {
+		return 1, true, fmt.Errorf("macclaim %s/%s needs a human (%s): %s", c.Namespace, c.Name, st.Reason, st.Message)
+	}
+	if c.Status.Phase == macvirtv1alpha1.ClaimLost {
+		return 1, true, fmt.Errorf("macclaim %s/%s is Lost: delete it and claim again", c.Namespace, c.Name)
+	}
+	step := "waiting for the operator"
+	if ready != nil {
+		step = fmt.Sprintf("%s: %s", ready.Reason, ready.Message)
+	}
+	if step != *last {
+		_, _ = fmt.Fprintf(env.Out, "  %s\n", step)
+		*last = step
+	}
+	return 0, false, nil
+}
+
+type releaseCmd struct {
+	wait    bool
+	timeout time.Duration
+}
+
+func releaseFlags(fs *flag.FlagSet) runner {
+	c := &releaseCmd{}
+	fs.BoolVar(&c.wait, "wait", false, "wait until the claim is gone")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "how long --wait waits")
+	return c
+}
+
+func (c *releaseCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
+	name, err := oneName(args, "release")
+	if err != nil {
+		return 2, err
+	}
+	claim := &macvirtv1alpha1.MacClaim{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: name}, claim); err != nil {
+		return 1, err
+	}
+	if err := env.Client.Delete(ctx, claim, client.Preconditions{UID: &claim.UID}); err != nil {
+		return 1, err
+	}
+	fate := "stopped gracefully, then deleted"
+	if claim.Spec.ReclaimPolicy == macvirtv1alpha1.ReclaimRetain {
+		fate = "stopped gracefully and kept with its disks (reclaimPolicy Retain)"
+	}
+	_, _ = fmt.Fprintf(env.Out, "macclaim %s/%s released: its machine is %s\n", env.Namespace, name, fate)
+	if !c.wait {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	for {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(claim), &macvirtv1alpha1.MacClaim{})
+		if apierrors.IsNotFound(err) {
+			_, _ = fmt.Fprintf(env.Out, "macclaim %s/%s is gone\n", env.Namespace, name)
+			return 0, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 1, fmt.Errorf("macclaim %s/%s still exists after %s", env.Namespace, name, c.timeout)
+		case <-time.After(env.pollInterval()):
+		}
+	}
+}

@@ -1,0 +1,226 @@
+// Package kubectlmac is the kubectl mac plugin: a tenant's commands for
+// claiming, reaching and releasing a Mac, with the tenant's own kubeconfig
+// and RBAC (MacClaims and the claim's connection Secret in one namespace).
+package kubectlmac
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// Streams are a command's standard input and outputs.
+type Streams struct {
+	In       io.Reader
+	Out, Err io.Writer
+}
+
+// Env is what a command runs against: the API server as the user, the
+// namespace, and the user's home (for ~/.ssh). Tests build one directly.
+type Env struct {
+	Client    client.Client
+	Namespace string
+	Home      string
+	Streams
+	// Now is the clock for ages; time.Now when nil.
+	Now func() time.Time
+	// PollInterval is how often wait looks at a claim; 1 s when zero.
+	PollInterval time.Duration
+}
+
+// usage is the plugin's help.
+const usage = `kubectl mac: claim, reach and release macOS machines (macvirt).
+
+Usage:
+  kubectl mac claim NAME --class CLASS [--pool POOL] [--access TYPE] [--ssh-key FILE] [--wait] [--timeout 30m]
+  kubectl mac get [NAME]
+  kubectl mac wait NAME [--timeout 30m]
+  kubectl mac ssh NAME [-i KEY] [--address HOST:PORT] [-- COMMAND...]
+  kubectl mac vnc NAME [--open]
+  kubectl mac release NAME [--wait] [--timeout 10m]
+
+Global flags (before or after the command):
+  --kubeconfig FILE   the kubeconfig to use (default: $KUBECONFIG, then ~/.kube/config)
+  --context NAME      the kubeconfig context to use
+  -n, --namespace NS  the namespace of the claims (default: the context's)
+
+ssh connects with your own key (ssh-agent, or ~/.ssh/id_ed25519, id_ecdsa,
+id_rsa, or -i) as the claim's user, and accepts only a host key that the
+claim's connection Secret lists (strict host key checking).
+`
+
+// Main runs the plugin with args (without the program name) and returns
+// its exit code.
+func Main(ctx context.Context, args []string, streams Streams) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		_, _ = io.WriteString(streams.Out, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, rest := args[0], args[1:]
+	run, ok := commands[cmd]
+	if !ok {
+		_, _ = fmt.Fprintf(streams.Err, "kubectl mac: unknown command %q; see kubectl mac --help\n", cmd)
+		return 2
+	}
+	fs := flag.NewFlagSet("kubectl mac "+cmd, flag.ContinueOnError)
+	fs.SetOutput(streams.Err)
+	g := globalFlags(fs)
+	c := run.flags(fs)
+	if err := fs.Parse(interspersed(rest, fs)); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	env, err := g.env(streams)
+	if err != nil {
+		_, _ = fmt.Fprintf(streams.Err, "kubectl mac: %v\n", err)
+		return 1
+	}
+	code, err := c.run(ctx, env, fs.Args())
+	if err != nil {
+		_, _ = fmt.Fprintf(streams.Err, "kubectl mac %s: %v\n", cmd, err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// command is one subcommand: it registers its flags and returns what runs.
+type command struct {
+	flags func(*flag.FlagSet) runner
+}
+
+type runner interface {
+	run(ctx context.Context, env *Env, args []string) (int, error)
+}
+
+var commands = map[string]command{
+	"claim":   {flags: claimFlags},
+	"get":     {flags: func(*flag.FlagSet) runner { return getCmd{} }},
+	"wait":    {flags: waitFlags},
+	"ssh":     {flags: sshFlags},
+	"vnc":     {flags: vncFlags},
+	"release": {flags: releaseFlags},
+}
+
+type globals struct {
+	kubeconfig, context, namespace string
+}
+
+func globalFlags(fs *flag.FlagSet) *globals {
+	g := &globals{}
+	fs.StringVar(&g.kubeconfig, "kubeconfig", "", "the kubeconfig to use")
+	fs.StringVar(&g.context, "context", "", "the kubeconfig context to use")
+	fs.StringVar(&g.namespace, "namespace", "", "the namespace of the claims")
+	fs.StringVar(&g.namespace, "n", "", "the namespace of the claims (short)")
+	return g
+}
+
+// env connects as the kubeconfig's user.
+func (g *globals) env(streams Streams) (*Env, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = g.kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.context})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	ns := g.namespace
+	if ns == "" {
+		if ns, _, err = cc.Namespace(); err != nil {
+			return nil, fmt.Errorf("reading the kubeconfig's namespace: %w", err)
+		}
+	}
+	c, err := NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	home, _ := os.UserHomeDir()
+	return &Env{Client: c, Namespace: ns, Home: home, Streams: streams}, nil
+}
+
+// NewClient is a client for what the plugin reads and writes.
+func NewClient(cfg *rest.Config) (client.Client, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := macvirtv1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "kubectl-mac"
+	return client.New(cfg, client.Options{Scheme: s})
+}
+
+// interspersed moves flags after positional arguments to the front, so that
+// "ssh NAME -i key -- cmd" parses; everything after "--" stays as is.
+func interspersed(args []string, fs *flag.FlagSet) []string {
+	var flags, positional []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			positional = append(positional, args[i:]...)
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			positional = append(positional, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil && !isBool(f) && i+1 < len(args) {
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	return append(flags, positional...)
+}
+
+func isBool(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// oneName is the single NAME argument of a command.
+func oneName(args []string, cmd string) (string, error) {
+	if len(args) != 1 || args[0] == "" || args[0] == "--" {
+		return "", fmt.Errorf("give one claim name: kubectl mac %s NAME", cmd)
+	}
+	return args[0], nil
+}
+
+func (e *Env) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
+}
+
+func (e *Env) pollInterval() time.Duration {
+	if e.PollInterval > 0 {
+		return e.PollInterval
+	}
+	return time.Second
+}

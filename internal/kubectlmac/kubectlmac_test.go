@@ -1,0 +1,157 @@
+package kubectlmac
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"golang.org/x/crypto/ssh"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+func TestFlagsMayFollowTheName(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	globalFlags(fs)
+	sshFlags(fs)
+	got := interspersed([]string{"demo", "-i", "key", "-n", "team", "--", "uname", "-a"}, fs)
+	want := []string{"-i", "key", "-n", "team", "demo", "--", "uname", "-a"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("interspersed = %q, want %q", got, want)
+	}
+	if err := fs.Parse(got); err != nil || !reflect.DeepEqual(fs.Args(), []string{"demo", "--", "uname", "-a"}) {
+		t.Errorf("Parse: %v, args %q", err, fs.Args())
+	}
+}
+
+func TestSSHTarget(t *testing.T) {
+	claim := func(conn *macvirtv1alpha1.ClaimConnection) *macvirtv1alpha1.MacClaim {
+		c := &macvirtv1alpha1.MacClaim{}
+		c.Name, c.Namespace, c.Status.Connection = "build", "team", conn
+		return c
+	}
+	for name, tc := range map[string]struct {
+		claim    *macvirtv1alpha1.MacClaim
+		override string
+		want     string
+	}{
+		"inside the cluster, the Service's name": {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", Address: "10.244.1.2", SSHPort: 22}), "", "build.team.svc:22"},
+		"a NodePort":                             {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", External: &macvirtv1alpha1.ExternalAccess{Address: "192.0.2.4", SSHPort: 31022}}), "", "192.0.2.4:31022"},
+		"a load balancer still provisioning":     {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", SSHPort: 22, External: &macvirtv1alpha1.ExternalAccess{SSHPort: 22}}), "", "build.team.svc:22"},
+		"an IPv6 address":                        {claim(&macvirtv1alpha1.ClaimConnection{Address: "fd00::5", SSHPort: 22}), "", "[fd00::5]:22"},
+		"an override":                            {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", SSHPort: 22}), "localhost:2222", "localhost:2222"},
+	} {
+		if got, err := sshTarget(tc.claim, tc.override); err != nil || got != tc.want {
+			t.Errorf("%s: sshTarget = %q, %v; want %q", name, got, err, tc.want)
+		}
+	}
+	if _, err := sshTarget(claim(nil), ""); err == nil {
+		t.Error("a claim without a connection has a target")
+	}
+	if _, err := sshTarget(claim(&macvirtv1alpha1.ClaimConnection{Host: "h"}), "no-port"); err == nil || !strings.Contains(err.Error(), "HOST:PORT") {
+		t.Errorf("a bad --address: %v", err)
+	}
+}
+
+func TestVNCURL(t *testing.T) {
+	c := &macvirtv1alpha1.MacClaim{}
+	c.Name, c.Namespace, c.Spec.ClassName = "build", "team", "sonoma"
+	c.Status.Connection = &macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", SSHPort: 22}
+	if _, err := vncURL(c); err == nil || !strings.Contains(err.Error(), "spec.access.screenSharing") {
+		t.Errorf("no Screen Sharing: %v", err)
+	}
+	c.Status.Connection.VNCPort = 5900
+	if got, _ := vncURL(c); got != "vnc://build.team.svc:5900" {
+		t.Errorf("vncURL = %q", got)
+	}
+	c.Status.Connection.External = &macvirtv1alpha1.ExternalAccess{Address: "192.0.2.4", SSHPort: 31022, VNCPort: 31590}
+	if got, _ := vncURL(c); got != "vnc://192.0.2.4:31590" {
+		t.Errorf("vncURL = %q, want the node port", got)
+	}
+}
+
+func newKey(t *testing.T) ssh.Signer {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestHostKeysAreCheckedStrictly(t *testing.T) {
+	mac, other := newKey(t), newKey(t)
+	line := func(s ssh.Signer) string {
+		return "build.team.svc,10.244.1.2 " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(s.PublicKey()))) + "\n"
+	}
+	keys, err := parseKnownHosts([]byte(line(mac)))
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("parseKnownHosts: %v, %d keys", err, len(keys))
+	}
+	if err := keys.check("192.0.2.4:31022", nil, mac.PublicKey()); err != nil {
+		t.Errorf("the Mac's own key, reached by a node's address: %v", err)
+	}
+	if err := keys.check("192.0.2.4:31022", nil, other.PublicKey()); err == nil || !strings.Contains(err.Error(), "host key verification failed") {
+		t.Errorf("another key: %v", err)
+	}
+	if _, err := parseKnownHosts([]byte("build.team.svc not-a-key\n")); err == nil {
+		t.Error("a malformed known_hosts parses")
+	}
+	if keys, err := parseKnownHosts(nil); err != nil || len(keys) != 0 {
+		t.Errorf("an empty known_hosts: %v, %d keys", err, len(keys))
+	}
+}
+
+func TestKeysComeFromTheUsersSSHDirectory(t *testing.T) {
+	home := t.TempDir()
+	if _, err := publicKey("", home); err == nil || !strings.Contains(err.Error(), "ssh-keygen") {
+		t.Errorf("no key: %v", err)
+	}
+	t.Setenv("SSH_AUTH_SOCK", "")
+	if _, _, err := authMethods("", home); err == nil || !strings.Contains(err.Error(), "give -i FILE") {
+		t.Errorf("no identity: %v", err)
+	}
+	s := newKey(t)
+	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pub := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(s.PublicKey())))
+	if err := os.WriteFile(filepath.Join(home, ".ssh", "id_rsa.pub"), []byte(pub+" me@laptop\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := publicKey("", home); err != nil || got != pub+" me@laptop" {
+		t.Errorf("publicKey = %q, %v", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "bad.pub"), []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := publicKey(filepath.Join(home, "bad.pub"), home); err == nil || !strings.Contains(err.Error(), "not an SSH public key") {
+		t.Errorf("a bad --ssh-key: %v", err)
+	}
+}
+
+func TestUsageAndUnknownCommands(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"--help"}, Streams{Out: &out, Err: &errOut}); code != 0 || !strings.Contains(out.String(), "kubectl mac claim NAME --class CLASS") {
+		t.Errorf("--help: exit %d, %q", code, out.String())
+	}
+	if code := Main(context.Background(), []string{"launch"}, Streams{Out: &out, Err: &errOut}); code != 2 || !strings.Contains(errOut.String(), `unknown command "launch"`) {
+		t.Errorf("an unknown command: exit %d, %q", code, errOut.String())
+	}
+	errOut.Reset()
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
+	if code := Main(context.Background(), []string{"claim", "demo"}, Streams{Out: &out, Err: &errOut}); code == 0 {
+		t.Errorf("claim without a kubeconfig or --class: exit 0")
+	}
+}

@@ -1,0 +1,347 @@
+package kubectlmac
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
+	"golang.org/x/term"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// defaultIdentities are the private keys ssh tries when -i is not given, as
+// OpenSSH does.
+var defaultIdentities = []string{"id_ed25519", "id_ecdsa", "id_rsa"}
+
+type sshCmd struct {
+	identity, address string
+	timeout           time.Duration
+}
+
+func sshFlags(fs *flag.FlagSet) runner {
+	c := &sshCmd{}
+	fs.StringVar(&c.identity, "i", "", "the private key to log in with (default: ssh-agent, then ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
+	fs.StringVar(&c.address, "address", "", "connect to HOST:PORT instead of the claim's address (a tunnel, a bastion's forward)")
+	fs.DurationVar(&c.timeout, "connect-timeout", 30*time.Second, "how long to wait for the connection")
+	return c
+}
+
+func (c *sshCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
+	if len(args) == 0 || args[0] == "--" {
+		return 2, errors.New("give the claim's name: kubectl mac ssh NAME [-- COMMAND...]")
+	}
+	name, command := args[0], args[1:]
+	if len(command) > 0 && command[0] == "--" {
+		command = command[1:]
+	}
+	conn, err := connection(ctx, env, name)
+	if err != nil {
+		return 1, err
+	}
+	target, err := sshTarget(conn.claim, c.address)
+	if err != nil {
+		return 1, err
+	}
+	auth, closeAuth, err := authMethods(c.identity, env.Home)
+	if err != nil {
+		return 1, err
+	}
+	defer closeAuth()
+	cfg := &ssh.ClientConfig{User: conn.user, Auth: auth, HostKeyCallback: conn.hostKeys.check, Timeout: c.timeout}
+	d := net.Dialer{Timeout: c.timeout}
+	raw, err := d.DialContext(ctx, "tcp", target)
+	if err != nil {
+		return 255, fmt.Errorf("connecting to %s for macclaim %s/%s: %w", target, env.Namespace, name, err)
+	}
+	sc, chans, reqs, err := ssh.NewClientConn(raw, target, cfg)
+	if err != nil {
+		_ = raw.Close()
+		return 255, fmt.Errorf("ssh to %s@%s: %w", conn.user, target, err)
+	}
+	cl := ssh.NewClient(sc, chans, reqs)
+	defer func() { _ = cl.Close() }()
+	session, err := cl.NewSession()
+	if err != nil {
+		return 255, err
+	}
+	defer func() { _ = session.Close() }()
+	session.Stdout, session.Stderr = env.Out, env.Err
+	if len(command) > 0 {
+		session.Stdin = env.In
+		return exitCode(session.Run(strings.Join(command, " ")))
+	}
+	return interactive(session, env)
+}
+
+// interactive runs a login shell, with a terminal when stdin is one.
+func interactive(session *ssh.Session, env *Env) (int, error) {
+	session.Stdin = env.In
+	if f, ok := env.In.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fd := int(f.Fd())
+		w, h, err := term.GetSize(fd)
+		if err != nil {
+			w, h = 80, 24
+		}
+		termType := os.Getenv("TERM")
+		if termType == "" {
+			termType = "xterm-256color"
+		}
+		if err := session.RequestPty(termType, h, w, ssh.TerminalModes{ssh.ECHO: 1}); err != nil {
+			return 255, err
+		}
+		old, err := term.MakeRaw(fd)
+		if err != nil {
+			return 255, err
+		}
+		defer func() { _ = term.Restore(fd, old) }()
+	}
+	if err := session.Shell(); err != nil {
+		return 255, err
+	}
+	return exitCode(session.Wait())
+}
+
+// exitCode is the remote command's exit status.
+func exitCode(err error) (int, error) {
+	var exit *ssh.ExitError
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &exit):
+		return exit.ExitStatus(), nil
+	}
+	return 255, err
+}
+
+// claimConnection is what the claim and its Secret say about reaching it.
+type claimConnection struct {
+	claim    *macvirtv1alpha1.MacClaim
+	user     string
+	hostKeys hostKeys
+}
+
+// connection reads the claim and its connection Secret.
+func connection(ctx context.Context, env *Env, name string) (*claimConnection, error) {
+	c := &macvirtv1alpha1.MacClaim{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: name}, c); err != nil {
+		return nil, err
+	}
+	if c.Status.Connection == nil || c.Status.ConnectionSecretName == "" {
+		return nil, fmt.Errorf("macclaim %s/%s has no connection yet (phase %s): kubectl mac wait %s", c.Namespace, c.Name, orNone(string(c.Status.Phase)), c.Name)
+	}
+	secret := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Status.ConnectionSecretName}, secret); err != nil {
+		return nil, fmt.Errorf("reading the claim's connection Secret: %w", err)
+	}
+	if !metav1IsControlledBy(secret, c) {
+		return nil, fmt.Errorf("the connection Secret %s/%s is not the claim's (it is not controlled by macclaim %s): refusing its host keys", c.Namespace, secret.Name, c.Name)
+	}
+	keys, err := parseKnownHosts(secret.Data["known_hosts"])
+	if err != nil {
+		return nil, fmt.Errorf("the connection Secret %s/%s: known_hosts: %w", c.Namespace, secret.Name, err)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("macclaim %s/%s: its Mac has not reported its host keys yet, so it cannot be checked: kubectl mac wait %s", c.Namespace, c.Name, c.Name)
+	}
+	user := string(secret.Data["user"])
+	if user == "" {
+		return nil, fmt.Errorf("the connection Secret %s/%s has no user", c.Namespace, secret.Name)
+	}
+	return &claimConnection{claim: c, user: user, hostKeys: keys}, nil
+}
+
+func metav1IsControlledBy(secret *corev1.Secret, c *macvirtv1alpha1.MacClaim) bool {
+	for _, ref := range secret.OwnerReferences {
+		if ref.Controller != nil && *ref.Controller && ref.UID == c.UID {
+			return true
+		}
+	}
+	return false
+}
+
+// sshTarget is host:port to connect to: override when given; else the
+// external address (NodePort or LoadBalancer), which works from outside the
+// cluster; else the claim's Service name, which works inside it.
+func sshTarget(c *macvirtv1alpha1.MacClaim, override string) (string, error) {
+	if override != "" {
+		if _, _, err := net.SplitHostPort(override); err != nil {
+			return "", fmt.Errorf("--address %q: want HOST:PORT", override)
+		}
+		return override, nil
+	}
+	conn := c.Status.Connection
+	if conn == nil {
+		return "", fmt.Errorf("macclaim %s/%s has no connection yet", c.Namespace, c.Name)
+	}
+	if ext := conn.External; ext != nil && ext.Address != "" && ext.SSHPort != 0 {
+		return net.JoinHostPort(ext.Address, strconv.Itoa(int(ext.SSHPort))), nil
+	}
+	port := conn.SSHPort
+	if port == 0 {
+		port = 22
+	}
+	host := conn.Host
+	if host == "" {
+		host = conn.Address
+	}
+	if host == "" {
+		return "", fmt.Errorf("macclaim %s/%s has no address yet", c.Namespace, c.Name)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(int(port))), nil
+}
+
+// hostKeys are the host keys a claim's Secret lists.
+type hostKeys []ssh.PublicKey
+
+// parseKnownHosts reads the keys of known_hosts lines.
+func parseKnownHosts(b []byte) (hostKeys, error) {
+	var keys hostKeys
+	for len(bytes.TrimSpace(b)) > 0 {
+		_, _, key, _, rest, err := ssh.ParseKnownHosts(b)
+		if err != nil {
+			return nil, err
+		}
+		keys, b = append(keys, key), rest
+	}
+	return keys, nil
+}
+
+// check is strict host key checking: the server must present one of the
+// keys the claim's Secret lists, whatever name it was reached by (any node
+// of a NodePort, a tunnel).
+func (k hostKeys) check(hostname string, _ net.Addr, key ssh.PublicKey) error {
+	for _, want := range k {
+		if bytes.Equal(want.Marshal(), key.Marshal()) {
+			return nil
+		}
+	}
+	var listed []string
+	for _, want := range k {
+		listed = append(listed, ssh.FingerprintSHA256(want))
+	}
+	return fmt.Errorf("host key verification failed: %s presented %s key %s, which is not the claim's (%s); refusing to connect",
+		hostname, key.Type(), ssh.FingerprintSHA256(key), strings.Join(listed, ", "))
+}
+
+// authMethods are ssh-agent's keys, then the identity file (or the default
+// identities that exist and need no passphrase).
+func authMethods(identity, home string) ([]ssh.AuthMethod, func(), error) {
+	var signers []ssh.Signer
+	closer := func() {}
+	if sock := os.Getenv("SSH_AUTH_SOCK"); sock != "" && identity == "" {
+		if conn, err := net.Dial("unix", sock); err == nil { //nolint:gosec // the user's own ssh-agent socket, as ssh uses it.
+			closer = func() { _ = conn.Close() }
+			if s, err := agent.NewClient(conn).Signers(); err == nil {
+				signers = append(signers, s...)
+			}
+		}
+	}
+	files := []string{identity}
+	if identity == "" {
+		files = nil
+		for _, f := range defaultIdentities {
+			files = append(files, filepath.Join(home, ".ssh", f))
+		}
+	}
+	var skipped []string
+	for _, f := range files {
+		b, err := os.ReadFile(f) //nolint:gosec // the user's own identity file.
+		if errors.Is(err, os.ErrNotExist) && identity == "" {
+			continue
+		}
+		if err != nil {
+			closer()
+			return nil, nil, fmt.Errorf("reading -i: %w", err)
+		}
+		s, err := ssh.ParsePrivateKey(b)
+		var missing *ssh.PassphraseMissingError
+		if errors.As(err, &missing) {
+			skipped = append(skipped, f)
+			continue
+		}
+		if err != nil {
+			closer()
+			return nil, nil, fmt.Errorf("%s is not an SSH private key: %w", f, err)
+		}
+		signers = append(signers, s)
+	}
+	if len(signers) == 0 {
+		closer()
+		if len(skipped) > 0 {
+			return nil, nil, fmt.Errorf("%s needs a passphrase: add it to ssh-agent (ssh-add %s) and try again", strings.Join(skipped, ", "), skipped[0])
+		}
+		return nil, nil, fmt.Errorf("no SSH key to log in with: none in ssh-agent, none of ~/.ssh/%s; give -i FILE", strings.Join(defaultIdentities, ", ~/.ssh/"))
+	}
+	return []ssh.AuthMethod{ssh.PublicKeys(signers...)}, closer, nil
+}
+
+type vncCmd struct{ open bool }
+
+func vncFlags(fs *flag.FlagSet) runner {
+	c := &vncCmd{}
+	fs.BoolVar(&c.open, "open", false, "open the URL with the desktop's viewer (open on macOS, xdg-open elsewhere)")
+	return c
+}
+
+func (c *vncCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
+	name, err := oneName(args, "vnc")
+	if err != nil {
+		return 2, err
+	}
+	claim := &macvirtv1alpha1.MacClaim{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: name}, claim); err != nil {
+		return 1, err
+	}
+	url, err := vncURL(claim)
+	if err != nil {
+		return 1, err
+	}
+	_, _ = fmt.Fprintln(env.Out, url)
+	if !c.open {
+		return 0, nil
+	}
+	opener := "xdg-open"
+	if runtime.GOOS == "darwin" {
+		opener = "open"
+	}
+	if err := exec.CommandContext(ctx, opener, url).Run(); err != nil { //nolint:gosec // a vnc:// URL built from the claim's status.
+		return 1, fmt.Errorf("%s %s: %w", opener, url, err)
+	}
+	return 0, nil
+}
+
+// vncURL is the claim's Screen Sharing URL: the external address when
+// there is one, the Service's name otherwise.
+func vncURL(c *macvirtv1alpha1.MacClaim) (string, error) {
+	conn := c.Status.Connection
+	if conn == nil {
+		return "", fmt.Errorf("macclaim %s/%s has no connection yet: kubectl mac wait %s", c.Namespace, c.Name, c.Name)
+	}
+	if conn.VNCPort == 0 {
+		return "", fmt.Errorf("macclaim %s/%s offers no Screen Sharing: its class %s does not set spec.access.screenSharing (ask an admin)",
+			c.Namespace, c.Name, c.Spec.ClassName)
+	}
+	if ext := conn.External; ext != nil && ext.Address != "" && ext.VNCPort != 0 {
+		return "vnc://" + net.JoinHostPort(ext.Address, strconv.Itoa(int(ext.VNCPort))), nil
+	}
+	host := conn.Host
+	if host == "" {
+		host = conn.Address
+	}
+	return "vnc://" + net.JoinHostPort(host, strconv.Itoa(int(conn.VNCPort))), nil
+}
