@@ -146,6 +146,18 @@ build-agent: ## Cross-compile the macOS guest agent (darwin/amd64, no cgo) into 
 kubectl-mac: ## Build the kubectl mac plugin into bin/kubectl-mac (put bin/ on PATH, then: kubectl mac --help).
 	go build -o bin/kubectl-mac ./cmd/kubectl-mac
 
+KUBECTL_MAC_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+
+.PHONY: kubectl-mac-dist
+kubectl-mac-dist: ## Build the kubectl mac plugin for each of KUBECTL_MAC_PLATFORMS into dist/, with SHA-256 sums (what a release ships).
+	rm -rf dist && mkdir -p dist
+	for p in $(KUBECTL_MAC_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o dist/kubectl-mac_$${os}_$${arch}/kubectl-mac ./cmd/kubectl-mac || exit 1; \
+		tar -C dist/kubectl-mac_$${os}_$${arch} -czf dist/kubectl-mac_v$(VERSION)_$${os}_$${arch}.tar.gz kubectl-mac || exit 1; \
+	done
+	cd dist && sha256sum *.tar.gz > kubectl-mac_v$(VERSION)_SHA256SUMS
+
 # SANDBOX_ARGS are passed to macvirt-sandbox, e.g. SANDBOX_ARGS="--until-ready --speed 4".
 SANDBOX_ARGS ?=
 

@@ -77,9 +77,10 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 	t.Setenv("SSH_AUTH_SOCK", "")
 	t.Setenv("KUBECONFIG", kubeconfig)
 
+	stdin := ""
 	mac := func(args ...string) (int, string, string) {
 		var out, errOut bytes.Buffer
-		code := kubectlmac.Main(ctx, args, kubectlmac.Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+		code := kubectlmac.Main(ctx, args, kubectlmac.Streams{In: strings.NewReader(stdin), Out: &out, Err: &errOut})
 		t.Logf("$ kubectl mac %s\n%s%s(exit %d)", strings.Join(args, " "), out.String(), errOut.String(), code)
 		return code, out.String(), errOut.String()
 	}
@@ -135,6 +136,15 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		code, _, errOut := mac("ssh", "demo", "--", "rm", "-rf", "/")
 		if code != 127 || !strings.Contains(errOut, "command not found") {
 			t.Errorf("an unknown command: exit %d, %q; want 127 and command not found", code, errOut)
+		}
+	})
+
+	t.Run("ssh without a command is a shell, whose exit status it returns", func(t *testing.T) {
+		stdin = "hostname\nexit 3\n"
+		defer func() { stdin = "" }()
+		code, out, _ := mac("ssh", "demo")
+		if code != 3 || !strings.Contains(out, "admin@demo-") || !strings.Contains(out, claim.Status.MachineRef.Name+"\r\n") {
+			t.Errorf("ssh demo: exit %d, %q; want 3, a prompt, and the hostname", code, out)
 		}
 	})
 
