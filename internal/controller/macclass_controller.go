@@ -77,10 +77,8 @@ func (r *MacClassReconciler) patchStatus(ctx context.Context, s *classScope) err
 	}
 	before := s.Class.DeepCopy()
 	s.Class.Status = computed
-	if err := r.Status().Patch(ctx, s.Class, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("patching MacClass %s status: %w", s.Name, err)
-	}
-	return nil
+	_, err := writeStatus(ctx, r.Client, s.Class, before, false)
+	return err
 }
 
 // dataSourceRefs lists the DataSources a class clones from.

@@ -64,7 +64,7 @@ var _ = Describe("A machine whose class is deleted or changed", func() {
 		Eventually(claimPhase(ck)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
 
 		By("pruning the snapshot once no machine records its revision")
-		Expect(snapshotsOf(class.Name)()).To(ConsistOf(HaveField("ObjectMeta.Labels",
+		Expect(snapshotsOf(class.Name)(Default)).To(ConsistOf(HaveField("ObjectMeta.Labels",
 			HaveKeyWithValue(macvirtv1alpha1.LabelClassRevision, rev))))
 		Expect(k8sClient.Delete(ctx, getClaim(ck))).To(Succeed()) // reclaimPolicy Delete: the machine goes
 		Eventually(snapshotsOf(class.Name)).WithTimeout(timeout).Should(BeEmpty())
@@ -89,8 +89,8 @@ var _ = Describe("A machine whose class is deleted or changed", func() {
 		bigger := resource.MustParse("32Gi")
 		c.Spec.Resources.CPU, c.Spec.Resources.Memory = int32(cores)*2, &bigger
 		Expect(k8sClient.Patch(ctx, c, client.MergeFrom(before))).To(Succeed())
-		Eventually(func() string {
-			Expect(k8sClient.Get(ctx, key(class), c)).To(Succeed())
+		Eventually(func(g Gomega) string {
+			g.Expect(k8sClient.Get(ctx, key(class), c)).To(Succeed())
 			return c.Status.Revision
 		}).WithTimeout(timeout).ShouldNot(Or(BeEmpty(), Equal(rev)))
 
@@ -125,10 +125,10 @@ var _ = Describe("A machine's class revision", func() {
 })
 
 // snapshotsOf lists the operator's snapshots of a class's revisions.
-func snapshotsOf(class string) func() []appsv1.ControllerRevision {
-	return func() []appsv1.ControllerRevision {
+func snapshotsOf(class string) func(Gomega) []appsv1.ControllerRevision {
+	return func(g Gomega) []appsv1.ControllerRevision {
 		var list appsv1.ControllerRevisionList
-		Expect(k8sClient.List(context.Background(), &list, client.InNamespace(operatorNamespace),
+		g.Expect(k8sClient.List(context.Background(), &list, client.InNamespace(operatorNamespace),
 			client.MatchingLabels{macvirtv1alpha1.LabelClass: class})).To(Succeed())
 		return list.Items
 	}

@@ -19,8 +19,8 @@ var _ = Describe("A waiting claim", func() {
 		DeferCleanup(startOperator())
 	})
 
-	machineRef := func(claim *macvirtv1alpha1.MacClaim) func() *macvirtv1alpha1.ObjectRef {
-		return func() *macvirtv1alpha1.ObjectRef { return getClaim(key(claim)).Status.MachineRef }
+	machineRef := func(claim *macvirtv1alpha1.MacClaim) func(Gomega) *macvirtv1alpha1.ObjectRef {
+		return func(g Gomega) *macvirtv1alpha1.ObjectRef { return getClaimWith(g, key(claim)).Status.MachineRef }
 	}
 
 	It("binds once its class is created after it, as GitOps may apply them", func() {

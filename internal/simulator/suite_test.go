@@ -69,6 +69,10 @@ func TestSimulator(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	// Polled once per 50 ms, not Gomega's 10 ms: a spec's Eventually must
+	// not be what loads the API server.
+	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+	SetDefaultConsistentlyPollingInterval(50 * time.Millisecond)
 	ctx, cancel = context.WithCancel(context.Background())
 
 	scheme := runtime.NewScheme()
