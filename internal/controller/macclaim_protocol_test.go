@@ -107,3 +107,73 @@ func TestTheRetainBoundCountsBindingsInProgress(t *testing.T) {
 		t.Errorf("checkTenancy of the committed claim itself = %+v, want none: it does not count against itself", p)
 	}
 }
+
+// A reservation made before pools' own machines were told from others may
+// name a machine made by hand and labelled for a pool: completing the bind
+// undoes it instead, and the machine is never bound.
+func TestAReservationOfAMachineItsPoolDidNotMakeIsUndone(t *testing.T) {
+	pool := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: "ci", UID: "pool-uid"}, Spec: macvirtv1alpha1.MacPoolSpec{Namespace: "pools"}}
+	decoy := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "decoy", Namespace: "pools", UID: "decoy-uid",
+		Labels: map[string]string{macvirtv1alpha1.LabelPool: "ci"}}}
+	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: "claim-uid"}}
+	claim.Status.MachineRef = &macvirtv1alpha1.ObjectRef{Namespace: decoy.Namespace, Name: decoy.Name, UID: decoy.UID}
+	meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionBound,
+		Status: metav1.ConditionFalse, Reason: macvirtv1alpha1.ReasonBinding, Message: "reserved"})
+	c := fakeClient(t, pool, decoy, claim)
+	r := &MacClaimReconciler{Client: c, APIReader: c}
+	s := &claimScope{claim: &macvirtv1alpha1.MacClaim{}}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(claim), s.claim); err != nil {
+		t.Fatal(err)
+	}
+	if proceed, err := r.completeBind(context.Background(), s); proceed || err != nil {
+		t.Fatalf("completeBind = %v, %v; want the reservation undone", proceed, err)
+	}
+	got := &macvirtv1alpha1.MacClaim{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(claim), got); err != nil {
+		t.Fatal(err)
+	}
+	bound := meta.FindStatusCondition(got.Status.Conditions, macvirtv1alpha1.ConditionBound)
+	if got.Status.MachineRef != nil || bound == nil || bound.Reason != macvirtv1alpha1.ReasonWaitingForMachine ||
+		bound.Message != "reserved machine pools/decoy was not made by its pool for claims; looking for another" {
+		t.Errorf("claim status %+v, Bound %+v; want the reservation cleared, saying why", got.Status.MachineRef, bound)
+	}
+	m := &macvirtv1alpha1.MacMachine{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(decoy), m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Spec.ClaimRef != nil {
+		t.Errorf("the decoy was bound to %+v", m.Spec.ClaimRef)
+	}
+}
+
+// A machine made by hand in another namespace, naming a claim of the
+// namespace and retained, does not count against the namespace's
+// maxReleasedPerNamespace: an attacker cannot fill a tenant's quota.
+func TestTheRetainBoundCountsOnlyMachinesThatCanBeTheNamespaces(t *testing.T) {
+	allow, one := true, int32(1)
+	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "mac"}}
+	class.Spec.Tenancy.AllowRetain, class.Spec.Tenancy.MaxReleasedPerNamespace = &allow, &one
+	retained := func(ns string) *macvirtv1alpha1.MacMachine {
+		return &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "kept", Namespace: ns, UID: "kept-uid",
+			Annotations: map[string]string{macvirtv1alpha1.AnnotationReclaimPolicy: string(macvirtv1alpha1.ReclaimRetain)}},
+			Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "mac",
+				ClaimRef: &macvirtv1alpha1.ObjectRef{Namespace: "team", Name: "old", UID: "old-uid"}}}
+	}
+	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "new", Namespace: "team", UID: "new-uid"},
+		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: "mac", ReclaimPolicy: macvirtv1alpha1.ReclaimRetain}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}
+	for where, want := range map[string]string{"team": macvirtv1alpha1.ReasonTooManyReleased, "evil": ""} {
+		r := &MacClaimReconciler{Client: fakeClient(t, ns, claim.DeepCopy(), retained(where)), Clock: clock.RealClock{}}
+		p, err := r.checkTenancy(context.Background(), claim, class)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if p != nil {
+			got = p.Reason
+		}
+		if got != want {
+			t.Errorf("a retained machine in %s: checkTenancy = %+v, want reason %q", where, p, want)
+		}
+	}
+}
