@@ -203,6 +203,7 @@ type MacClaimStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Machine",type=string,JSONPath=`.status.machine.name`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.machine.nodeName`,priority=1
+// +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.machine.progress`,priority=1
 // +kubebuilder:printcolumn:name="Host",type=string,JSONPath=`.status.connection.host`,priority=1
 // +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.status.connection.address`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

@@ -221,3 +221,44 @@ func TestTenancyDocListsTheShippedRoles(t *testing.T) {
 		}
 	}
 }
+
+// A tenant may not read the pools' namespace: the claim's columns say
+// where its machine is (namespace/name, node, progress) from the claim's
+// own status, and a machine's columns name its claim's namespace.
+func TestPrinterColumnsShowNamespacesAndWhatATenantNeeds(t *testing.T) {
+	columns := func(file string) map[string]string {
+		var crd struct {
+			Spec struct {
+				Versions []struct {
+					Columns []struct {
+						Name     string `json:"name"`
+						JSONPath string `json:"jsonPath"`
+					} `json:"additionalPrinterColumns"`
+				} `json:"versions"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(read(t, filepath.Join("config", "crd", "bases", file))), &crd); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, v := range crd.Spec.Versions {
+			for _, c := range v.Columns {
+				out[c.Name] = c.JSONPath
+			}
+		}
+		return out
+	}
+	claim := columns("macvirt.io_macclaims.yaml")
+	for name, path := range map[string]string{"Machine": ".status.machine.name", "Node": ".status.machine.nodeName",
+		"Progress": ".status.machine.progress", "Host": ".status.connection.host", "Address": ".status.connection.address"} {
+		if claim[name] != path {
+			t.Errorf("MacClaim column %s = %q, want %s", name, claim[name], path)
+		}
+	}
+	machine := columns("macvirt.io_macmachines.yaml")
+	for name, path := range map[string]string{"Claim NS": ".spec.claimRef.namespace", "Claim": ".spec.claimRef.name"} {
+		if machine[name] != path {
+			t.Errorf("MacMachine column %s = %q, want %s", name, machine[name], path)
+		}
+	}
+}
