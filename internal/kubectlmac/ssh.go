@@ -19,6 +19,8 @@ import (
 	"golang.org/x/crypto/ssh/agent"
 	"golang.org/x/term"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -140,6 +142,10 @@ func connection(ctx context.Context, env *Env, name string) (*claimConnection, e
 	c := &macvirtv1alpha1.MacClaim{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: name}, c); err != nil {
 		return nil, err
+	}
+	if cond := meta.FindStatusCondition(c.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady); c.Status.ConnectionSecretName == "" &&
+		cond != nil && cond.Status == metav1.ConditionFalse {
+		return nil, fmt.Errorf("macclaim %s/%s has no connection Secret (%s): %s", c.Namespace, c.Name, cond.Reason, cond.Message)
 	}
 	if c.Status.Connection == nil || c.Status.ConnectionSecretName == "" {
 		return nil, fmt.Errorf("macclaim %s/%s has no connection yet (phase %s): kubectl mac wait %s", c.Namespace, c.Name, orNone(string(c.Status.Phase)), c.Name)

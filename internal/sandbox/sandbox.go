@@ -225,6 +225,7 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 	simOpts = simOpts.Scaled(opts.Speed)
 	simOpts.Guests = true
 	simOpts.Network = opts.Network
+	simOpts.GarbageCollector = true
 	sim := simulator.New(simMgr.GetClient(), simOpts)
 	if err := sim.SetupWithManager(simMgr); err != nil {
 		return nil, err

@@ -72,6 +72,11 @@ type Options struct {
 	// (see network.go): each simulated guest then answers SSH on its pod
 	// address, port 22, and a NodePort reaches it from this machine.
 	Network bool
+	// GarbageCollector runs a stand-in for kube-controller-manager's garbage
+	// collector (see gc.go): Services, EndpointSlices, Secrets,
+	// NetworkPolicies, VirtualMachines and DataVolumes whose owners are all
+	// gone are deleted.
+	GarbageCollector bool
 	// GuestBootDelay is the simulated macOS boot: from Running to the first
 	// heartbeat.
 	GuestBootDelay time.Duration
@@ -187,6 +192,11 @@ func (s *Simulator) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if err := mgr.Add(guestRunnable{sim: s}); err != nil {
 		return err
+	}
+	if s.opts.GarbageCollector {
+		if err := mgr.Add(garbageCollector{sim: s, mapper: mgr.GetRESTMapper()}); err != nil {
+			return err
+		}
 	}
 	if s.opts.Network {
 		if err := mgr.Add(nodeRunnable{sim: s}); err != nil {

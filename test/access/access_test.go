@@ -203,6 +203,25 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	})
+
+	t.Run("a claim of the same name made right after is reachable too", func(t *testing.T) {
+		// The first claim's Service, EndpointSlice and Secret go with it
+		// (the garbage collector); until they do, the new claim says so.
+		if code, _, _ := mac("claim", "demo", "--class", sandbox.TenantClass, "--wait", "--timeout", "3m"); code != 0 {
+			t.Fatalf("claim --wait: exit %d", code)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for {
+			code, out, _ := mac("ssh", "demo", "--", "uname", "-a")
+			if code == 0 && strings.HasPrefix(out, "Darwin ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("ssh to the second claim demo: exit %d, %q", code, out)
+			}
+			time.Sleep(time.Second)
+		}
+	})
 }
 
 // writeKey writes a fresh ed25519 private key to path and its public key
