@@ -24,10 +24,10 @@ const (
 	// as the domain-hook sidecar image. KubeVirt keeps retrying; a human
 	// must fix the image reference or the registry access.
 	ReasonImagePullFailed = "ImagePullFailed"
-	// ReasonStartTimeout means the VirtualMachineInstance's pod was created
-	// (Scheduling or Scheduled) longer ago than the class's bootTimeout and
-	// the instance still does not run, for a cause KubeVirt does not name.
-	// KubeVirt keeps trying; a human must look at the virt-launcher pod.
+	// ReasonStartTimeout means the VirtualMachineInstance has been Scheduled
+	// (its pod placed and running) for longer than the class's bootTimeout
+	// and its domain has not started, for a cause KubeVirt does not name.
+	// A human must look at the virt-launcher pod.
 	ReasonStartTimeout = "StartTimeout"
 	// ReasonInstanceCreateFailed means KubeVirt could not create the
 	// VirtualMachineInstance (the VirtualMachine's Failure condition, reason

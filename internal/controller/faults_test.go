@@ -376,6 +376,27 @@ var _ = Describe("Under faults", func() {
 		}).WithTimeout(timeout).Should(Succeed())
 	})
 
+	It("a Secret naming the claim as an owner but not as its controller is not the claim's, and is left untouched", func() {
+		DeferCleanup(startOperator())
+		class := newClass()
+		tenant := newNamespace()
+		poolName := "later-" + tenant
+		k := key(newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) { c.GenerateName, c.Name, c.Spec.PoolName = "", "db", poolName }))
+		claim := getClaim(k)
+		mine := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-connection", Namespace: tenant,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: macvirtv1alpha1.GroupVersion.String(), Kind: "MacClaim", Name: claim.Name, UID: claim.UID}}},
+			Data: map[string][]byte{"known_hosts": []byte("the tenant's own")}}
+		Expect(k8sClient.Create(context.Background(), mine)).To(Succeed())
+		_, poolNS := newPool(class.Name, 1, 2, func(p *macvirtv1alpha1.MacPool) { p.GenerateName, p.Name = "", poolName })
+		startGuests(poolNS)
+
+		Eventually(claimCondition(k, macvirtv1alpha1.ConditionConnectionSecretReady)).WithTimeout(timeout).Should(And(
+			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", macvirtv1alpha1.ReasonSecretConflict)))
+		got := &corev1.Secret{}
+		Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(mine), got)).To(Succeed())
+		Expect(got.Data).To(Equal(mine.Data), "the tenant's data is kept")
+	})
+
 	It("a tenant's own Secret named like the connection Secret is left untouched, and the claim says so until it goes", func() {
 		DeferCleanup(startOperator(func(o *operator.Options) { o.ConnectionResync = time.Second }))
 		class := newClass()

@@ -356,10 +356,12 @@ func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvi
 	// patched first: one request, and none that changes anything when the
 	// connection is the same. The operator may not read Secrets, so the API
 	// server checks, in the same request, that this claim controls it: the
-	// JSON patch first tests the owner reference the claim put first. A
-	// tenant's own Secret of that name fails the test and is left untouched.
+	// JSON patch first tests the owner reference the claim put first: this
+	// claim's, as controller. A tenant's own Secret of that name, even one
+	// naming the claim as a plain owner, fails the test and is left untouched.
 	patch, err := json.Marshal([]map[string]any{
 		{"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": c.UID},
+		{"op": "test", "path": "/metadata/ownerReferences/0/controller", "value": true},
 		{"op": "add", "path": "/data", "value": data},
 	})
 	if err != nil {

@@ -89,16 +89,31 @@ func TestComputeMachineStatusLaunch(t *testing.T) {
 		"migrating is no failure": {obs: machineObservation{Now: t0.Add(5 * time.Minute), Machine: machine(withHeartbeat(t0.Add(4 * time.Minute))),
 			Class: class(), DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusMigrating), VMI: migrating},
 			phase: macvirtv1alpha1.MachineReady, reason: macvirtv1alpha1.ReasonAsExpected, stalled: metav1.ConditionFalse},
-		"a pod that does not start within bootTimeout": {obs: machineObservation{Now: t0.Add(boot), Machine: machine(), Class: class(),
+		"a placed pod whose domain does not start within bootTimeout": {obs: machineObservation{Now: t0.Add(time.Second + boot), Machine: machine(), Class: class(),
 			DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusStarting), VMI: scheduled(t0)},
 			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonStartTimeout,
 			message: "kubevirt.io/created-by=vmi-uid", stalled: metav1.ConditionTrue},
-		"a pod starting for less than bootTimeout": {obs: machineObservation{Now: t0.Add(boot - time.Second), Machine: machine(), Class: class(),
+		"a placed pod starting for less than bootTimeout": {obs: machineObservation{Now: t0.Add(boot), Machine: machine(), Class: class(),
 			DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusStarting), VMI: scheduled(t0)},
 			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonStarting, stalled: metav1.ConditionFalse},
-		"an operator outage does not count against a start": {obs: machineObservation{Now: t0.Add(boot), ListeningSince: t0.Add(time.Minute),
+		"time unschedulable before the pod was placed does not count": {obs: machineObservation{Now: t0.Add(time.Hour), Machine: machine(), Class: class(),
+			DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusStarting),
+			VMI: func() *kubevirtv1.VirtualMachineInstance {
+				v := scheduled(t0)
+				v.Status.PhaseTransitionTimestamps[1].PhaseTransitionTimestamp = metav1.NewTime(t0.Add(time.Hour - time.Minute))
+				return v
+			}()},
+			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonStarting, stalled: metav1.ConditionFalse},
+		"an operator restart does not restart the clock": {obs: machineObservation{Now: t0.Add(time.Second + boot), ListeningSince: t0.Add(boot),
 			Machine: machine(), Class: class(), DataVolumes: succeeded,
 			VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusStarting), VMI: scheduled(t0)},
+			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonStartTimeout, stalled: metav1.ConditionTrue},
+		"a pod not yet placed has no start timeout": {obs: machineObservation{Now: t0.Add(time.Hour), Machine: machine(), Class: class(),
+			DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusStarting), VMI: func() *kubevirtv1.VirtualMachineInstance {
+				v := scheduled(t0)
+				v.Status.Phase = kubevirtv1.Scheduling
+				return v
+			}()},
 			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonStarting, stalled: metav1.ConditionFalse},
 		"its node was lost": {obs: machineObservation{Machine: machine(), Class: class(), DataVolumes: succeeded,
 			VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusStopped), VMI: lost},
@@ -152,9 +167,9 @@ func TestLaunchWarning(t *testing.T) {
 func contains(s, sub string) bool { return sub == "" || strings.Contains(s, sub) }
 
 func TestAStartIsLookedAtAgainWhenItWouldTimeOut(t *testing.T) {
-	v := vmiIn(kubevirtv1.Scheduling)
+	v := vmiIn(kubevirtv1.Scheduled)
 	v.Status.PhaseTransitionTimestamps = []kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{
-		{Phase: kubevirtv1.Scheduling, PhaseTransitionTimestamp: metav1.NewTime(t0)}}
+		{Phase: kubevirtv1.Scheduled, PhaseTransitionTimestamp: metav1.NewTime(t0)}}
 	succeeded := []*cdiv1.DataVolume{dv("m-opencore", cdiv1.Succeeded, "100.0%"), dv("m-system", cdiv1.Succeeded, "100.0%")}
 	boot := macvirtv1alpha1.DefaultBootTimeout
 	got := computeMachineStatus(machineObservation{Now: t0.Add(time.Minute), Machine: machine(), Class: class(), DataVolumes: succeeded,

@@ -135,39 +135,36 @@ func observeVM(o machineObservation) vmState {
 
 // observeStart maps an instance that does not run yet, for no reason
 // KubeVirt names, to Starting, and to StartTimeout once its pod has been
-// trying (Scheduling or Scheduled) for the class's bootTimeout: a start
-// that never happens must not look like progress. The time counts from the
-// later of the pod's creation and the moment the agent endpoint began to
-// listen, as a boot does. A Pending instance waits for its disks, which say
-// so themselves.
+// placed and running (the instance Scheduled) for the class's bootTimeout
+// without the domain starting: a start that never happens must not look
+// like progress. Time spent before that (unschedulable, pulling images)
+// does not count, and neither does the operator's own absence matter: the
+// instance's timestamps are KubeVirt's. A Pending instance waits for its
+// disks, which say so themselves.
 func observeStart(o machineObservation, vmi *kubevirtv1.VirtualMachineInstance) (condition, time.Duration) {
 	starting := condFalse(macvirtv1alpha1.ReasonStarting, "VirtualMachineInstance is %s", phaseOrPending(vmi.Status.Phase))
 	since := scheduledSince(vmi)
-	if since == nil || o.Class == nil {
+	if since == nil || o.Class == nil || !vmi.DeletionTimestamp.IsZero() {
 		return starting, 0
 	}
-	from := since.Time
-	if o.ListeningSince.After(from) {
-		from = o.ListeningSince
-	}
 	timeout := o.Class.Spec.Lifecycle.BootTimeoutOrDefault()
-	if waited := o.Now.Sub(from); waited < timeout {
+	if waited := o.Now.Sub(since.Time); waited < timeout {
 		return starting, timeout - waited
 	}
 	return condFalse(macvirtv1alpha1.ReasonStartTimeout,
-		"VirtualMachineInstance %s has been %s since %s, longer than bootTimeout %s, and KubeVirt names no cause: "+
+		"VirtualMachineInstance %s has been Scheduled (its pod running) since %s, longer than bootTimeout %s, and its domain has not started: "+
 			"look at its virt-launcher pod (kubectl -n %s get pods -l kubevirt.io/created-by=%s) and its events",
-		vmi.Name, phaseOrPending(vmi.Status.Phase), since.UTC().Format(time.RFC3339), timeout, vmi.Namespace, vmi.UID), 0
+		vmi.Name, since.UTC().Format(time.RFC3339), timeout, vmi.Namespace, vmi.UID), 0
 }
 
-// scheduledSince is when virt-controller created the instance's pod (the
-// instance entered Scheduling); nil before that.
+// scheduledSince is when the instance entered Scheduled (its pod placed and
+// running); nil in any other phase.
 func scheduledSince(vmi *kubevirtv1.VirtualMachineInstance) *metav1.Time {
-	if vmi.Status.Phase != kubevirtv1.Scheduling && vmi.Status.Phase != kubevirtv1.Scheduled {
+	if vmi.Status.Phase != kubevirtv1.Scheduled {
 		return nil
 	}
 	for _, t := range vmi.Status.PhaseTransitionTimestamps {
-		if t.Phase == kubevirtv1.Scheduling {
+		if t.Phase == kubevirtv1.Scheduled {
 			ts := t.PhaseTransitionTimestamp
 			return &ts
 		}
