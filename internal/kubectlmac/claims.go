@@ -265,10 +265,15 @@ func (c *releaseCmd) run(ctx context.Context, env *Env, args []string) (int, err
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	for {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(claim), &macvirtv1alpha1.MacClaim{})
-		if apierrors.IsNotFound(err) {
+		now := &macvirtv1alpha1.MacClaim{}
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(claim), now)
+		switch {
+		case apierrors.IsNotFound(err) || err == nil && now.UID != claim.UID:
+			// Gone; a claim of the same name made since is another one.
 			_, _ = fmt.Fprintf(env.Out, "macclaim %s/%s is gone\n", env.Namespace, name)
 			return 0, nil
+		case err != nil && ctx.Err() == nil:
+			return 1, fmt.Errorf("waiting for macclaim %s/%s to go: %w", env.Namespace, name, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -111,6 +111,12 @@ func TestHostKeysAreCheckedStrictly(t *testing.T) {
 	if keys, err := parseKnownHosts(nil); err != nil || len(keys) != 0 {
 		t.Errorf("an empty known_hosts: %v, %d keys", err, len(keys))
 	}
+	if _, err := parseKnownHosts([]byte("@cert-authority " + line(other))); err == nil || !strings.Contains(err.Error(), "@cert-authority") {
+		t.Errorf("a marked line: %v, want it refused", err)
+	}
+	if got := keys.algorithms(); !reflect.DeepEqual(got, []string{ssh.KeyAlgoED25519}) {
+		t.Errorf("algorithms = %q, want the listed key's only", got)
+	}
 }
 
 func TestKeysComeFromTheUsersSSHDirectory(t *testing.T) {

@@ -51,32 +51,42 @@ func (c *sshCmd) run(ctx context.Context, env *Env, args []string) (int, error) 
 	if len(command) > 0 && command[0] == "--" {
 		command = command[1:]
 	}
+	// As OpenSSH, every failure of its own is exit status 255, so that a
+	// remote command's own status is never mistaken for one.
 	conn, err := connection(ctx, env, name)
 	if err != nil {
-		return 1, err
+		return 255, err
 	}
 	target, err := sshTarget(conn.claim, c.address)
 	if err != nil {
-		return 1, err
+		return 255, err
 	}
 	auth, closeAuth, err := authMethods(c.identity, env.Home)
 	if err != nil {
-		return 1, err
+		return 255, err
 	}
 	defer closeAuth()
-	cfg := &ssh.ClientConfig{User: conn.user, Auth: auth, HostKeyCallback: conn.hostKeys.check, Timeout: c.timeout}
+	cfg := &ssh.ClientConfig{User: conn.user, Auth: auth, HostKeyCallback: conn.hostKeys.check,
+		HostKeyAlgorithms: conn.hostKeys.algorithms(), Timeout: c.timeout}
 	d := net.Dialer{Timeout: c.timeout}
 	raw, err := d.DialContext(ctx, "tcp", target)
 	if err != nil {
 		return 255, fmt.Errorf("connecting to %s for macclaim %s/%s: %w", target, env.Namespace, name, err)
 	}
+	// The handshake gets the connect timeout too: a server that accepts and
+	// never answers must not hang the command.
+	_ = raw.SetDeadline(time.Now().Add(c.timeout))
 	sc, chans, reqs, err := ssh.NewClientConn(raw, target, cfg)
 	if err != nil {
 		_ = raw.Close()
 		return 255, fmt.Errorf("ssh to %s@%s: %w", conn.user, target, err)
 	}
+	_ = raw.SetDeadline(time.Time{})
 	cl := ssh.NewClient(sc, chans, reqs)
 	defer func() { _ = cl.Close() }()
+	// Ctrl-C (the context's end) closes the connection, ending the session.
+	stop := context.AfterFunc(ctx, func() { _ = cl.Close() })
+	defer stop()
 	session, err := cl.NewSession()
 	if err != nil {
 		return 255, err
@@ -214,17 +224,38 @@ func sshTarget(c *macvirtv1alpha1.MacClaim, override string) (string, error) {
 // hostKeys are the host keys a claim's Secret lists.
 type hostKeys []ssh.PublicKey
 
-// parseKnownHosts reads the keys of known_hosts lines.
+// parseKnownHosts reads the keys of known_hosts lines. A marked line
+// (@cert-authority, @revoked) is refused: the operator writes none, and
+// neither may be taken for a host key.
 func parseKnownHosts(b []byte) (hostKeys, error) {
 	var keys hostKeys
 	for len(bytes.TrimSpace(b)) > 0 {
-		_, _, key, _, rest, err := ssh.ParseKnownHosts(b)
+		marker, _, key, _, rest, err := ssh.ParseKnownHosts(b)
 		if err != nil {
 			return nil, err
+		}
+		if marker != "" {
+			return nil, fmt.Errorf("a line marked @%s: the claim's Secret lists plain host keys only", marker)
 		}
 		keys, b = append(keys, key), rest
 	}
 	return keys, nil
+}
+
+// algorithms are the host key algorithms to ask for: those of the listed
+// keys (an RSA key signs with rsa-sha2-512 or rsa-sha2-256), so a server
+// with other keys too presents one that can be checked.
+func (k hostKeys) algorithms() []string {
+	var out []string
+	for _, key := range k {
+		switch t := key.Type(); t {
+		case ssh.KeyAlgoRSA:
+			out = append(out, ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA)
+		default:
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // check is strict host key checking: the server must present one of the
@@ -289,7 +320,11 @@ func authMethods(identity, home string) ([]ssh.AuthMethod, func(), error) {
 	if len(signers) == 0 {
 		closer()
 		if len(skipped) > 0 {
-			return nil, nil, fmt.Errorf("%s needs a passphrase: add it to ssh-agent (ssh-add %s) and try again", strings.Join(skipped, ", "), skipped[0])
+			hint := "add it to ssh-agent (ssh-add " + skipped[0] + ") and try again"
+			if identity != "" {
+				hint = "add it to ssh-agent (ssh-add " + skipped[0] + ") and try again without -i"
+			}
+			return nil, nil, fmt.Errorf("%s needs a passphrase: %s", strings.Join(skipped, ", "), hint)
 		}
 		return nil, nil, fmt.Errorf("no SSH key to log in with: none in ssh-agent, none of ~/.ssh/%s; give -i FILE", strings.Join(defaultIdentities, ", ~/.ssh/"))
 	}

@@ -155,7 +155,12 @@ func (p *serviceProxy) Reconcile(ctx context.Context, req reconcile.Request) (re
 	}
 	var errs []error
 	for port, name := range want {
-		if _, ok := p.listeners[port]; ok {
+		if l, ok := p.listeners[port]; ok {
+			if l.service != req.NamespacedName {
+				// The node port was another Service's, whose deletion is
+				// not handled yet: look again once it is.
+				errs = append(errs, fmt.Errorf("node port %d of Service %s is still held for Service %s", port, req.NamespacedName, l.service))
+			}
 			continue
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort(NodeAddress, strconv.Itoa(int(port))))
