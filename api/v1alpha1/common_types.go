@@ -125,6 +125,10 @@ const (
 	// ReasonServiceConflict means a Service or EndpointSlice of the name a
 	// claim's would have exists and is not controlled by the claim.
 	ReasonServiceConflict = "ServiceConflict"
+	// ReasonNodeUnreadable means the Node a NodePort claim's machine runs
+	// on could not be read, so the claim's external address is unknown;
+	// the API server's words are in the message.
+	ReasonNodeUnreadable = "NodeUnreadable"
 	// ReasonAccessTypeNotAllowed means the claim asks for an access type its
 	// class does not allow; its Service is ClusterIP.
 	ReasonAccessTypeNotAllowed = "AccessTypeNotAllowed"

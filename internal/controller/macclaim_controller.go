@@ -75,7 +75,8 @@ type claimScope struct {
 	machine *macvirtv1alpha1.MacMachine
 	lost    string
 	waiting *problem
-	// writeFailed is a create the API server refused, in its words.
+	// writeFailed is a create the API server refused, in its words, or a
+	// read whose failure the status must show (the Node of a NodePort).
 	writeFailed *problem
 	// retrySoon says every idle machine tried was taken under us: look
 	// again soon, without a status write (the cache is about to catch up).

@@ -150,15 +150,7 @@ func (r *MacClaimReconciler) ensureService(ctx context.Context, s *claimScope) (
 		return err == nil, err
 	}
 	s.service = svc.(*corev1.Service)
-	if s.service.Spec.Type == corev1.ServiceTypeNodePort && s.machine.Status.NodeName != "" {
-		node := &corev1.Node{}
-		switch err := r.Get(ctx, types.NamespacedName{Name: s.machine.Status.NodeName}, node); {
-		case err == nil:
-			s.nodeAddress = nodeAddress(node)
-		case !apierrors.IsNotFound(err):
-			return false, fmt.Errorf("getting Node %s, where claim's NodePort reaches its machine: %w", s.machine.Status.NodeName, err)
-		}
-	}
+	nodeErr := r.readNodeAddress(ctx, s)
 	wantSlice := desiredSlice(s.claim, s.service, s.machine)
 	slice, err := r.writeOwned(ctx, s, "EndpointSlice", wantSlice, &discoveryv1.EndpointSlice{}, func(have, want client.Object) bool {
 		h, w := have.(*discoveryv1.EndpointSlice), want.(*discoveryv1.EndpointSlice)
@@ -177,7 +169,29 @@ func (r *MacClaimReconciler) ensureService(ctx context.Context, s *claimScope) (
 		return err == nil, err
 	}
 	s.endpointsReady = true
-	return true, nil
+	return true, nodeErr
+}
+
+// readNodeAddress reads the address of the node a NodePort claim's machine
+// runs on. A failed read leaves the Service and its EndpointSlice working,
+// only the external address unknown: the claim says so, in the API
+// server's words, and the error is returned for a retry with backoff.
+func (r *MacClaimReconciler) readNodeAddress(ctx context.Context, s *claimScope) error {
+	if s.service.Spec.Type != corev1.ServiceTypeNodePort || s.machine.Status.NodeName == "" {
+		return nil
+	}
+	node := &corev1.Node{}
+	err := r.Get(ctx, types.NamespacedName{Name: s.machine.Status.NodeName}, node)
+	switch {
+	case err == nil:
+		s.nodeAddress = nodeAddress(node)
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil
+	}
+	err = fmt.Errorf("reading Node %s, whose address reaches the claim's NodePort: %w", s.machine.Status.NodeName, err)
+	s.writeFailed = &problem{macvirtv1alpha1.ReasonNodeUnreadable, err.Error() + "; the external address is unknown until it can be read"}
+	return err
 }
 
 // servicePorts is what of a Service's ports the claim decides.

@@ -1,13 +1,21 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
@@ -142,5 +150,44 @@ func TestAccessType(t *testing.T) {
 		if got := accessType(claim, tc.class); got != tc.want {
 			t.Errorf("%s: accessType = %s, want %s", name, got, tc.want)
 		}
+	}
+}
+
+// A NodePort claim whose machine's Node cannot be read keeps its Service
+// and EndpointSlice, says in the API server's words why its external
+// address is unknown, and returns the error for a retry.
+func TestAnUnreadableNodeShowsOnTheClaim(t *testing.T) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{macvirtv1alpha1.AddToScheme, corev1.AddToScheme, discoveryv1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}
+	class.Spec.Tenancy.AllowedAccessTypes = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessNodePort}
+	class.Spec.Access.DefaultType = macvirtv1alpha1.AccessNodePort
+	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team", UID: "c1"}}
+	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "pools"}, Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "sonoma"},
+		Status: macvirtv1alpha1.MacMachineStatus{Phase: macvirtv1alpha1.MachineReady, Addresses: []string{"10.244.1.9"}, NodeName: "mac-mini-1",
+			Conditions: []metav1.Condition{{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AsExpected"}}}}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(class).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.Node); ok {
+				return apierrors.NewForbidden(corev1.Resource("nodes"), key.Name, errors.New("no RBAC for it"))
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	}).Build()
+	r := &MacClaimReconciler{Client: c}
+	scope := &claimScope{claim: claim, machine: m}
+	proceed, err := r.ensureService(context.Background(), scope)
+	if err == nil || !proceed || !scope.endpointsReady {
+		t.Fatalf("ensureService = %v, %v (endpoints ready %v); want the Service and slice written and the error returned", proceed, err, scope.endpointsReady)
+	}
+	st := computeClaimStatus(scope, metav1.Now())
+	cond := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionServiceReady)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != macvirtv1alpha1.ReasonNodeUnreadable ||
+		!strings.Contains(cond.Message, `nodes "mac-mini-1" is forbidden: no RBAC for it`) {
+		t.Errorf("ServiceReady = %+v, want NodeUnreadable in the API server's words", cond)
 	}
 }
