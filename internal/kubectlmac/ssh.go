@@ -164,7 +164,7 @@ func connection(ctx context.Context, env *Env, name string) (*claimConnection, e
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Status.ConnectionSecretName}, secret); err != nil {
 		return nil, fmt.Errorf("reading the claim's connection Secret: %w", err)
 	}
-	if !metav1IsControlledBy(secret, c) {
+	if !metav1.IsControlledBy(secret, c) {
 		return nil, fmt.Errorf("the connection Secret %s/%s is not the claim's (it is not controlled by macclaim %s): refusing its host keys", c.Namespace, secret.Name, c.Name)
 	}
 	keys, err := parseKnownHosts(secret.Data["known_hosts"])
@@ -179,15 +179,6 @@ func connection(ctx context.Context, env *Env, name string) (*claimConnection, e
 		return nil, fmt.Errorf("the connection Secret %s/%s has no user", c.Namespace, secret.Name)
 	}
 	return &claimConnection{claim: c, user: user, hostKeys: keys}, nil
-}
-
-func metav1IsControlledBy(secret *corev1.Secret, c *macvirtv1alpha1.MacClaim) bool {
-	for _, ref := range secret.OwnerReferences {
-		if ref.Controller != nil && *ref.Controller && ref.UID == c.UID {
-			return true
-		}
-	}
-	return false
 }
 
 // sshTarget is host:port to connect to: override when given; else the

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -77,7 +78,7 @@ func (g garbageCollector) sweep(ctx context.Context) {
 			if g.anyOwnerExists(ctx, obj) {
 				return nil
 			}
-			err := g.sim.client.Delete(ctx, obj, client.Preconditions{UID: ptrUID(obj.GetUID())},
+			err := g.sim.client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())},
 				client.PropagationPolicy(metav1.DeletePropagationBackground))
 			if err == nil {
 				log.V(1).Info("deleted an object whose owners are gone", "kind", obj.GetObjectKind().GroupVersionKind().Kind,
@@ -119,5 +120,3 @@ func (g garbageCollector) anyOwnerExists(ctx context.Context, obj client.Object)
 	}
 	return false
 }
-
-func ptrUID(u types.UID) *types.UID { return &u }
