@@ -129,7 +129,8 @@ var _ = AfterSuite(func() {
 const operatorNamespace = "macvirt-system"
 
 // startOperator runs a fresh operator manager until the returned function
-// is called, which waits for it to stop.
+// is called, which waits for it to stop, or at the latest until the spec
+// ends.
 func startOperator(mods ...func(*operator.Options)) (stop func()) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
@@ -158,7 +159,13 @@ func startOperator(mods ...func(*operator.Options)) (stop func()) {
 		defer wg.Done()
 		Expect(mgr.Start(ctx)).To(Succeed())
 	}()
-	return func() { cancel(); wg.Wait() }
+	// The operator stops when the spec ends, whether or not the spec got
+	// to stop it itself: a spec that fails early must not leave its
+	// operator running into the specs after it.
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	DeferCleanup(stop)
+	return stop
 }
 
 // offsetClock is the real clock moved forward by an offset, so tests can
