@@ -101,3 +101,12 @@ func (l *LifecycleSpec) HeartbeatTimeoutOrDefault() time.Duration {
 	}
 	return l.HeartbeatTimeout.Duration
 }
+
+// DrainGracePeriodOrDefault returns how long a bound machine on a draining
+// node keeps running.
+func (l *LifecycleSpec) DrainGracePeriodOrDefault() time.Duration {
+	if l.DrainGracePeriod == nil {
+		return DefaultDrainGracePeriod
+	}
+	return l.DrainGracePeriod.Duration
+}

@@ -249,6 +249,15 @@ type LifecycleSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('1h')",message="heartbeatTimeout must be between 10s and 1h"
 	// +optional
 	HeartbeatTimeout *metav1.Duration `json:"heartbeatTimeout,omitempty"`
+
+	// drainGracePeriod is how long a bound machine keeps running for its
+	// tenant once its node is drained; it is then stopped gracefully (never
+	// killed) and started again on another node. 0s stops it at once.
+	// Idle machines on a drained node are stopped and replaced at once.
+	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('168h')",message="drainGracePeriod must be between 0s and 168h (7 days)"
+	// +optional
+	DrainGracePeriod *metav1.Duration `json:"drainGracePeriod,omitempty"`
 }
 
 // TenancySpec says who may use the class.

@@ -14,8 +14,11 @@ set -euo pipefail
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo_root="$(cd "${script_dir}/../.." && pwd)"
 out_dir="${repo_root}/internal/domainhook/testdata/kubevirt"
+# What virt-api's admission and virt-controller's virt-launcher pod make of
+# each rendering (the render tests check the macOS slot reaches the pod).
+launcher_dir="${repo_root}/internal/render/testdata/launcher"
 
-mkdir -p "${out_dir}"
-rm -f "${out_dir}"/*.domain.xml
+mkdir -p "${out_dir}" "${launcher_dir}"
+rm -f "${out_dir}"/*.domain.xml "${launcher_dir}"/*.launcher.yaml
 cd "${script_dir}"
-go run . -base "${repo_root}" -out "${out_dir}" "${repo_root}"/internal/render/testdata/*.yaml
+go run . -base "${repo_root}" -out "${out_dir}" -launcher "${launcher_dir}" "${repo_root}"/internal/render/testdata/*.yaml

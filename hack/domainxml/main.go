@@ -129,8 +129,9 @@ var uidNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/ma
 func main() {
 	out := flag.String("out", "", "directory to write the domain XML files into (required)")
 	base := flag.String("base", "", "directory the input paths named in the generated files are relative to (default: the Git work tree of each input)")
+	launcherDir := flag.String("launcher", "", "directory to write, per input, what virt-api's admission and virt-controller's virt-launcher pod say (optional)")
 	flag.Usage = func() {
-		_, _ = fmt.Fprintln(flag.CommandLine.Output(), "usage: domainxml -out DIR [-base DIR] VM.yaml...")
+		_, _ = fmt.Fprintln(flag.CommandLine.Output(), "usage: domainxml -out DIR [-base DIR] [-launcher DIR] VM.yaml...")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -138,13 +139,13 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*out, *base, flag.Args()); err != nil {
+	if err := run(*out, *base, *launcherDir, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "domainxml:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, base string, inputs []string) error {
+func run(out, base, launcherDir string, inputs []string) error {
 	kubevirtVersion, err := moduleVersion(kubevirtModule)
 	if err != nil {
 		return err
@@ -183,6 +184,20 @@ func run(out, base string, inputs []string) error {
 		}
 		name := strings.TrimSuffix(filepath.Base(input), filepath.Ext(input)) + ".domain.xml"
 		if err := os.WriteFile(filepath.Join(out, name), data, 0o644); err != nil {
+			return fmt.Errorf("%s: %w", input, err)
+		}
+		if launcherDir == "" {
+			continue
+		}
+		in, err := readInput(input)
+		if err == nil {
+			name = strings.TrimSuffix(filepath.Base(input), filepath.Ext(input)) + ".launcher.yaml"
+			err = g.launcher(in, input, base, filepath.Join(launcherDir, name))
+		}
+		if err == nil && kvLog.Len() > 0 {
+			err = fmt.Errorf("KubeVirt logged warnings or errors:\n%s", kvLog.String())
+		}
+		if err != nil {
 			return fmt.Errorf("%s: %w", input, err)
 		}
 	}

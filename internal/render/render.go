@@ -4,8 +4,10 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
@@ -60,6 +62,11 @@ func VirtualMachine(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachi
 					Networks:                      []kubevirtv1.Network{{Name: NetworkName, NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
 					Volumes:                       volumes(m),
 					TerminationGracePeriodSeconds: &grace,
+					// A drain evicting the launcher pod must not stop or kill
+					// macOS under its tenant: External has virt-api refuse the
+					// eviction and mark the instance for evacuation, which the
+					// operator acts on (docs/operations.md).
+					EvictionStrategy: ptr.To(kubevirtv1.EvictionStrategyExternal),
 					NodeSelector:                  copyMap(class.Spec.Placement.NodeSelector),
 					Tolerations:                   copyTolerations(class.Spec.Placement.Tolerations),
 					Affinity:                      class.Spec.Placement.Affinity.DeepCopy(),
@@ -97,6 +104,12 @@ func domain(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) kube
 			Model:      vmCPUModel(class.Spec.Hardware.CPUModel),
 		},
 		Memory:  &kubevirtv1.Memory{Guest: &memory, MaxGuest: &maxMemory},
+		// One macOS licence slot (docs/licensing.md). An extended resource
+		// cannot be overcommitted: the pod must request what it limits.
+		Resources: kubevirtv1.ResourceRequirements{
+			Requests: corev1.ResourceList{macvirtv1alpha1.ResourceMacOSSlots: resource.MustParse("1")},
+			Limits:   corev1.ResourceList{macvirtv1alpha1.ResourceMacOSSlots: resource.MustParse("1")},
+		},
 		Machine: &kubevirtv1.Machine{Type: q35},
 		Firmware: &kubevirtv1.Firmware{
 			UUID:       types.UID(m.Spec.SMBIOS.UUID),

@@ -163,6 +163,7 @@ var _ = Describe("Defaulting over TLS", func() {
 		Entry("lifecycle.shutdownGracePeriod", func(s *macvirtv1alpha1.MacClassSpec) any { return s.Lifecycle.ShutdownGracePeriod.Duration }, 5*time.Minute),
 		Entry("lifecycle.bootTimeout", func(s *macvirtv1alpha1.MacClassSpec) any { return s.Lifecycle.BootTimeout.Duration }, 20*time.Minute),
 		Entry("lifecycle.heartbeatTimeout", func(s *macvirtv1alpha1.MacClassSpec) any { return s.Lifecycle.HeartbeatTimeout.Duration }, 2*time.Minute),
+		Entry("lifecycle.drainGracePeriod", func(s *macvirtv1alpha1.MacClassSpec) any { return s.Lifecycle.DrainGracePeriod.Duration }, time.Hour),
 		Entry("tenancy.allowedNamespaces", func(s *macvirtv1alpha1.MacClassSpec) any { return s.Tenancy.AllowedNamespaces }, &metav1.LabelSelector{}),
 		Entry("tenancy.onDemand", func(s *macvirtv1alpha1.MacClassSpec) any { return *s.Tenancy.OnDemand }, true),
 	)

@@ -45,6 +45,7 @@ func DefaultMacClass(c *macvirtv1alpha1.MacClass) {
 	setDuration(&s.Lifecycle.ShutdownGracePeriod, macvirtv1alpha1.DefaultShutdownGracePeriod)
 	setDuration(&s.Lifecycle.BootTimeout, macvirtv1alpha1.DefaultBootTimeout)
 	setDuration(&s.Lifecycle.HeartbeatTimeout, macvirtv1alpha1.DefaultHeartbeatTimeout)
+	setDuration(&s.Lifecycle.DrainGracePeriod, macvirtv1alpha1.DefaultDrainGracePeriod)
 	if s.Tenancy.AllowedNamespaces == nil {
 		s.Tenancy.AllowedNamespaces = &metav1.LabelSelector{}
 	}

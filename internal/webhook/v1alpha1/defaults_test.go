@@ -34,6 +34,7 @@ func TestDefaultMacClassSetsEveryDocumentedDefault(t *testing.T) {
 		"lifecycle.shutdownGracePeriod 5m":    s.Lifecycle.ShutdownGracePeriod.Duration == 5*time.Minute,
 		"lifecycle.bootTimeout 20m":           s.Lifecycle.BootTimeout.Duration == 20*time.Minute,
 		"lifecycle.heartbeatTimeout 2m":       s.Lifecycle.HeartbeatTimeout.Duration == 2*time.Minute,
+		"lifecycle.drainGracePeriod 1h":       s.Lifecycle.DrainGracePeriod.Duration == time.Hour,
 		"tenancy.allowedNamespaces all":       s.Tenancy.AllowedNamespaces != nil && len(s.Tenancy.AllowedNamespaces.MatchLabels) == 0,
 		"tenancy.onDemand true":               s.Tenancy.OnDemand != nil && *s.Tenancy.OnDemand,
 		"tenancy.allowRetain true":            s.Tenancy.AllowRetain != nil && *s.Tenancy.AllowRetain,
