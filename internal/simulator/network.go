@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -247,31 +246,3 @@ func (p *serviceProxy) endpoint(ctx context.Context, svc types.NamespacedName, p
 	}
 	return "", 0, false
 }
-
-// ensureNode writes the simulated node, as a kubelet registers its own, so
-// that a NodePort's node has an address.
-func (s *Simulator) ensureNode(ctx context.Context) error {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.opts.NodeName}}
-	if err := s.client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	if err := s.client.Get(ctx, types.NamespacedName{Name: s.opts.NodeName}, node); err != nil {
-		return err
-	}
-	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: NodeAddress}, {Type: corev1.NodeHostName, Address: s.opts.NodeName}}
-	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-		Message: "simulated", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-	return s.client.Status().Update(ctx, node)
-}
-
-// nodeRunnable registers the simulated node once the manager runs.
-type nodeRunnable struct{ sim *Simulator }
-
-func (n nodeRunnable) Start(ctx context.Context) error {
-	if err := n.sim.ensureNode(ctx); err != nil {
-		return fmt.Errorf("registering simulated node %s: %w", n.sim.opts.NodeName, err)
-	}
-	return nil
-}
-
-func (n nodeRunnable) NeedLeaderElection() bool { return false }

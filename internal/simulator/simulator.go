@@ -57,8 +57,16 @@ type Options struct {
 	// (deletion of the VirtualMachineInstance) to the instance being gone. A
 	// shorter spec.terminationGracePeriodSeconds on the instance cuts it.
 	ShutdownDelay time.Duration
-	// NodeName is the node reported for scheduled VirtualMachineInstances.
+	// NodeName is the node reported for scheduled VirtualMachineInstances
+	// when Nodes is empty.
 	NodeName string
+	// Nodes, when set, registers these Apple-hardware nodes (labelled and
+	// tainted macvirt.io/apple-hardware, each with a kubelet stand-in; see
+	// nodes.go) and places every instance on one of them as kube-scheduler
+	// would, counting extended resources such as macOS slots against each
+	// node's allocatable (scheduler.go). Without it every instance lands on
+	// NodeName, which has room for all.
+	Nodes []string
 	// CrashLoopBackoff is the base wait before a VirtualMachine whose
 	// instance failed to start is retried. Like virt-controller it grows with
 	// the square of the consecutive failures, up to 30 times the base
@@ -132,6 +140,9 @@ type Simulator struct {
 	mu     sync.Mutex
 	faults map[Fault]struct{}
 	stops  []StopRequest
+	// nodes are the Apple-hardware nodes instances are scheduled onto
+	// (Options.Nodes, or SetNodes); none: every instance goes to NodeName.
+	nodes []string
 
 	dataVolumeEvents chan event.GenericEvent
 	vmEvents         chan event.GenericEvent
@@ -154,6 +165,7 @@ func New(c client.Client, opts Options) *Simulator {
 		jitter:           j,
 		timing:           newTiming(),
 		faults:           map[Fault]struct{}{},
+		nodes:            append([]string(nil), opts.Nodes...),
 		dataVolumeEvents: make(chan event.GenericEvent, faultEventBuffer),
 		vmEvents:         make(chan event.GenericEvent, faultEventBuffer),
 		vmiEvents:        make(chan event.GenericEvent, faultEventBuffer),
@@ -198,10 +210,12 @@ func (s *Simulator) SetupWithManager(mgr ctrl.Manager) error {
 			return err
 		}
 	}
-	if s.opts.Network {
-		if err := mgr.Add(nodeRunnable{sim: s}); err != nil {
+	if s.opts.Network || len(s.opts.Nodes) > 0 {
+		if err := mgr.Add(nodesRunnable{sim: s}); err != nil {
 			return err
 		}
+	}
+	if s.opts.Network {
 		if err := (&serviceProxy{sim: s}).setup(mgr); err != nil {
 			return err
 		}

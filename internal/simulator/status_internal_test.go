@@ -49,7 +49,7 @@ func TestPrintableStatus(t *testing.T) {
 	now := time.Now()
 	deleted := metav1.NewTime(now)
 	unschedulable := vmiIn(kubevirtv1.Scheduling)
-	stepVMI(unschedulable, vmiFaults{unschedulable: true}, "node", now)
+	stepVMI(unschedulable, vmiFaults{unschedulable: true}, placement{Node: "node"}, now)
 	stopping := vmiIn(kubevirtv1.Running)
 	stopping.DeletionTimestamp = &deleted
 	terminating := vmWith(kubevirtv1.RunStrategyAlways)

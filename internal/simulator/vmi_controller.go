@@ -134,8 +134,21 @@ func (r *vmiReconciler) advance(ctx context.Context, key string, vmi *kubevirtv1
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 	}
-	if !stepVMI(vmi, f, r.sim.opts.NodeName, time.Now()) {
-		return ctrl.Result{}, nil
+	where := placement{Node: r.sim.opts.NodeName}
+	if phase == kubevirtv1.Scheduling && !f.unschedulable && !f.imagePull {
+		var err error
+		if where, err = r.sim.place(ctx, vmi); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	// An unscheduled pod is tried again, as kube-scheduler retries it when
+	// nodes or pods change.
+	var retry ctrl.Result
+	if where.Node == "" {
+		retry.RequeueAfter = r.sim.opts.StartDelay
+	}
+	if !stepVMI(vmi, f, where, time.Now()) {
+		return retry, nil
 	}
 	// The instance CRD has no status subresource: one update writes all.
 	if err := r.sim.client.Update(ctx, vmi); err != nil {
@@ -145,7 +158,7 @@ func (r *vmiReconciler) advance(ctx context.Context, key string, vmi *kubevirtv1
 	if f.nodeLost && vmi.Status.Phase == kubevirtv1.Failed {
 		r.sim.Clear(Fault{Kind: NodeLost, Namespace: vmi.Namespace, Name: vmi.Name})
 	}
-	return ctrl.Result{}, nil
+	return retry, nil
 }
 
 // shutdown plays the ACPI power-off of a deleted instance in two writes, as

@@ -43,7 +43,7 @@ type vmiFaults struct {
 // stepVMI moves the instance one phase on, as virt-controller and
 // virt-handler would, and reports whether anything changed. Timing is the
 // caller's business.
-func stepVMI(vmi *kubevirtv1.VirtualMachineInstance, f vmiFaults, node string, now time.Time) bool {
+func stepVMI(vmi *kubevirtv1.VirtualMachineInstance, f vmiFaults, where placement, now time.Time) bool {
 	switch vmi.Status.Phase {
 	case kubevirtv1.VmPhaseUnset:
 		controllerutil.AddFinalizer(vmi, kubevirtv1.VirtualMachineInstanceFinalizer)
@@ -62,7 +62,22 @@ func stepVMI(vmi *kubevirtv1.VirtualMachineInstance, f vmiFaults, node string, n
 			return stepImagePull(vmi, now)
 		}
 		clearImagePull(vmi)
+		if where.Node == "" {
+			// virt-controller copies the pod's condition once and keeps it
+			// while the pod stays unscheduled (AddPodCondition in
+			// pkg/controller/conditions.go), so a later message does not
+			// replace the first.
+			if vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)) != nil {
+				return false
+			}
+			return setVMICondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
+				Type:   kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled),
+				Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: where.Message,
+				LastProbeTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now),
+			})
+		}
 		removeVMICondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled))
+		node := where.Node
 		vmi.Status.NodeName = node
 		if vmi.Labels == nil {
 			vmi.Labels = map[string]string{}

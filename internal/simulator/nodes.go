@@ -1,0 +1,347 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package simulator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The kubelets of the simulated Apple-hardware nodes (Options.Nodes): they
+// register their Node, keep its status the way the kubelet's node status
+// setters do, and can be restarted, or their Node deleted and registered
+// again, to show what survives.
+
+// appleHardwareLabel marks, and taints, the nodes that may run macOS (the
+// operator's api/v1alpha1.LabelAppleHardware; the simulator does not import
+// the operator's API).
+const appleHardwareLabel = "macvirt.io/apple-hardware"
+
+// Simulated node capacity: room for any number of macOS VMs' CPU and memory.
+var nodeCapacity = corev1.ResourceList{
+	corev1.ResourceCPU:    resource.MustParse("64"),
+	corev1.ResourceMemory: resource.MustParse("256Gi"),
+	corev1.ResourcePods:   resource.MustParse("110"),
+}
+
+// nodeNames are the registered nodes: Options.Nodes (or those SetNodes
+// gave), or the one NodeName.
+func (s *Simulator) nodeNames() []string {
+	if nodes := s.appleNodes(); len(nodes) > 0 {
+		return nodes
+	}
+	return []string{s.opts.NodeName}
+}
+
+// appleNodes are the nodes instances are scheduled onto; none when every
+// instance goes to NodeName.
+func (s *Simulator) appleNodes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nodes
+}
+
+// SetNodes registers the named Apple-hardware nodes and from then on
+// schedules instances onto registered Nodes, as Options.Nodes does; with
+// no names, instances go to NodeName again (the Nodes stay). For a test
+// suite whose specs run one after another.
+func (s *Simulator) SetNodes(ctx context.Context, names ...string) error {
+	s.mu.Lock()
+	s.nodes = append([]string(nil), names...)
+	s.mu.Unlock()
+	for _, name := range names {
+		if err := s.registerNode(ctx, name, false); err != nil {
+			return fmt.Errorf("registering simulated node %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// registerNode creates the node if it is missing, as a starting kubelet
+// does (tryRegisterWithAPIServer), and writes its status. A node that
+// exists is reconciled as on a kubelet restart: when the kubelet's device
+// manager has no checkpoint (a wiped or re-created node; see
+// ShouldResetExtendedResourceCapacity), reconcileExtendedResource zeroes
+// every extended resource in capacity and allocatable; otherwise they are
+// kept.
+func (s *Simulator) registerNode(ctx context.Context, name string, checkpointLost bool) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if len(s.appleNodes()) > 0 {
+		node.Labels = map[string]string{appleHardwareLabel: "true", corev1.LabelHostname: name}
+		node.Spec.Taints = []corev1.Taint{{Key: appleHardwareLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	if err := s.client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		// Uncached: the Node may have been created a moment ago.
+		if err := s.reader.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
+			return err
+		}
+		if checkpointLost {
+			for n := range node.Status.Capacity {
+				if isExtended(n) {
+					node.Status.Capacity[n] = quantity(0)
+					node.Status.Allocatable[n] = quantity(0)
+				}
+			}
+		}
+		setKubeletStatus(node)
+		return s.client.Status().Update(ctx, node)
+	})
+	if err != nil {
+		return err
+	}
+	return s.untaintReady(ctx, name)
+}
+
+// untaintReady plays kube-controller-manager's node lifecycle controller
+// for a Ready node: the API server's TaintNodesByCondition admission gives
+// every new Node the node.kubernetes.io/not-ready:NoSchedule taint, which
+// the controller removes once the kubelet reports Ready
+// (pkg/controller/nodelifecycle, doNoScheduleTaintingPass).
+func (s *Simulator) untaintReady(ctx context.Context, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node := &corev1.Node{}
+		if err := s.reader.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
+			return err
+		}
+		kept := node.Spec.Taints[:0:0]
+		for _, t := range node.Spec.Taints {
+			if t.Key != corev1.TaintNodeNotReady && t.Key != corev1.TaintNodeUnreachable {
+				kept = append(kept, t)
+			}
+		}
+		if len(kept) == len(node.Spec.Taints) {
+			return nil
+		}
+		node.Spec.Taints = kept
+		return s.client.Update(ctx, node)
+	})
+}
+
+// setKubeletStatus writes what the kubelet's node status setters own
+// (pkg/kubelet/nodestatus/setters.go): addresses, Ready, and in MachineInfo
+// its own capacity keys, leaving keys it does not own (an extended resource
+// another party advertises) as they are, and allocatable equal to capacity
+// for every key, with allocatable keys missing from capacity dropped.
+func setKubeletStatus(node *corev1.Node) {
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: NodeAddress}, {Type: corev1.NodeHostName, Address: node.Name}}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		Message: "kubelet is posting ready status", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if node.Status.Capacity == nil {
+		node.Status.Capacity = corev1.ResourceList{}
+	}
+	for k, v := range nodeCapacity {
+		node.Status.Capacity[k] = v.DeepCopy()
+	}
+	node.Status.Allocatable = corev1.ResourceList{}
+	for k, v := range node.Status.Capacity {
+		node.Status.Allocatable[k] = v.DeepCopy()
+	}
+}
+
+// RestartKubelet restarts the named node's kubelet. With checkpointLost
+// its device manager finds no checkpoint, as on a re-created or wiped
+// node, and the kubelet zeroes every extended resource it advertises.
+func (s *Simulator) RestartKubelet(ctx context.Context, node string, checkpointLost bool) error {
+	if err := s.registerNode(ctx, node, checkpointLost); err != nil {
+		return fmt.Errorf("restarting the kubelet of node %s: %w", node, err)
+	}
+	return nil
+}
+
+// ReregisterNode deletes the named Node and has its kubelet register it
+// again, as after kubectl delete node and a kubelet restart: the new Node
+// carries only what the kubelet writes.
+func (s *Simulator) ReregisterNode(ctx context.Context, node string) error {
+	old := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	if err := s.client.Delete(ctx, old); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting node %s: %w", node, err)
+	}
+	for {
+		err := s.reader.Get(ctx, types.NamespacedName{Name: node}, old)
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return s.RestartKubelet(ctx, node, true)
+}
+
+// nodesRunnable registers the simulated nodes once the manager runs.
+type nodesRunnable struct{ sim *Simulator }
+
+func (n nodesRunnable) Start(ctx context.Context) error {
+	for _, name := range n.sim.nodeNames() {
+		if err := n.sim.registerNode(ctx, name, false); err != nil {
+			return fmt.Errorf("registering simulated node %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (n nodesRunnable) NeedLeaderElection() bool { return false }
+
+// place runs the scheduler stand-in for an instance in phase Scheduling:
+// the node it goes to, or the scheduler's message. Without Options.Nodes
+// every instance goes to NodeName. Reads are uncached, standing in for
+// kube-scheduler's assumed pods: two instances placed one after the other
+// must not both take a node's last slot.
+func (s *Simulator) place(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (placement, error) {
+	if len(s.appleNodes()) == 0 {
+		return placement{Node: s.opts.NodeName}, nil
+	}
+	nodes := &corev1.NodeList{}
+	if err := s.reader.List(ctx, nodes); err != nil {
+		return placement{}, fmt.Errorf("listing nodes: %w", err)
+	}
+	vmis := &kubevirtv1.VirtualMachineInstanceList{}
+	if err := s.reader.List(ctx, vmis); err != nil {
+		return placement{}, fmt.Errorf("listing VirtualMachineInstances: %w", err)
+	}
+	return schedule(vmi, nodes.Items, vmis.Items), nil
+}
+
+// DrainResult is what one pass of kubectl drain over a node saw.
+type DrainResult struct {
+	// Refused holds the API server's answer to each refused eviction.
+	Refused []string
+	// Evicted names the instances whose virt-launcher pod was evicted.
+	Evicted []string
+	// Remaining counts the instances still on the node (kubectl drain
+	// waits for them, and evicts again, until there are none).
+	Remaining int
+}
+
+// Eviction answers, in KubeVirt's words.
+const (
+	// The admission webhook virt-api registers for pod evictions
+	// (pkg/virt-operator/resource/generate/components/webhooks.go).
+	evictionWebhook = "virt-launcher-eviction-interceptor.kubevirt.io"
+	// pkg/virt-api/webhooks/validating-webhook/admitters/
+	// pod-eviction-admitter.go.
+	evictionTriggered  = "Eviction triggered evacuation of VMI %q"
+	evictionInProgress = "Evacuation in progress: "
+)
+
+// Drain plays one pass of kubectl drain over node: it cordons the node
+// (spec.unschedulable) and evicts the virt-launcher pod of every instance
+// on it. Under evictionStrategy External (or LiveMigrate) virt-api's
+// eviction admitter refuses the eviction with 429 TooManyRequests and
+// marks the instance for evacuation (status.evacuationNodeName, set by
+// markVMI; virt-controller then adds the EvictionRequested condition in
+// updateStatus, pkg/virt-controller/watch/vmi/lifecycle.go); no KubeVirt
+// controller acts on External, which leaves the instance to whoever set
+// it. Without a strategy (the cluster default is none here) the eviction
+// goes through and the pod is gone: the instance fails under its tenant.
+// Call it again, as kubectl drain retries, until Remaining is 0.
+func (s *Simulator) Drain(ctx context.Context, node string) (DrainResult, error) {
+	var res DrainResult
+	n := &corev1.Node{}
+	if err := s.client.Get(ctx, types.NamespacedName{Name: node}, n); err != nil {
+		return res, fmt.Errorf("reading node %s: %w", node, err)
+	}
+	if !n.Spec.Unschedulable {
+		patch := client.MergeFrom(n.DeepCopy())
+		n.Spec.Unschedulable = true
+		if err := s.client.Patch(ctx, n, patch); err != nil {
+			return res, fmt.Errorf("cordoning node %s: %w", node, err)
+		}
+	}
+	vmis := &kubevirtv1.VirtualMachineInstanceList{}
+	if err := s.reader.List(ctx, vmis); err != nil {
+		return res, fmt.Errorf("listing VirtualMachineInstances: %w", err)
+	}
+	for i := range vmis.Items {
+		vmi := &vmis.Items[i]
+		if vmi.Status.NodeName != node || vmi.IsFinal() {
+			continue
+		}
+		res.Remaining++
+		if vmi.DeletionTimestamp != nil {
+			continue
+		}
+		msg, err := s.evict(ctx, vmi, node)
+		if err != nil {
+			return res, err
+		}
+		if msg == "" {
+			res.Evicted = append(res.Evicted, vmi.Namespace+"/"+vmi.Name)
+			continue
+		}
+		res.Refused = append(res.Refused, msg)
+	}
+	return res, nil
+}
+
+// evict plays the eviction of the instance's virt-launcher pod and returns
+// the refusal, or "" when the pod was evicted.
+func (s *Simulator) evict(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, node string) (string, error) {
+	strategy := vmi.Spec.EvictionStrategy
+	if strategy == nil || *strategy == kubevirtv1.EvictionStrategyNone {
+		// The pod goes; virt-controller sees the domain gone with it.
+		setVMIPhase(vmi, kubevirtv1.Failed, metav1.Now().Time)
+		if err := s.client.Update(ctx, vmi); err != nil {
+			return "", fmt.Errorf("failing evicted VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err)
+		}
+		return "", nil
+	}
+	msg := fmt.Sprintf(evictionTriggered, vmi.Namespace+"/"+vmi.Name)
+	if vmi.Status.EvacuationNodeName != "" {
+		msg = evictionInProgress + msg
+	} else {
+		vmi.Status.EvacuationNodeName = node
+		setVMICondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
+			Type: kubevirtv1.VirtualMachineInstanceEvictionRequested, Status: corev1.ConditionTrue,
+			Reason: kubevirtv1.VirtualMachineInstanceReasonEvictionRequested, Message: "VMI is marked for eviction",
+			LastProbeTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+		})
+		if err := s.client.Update(ctx, vmi); err != nil {
+			return "", fmt.Errorf("marking VirtualMachineInstance %s/%s for evacuation: %w", vmi.Namespace, vmi.Name, err)
+		}
+	}
+	return fmt.Sprintf("admission webhook %q denied the request: %s", evictionWebhook, msg), nil
+}
+
+// Uncordon makes the node schedulable again (kubectl uncordon).
+func (s *Simulator) Uncordon(ctx context.Context, node string) error {
+	n := &corev1.Node{}
+	if err := s.client.Get(ctx, types.NamespacedName{Name: node}, n); err != nil {
+		return fmt.Errorf("reading node %s: %w", node, err)
+	}
+	patch := client.MergeFrom(n.DeepCopy())
+	n.Spec.Unschedulable = false
+	return s.client.Patch(ctx, n, patch)
+}

@@ -1,0 +1,220 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package simulator
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+// The scheduler stand-in: with Options.Nodes set, an instance's
+// virt-launcher pod is placed on a registered Node the way kube-scheduler's
+// default plugins would, one filter after another per node, the first
+// failing filter giving the node's reason (pkg/scheduler/framework/
+// plugins: nodeunschedulable, tainttoleration, nodeaffinity,
+// noderesources/fit.go fitsRequest), then the node with the most free
+// extended resource is chosen (the fit plugin's LeastAllocated score; ties
+// go to the first name, where kube-scheduler picks at random).
+//
+// Only what a macOS VM's pod asks for beyond CPU and memory is counted:
+// the extended resources of the instance's spec.domain.resources, which
+// virt-controller copies onto the compute container (pkg/virt-controller/
+// services/renderresources.go, copyResources). The simulated nodes have
+// room for any CPU and memory.
+
+// Filter reasons in kube-scheduler's words.
+const (
+	// nodeunschedulable.ErrReasonUnschedulable.
+	reasonNodeCordoned = "node(s) were unschedulable"
+	// nodeaffinity.ErrReasonPod.
+	reasonNodeSelector = "node(s) didn't match Pod's node affinity/selector"
+	// noderesources: "Insufficient " + resource name.
+	reasonInsufficient = "Insufficient "
+	// The preemption plugin's per-node answers (pkg/scheduler/framework/
+	// preemption/preemption.go): a node whose only problem is a resource
+	// held by pods of the same priority has no victims; any other reason
+	// cannot be cured by preemption.
+	preemptionNoVictims   = "No preemption victims found for incoming pod"
+	preemptionNotHelpful  = "Preemption is not helpful for scheduling"
+	unschedulableTaintKey = "node.kubernetes.io/unschedulable"
+)
+
+// placement is where the scheduler put a pod, or why it could not.
+type placement struct {
+	Node    string
+	Message string
+}
+
+// extendedRequests are the instance's extended resource requests (limits
+// stand in for missing requests, as the API server's pod defaulting does).
+func extendedRequests(vmi *kubevirtv1.VirtualMachineInstance) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	res := vmi.Spec.Domain.Resources
+	for name, q := range res.Limits {
+		if isExtended(name) {
+			out[name] = q
+		}
+	}
+	for name, q := range res.Requests {
+		if isExtended(name) {
+			out[name] = q
+		}
+	}
+	return out
+}
+
+// isExtended reports a resource name with a domain outside kubernetes.io,
+// as v1helper.IsExtendedResourceName does for the names used here.
+func isExtended(name corev1.ResourceName) bool {
+	s := string(name)
+	return strings.Contains(s, "/") && !strings.Contains(s, "kubernetes.io/") && !strings.HasPrefix(s, "requests.")
+}
+
+// schedule places the instance on one of nodes. placed are the instances
+// already assigned to a node and not finished (kube-scheduler does not see
+// Succeeded or Failed pods).
+func schedule(vmi *kubevirtv1.VirtualMachineInstance, nodes []corev1.Node, placed []kubevirtv1.VirtualMachineInstance) placement {
+	want := extendedRequests(vmi)
+	used := map[string]corev1.ResourceList{}
+	for i := range placed {
+		p := &placed[i]
+		if p.UID == vmi.UID || p.Status.NodeName == "" || p.IsFinal() {
+			continue
+		}
+		if used[p.Status.NodeName] == nil {
+			used[p.Status.NodeName] = corev1.ResourceList{}
+		}
+		for name, q := range extendedRequests(p) {
+			sum := used[p.Status.NodeName][name]
+			sum.Add(q)
+			used[p.Status.NodeName][name] = sum
+		}
+	}
+	reasons, preemption := map[string]int{}, map[string]int{}
+	best, bestFree := "", int64(-1)
+	sorted := append([]corev1.Node(nil), nodes...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	for i := range sorted {
+		node := &sorted[i]
+		reason, free := filterNode(vmi, node, want, used[node.Name])
+		if reason != "" {
+			reasons[reason]++
+			if strings.HasPrefix(reason, reasonInsufficient) {
+				preemption[preemptionNoVictims]++
+			} else {
+				preemption[preemptionNotHelpful]++
+			}
+			continue
+		}
+		if free > bestFree {
+			best, bestFree = node.Name, free
+		}
+	}
+	if best != "" {
+		return placement{Node: best}
+	}
+	if len(nodes) == 0 {
+		// ErrNoNodesAvailable (pkg/scheduler/schedule_one.go).
+		return placement{Message: "no nodes available to schedule pods"}
+	}
+	return placement{Message: fitError(len(nodes), reasons) + " preemption: " + fitError(len(nodes), preemption)}
+}
+
+// filterNode runs the filters on one node and returns the first failing
+// reason, or the free amount of the first requested extended resource.
+func filterNode(vmi *kubevirtv1.VirtualMachineInstance, node *corev1.Node, want, used corev1.ResourceList) (string, int64) {
+	tolerations := vmi.Spec.Tolerations
+	if node.Spec.Unschedulable && !tolerates(tolerations, corev1.Taint{Key: unschedulableTaintKey, Effect: corev1.TaintEffectNoSchedule}) {
+		return reasonNodeCordoned, 0
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Effect == corev1.TaintEffectPreferNoSchedule || tolerates(tolerations, t) {
+			continue
+		}
+		// tainttoleration: "node(s) had untolerated taint {key: value}".
+		return fmt.Sprintf("node(s) had untolerated taint {%s: %s}", t.Key, t.Value), 0
+	}
+	for k, v := range vmi.Spec.NodeSelector {
+		if node.Labels[k] != v {
+			return reasonNodeSelector, 0
+		}
+	}
+	free := int64(0)
+	names := make([]string, 0, len(want))
+	for name := range want {
+		names = append(names, string(name))
+	}
+	sort.Strings(names)
+	for i, n := range names {
+		name := corev1.ResourceName(n)
+		alloc := node.Status.Allocatable[name]
+		u := used[name]
+		left := alloc.DeepCopy()
+		left.Sub(u)
+		q := want[name]
+		if left.Cmp(q) < 0 {
+			return reasonInsufficient + n, 0
+		}
+		if i == 0 {
+			left.Sub(q)
+			free = left.Value()
+		}
+	}
+	return "", free
+}
+
+// tolerates reports whether a toleration matches the taint (key, effect,
+// and for Equal the value), as Toleration.ToleratesTaint does.
+func tolerates(tolerations []corev1.Toleration, t corev1.Taint) bool {
+	for _, tol := range tolerations {
+		if tol.Effect != "" && tol.Effect != t.Effect {
+			continue
+		}
+		if tol.Key != "" && tol.Key != t.Key {
+			continue
+		}
+		switch tol.Operator {
+		case corev1.TolerationOpExists:
+			return true
+		case corev1.TolerationOpEqual, "":
+			if tol.Key != "" && tol.Value == t.Value {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// fitError formats counted reasons as FitError.Error does
+// (pkg/scheduler/framework/types.go): "0/N nodes are available: " and the
+// reasons, each with its count, sorted and joined by ", ", then ".".
+func fitError(nodes int, reasons map[string]int) string {
+	parts := make([]string, 0, len(reasons))
+	for r, n := range reasons {
+		parts = append(parts, fmt.Sprintf("%d %s", n, r))
+	}
+	sort.Strings(parts)
+	return fmt.Sprintf("0/%d nodes are available: %s.", nodes, strings.Join(parts, ", "))
+}
+
+// quantity is a whole-number quantity.
+func quantity(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
