@@ -41,6 +41,7 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 	stalled := func(p *problem) {
 		meta.SetStatusCondition(&st.Conditions, stalledCondition(c.Generation, p))
 	}
+	mirrorHostDraining(&st.Conditions, s.machine, c.Generation)
 	switch {
 	case s.lost != "":
 		st.Phase = macvirtv1alpha1.ClaimLost
@@ -256,6 +257,9 @@ func (r *MacClaimReconciler) writeClaimStatus(ctx context.Context, s *claimScope
 	// A refused write and a lost machine have their Warning events already.
 	if reason, note, ok := turnedStalled(before.Status.Conditions, st.Conditions); ok && s.writeFailed == nil && st.Phase != macvirtv1alpha1.ClaimLost {
 		recordEvent(r.Recorder, c, corev1.EventTypeWarning, reason, "Claim", note)
+	}
+	if reason, note, ok := drainWarning(before.Status.Conditions, st.Conditions); ok {
+		recordEvent(r.Recorder, c, corev1.EventTypeWarning, reason, "Drain", note)
 	}
 	return nil
 }

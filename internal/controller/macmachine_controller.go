@@ -233,6 +233,7 @@ func (r *MacMachineReconciler) patchStatus(ctx context.Context, o *machineObserv
 	}
 	r.recordDiskProblem(before, m)
 	r.recordNotOwned(before, m)
+	r.recordDrain(before, m)
 	return computed.RequeueAfter, nil
 }
 

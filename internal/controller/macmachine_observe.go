@@ -123,6 +123,11 @@ func observeVM(o machineObservation) vmState {
 	if vmi.Status.Phase != kubevirtv1.Running {
 		if msg, ok := unschedulable(vmi); ok {
 			st.cond = condFalse(macvirtv1alpha1.ReasonUnschedulable, "VirtualMachineInstance cannot be scheduled: %s", msg)
+			if slotsExhausted(msg) {
+				st.cond = condFalse(macvirtv1alpha1.ReasonMacOSSlotsExhausted,
+					"no Apple node it may run on has a free macOS slot (%s; the licence allows %d macOS VMs per Mac, docs/licensing.md), so it waits for one; the scheduler says: %s",
+					macvirtv1alpha1.ResourceMacOSSlots, macvirtv1alpha1.DefaultMacOSSlots, msg)
+			}
 			return st
 		}
 		st.cond, st.recheckAfter = observeStart(o, vmi)

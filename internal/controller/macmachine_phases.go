@@ -293,7 +293,7 @@ func (r *MacMachineReconciler) ensureRunState(ctx context.Context, o *machineObs
 	vm := o.VM
 	halted := isHalted(vm)
 	switch {
-	case !wantsRunning(o.Machine) && !halted:
+	case (!wantsRunning(o.Machine) || observeDrain(*o).Stop) && !halted:
 		return false, r.requestStop(ctx, o)
 	case wantsRunning(o.Machine) && halted && o.VMI == nil:
 		// Guarded by the resourceVersion: a VM replaced since it was read

@@ -128,12 +128,17 @@ func computeMachineStatus(o machineObservation) machineStatus {
 		// Deletion does not look at the class; what was known stays.
 		set(macvirtv1alpha1.ConditionClassUpToDate, classUpToDate(o))
 	}
+	drain := observeDrain(o)
+	setHostDraining(&st.Conditions, drain, m.Generation, o.Now)
 	requeue := time.Duration(0)
 	switch phase {
 	case macvirtv1alpha1.MachineBooting, macvirtv1alpha1.MachineReady:
 		requeue = guest.recheckAfter
 	case macvirtv1alpha1.MachineStarting:
 		requeue = vm.recheckAfter
+	}
+	if r := drain.RecheckAfter; r > 0 && (requeue == 0 || r < requeue) {
+		requeue = r
 	}
 	return machineStatus{Status: *st, RequeueAfter: requeue}
 }
@@ -179,6 +184,9 @@ func summarize(o machineObservation, disks condition, vm vmState, guest guestSta
 			return macvirtv1alpha1.MachineStopping, condFalse(macvirtv1alpha1.ReasonStopping, "graceful stop requested; waiting for macOS to shut down")
 		}
 		return macvirtv1alpha1.MachineStopped, condFalse(macvirtv1alpha1.ReasonStopped, "stopped (spec.running is false); disks are kept")
+	case observeDrain(o).Stop && o.VMI != nil:
+		return macvirtv1alpha1.MachineStopping, condFalse(macvirtv1alpha1.ReasonDrainStop,
+			"node %s is being drained: macOS is shutting down gracefully, to start again on another node", o.VMI.Status.EvacuationNodeName)
 	case vm.cond.status != metav1.ConditionTrue:
 		return macvirtv1alpha1.MachineStarting, vm.cond
 	case guest.cond.Reason == macvirtv1alpha1.ReasonBootTimeout:

@@ -40,6 +40,8 @@ type MacPoolReconciler struct {
 // +kubebuilder:rbac:groups=macvirt.io,resources=macpools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macpools/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macmachines,verbs=create;delete;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // poolScope is what one reconcile of a pool read, decided and failed to do.
@@ -54,6 +56,9 @@ type poolScope struct {
 	// WriteFailed is the first create or delete the API server refused in
 	// this reconcile, in its own words.
 	WriteFailed *problem
+	// Slots, when machines of the pool wait for a macOS slot, says so with
+	// each Apple node's free slots.
+	Slots *problem
 }
 
 // Reconcile gathers the pool's class and machines, plans, creates and
@@ -80,6 +85,7 @@ func (r *MacPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	for _, step := range []func(context.Context, *poolScope) (bool, error){
 		r.loadPoolClass,
 		r.listPoolMachines,
+		r.observeSlots,
 		r.adoptPoolMachines,
 		r.deletePoolMachines,
 		r.createPoolMachines,
@@ -258,6 +264,8 @@ func poolMachineState(m *macvirtv1alpha1.MacMachine) machineState {
 		return stateReleased
 	case m.Spec.ClaimRef != nil:
 		return stateBound
+	case drainedNode(m) != "":
+		return stateDraining
 	case m.Status.Phase == macvirtv1alpha1.MachineFailed, guestFellSilent(m):
 		return stateFailed
 	case machineIsReady(m):

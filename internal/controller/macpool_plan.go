@@ -23,6 +23,7 @@ const (
 	stateFailed                           // unbound and Failed, or its guest fell silent
 	stateTerminating                      // being deleted
 	stateReleased                         // its claim is gone under Retain; outside the cap
+	stateDraining                         // unbound, on a node being drained: replaced at once
 )
 
 // poolMachine is what the planner needs to know about a pool's machine.
@@ -95,6 +96,7 @@ func slotOf(pool, name string) (int, bool) {
 func planPool(in poolInput) poolPlan {
 	var p poolPlan
 	var idle, oldIdle, failed []poolMachine
+	var draining []string
 	released := 0
 	for _, m := range in.Machines {
 		if m.State == stateReleased {
@@ -124,6 +126,9 @@ func planPool(in poolInput) poolPlan {
 			failed = append(failed, m)
 		case stateTerminating:
 			p.Counts.Terminating++
+		case stateDraining:
+			p.Counts.Terminating++
+			draining = append(draining, m.Name)
 		}
 	}
 	spec := macvirtv1alpha1.MacPoolSpec{MaxUnhealthy: in.MaxUnhealthy}
@@ -132,6 +137,10 @@ func planPool(in poolInput) poolPlan {
 	if in.Paused {
 		return p
 	}
+	// Unbound machines on a draining node are deleted at once, however
+	// many: the drain waits for them, and deleting stops macOS gracefully
+	// first. They are not supply, so replacements are created elsewhere.
+	p.Delete = append(p.Delete, draining...)
 	// Unhealthy machines in their grace keep their places: neither deleted
 	// nor backfilled yet.
 	inGrace := int32(0)

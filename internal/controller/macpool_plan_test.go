@@ -42,6 +42,12 @@ func TestPlanPool(t *testing.T) {
 			create: []string{"p-0"}},
 		"a full pool creates nothing": {
 			in: poolInput{Idle: 2, Max: 2, MaxProv: 2, Machines: machines(stateIdle, "r1", "p-0", "p-1")}},
+		"unbound machines on a draining node are deleted at once and replaced": {
+			in: poolInput{Idle: 2, Max: 10, MaxProv: 2, Machines: join(
+				machines(stateDraining, "r1", "p-0", "p-1"), machines(stateBound, "r1", "p-2"))},
+			create: []string{"p-3", "p-4"}, delete: []string{"p-0", "p-1"}},
+		"a paused pool deletes nothing on a draining node": {
+			in: poolInput{Idle: 1, Max: 10, MaxProv: 2, Paused: true, Machines: machines(stateDraining, "r1", "p-0")}},
 		"failed machines are deleted and replaced once gone": {
 			in:     poolInput{Idle: 1, Max: 1, MaxProv: 1, Machines: machines(stateFailed, "r1", "p-0")},
 			delete: []string{"p-0"}},

@@ -29,6 +29,13 @@ func computePoolStatus(s *poolScope) macvirtv1alpha1.MacPoolStatus {
 		p = s.WriteFailed
 	case s.Plan.TooManyUnhealthy:
 		p = &problem{macvirtv1alpha1.ReasonTooManyUnhealthy, unhealthyMessage(s.Plan)}
+	case s.Slots != nil && st.Idle < target:
+		// Not Stalled: the machines wait, and go on once a slot is free.
+		cond := metav1.Condition{Type: macvirtv1alpha1.ConditionReady, ObservedGeneration: pool.Generation,
+			Status: metav1.ConditionFalse, Reason: s.Slots.Reason, Message: s.Slots.Message}
+		meta.SetStatusCondition(&st.Conditions, cond)
+		meta.SetStatusCondition(&st.Conditions, stalledCondition(pool.Generation, nil))
+		return st
 	}
 	cond := metav1.Condition{Type: macvirtv1alpha1.ConditionReady, ObservedGeneration: pool.Generation}
 	switch {

@@ -96,6 +96,8 @@ const (
 	ClassController   Controller = "class"
 	PoolController    Controller = "pool"
 	ClaimController   Controller = "claim"
+	// NodeController advertises the macOS slots of Apple-hardware nodes.
+	NodeController Controller = "node"
 )
 
 func (o Options) runs(c Controller) bool {
@@ -184,6 +186,13 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 				MaxConcurrentReconciles: opts.ClaimWorkers,
 				ConnectionResync:        opts.ConnectionResync,
 				ControllerName:          "macclaim" + opts.NameSuffix,
+			}).SetupWithManager(mgr)
+		}},
+		{NodeController, func() error {
+			return (&controller.NodeSlotsReconciler{
+				Client:         c,
+				Recorder:       mgr.GetEventRecorder("macvirt-node-controller"),
+				ControllerName: "nodeslots" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},
 	}

@@ -1,0 +1,132 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// nodeSlotUse is one Apple node's macOS slots as a pool reports them.
+type nodeSlotUse struct {
+	Node      string
+	Slots     int64
+	Used      int64
+	Cordoned  bool
+	NotListed bool
+}
+
+// waitingForSlots counts the pool's unbound machines whose VM cannot be
+// scheduled for want of a macOS slot.
+func waitingForSlots(machines []macvirtv1alpha1.MacMachine) int {
+	n := 0
+	for i := range machines {
+		m := &machines[i]
+		if m.Spec.ClaimRef != nil || !m.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if c := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionReady); c != nil &&
+			c.Reason == macvirtv1alpha1.ReasonMacOSSlotsExhausted {
+			n++
+		}
+	}
+	return n
+}
+
+// slotUse counts, per Apple node, its advertised slots and the instances
+// on it that hold one (not finished: the scheduler no longer counts a
+// Succeeded or Failed pod).
+func slotUse(nodes []corev1.Node, vmis []kubevirtv1.VirtualMachineInstance) []nodeSlotUse {
+	used := map[string]int64{}
+	name := corev1.ResourceName(macvirtv1alpha1.ResourceMacOSSlots)
+	for i := range vmis {
+		v := &vmis[i]
+		if v.Status.NodeName == "" || v.IsFinal() {
+			continue
+		}
+		q, ok := v.Spec.Domain.Resources.Limits[name]
+		if r, has := v.Spec.Domain.Resources.Requests[name]; has {
+			q, ok = r, true
+		}
+		if ok {
+			used[v.Status.NodeName] += q.Value()
+		}
+	}
+	var out []nodeSlotUse
+	for i := range nodes {
+		n := &nodes[i]
+		q, listed := n.Status.Allocatable[name]
+		out = append(out, nodeSlotUse{Node: n.Name, Slots: q.Value(), Used: used[n.Name], Cordoned: n.Spec.Unschedulable, NotListed: !listed})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// slotsProblem is a pool's Ready=False problem when waiting machines find
+// no slot: how many wait, and each node's free slots.
+func slotsProblem(waiting int, use []nodeSlotUse) *problem {
+	if waiting == 0 {
+		return nil
+	}
+	parts := make([]string, 0, len(use))
+	for _, u := range use {
+		part := fmt.Sprintf("%s %d of %d free", u.Node, max(0, u.Slots-u.Used), u.Slots)
+		switch {
+		case u.NotListed:
+			part = fmt.Sprintf("%s advertises no %s yet", u.Node, macvirtv1alpha1.ResourceMacOSSlots)
+		case u.Cordoned:
+			part += " (cordoned)"
+		}
+		parts = append(parts, part)
+	}
+	nodes := "no node is labelled " + macvirtv1alpha1.LabelAppleHardware + "=true"
+	if len(parts) > 0 {
+		nodes = "free slots per node: " + strings.Join(parts, ", ")
+	}
+	return &problem{macvirtv1alpha1.ReasonMacOSSlotsExhausted, fmt.Sprintf(
+		"%d machine(s) cannot be scheduled: no Apple node they may run on has a free macOS slot (%s; %s). "+
+			"They wait rather than being replaced; add an Apple node, free a slot, or lower spec.idle (the licence allows %d macOS VMs per Mac: docs/licensing.md)",
+		waiting, macvirtv1alpha1.ResourceMacOSSlots, nodes, macvirtv1alpha1.DefaultMacOSSlots)}
+}
+
+// observeSlots answers: do machines of the pool wait for a macOS slot, and
+// how full is each Apple node? Nodes and instances are read only then.
+func (r *MacPoolReconciler) observeSlots(ctx context.Context, s *poolScope) (bool, error) {
+	waiting := waitingForSlots(s.Machines)
+	if waiting == 0 {
+		return true, nil
+	}
+	nodes := &corev1.NodeList{}
+	if err := r.List(ctx, nodes, client.MatchingLabels{macvirtv1alpha1.LabelAppleHardware: "true"}); err != nil {
+		return false, fmt.Errorf("listing Apple nodes: %w", err)
+	}
+	vmis := &kubevirtv1.VirtualMachineInstanceList{}
+	if err := r.List(ctx, vmis); err != nil {
+		return false, fmt.Errorf("listing VirtualMachineInstances: %w", err)
+	}
+	s.Slots = slotsProblem(waiting, slotUse(nodes.Items, vmis.Items))
+	return true, nil
+}

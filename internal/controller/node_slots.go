@@ -1,0 +1,206 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// NodeSlotsReconciler advertises the macOS licence slots of every
+// Apple-hardware node as the node resource macvirt.io/macos-slots, in the
+// Node's status capacity and allocatable, and puts them back whenever
+// anything else changed them: a kubelet that re-registered its Node (a new
+// Node object carries none) or that found no device-manager checkpoint on
+// restart (it zeroes every extended resource, reconcileExtendedResource).
+// A node that is no longer labelled as Apple hardware loses the resource.
+//
+// A controller rather than a device plugin: slots are a licence count, not
+// a device a container is given, so nothing needs to run on the node (no
+// privileged DaemonSet, no kubelet socket), the count is set where admins
+// already label their nodes, and the whole behaviour runs, and is tested,
+// against a plain API server. See docs/licensing.md.
+type NodeSlotsReconciler struct {
+	client.Client
+	// Recorder records a Warning event on a node whose slot setting is
+	// invalid, or whose status write was refused.
+	Recorder events.EventRecorder
+	// ControllerName overrides the controller's name, so tests can run
+	// several managers in one process.
+	ControllerName string
+}
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
+
+// nodeScope is what one reconcile of a node read and decided.
+type nodeScope struct {
+	Node  *corev1.Node
+	Slots nodeSlots
+}
+
+// nodeSlots is what a node should advertise.
+type nodeSlots struct {
+	// Want is the slot count to advertise; nil removes the resource.
+	Want *resource.Quantity
+	// Invalid says why the node's own setting was ignored ("" when valid
+	// or absent).
+	Invalid string
+}
+
+// computeNodeSlots decides the node's slots from its labels and
+// annotations: none for a node not labelled as Apple hardware, the
+// annotation's (or else the label's) whole number from 0 to MaxMacOSSlots,
+// or DefaultMacOSSlots, also when the setting is invalid (which is said).
+func computeNodeSlots(node *corev1.Node) nodeSlots {
+	if !strings.EqualFold(node.Labels[macvirtv1alpha1.LabelAppleHardware], "true") {
+		return nodeSlots{}
+	}
+	want := int64(macvirtv1alpha1.DefaultMacOSSlots)
+	var invalid string
+	key := macvirtv1alpha1.AnnotationMacOSSlots
+	raw, source := node.Annotations[key], "annotation"
+	if _, ok := node.Annotations[key]; !ok {
+		raw, source = node.Labels[key], "label"
+	}
+	if raw != "" {
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || n < 0 || n > macvirtv1alpha1.MaxMacOSSlots {
+			invalid = fmt.Sprintf("%s %s=%q on node %s is not a whole number from 0 to %d; advertising the default, %d macOS slots, until it is fixed (kubectl annotate node %s %s=2 --overwrite)",
+				source, key, raw, node.Name, macvirtv1alpha1.MaxMacOSSlots, macvirtv1alpha1.DefaultMacOSSlots, node.Name, key)
+		} else {
+			want = n
+		}
+	}
+	return nodeSlots{Want: resource.NewQuantity(want, resource.DecimalSI), Invalid: invalid}
+}
+
+// advertised reports whether capacity and allocatable already say want.
+func advertised(node *corev1.Node, want *resource.Quantity) bool {
+	name := corev1.ResourceName(macvirtv1alpha1.ResourceMacOSSlots)
+	for _, list := range []corev1.ResourceList{node.Status.Capacity, node.Status.Allocatable} {
+		q, ok := list[name]
+		switch {
+		case want == nil && ok, want != nil && !ok:
+			return false
+		case want != nil && q.Cmp(*want) != 0:
+			return false
+		}
+	}
+	return true
+}
+
+// Reconcile reads the node, decides its slots, and writes them when they
+// differ, in one status patch.
+func (r *NodeSlotsReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	s := &nodeScope{Node: &corev1.Node{}}
+	if err := r.Get(ctx, req.NamespacedName, s.Node); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	for _, step := range []func(context.Context, *nodeScope) (bool, error){
+		r.decideSlots,
+		r.advertiseSlots,
+	} {
+		if proceed, err := step(ctx, s); err != nil || !proceed {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// decideSlots answers: how many slots should the node advertise? An
+// invalid setting is said in a Warning event on the node.
+func (r *NodeSlotsReconciler) decideSlots(_ context.Context, s *nodeScope) (bool, error) {
+	s.Slots = computeNodeSlots(s.Node)
+	if s.Slots.Invalid != "" {
+		recordEvent(r.Recorder, s.Node, corev1.EventTypeWarning, "InvalidMacOSSlots", "AdvertiseSlots", s.Slots.Invalid)
+	}
+	return true, nil
+}
+
+// advertiseSlots answers: does the node's status say so? Capacity and
+// allocatable are written together in one merge patch (the kubelet keeps
+// allocatable equal to capacity for a resource it does not own; writing
+// both makes the slots schedulable at once). A refused write is said on
+// the node, in the API server's words, and retried.
+func (r *NodeSlotsReconciler) advertiseSlots(ctx context.Context, s *nodeScope) (bool, error) {
+	if advertised(s.Node, s.Slots.Want) {
+		return true, nil
+	}
+	var value any
+	if s.Slots.Want != nil {
+		value = s.Slots.Want.String()
+	}
+	entry := map[string]any{macvirtv1alpha1.ResourceMacOSSlots: value}
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": entry, "allocatable": entry}})
+	if err != nil {
+		return false, err
+	}
+	if err := r.Status().Patch(ctx, s.Node, client.RawPatch(types.MergePatchType, body)); err != nil {
+		err = fmt.Errorf("advertising %s=%v on node %s: %w", macvirtv1alpha1.ResourceMacOSSlots, value, s.Node.Name, err)
+		recordEvent(r.Recorder, s.Node, corev1.EventTypeWarning, "SlotsNotAdvertised", "AdvertiseSlots", err.Error())
+		return false, err
+	}
+	ctrl.LoggerFrom(ctx).Info("advertised macOS slots", "node", s.Node.Name, "slots", value)
+	return true, nil
+}
+
+// slotsRelevant passes the node changes that can change what the node
+// should advertise or what it does: labels, annotations, and its status
+// resources. Heartbeats and condition updates pass nothing.
+func slotsRelevant() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
+			if o == nil || n == nil {
+				return true
+			}
+			return !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+				!equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
+				!equality.Semantic.DeepEqual(o.Status.Capacity, n.Status.Capacity) ||
+				!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable)
+		},
+	}
+}
+
+// SetupWithManager registers the controller.
+func (r *NodeSlotsReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	name := r.ControllerName
+	if name == "" {
+		name = "nodeslots"
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(name).
+		For(&corev1.Node{}, builder.WithPredicates(slotsRelevant())).
+		Complete(r)
+}
