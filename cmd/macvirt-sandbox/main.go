@@ -27,6 +27,7 @@ func main() {
 	flag.BoolVar(&opts.UntilReady, "until-ready", false, "exit 0 once the sample claim is Ready (non-zero with the reason after --timeout)")
 	flag.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "how long --until-ready waits (15m with --realistic)")
 	flag.IntVar(&machines, "machines", 2, "idle machines the sample pool keeps")
+	flag.IntVar(&opts.AppleNodes, "apple-nodes", 0, "simulated Apple nodes of two macOS slots each (0: enough for the samples and three claims)")
 	flag.Float64Var(&opts.Speed, "speed", 1, "simulated time scale: 2 imports and boots twice as fast")
 	flag.BoolVar(&opts.Realistic, "realistic", false,
 		"a real cluster's timings with jitter: imports of minutes with progress every 2 s, a minute-long boot, 10 s·n² crash-loop backoff (still scaled by --speed)")

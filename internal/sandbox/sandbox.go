@@ -56,6 +56,11 @@ type Options struct {
 	Timeout time.Duration
 	// Machines is the sample pool's idle target.
 	Machines int32
+	// AppleNodes is the number of simulated Apple-hardware nodes, each
+	// advertising the licence's two macOS slots, that VMs are scheduled onto
+	// by slots (simulator.Options.Nodes). Zero: one node with room for every
+	// VM. Run picks enough for the samples and a few claims when it is zero.
+	AppleNodes int
 	// Speed scales simulated time: 2 makes imports and boots twice as fast.
 	Speed float64
 	// Realistic gives the simulator a real cluster's timings and jitter
@@ -114,6 +119,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 		defer func() { _ = os.Remove(kubeconfig) }()
 	}
 
+	if opts.AppleNodes == 0 {
+		// The sample pool, the sample claim's machine (which the pool
+		// replaces) and three on-demand claims, two slots a node.
+		opts.AppleNodes = max(2, (int(opts.Machines)+1+3+1)/2)
+	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	sys, err := StartSystem(runCtx, cfg, scheme, SystemOptions{Options: opts, Network: true})
@@ -226,6 +236,9 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 	simOpts.Guests = true
 	simOpts.Network = opts.Network
 	simOpts.GarbageCollector = true
+	for i := range opts.AppleNodes {
+		simOpts.Nodes = append(simOpts.Nodes, fmt.Sprintf("apple-node-%d", i+1))
+	}
 	sim := simulator.New(simMgr.GetClient(), simOpts)
 	if err := sim.SetupWithManager(simMgr); err != nil {
 		return nil, err
