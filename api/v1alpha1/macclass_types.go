@@ -159,8 +159,8 @@ type SMCSpec struct {
 // ClassSMBIOS is the SMBIOS identity shared by the class's machines; serial
 // numbers and UUIDs are generated per machine.
 type ClassSMBIOS struct {
-	// productName is the Mac model macOS believes it runs on.
-	// +kubebuilder:default="iMacPro1,1"
+	// productName is the Mac model macOS believes it runs on. Unset: the
+	// class's macOS release's default (iMacPro1,1; MacPro7,1 for 26).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
@@ -177,13 +177,13 @@ type DisplaySpec struct {
 
 // HardwareSpec is the emulated hardware.
 type HardwareSpec struct {
-	// cpuModel is the CPU model presented to macOS.
-	// +kubebuilder:default=Haswell-noTSX
+	// cpuModel is the CPU model presented to macOS. Unset: the class's
+	// macOS release's default (Haswell-noTSX).
 	// +optional
 	CPUModel CPUModel `json:"cpuModel,omitempty"`
 
-	// nicModel is the network card model.
-	// +kubebuilder:default=vmxnet3
+	// nicModel is the network card model. Unset: the class's macOS
+	// release's default (vmxnet3; virtio for 26).
 	// +optional
 	NICModel NICModel `json:"nicModel,omitempty"`
 
@@ -386,6 +386,11 @@ type MacClassSpec struct {
 	// bootloader is the OpenCore disk.
 	// +required
 	Bootloader BootloaderSpec `json:"bootloader"`
+
+	// macOS says which macOS release the image holds; its hardware
+	// defaults fill what hardware leaves unset (docs/macos-releases.md).
+	// +optional
+	MacOS *MacOSSpec `json:"macOS,omitempty"`
 
 	// hardware is the emulated hardware.
 	// +kubebuilder:default={}

@@ -31,10 +31,15 @@ var _ = Describe("The macvirt CRDs", func() {
 		Expect(s.Resources.Memory.String()).To(Equal("8Gi"))
 		Expect(s.Image.Size.String()).To(Equal("128Gi"))
 		Expect(s.Bootloader.Size.String()).To(Equal("1Gi"))
-		Expect(s.Hardware).To(Equal(macvirtv1alpha1.HardwareSpec{
+		// The fields a macOS release defaults are the webhook's to write
+		// (docs/admission.md); the operator computes the same values.
+		Expect(s.Hardware).To(Equal(macvirtv1alpha1.HardwareSpec{DiskBus: "sata",
+			SMC: macvirtv1alpha1.SMCSpec{Mode: "VirtualSMC"}, Display: macvirtv1alpha1.DisplaySpec{Model: "vga"}}))
+		Expect(s.EffectiveHardware()).To(Equal(macvirtv1alpha1.HardwareSpec{
 			CPUModel: "Haswell-noTSX", NICModel: "vmxnet3", DiskBus: "sata",
 			SMC: macvirtv1alpha1.SMCSpec{Mode: "VirtualSMC"}, SMBIOS: macvirtv1alpha1.ClassSMBIOS{ProductName: "iMacPro1,1"},
 			Display: macvirtv1alpha1.DisplaySpec{Model: "vga"}}))
+		Expect(s.Lifecycle.DrainGracePeriod.Duration).To(Equal(time.Hour))
 		Expect(s.Placement.NodeSelector).To(Equal(map[string]string{"macvirt.io/apple-hardware": "true"}))
 		Expect(s.Placement.Tolerations).To(Equal([]corev1.Toleration{{Key: "macvirt.io/apple-hardware",
 			Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}))

@@ -66,7 +66,7 @@ func (r *MacMachineReconciler) ensureIdentity(ctx context.Context, o *machineObs
 	if m.Spec.SMBIOS == nil {
 		// The admission webhook normally generated it; this covers machines
 		// admitted while the webhook was unavailable.
-		id, err := identity.NewUnique(ctx, r.Client, o.Class.Spec.Hardware.SMBIOS.ProductName)
+		id, err := identity.NewUnique(ctx, r.Client, o.Class.Spec.EffectiveHardware().SMBIOS.ProductName)
 		if err != nil {
 			return false, err
 		}
@@ -123,6 +123,7 @@ func (r *MacMachineReconciler) observeObjects(ctx context.Context, o *machineObs
 	if err := r.observeOwned(ctx, o); err != nil {
 		return false, err
 	}
+	o.Observed = true
 	if len(o.Foreign) > 0 {
 		ctrl.LoggerFrom(ctx).Info("objects under the machine's names are not the machine's; leaving them alone", "notOwned", o.Foreign)
 		return false, nil

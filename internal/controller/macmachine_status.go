@@ -43,6 +43,9 @@ type machineObservation struct {
 	DiskSources map[string]*diskSource
 	VM          *kubevirtv1.VirtualMachine
 	VMI         *kubevirtv1.VirtualMachineInstance
+	// Observed is true once the VM and VMI were read in this reconcile;
+	// what only they can tell (a drain) is kept as it was otherwise.
+	Observed bool
 	// Foreign names, with its controller, each object under the machine's
 	// names that the machine does not control (a VM or DataVolume whose
 	// controller reference is not the machine, a VMI whose controller
@@ -129,7 +132,9 @@ func computeMachineStatus(o machineObservation) machineStatus {
 		set(macvirtv1alpha1.ConditionClassUpToDate, classUpToDate(o))
 	}
 	drain := observeDrain(o)
-	setHostDraining(&st.Conditions, drain, m.Generation, o.Now)
+	if o.Observed || o.Deleting {
+		setHostDraining(&st.Conditions, drain, m.Generation, o.Now)
+	}
 	requeue := time.Duration(0)
 	switch phase {
 	case macvirtv1alpha1.MachineBooting, macvirtv1alpha1.MachineReady:

@@ -4,11 +4,14 @@ import (
 	"crypto/sha256"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/hookconfig"
 )
 
@@ -55,6 +58,34 @@ var variants = []struct {
 		c.Emulator = "/opt/qemu/bin/qemu-system-x86_64"
 	}},
 }
+
+// releaseVariants are, for each macOS release macvirt knows, its default
+// hardware (api/v1alpha1.MacOSReleases) applied to the fixture KubeVirt
+// made from that release's golden rendering.
+func releaseVariants() []struct {
+	name    string
+	fixture string
+	mutate  func(*hookconfig.Config)
+} {
+	var out []struct {
+		name    string
+		fixture string
+		mutate  func(*hookconfig.Config)
+	}
+	for _, r := range slices.Sorted(maps.Keys(macvirtv1alpha1.MacOSReleases)) {
+		info := macvirtv1alpha1.MacOSReleases[r]
+		out = append(out, struct {
+			name    string
+			fixture string
+			mutate  func(*hookconfig.Config)
+		}{"macos-" + string(r), "macos-" + string(r), func(c *hookconfig.Config) {
+			c.CPU.Model, c.NIC.Model, c.SMBIOS.Product = string(info.CPUModel), string(info.NICModel), info.ProductName
+		}})
+	}
+	return out
+}
+
+func init() { variants = append(variants, releaseVariants()...) }
 
 func fixture(t testing.TB, name string) string {
 	t.Helper()
@@ -117,8 +148,8 @@ func TestApplySetsWhatTheConfigSays(t *testing.T) {
 			cfg, out := applyVariant(t, v.fixture, v.mutate)
 			want := []string{
 				`<commandline xmlns="http://libvirt.org/schemas/domain/qemu/1.0">`, `<arg value="-cpu"></arg>`, "vendor=GenuineIntel,+invtsc,vmware-cpuid-freq=on",
-				`<arg value="type=2,manufacturer=Apple Inc.,product=iMacPro1,,1,serial=C02123ABCDEHX87FG"></arg>`,
-				`<entry name="manufacturer">Apple Inc.</entry>`, `<entry name="product">iMacPro1,1</entry>`,
+				`<arg value="type=2,manufacturer=Apple Inc.,product=` + strings.ReplaceAll(cfg.SMBIOS.Product, ",", ",,") + `,serial=C02123ABCDEHX87FG"></arg>`,
+				`<entry name="manufacturer">Apple Inc.</entry>`, `<entry name="product">` + cfg.SMBIOS.Product + `</entry>`,
 				`<entry name="serial">C02XK1ZJHX87</entry>`, `<entry name="uuid">5B3E8F7A-2C41-4D9E-8F0A-1B2C3D4E5F60</entry>`,
 				`<smbios mode="sysinfo"></smbios>`, `<input type="keyboard" bus="usb"></input>`,
 			}

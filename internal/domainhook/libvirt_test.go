@@ -198,7 +198,9 @@ func TestLibvirtTurnsGoldenDomainsIntoTheExpectedQEMUArguments(t *testing.T) {
 			v.mutate(cfg)
 			argv := nativeArgs(t, v.name)
 			cpu := cpuFlags[cfg.CPU.Model].qemuModel + ",vendor=GenuineIntel,+invtsc,vmware-cpuid-freq=on"
-			want := []string{"-cpu " + cpu, "-smbios 'type=2,manufacturer=Apple Inc.,product=iMacPro1,,1,serial=" + cfg.SMBIOS.BoardSerial + "'",
+			// QEMU's option syntax doubles a comma inside a value.
+			product := strings.ReplaceAll(cfg.SMBIOS.Product, ",", ",,")
+			want := []string{"-cpu " + cpu, "-smbios 'type=2,manufacturer=Apple Inc.,product=" + product + ",serial=" + cfg.SMBIOS.BoardSerial + "'",
 				"serial=" + cfg.SMBIOS.Serial, "uuid=" + strings.ToLower(cfg.SMBIOS.UUID), `"driver":"usb-kbd"`}
 			switch cfg.NIC.Model {
 			case "virtio":
@@ -221,10 +223,24 @@ func TestLibvirtTurnsGoldenDomainsIntoTheExpectedQEMUArguments(t *testing.T) {
 	}
 }
 
-// TestQEMUStartsTheAppleSMCVmxnet3Variant starts QEMU (TCG, OVMF, no disk)
-// with the CPU, SMBIOS and Apple SMC arguments of the AppleSMC golden
-// domain and its NIC model, and asks it over QMP which devices it built.
-func TestQEMUStartsTheAppleSMCVmxnet3Variant(t *testing.T) {
+// TestQEMUStartsTheAppleSMCVariantAndEveryReleasesDefaultHardware starts
+// QEMU (TCG, OVMF, no disk) with the CPU, SMBIOS and Apple SMC arguments of
+// the AppleSMC golden domain, and of each macOS release's default
+// hardware, with the domain's NIC model, and asks it over QMP which devices
+// it built. (The SMBIOS product each passes is checked on libvirt's command
+// line, in TestLibvirtTurnsGoldenDomainsIntoTheExpectedQEMUArguments.)
+func TestQEMUStartsTheAppleSMCVariantAndEveryReleasesDefaultHardware(t *testing.T) {
+	names := []string{"applesmc-vmware-svga-emulator"}
+	for _, v := range releaseVariants() {
+		names = append(names, v.name)
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) { startQEMU(t, name) })
+	}
+}
+
+// startQEMU starts QEMU with the arguments of the named golden domain.
+func startQEMU(t *testing.T, name string) {
 	qemu := requireTool(t, "qemu-system-x86_64")
 	ovmf := ""
 	for _, f := range []string{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_CODE.fd"} {
@@ -236,7 +252,6 @@ func TestQEMUStartsTheAppleSMCVmxnet3Variant(t *testing.T) {
 	if ovmf == "" {
 		requireTool(t, "ovmf-not-installed")
 	}
-	const name = "applesmc-vmware-svga-emulator"
 	b, err := os.ReadFile(goldenPath(name))
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +265,13 @@ func TestQEMUStartsTheAppleSMCVmxnet3Variant(t *testing.T) {
 	for _, a := range d.QEMUCommandline.Args {
 		args = append(args, a.Value)
 	}
+	// The QEMU device libvirt gives a NIC model (qemuBuildNicDevProps):
+	// the virtio models KubeVirt writes are PCI devices of their own names.
 	nic := d.Devices.Interfaces[0].Model.Type
+	switch nic {
+	case "virtio", "virtio-non-transitional", "virtio-transitional":
+		nic = strings.Replace(nic, "virtio", "virtio-net-pci", 1)
+	}
 	args = append(args, "-netdev", "user,id=net0", "-device", nic+",netdev=net0",
 		"-device", "qemu-xhci,id=usb", "-device", "usb-kbd", "-qmp", "stdio")
 	cmd := exec.Command(qemu, args...) //nolint:gosec // arguments come from the test's golden file.
@@ -312,16 +333,25 @@ func TestQEMUStartsTheAppleSMCVmxnet3Variant(t *testing.T) {
 	send(`{"execute":"human-monitor-command","arguments":{"command-line":"info qtree"}}`)
 	reply := next()
 	qtree, _ := reply["return"].(string)
-	for _, dev := range []string{"dev: isa-applesmc", "dev: " + nic, "dev: usb-kbd"} {
+	devs := []string{"dev: " + nic, "dev: usb-kbd"}
+	for _, a := range d.QEMUCommandline.Args {
+		if strings.Contains(a.Value, "isa-applesmc") {
+			devs = append(devs, "dev: isa-applesmc")
+		}
+	}
+	for _, dev := range devs {
 		if !strings.Contains(qtree, dev) {
 			t.Errorf("QEMU did not build %q; info qtree:\n%s\nstderr: %s", dev, qtree, stderr.String())
 		}
 	}
 	for _, line := range strings.Split(qtree, "\n") {
-		if strings.Contains(line, "dev: isa-applesmc") || strings.Contains(line, "dev: "+nic) || strings.Contains(line, "dev: usb-kbd") {
-			t.Logf("QEMU built %s", strings.TrimSpace(line))
+		for _, dev := range devs {
+			if strings.Contains(line, dev) {
+				t.Logf("QEMU built %s", strings.TrimSpace(line))
+			}
 		}
 	}
+
 	send(`{"execute":"quit"}`)
 	select {
 	case err := <-done:

@@ -3,8 +3,10 @@ package render_test
 import (
 	"bytes"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -30,7 +32,7 @@ func goldenCases() []goldenCase {
 	appleOpts := testOptions
 	appleOpts.OSK = "test-osk-not-a-real-key"
 	appleOpts.EmulatorPath = "/opt/qemu/bin/qemu-system-x86_64"
-	return []goldenCase{
+	cases := []goldenCase{
 		{name: "default", class: testClass(), machine: testMachine(), opts: testOptions},
 		{name: "applesmc-vmware-svga", class: testClass(func(c *macvirtv1alpha1.MacClass) {
 			c.Spec.Hardware.SMC = macvirtv1alpha1.SMCSpec{Mode: macvirtv1alpha1.SMCModeAppleSMC,
@@ -56,6 +58,15 @@ func goldenCases() []goldenCase {
 			m.Labels = nil
 		}), opts: testOptions},
 	}
+	// Each macOS release with the hardware its table entry defaults to.
+	releases := slices.Sorted(maps.Keys(macvirtv1alpha1.MacOSReleases))
+	for _, r := range releases {
+		cases = append(cases, goldenCase{name: "macos-" + string(r), class: testClass(func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.MacOS = &macvirtv1alpha1.MacOSSpec{Release: r}
+			c.Spec.Hardware.CPUModel, c.Spec.Hardware.NICModel, c.Spec.Hardware.SMBIOS.ProductName = "", "", ""
+		}), machine: testMachine(), opts: testOptions})
+	}
+	return cases
 }
 
 // renderYAML renders a case as a multi-document YAML file: the VM, then

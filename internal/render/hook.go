@@ -11,7 +11,7 @@ import (
 // HookConfig is the domain-hook configuration of a machine: everything
 // KubeVirt cannot express, taken from the class and the machine's identity.
 func HookConfig(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine, opts Options) (*hookconfig.Config, error) {
-	hw := class.Spec.Hardware
+	hw := class.Spec.EffectiveHardware()
 	if m.Spec.SMBIOS == nil {
 		return nil, fmt.Errorf("machine %s/%s has no spec.smbios identity yet", m.Namespace, m.Name)
 	}

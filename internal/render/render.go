@@ -67,9 +67,9 @@ func VirtualMachine(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachi
 					// eviction and mark the instance for evacuation, which the
 					// operator acts on (docs/operations.md).
 					EvictionStrategy: ptr.To(kubevirtv1.EvictionStrategyExternal),
-					NodeSelector:                  copyMap(class.Spec.Placement.NodeSelector),
-					Tolerations:                   copyTolerations(class.Spec.Placement.Tolerations),
-					Affinity:                      class.Spec.Placement.Affinity.DeepCopy(),
+					NodeSelector:     copyMap(class.Spec.Placement.NodeSelector),
+					Tolerations:      copyTolerations(class.Spec.Placement.Tolerations),
+					Affinity:         class.Spec.Placement.Affinity.DeepCopy(),
 				},
 			},
 		},
@@ -91,7 +91,8 @@ func domain(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) kube
 	memory := canonical(res.MemoryOrDefault())
 	maxMemory := memory.DeepCopy()
 	secureBoot := false
-	bus := kubevirtv1.DiskBus(class.Spec.Hardware.DiskBus)
+	hw := class.Spec.EffectiveHardware()
+	bus := kubevirtv1.DiskBus(hw.DiskBus)
 	return kubevirtv1.DomainSpec{
 		// Sockets equal to MaxSockets and Guest equal to MaxGuest pin the
 		// topology: with KubeVirt's LiveUpdate rollout strategy it would
@@ -101,9 +102,9 @@ func domain(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) kube
 			MaxSockets: 1,
 			Cores:      uint32(res.CPU), //nolint:gosec // CRD validation bounds cpu to 2..64.
 			Threads:    1,
-			Model:      vmCPUModel(class.Spec.Hardware.CPUModel),
+			Model:      vmCPUModel(hw.CPUModel),
 		},
-		Memory:  &kubevirtv1.Memory{Guest: &memory, MaxGuest: &maxMemory},
+		Memory: &kubevirtv1.Memory{Guest: &memory, MaxGuest: &maxMemory},
 		// One macOS licence slot (docs/licensing.md). An extended resource
 		// cannot be overcommitted: the pod must request what it limits.
 		Resources: kubevirtv1.ResourceRequirements{
@@ -127,7 +128,7 @@ func domain(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) kube
 			},
 			Interfaces: []kubevirtv1.Interface{{
 				Name:                   NetworkName,
-				Model:                  vmNICModel(class.Spec.Hardware.NICModel),
+				Model:                  vmNICModel(hw.NICModel),
 				InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}},
 			}},
 			// The tablet gives the domain a USB controller, which the hook's

@@ -29,10 +29,12 @@ type revisionInput struct {
 func ClassRevision(class *macvirtv1alpha1.MacClass) string {
 	spec := class.Spec.DeepCopy()
 	in := revisionInput{
-		Resources:           spec.Resources,
-		Image:               spec.Image,
-		Bootloader:          spec.Bootloader,
-		Hardware:            spec.Hardware,
+		Resources:  spec.Resources,
+		Image:      spec.Image,
+		Bootloader: spec.Bootloader,
+		// Unset fields hash as their (release's) defaults, so a class
+		// defaulted by the API server and one defaulted here agree.
+		Hardware:            spec.EffectiveHardware(),
 		Placement:           spec.Placement,
 		ShutdownGracePeriod: spec.Lifecycle.ShutdownGracePeriodOrDefault().String(),
 	}

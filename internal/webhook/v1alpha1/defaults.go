@@ -34,7 +34,7 @@ func DefaultMacClass(c *macvirtv1alpha1.MacClass) {
 		q := macvirtv1alpha1.DefaultBootloaderSize.DeepCopy()
 		s.Bootloader.Size = &q
 	}
-	defaultHardware(&s.Hardware)
+	s.Hardware = s.EffectiveHardware()
 	if s.Placement.NodeSelector == nil {
 		s.Placement.NodeSelector = map[string]string{macvirtv1alpha1.LabelAppleHardware: "true"}
 	}
@@ -59,27 +59,6 @@ func DefaultMacClass(c *macvirtv1alpha1.MacClass) {
 	if s.Tenancy.AllowRetain == nil {
 		t := true
 		s.Tenancy.AllowRetain = &t
-	}
-}
-
-func defaultHardware(h *macvirtv1alpha1.HardwareSpec) {
-	if h.CPUModel == "" {
-		h.CPUModel = macvirtv1alpha1.DefaultCPUModel
-	}
-	if h.NICModel == "" {
-		h.NICModel = macvirtv1alpha1.DefaultNICModel
-	}
-	if h.DiskBus == "" {
-		h.DiskBus = macvirtv1alpha1.DefaultDiskBus
-	}
-	if h.SMC.Mode == "" {
-		h.SMC.Mode = macvirtv1alpha1.DefaultSMCMode
-	}
-	if h.SMBIOS.ProductName == "" {
-		h.SMBIOS.ProductName = macvirtv1alpha1.DefaultProductName
-	}
-	if h.Display.Model == "" {
-		h.Display.Model = macvirtv1alpha1.DefaultDisplayModel
 	}
 }
 

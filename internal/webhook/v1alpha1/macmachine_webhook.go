@@ -54,7 +54,7 @@ func (w *machineWebhook) Default(ctx context.Context, m *macvirtv1alpha1.MacMach
 		return err
 	}
 	if class != nil {
-		product = class.Spec.Hardware.SMBIOS.ProductName
+		product = class.Spec.EffectiveHardware().SMBIOS.ProductName
 	}
 	if err := DefaultMacMachine(m, product, w.lookup.newIdentity(ctx)); err != nil {
 		return fmt.Errorf("generating the SMBIOS identity of MacMachine %s/%s: %w", m.Namespace, m.Name, err)

@@ -61,6 +61,15 @@ func ValidateMacClass(c *macvirtv1alpha1.MacClass, env ClassEnv) (field.ErrorLis
 	errs = append(errs, validateSize(spec.Child("bootloader", "size"), s.Bootloader.Size)...)
 
 	errs = append(errs, validateHardware(spec.Child("hardware"), &s.Hardware, env, &warns)...)
+	// What the class's macOS release is known not to boot with, on the
+	// hardware as it will be rendered (unset fields take its defaults).
+	for _, p := range macvirtv1alpha1.ReleaseHardwareProblems(s.Release(), s.EffectiveHardware()) {
+		path := spec.Child("hardware")
+		for _, part := range strings.Split(p.Field, ".") {
+			path = path.Child(part)
+		}
+		errs = append(errs, field.Invalid(path, p.Value, p.Message))
+	}
 	errs = append(errs, validatePlacement(spec.Child("placement"), &s.Placement, &warns)...)
 	errs = append(errs, validateLifecycle(spec.Child("lifecycle"), &s.Lifecycle, &warns)...)
 

@@ -94,6 +94,19 @@ var classRejections = map[string]struct {
 	"allowedNamespaces with a bad operator": {func(c *macvirtv1alpha1.MacClass) {
 		c.Spec.Tenancy.AllowedNamespaces = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Like"}}}
 	}, "spec.tenancy.allowedNamespaces.matchExpressions[0].operator", "not a valid selector operator"},
+	"macOS 26 on an iMac Pro, which Tahoe dropped": {func(c *macvirtv1alpha1.MacClass) {
+		c.Spec.MacOS = &macvirtv1alpha1.MacOSSpec{Release: macvirtv1alpha1.MacOSTahoe}
+		c.Spec.Hardware.SMBIOS.ProductName = "iMacPro1,1"
+	}, "spec.hardware.smbios.productName", "macOS 26 (Tahoe) does not support iMacPro1,1 (its last release is macOS 15 (Sequoia)): " +
+		"use one of MacBookPro16,1, MacBookPro16,2, MacBookPro16,4, MacPro7,1, iMac20,1, iMac20,2, or leave productName unset for MacPro7,1"},
+	"macOS 13 on Penryn, which lacks AVX2": {func(c *macvirtv1alpha1.MacClass) {
+		c.Spec.MacOS = &macvirtv1alpha1.MacOSSpec{Release: macvirtv1alpha1.MacOSVentura}
+		c.Spec.Hardware.CPUModel = macvirtv1alpha1.CPUModelPenryn
+	}, "spec.hardware.cpuModel", "macOS 13 (Ventura) needs AVX2, which Penryn lacks: use Haswell-noTSX, Skylake-Client-noTSX-IBRS or host-passthrough"},
+	"macOS 13 on a 2015 iMac": {func(c *macvirtv1alpha1.MacClass) {
+		c.Spec.MacOS = &macvirtv1alpha1.MacOSSpec{Release: macvirtv1alpha1.MacOSVentura}
+		c.Spec.Hardware.SMBIOS.ProductName = "iMac17,1"
+	}, "spec.hardware.smbios.productName", "macOS 13 (Ventura) does not support iMac17,1"},
 	"a default access type the class does not allow": {func(c *macvirtv1alpha1.MacClass) {
 		c.Spec.Access.DefaultType = macvirtv1alpha1.AccessNodePort
 	}, "spec.access.defaultType", "must be one of spec.tenancy.allowedAccessTypes [ClusterIP]: add NodePort there, or pick one of those"},
@@ -454,5 +467,39 @@ func TestAMachineMadeByHandObeysItsClassesTenancy(t *testing.T) {
 	tenant.Labels = map[string]string{"macvirt.io/tenant": "true"}
 	if errs, _ := ValidateMacMachine(m, MachineEnv{Class: class, Namespace: tenant}); len(errs) != 0 {
 		t.Errorf("a machine of an allowed namespace was refused: %v", errs)
+	}
+}
+
+func TestAMacOSReleaseDefaultsItsHardwareAndChecksOnlyWhatItKnows(t *testing.T) {
+	for release, info := range macvirtv1alpha1.MacOSReleases {
+		t.Run(string(release), func(t *testing.T) {
+			c := minimalClass()
+			c.Spec.MacOS = &macvirtv1alpha1.MacOSSpec{Release: release}
+			DefaultMacClass(c)
+			h := c.Spec.Hardware
+			if h.SMBIOS.ProductName != info.ProductName || h.CPUModel != info.CPUModel || h.NICModel != info.NICModel {
+				t.Fatalf("defaults %s/%s/%s, want the table's %s/%s/%s", h.SMBIOS.ProductName, h.CPUModel, h.NICModel,
+					info.ProductName, info.CPUModel, info.NICModel)
+			}
+			if errs, _ := ValidateMacClass(c, ClassEnv{}); len(errs) != 0 {
+				t.Fatalf("a release's own defaults are refused: %v", errs)
+			}
+		})
+	}
+	g := minimalClass()
+	g.Spec.Hardware.SMBIOS.ProductName, g.Spec.Hardware.CPUModel = "iMac17,1", macvirtv1alpha1.CPUModelPenryn
+	DefaultMacClass(g)
+	if errs, _ := ValidateMacClass(g, ClassEnv{}); len(errs) != 0 {
+		t.Fatalf("without spec.macOS.release nothing is checked: %v", errs)
+	}
+	if g.Spec.Hardware.NICModel != macvirtv1alpha1.NICModelVmxnet3 {
+		t.Fatalf("without a release the NIC defaults to vmxnet3, got %s", g.Spec.Hardware.NICModel)
+	}
+	custom := minimalClass()
+	custom.Spec.MacOS = &macvirtv1alpha1.MacOSSpec{Release: macvirtv1alpha1.MacOSTahoe}
+	custom.Spec.Hardware.SMBIOS.ProductName = "Mac-Custom1,1"
+	DefaultMacClass(custom)
+	if errs, _ := ValidateMacClass(custom, ClassEnv{}); len(errs) != 0 {
+		t.Fatalf("a model the table does not know is not refused: %v", errs)
 	}
 }
