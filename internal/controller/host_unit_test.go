@@ -52,11 +52,12 @@ func TestComputeNodeSlots(t *testing.T) {
 		want    int64 // -1: none
 		invalid string
 	}{
-		"not Apple hardware: none":              {node: with(nil, nil), want: -1},
-		"Apple hardware: the licence's two":     {node: with(apple, nil), want: 2},
-		"a label sets it":                       {node: with(merge(apple, map[string]string{key: "1"}), nil), want: 1},
-		"the annotation wins over the label":    {node: with(merge(apple, map[string]string{key: "1"}), map[string]string{key: "3"}), want: 3},
-		"zero takes a Mac out of macOS service": {node: with(apple, map[string]string{key: "0"}), want: 0},
+		"not Apple hardware: none":                     {node: with(nil, nil), want: -1},
+		"only the exact label value the class selects": {node: with(map[string]string{macvirtv1alpha1.LabelAppleHardware: "True"}, nil), want: -1},
+		"Apple hardware: the licence's two":            {node: with(apple, nil), want: 2},
+		"a label sets it":                              {node: with(merge(apple, map[string]string{key: "1"}), nil), want: 1},
+		"the annotation wins over the label":           {node: with(merge(apple, map[string]string{key: "1"}), map[string]string{key: "3"}), want: 3},
+		"zero takes a Mac out of macOS service":        {node: with(apple, map[string]string{key: "0"}), want: 0},
 		"not a number: the default, and why": {node: with(apple, map[string]string{key: "two"}), want: 2,
 			invalid: `annotation macvirt.io/macos-slots="two" on node mac-1 is not a whole number from 0 to 64`},
 		"out of range: the default, and why": {node: with(merge(apple, map[string]string{key: "-1"}), nil), want: 2,
@@ -64,7 +65,7 @@ func TestComputeNodeSlots(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
-			got := computeNodeSlots(tc.node)
+			got := computeNodeSlots(tc.node, heldSlots{})
 			if tc.want < 0 {
 				g.Expect(got.Want).To(BeNil())
 			} else {
@@ -79,6 +80,43 @@ func TestComputeNodeSlots(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestComputeNodeSlotsKeepsRunningVMsAdmittable(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "mac-1", Labels: map[string]string{macvirtv1alpha1.LabelAppleHardware: "true"},
+		Annotations: map[string]string{macvirtv1alpha1.AnnotationMacOSSlots: "1"}}}
+	for name, tc := range map[string]struct {
+		held     heldSlots
+		want     int64
+		adjusted string
+	}{
+		"fewer VMs than slots":  {held: heldSlots{Requested: 1}, want: 1},
+		"lowered under two VMs": {held: heldSlots{Requested: 2}, want: 2, adjusted: "runs 2 macOS VMs that hold a slot, more than the 1 it should advertise: advertising 2"},
+		"an old VM holds a licence without asking": {held: heldSlots{Unrequested: 1}, want: 0,
+			adjusted: "runs 1 macOS VMs started before VMs requested a slot: advertising 0 of its 1 slots"},
+		"never below what running VMs requested": {held: heldSlots{Requested: 1, Unrequested: 1}, want: 1,
+			adjusted: ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			got := computeNodeSlots(node, tc.held)
+			g.Expect(got.Want.Value()).To(Equal(tc.want))
+			if tc.adjusted == "" {
+				g.Expect(got.Adjusted).To(BeEmpty())
+			} else {
+				g.Expect(got.Adjusted).To(ContainSubstring(tc.adjusted))
+			}
+		})
+	}
+	g := NewWithT(t)
+	one := resource.MustParse("1")
+	requesting := kubevirtv1.VirtualMachineInstance{}
+	requesting.Spec.Domain.Resources.Requests = corev1.ResourceList{macvirtv1alpha1.ResourceMacOSSlots: one}
+	old := kubevirtv1.VirtualMachineInstance{}
+	old.Labels = map[string]string{macvirtv1alpha1.LabelMachine: "m"}
+	done := *requesting.DeepCopy()
+	done.Status.Phase = kubevirtv1.Succeeded
+	g.Expect(countHeld([]kubevirtv1.VirtualMachineInstance{requesting, old, done, {}})).To(Equal(heldSlots{Requested: 1, Unrequested: 1}))
 }
 
 func TestAdvertised(t *testing.T) {
@@ -122,7 +160,7 @@ func TestObserveDrain(t *testing.T) {
 		o    machineObservation
 		want drainState
 	}{
-		"not marked": {o: machineObservation{Now: now, Class: class, Machine: machine(true, nil), VMI: vmi("", kubevirtv1.Running)}},
+		"not marked":  {o: machineObservation{Now: now, Class: class, Machine: machine(true, nil), VMI: vmi("", kubevirtv1.Running)}},
 		"no instance": {o: machineObservation{Now: now, Class: class, Machine: machine(true, &tenMinutesAgo)}},
 		"an idle machine stops at once": {o: machineObservation{Now: now, Class: class, Machine: machine(false, nil), VMI: vmi("mac-1", kubevirtv1.Running)},
 			want: drainState{Node: "mac-1", Since: now, Grace: time.Hour, Stop: true}},

@@ -193,10 +193,12 @@ var _ = Describe("An Apple node", func() {
 		Eventually(slotsOf(node)).Should(Equal("2/2"))
 
 		By("an invalid setting is said on the node, and the default advertised")
+		annotateNode(node, "1")
+		Eventually(slotsOf(node)).Should(Equal("1/1"))
 		annotateNode(node, "lots")
 		Eventually(warningsAbout(node, "InvalidMacOSSlots")).ShouldNot(BeEmpty())
 		Expect(warningsAbout(node, "InvalidMacOSSlots")()[0].Note).To(ContainSubstring(`annotation macvirt.io/macos-slots="lots" on node ` + node))
-		Expect(slotsOf(node)(Default)).To(Equal("2/2"))
+		Eventually(slotsOf(node)).Should(Equal("2/2"))
 
 		By("a node no longer labelled as Apple hardware loses them")
 		n := &corev1.Node{}
@@ -212,7 +214,7 @@ var _ = Describe("An Apple node", func() {
 		node := useNodes(1)[0]
 		DeferCleanup(startOperator())
 		class := newClass()
-		pool, ns := newPool(class.Name, 3, 3)
+		pool, ns := newPool(class.Name, 3, 6) // room under the cap: only the pool's judgement keeps it at three
 		startGuests(ns)
 		killed := killWatch(ns)
 		w, err := watchClient().Watch(context.Background(), &macvirtv1alpha1.MacMachineList{}, client.InNamespace(ns))
@@ -241,7 +243,7 @@ var _ = Describe("An Apple node", func() {
 
 		By("for a while nothing is created or deleted, and no stall is declared")
 		added, deleted := 0, 0
-		deadline := time.After(3 * time.Second)
+		deadline := time.After(4 * time.Second)
 	count:
 		for {
 			select {
@@ -269,13 +271,64 @@ var _ = Describe("An Apple node", func() {
 	})
 })
 
+var _ = Describe("An Apple node's running macOS VMs", func() {
+	It("keep their slots when the count is lowered under them, and a VM from an older operator is counted and updated without a restart", func() {
+		node := useNodes(1)[0]
+		stop := startOperator()
+		class := newClass()
+		ns := newNamespace()
+		startGuests(ns)
+		m := newMachine(ns, class.Name)
+		k := key(m)
+		Eventually(phase(k)).Should(Equal(macvirtv1alpha1.MachineReady))
+		Eventually(slotsOf(node)).Should(Equal("2/2"))
+
+		By("an admin lowers the count to 0 under a running VM: 1 stays advertised, so a kubelet restart cannot reject it")
+		annotateNode(node, "0")
+		Eventually(warningsAbout(node, "MacOSSlotsAdjusted")).Should(ContainElement(HaveField("Note",
+			ContainSubstring("runs 1 macOS VMs that hold a slot, more than the 0 it should advertise: advertising 1"))))
+		Consistently(slotsOf(node)).WithTimeout(time.Second).Should(Equal("1/1"))
+
+		By("an upgrade from an operator whose VMs had no slot request and no evictionStrategy")
+		annotateNode(node, "2")
+		Eventually(slotsOf(node)).Should(Equal("2/2"))
+		stop()
+		vm := vmOf(k)()
+		uid := instanceOf(ns, vm.Name)(Default).UID
+		strip := func(o client.Object, spec *kubevirtv1.VirtualMachineInstanceSpec) {
+			patch := client.MergeFrom(o.DeepCopyObject().(client.Object))
+			delete(spec.Domain.Resources.Requests, macvirtv1alpha1.ResourceMacOSSlots)
+			delete(spec.Domain.Resources.Limits, macvirtv1alpha1.ResourceMacOSSlots)
+			spec.EvictionStrategy = nil
+			Expect(k8sClient.Patch(context.Background(), o, patch)).To(Succeed())
+		}
+		vmi := instanceOf(ns, vm.Name)(Default)
+		strip(vmi, &vmi.Spec)
+		strip(vm, &vm.Spec.Template.Spec)
+		DeferCleanup(startOperator())
+		Eventually(slotsOf(node)).Should(Equal("1/1"), "its running instance holds a licence the scheduler does not count")
+		Eventually(warningsAbout(node, "MacOSSlotsAdjusted")).Should(ContainElement(HaveField("Note",
+			ContainSubstring("runs 1 macOS VMs started before VMs requested a slot: advertising 1 of its 2 slots"))))
+		Eventually(func(g Gomega) {
+			t := vmOf(k)().Spec.Template.Spec
+			g.Expect(t.Domain.Resources.Requests).To(HaveKey(corev1.ResourceName(macvirtv1alpha1.ResourceMacOSSlots)))
+			g.Expect(t.Domain.Resources.Limits).To(HaveKey(corev1.ResourceName(macvirtv1alpha1.ResourceMacOSSlots)))
+			g.Expect(t.EvictionStrategy).To(HaveValue(Equal(kubevirtv1.EvictionStrategyExternal)))
+		}).Should(Succeed())
+		Expect(instanceOf(ns, vm.Name)(Default).UID).To(Equal(uid), "not restarted for it")
+		Expect(phase(k)()).To(Equal(macvirtv1alpha1.MachineReady))
+	})
+})
+
 var _ = Describe("Draining an Apple node", func() {
 	It("replaces idle machines elsewhere and keeps a bound one for its tenant until the claim lets go, killing none, across an operator restart", func() {
 		nodes := useNodes(2)
 		drained, spare := nodes[0], nodes[1]
 		annotateNode(spare, "0") // everything starts on the node to drain
 		stop := startOperator()
-		class := newClass(func(c *macvirtv1alpha1.MacClass) { c.Spec.Lifecycle.DrainGracePeriod = &metav1.Duration{Duration: time.Hour} })
+		class := newClass(func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Lifecycle.DrainGracePeriod = &metav1.Duration{Duration: time.Hour}
+		})
 		pool, ns := newPool(class.Name, 1, 3)
 		startGuests(ns)
 		killed := killWatch(ns)
@@ -330,15 +383,19 @@ var _ = Describe("Draining an Apple node", func() {
 		Eventually(drain(drained)).Should(And(HaveField("Remaining", 1),
 			HaveField("Refused", ConsistOf(ContainSubstring("Evacuation in progress: Eviction triggered evacuation of VMI")))))
 
-		By("an operator restart mid-drain keeps the drain's start, so the grace is not renewed")
-		since := conditionOf(mk, macvirtv1alpha1.ConditionHostDraining)().LastTransitionTime
+		By("an operator restart mid-drain keeps the drain's start, so the grace and its deadline are not renewed")
+		before := conditionOf(mk, macvirtv1alpha1.ConditionHostDraining)()
+		Expect(before.Message).To(ContainSubstring("until " + before.LastTransitionTime.Add(time.Hour).UTC().Format(time.RFC3339)))
 		stop()
+		clock.Advance(time.Minute) // the restarted operator's now is later than the drain's start
+		DeferCleanup(clock.Reset)
 		DeferCleanup(startOperator())
 		touch(mk)
 		Consistently(func(g Gomega) {
 			c := meta.FindStatusCondition(getMachineWith(g, mk).Status.Conditions, macvirtv1alpha1.ConditionHostDraining)
 			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.LastTransitionTime).To(Equal(since))
+			g.Expect(c.LastTransitionTime).To(Equal(before.LastTransitionTime))
+			g.Expect(c.Message).To(Equal(before.Message), "the deadline in the message is the drain's start plus the grace")
 			g.Expect(instanceOf(ns, bound)(g).Status.Phase).To(Equal(kubevirtv1.Running))
 		}).WithTimeout(2 * time.Second).Should(Succeed())
 
@@ -357,7 +414,9 @@ var _ = Describe("Draining an Apple node", func() {
 		drained, spare := nodes[0], nodes[1]
 		annotateNode(spare, "0")
 		DeferCleanup(startOperator())
-		class := newClass(func(c *macvirtv1alpha1.MacClass) { c.Spec.Lifecycle.DrainGracePeriod = &metav1.Duration{Duration: 3 * time.Second} })
+		class := newClass(func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Lifecycle.DrainGracePeriod = &metav1.Duration{Duration: 3 * time.Second}
+		})
 		pool, ns := newPool(class.Name, 1, 2)
 		startGuests(ns)
 		killed := killWatch(ns)

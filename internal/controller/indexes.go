@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -35,6 +36,12 @@ func RegisterIndexes(ctx context.Context, idx client.FieldIndexer) error {
 			m := o.(*macvirtv1alpha1.MacMachine)
 			if ref := m.Spec.ClaimRef; ref != nil && retains(m) && m.DeletionTimestamp.IsZero() {
 				return []string{releasedKey(ref.Namespace, m.Spec.ClassName)}
+			}
+			return nil
+		}},
+		{&kubevirtv1.VirtualMachineInstance{}, vmiNodeField, func(o client.Object) []string {
+			if node := o.(*kubevirtv1.VirtualMachineInstance).Status.NodeName; node != "" {
+				return []string{node}
 			}
 			return nil
 		}},

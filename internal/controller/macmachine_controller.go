@@ -168,6 +168,7 @@ func (r *MacMachineReconciler) reconcileNormal(ctx context.Context, o *machineOb
 		r.ensureNetworkPolicy,
 		r.ensureDataVolumes,
 		r.ensureVirtualMachine,
+		r.ensureHostRules,
 		r.ensureAgentVolume,
 		r.ensureRunState,
 	} {

@@ -17,13 +17,19 @@ limitations under the License.
 package controller
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
@@ -90,18 +96,22 @@ func hostDrainingCondition(d drainState) (condition, bool) {
 		return condition{}, false
 	}
 	c := condition{status: metav1.ConditionTrue}
+	// KubeVirt marks the instance on any eviction of its pod: kubectl
+	// drain, but also the descheduler or its own workload updater, which
+	// do not cordon the node.
+	what := fmt.Sprintf("node %s is being drained (its virt-launcher pod was evicted: kubectl drain, the descheduler or a KubeVirt workload update)", d.Node)
 	switch {
 	case !d.Bound:
-		c.problem = problem{macvirtv1alpha1.ReasonDrainStop, fmt.Sprintf(
-			"node %s is being drained: the machine is idle, so macOS is shut down gracefully now and the machine replaced on another node", d.Node)}
+		c.problem = problem{macvirtv1alpha1.ReasonDrainStop, what +
+			": the machine is idle, so macOS is shut down gracefully now and the machine replaced"}
 	case d.Stop:
 		c.problem = problem{macvirtv1alpha1.ReasonDrainStop, fmt.Sprintf(
-			"node %s is being drained and drainGracePeriod (%s) is over: macOS is shut down gracefully now and started again on another node; unsaved work in the guest is lost",
-			d.Node, d.Grace)}
+			"%s and drainGracePeriod (%s) is over: macOS is shut down gracefully now and started again, on another node if the drained one is cordoned; unsaved work in the guest is lost",
+			what, d.Grace)}
 	default:
 		c.problem = problem{macvirtv1alpha1.ReasonEvacuationRequested, fmt.Sprintf(
-			"node %s is being drained: the machine keeps running until its claim releases it or until %s (drainGracePeriod %s), then macOS is shut down gracefully and started again on another node",
-			d.Node, d.Since.Add(d.Grace).UTC().Format(time.RFC3339), d.Grace)}
+			"%s: the machine keeps running until its claim releases it or until %s (drainGracePeriod %s), then macOS is shut down gracefully and started again, on another node if the drained one is cordoned",
+			what, d.Since.Add(d.Grace).UTC().Format(time.RFC3339), d.Grace)}
 	}
 	return c, true
 }
@@ -169,4 +179,49 @@ func mirrorHostDraining(conds *[]metav1.Condition, m *macvirtv1alpha1.MacMachine
 	}
 	meta.SetStatusCondition(conds, metav1.Condition{Type: macvirtv1alpha1.ConditionHostDraining, Status: metav1.ConditionTrue,
 		Reason: c.Reason, Message: fmt.Sprintf("machine %s/%s: %s", m.Namespace, m.Name, c.Message), ObservedGeneration: generation})
+}
+
+// hostRulesMissing reports a VM template without what every macvirt VM
+// now carries for its host: one macOS slot requested and limited, and
+// evictionStrategy External. VMs created by an older operator lack them.
+func hostRulesMissing(vm *kubevirtv1.VirtualMachine) bool {
+	t := vm.Spec.Template
+	if t == nil {
+		return false
+	}
+	name := corev1.ResourceName(macvirtv1alpha1.ResourceMacOSSlots)
+	_, req := t.Spec.Domain.Resources.Requests[name]
+	_, lim := t.Spec.Domain.Resources.Limits[name]
+	s := t.Spec.EvictionStrategy
+	return !req || !lim || s == nil || *s != kubevirtv1.EvictionStrategyExternal
+}
+
+// ensureHostRules answers: does the machine's VM ask for a macOS slot and
+// keep drains from killing it? A VM an older operator created is patched
+// (guarded by its resourceVersion); the change reaches KubeVirt at the
+// VM's next start, and nothing is restarted for it. Its running instance
+// keeps holding a licence without a slot, which the node controller
+// subtracts from what the node advertises meanwhile.
+func (r *MacMachineReconciler) ensureHostRules(ctx context.Context, o *machineObservation) (bool, error) {
+	vm := o.VM
+	if vm == nil || !hostRulesMissing(vm) {
+		return true, nil
+	}
+	patch := client.MergeFromWithOptions(vm.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	res := &vm.Spec.Template.Spec.Domain.Resources
+	one := resource.MustParse("1")
+	if res.Requests == nil {
+		res.Requests = corev1.ResourceList{}
+	}
+	if res.Limits == nil {
+		res.Limits = corev1.ResourceList{}
+	}
+	res.Requests[macvirtv1alpha1.ResourceMacOSSlots], res.Limits[macvirtv1alpha1.ResourceMacOSSlots] = one, one
+	vm.Spec.Template.Spec.EvictionStrategy = ptr.To(kubevirtv1.EvictionStrategyExternal)
+	if err := r.Patch(ctx, vm, patch); err != nil {
+		return false, r.updateFailed(o, fmt.Errorf("giving VirtualMachine %s/%s its macOS slot request and evictionStrategy External: %w",
+			vm.Namespace, vm.Name, err))
+	}
+	ctrl.LoggerFrom(ctx).Info("VirtualMachine now requests a macOS slot and evictionStrategy External (from its next start)", "virtualMachine", vm.Name)
+	return true, nil
 }

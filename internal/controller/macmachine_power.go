@@ -126,6 +126,10 @@ func guestShutDown(o machineObservation) (condition, bool) {
 		return condition{}, false
 	}
 	vmi := o.VMI
+	if vmi != nil && vmi.Status.EvacuationNodeName != "" {
+		// Shut down for a drain (HostDraining says so), not by macOS.
+		return condition{}, false
+	}
 	if vmi != nil && vmi.Status.Phase == kubevirtv1.Succeeded && vmiEverRan(vmi) {
 		return condFalse(macvirtv1alpha1.ReasonGuestShutDown,
 			"macOS shut itself down (VirtualMachineInstance %s is Succeeded); KubeVirt starts it again, as runStrategy Always asks",

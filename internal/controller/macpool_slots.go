@@ -119,13 +119,19 @@ func (r *MacPoolReconciler) observeSlots(ctx context.Context, s *poolScope) (boo
 	if waiting == 0 {
 		return true, nil
 	}
+	// The report is information: a failed read says so in it, and the
+	// pool goes on with its creates and deletes.
 	nodes := &corev1.NodeList{}
-	if err := r.List(ctx, nodes, client.MatchingLabels{macvirtv1alpha1.LabelAppleHardware: "true"}); err != nil {
-		return false, fmt.Errorf("listing Apple nodes: %w", err)
-	}
 	vmis := &kubevirtv1.VirtualMachineInstanceList{}
-	if err := r.List(ctx, vmis); err != nil {
-		return false, fmt.Errorf("listing VirtualMachineInstances: %w", err)
+	err := r.List(ctx, nodes, client.MatchingLabels{macvirtv1alpha1.LabelAppleHardware: "true"})
+	if err == nil {
+		err = r.List(ctx, vmis)
+	}
+	if err != nil {
+		s.Slots = &problem{macvirtv1alpha1.ReasonMacOSSlotsExhausted, fmt.Sprintf(
+			"%d machine(s) cannot be scheduled: no Apple node they may run on has a free macOS slot (%s); the free slots per node could not be read: %v",
+			waiting, macvirtv1alpha1.ResourceMacOSSlots, err)}
+		return true, nil
 	}
 	s.Slots = slotsProblem(waiting, slotUse(nodes.Items, vmis.Items))
 	return true, nil

@@ -21,18 +21,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
@@ -58,15 +61,29 @@ type NodeSlotsReconciler struct {
 	// ControllerName overrides the controller's name, so tests can run
 	// several managers in one process.
 	ControllerName string
+
+	// warned holds, per node and reason, the last warning recorded.
+	warned sync.Map
 }
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch
+
+// vmiNodeField indexes VirtualMachineInstances by the node they run on.
+const vmiNodeField = "status.nodeName"
 
 // nodeScope is what one reconcile of a node read and decided.
 type nodeScope struct {
 	Node  *corev1.Node
+	Held  heldSlots
 	Slots nodeSlots
+}
+
+// heldSlots counts the unfinished macOS VMs on a node: those whose pod
+// requests a slot, and macvirt's VMs started before VMs requested one.
+type heldSlots struct {
+	Requested, Unrequested int64
 }
 
 // nodeSlots is what a node should advertise.
@@ -76,14 +93,22 @@ type nodeSlots struct {
 	// Invalid says why the node's own setting was ignored ("" when valid
 	// or absent).
 	Invalid string
+	// Adjusted says why Want differs from the node's setting ("" when it
+	// does not).
+	Adjusted string
 }
 
 // computeNodeSlots decides the node's slots from its labels and
 // annotations: none for a node not labelled as Apple hardware, the
 // annotation's (or else the label's) whole number from 0 to MaxMacOSSlots,
 // or DefaultMacOSSlots, also when the setting is invalid (which is said).
-func computeNodeSlots(node *corev1.Node) nodeSlots {
-	if !strings.EqualFold(node.Labels[macvirtv1alpha1.LabelAppleHardware], "true") {
+// Then it is adjusted for the macOS VMs the node runs: lowered by those
+// that hold a licence without requesting a slot (started before VMs did),
+// and never below the slots requested by running VMs, because a restarting
+// kubelet admits its running pods again against allocatable and would
+// reject (kill) those that no longer fit.
+func computeNodeSlots(node *corev1.Node, held heldSlots) nodeSlots {
+	if node.Labels[macvirtv1alpha1.LabelAppleHardware] != "true" {
 		return nodeSlots{}
 	}
 	want := int64(macvirtv1alpha1.DefaultMacOSSlots)
@@ -102,7 +127,42 @@ func computeNodeSlots(node *corev1.Node) nodeSlots {
 			want = n
 		}
 	}
-	return nodeSlots{Want: resource.NewQuantity(want, resource.DecimalSI), Invalid: invalid}
+	out := nodeSlots{Invalid: invalid}
+	adjusted := max(held.Requested, want-held.Unrequested, 0)
+	switch {
+	case adjusted > want:
+		out.Adjusted = fmt.Sprintf("node %s runs %d macOS VMs that hold a slot, more than the %d it should advertise: advertising %d until some stop, "+
+			"so that a kubelet restart does not reject (kill) running ones", node.Name, held.Requested, want, adjusted)
+	case adjusted < want && held.Unrequested > 0:
+		out.Adjusted = fmt.Sprintf("node %s runs %d macOS VMs started before VMs requested a slot: advertising %d of its %d slots until they restart",
+			node.Name, held.Unrequested, adjusted, want)
+	}
+	out.Want = resource.NewQuantity(adjusted, resource.DecimalSI)
+	return out
+}
+
+// countHeld counts the unfinished instances that hold a macOS slot: those
+// requesting one, and macvirt's (labelled with their machine) that do not.
+func countHeld(vmis []kubevirtv1.VirtualMachineInstance) heldSlots {
+	var h heldSlots
+	name := corev1.ResourceName(macvirtv1alpha1.ResourceMacOSSlots)
+	for i := range vmis {
+		v := &vmis[i]
+		if v.IsFinal() {
+			continue
+		}
+		q, ok := v.Spec.Domain.Resources.Requests[name]
+		if !ok {
+			q, ok = v.Spec.Domain.Resources.Limits[name]
+		}
+		switch {
+		case ok:
+			h.Requested += q.Value()
+		case v.Labels[macvirtv1alpha1.LabelMachine] != "":
+			h.Unrequested++
+		}
+	}
+	return h
 }
 
 // advertised reports whether capacity and allocatable already say want.
@@ -128,6 +188,7 @@ func (r *NodeSlotsReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	for _, step := range []func(context.Context, *nodeScope) (bool, error){
+		r.countHeldSlots,
 		r.decideSlots,
 		r.advertiseSlots,
 	} {
@@ -138,12 +199,32 @@ func (r *NodeSlotsReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	return ctrl.Result{}, nil
 }
 
+// countHeldSlots answers: how many slots do the macOS VMs on the node hold?
+func (r *NodeSlotsReconciler) countHeldSlots(ctx context.Context, s *nodeScope) (bool, error) {
+	var list kubevirtv1.VirtualMachineInstanceList
+	if err := r.List(ctx, &list, client.MatchingFields{vmiNodeField: s.Node.Name}); err != nil {
+		return false, fmt.Errorf("listing the VirtualMachineInstances on node %s: %w", s.Node.Name, err)
+	}
+	s.Held = countHeld(list.Items)
+	return true, nil
+}
+
 // decideSlots answers: how many slots should the node advertise? An
-// invalid setting is said in a Warning event on the node.
+// invalid setting, or a count adjusted for the VMs the node runs, is said
+// in a Warning event on the node, once per message.
 func (r *NodeSlotsReconciler) decideSlots(_ context.Context, s *nodeScope) (bool, error) {
-	s.Slots = computeNodeSlots(s.Node)
-	if s.Slots.Invalid != "" {
-		recordEvent(r.Recorder, s.Node, corev1.EventTypeWarning, "InvalidMacOSSlots", "AdvertiseSlots", s.Slots.Invalid)
+	s.Slots = computeNodeSlots(s.Node, s.Held)
+	for _, w := range []struct{ reason, note string }{{"InvalidMacOSSlots", s.Slots.Invalid}, {"MacOSSlotsAdjusted", s.Slots.Adjusted}} {
+		key := s.Node.Name + "/" + w.reason
+		if w.note == "" {
+			r.warned.Delete(key)
+			continue
+		}
+		if last, ok := r.warned.Load(key); ok && last == w.note {
+			continue
+		}
+		r.warned.Store(key, w.note)
+		recordEvent(r.Recorder, s.Node, corev1.EventTypeWarning, w.reason, "AdvertiseSlots", w.note)
 	}
 	return true, nil
 }
@@ -202,5 +283,30 @@ func (r *NodeSlotsReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		For(&corev1.Node{}, builder.WithPredicates(slotsRelevant())).
+		// An instance placed, finished or gone changes what its node holds.
+		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(vmiToNode),
+			builder.WithPredicates(placementChanged())).
 		Complete(r)
+}
+
+// vmiToNode maps an instance to the node it runs on.
+func vmiToNode(_ context.Context, o client.Object) []reconcile.Request {
+	if node := o.(*kubevirtv1.VirtualMachineInstance).Status.NodeName; node != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: node}}}
+	}
+	return nil
+}
+
+// placementChanged passes instance events that change what a node holds:
+// creation and deletion, a new node, and the end of the instance.
+func placementChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.(*kubevirtv1.VirtualMachineInstance), e.ObjectNew.(*kubevirtv1.VirtualMachineInstance)
+			if o == nil || n == nil {
+				return true
+			}
+			return o.Status.NodeName != n.Status.NodeName || o.IsFinal() != n.IsFinal()
+		},
+	}
 }

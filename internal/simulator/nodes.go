@@ -258,14 +258,16 @@ const (
 
 // Drain plays one pass of kubectl drain over node: it cordons the node
 // (spec.unschedulable) and evicts the virt-launcher pod of every instance
-// on it. Under evictionStrategy External (or LiveMigrate) virt-api's
+// on it. Under evictionStrategy External virt-api's
 // eviction admitter refuses the eviction with 429 TooManyRequests and
 // marks the instance for evacuation (status.evacuationNodeName, set by
 // markVMI; virt-controller then adds the EvictionRequested condition in
 // updateStatus, pkg/virt-controller/watch/vmi/lifecycle.go); no KubeVirt
 // controller acts on External, which leaves the instance to whoever set
-// it. Without a strategy (the cluster default is none here) the eviction
-// goes through and the pod is gone: the instance fails under its tenant.
+// it. Simulated instances are not live-migratable, so LiveMigrate refuses
+// without a mark and LiveMigrateIfPossible, like no strategy (the cluster
+// default is none here), lets the eviction through: the pod is gone and
+// the instance fails under its tenant.
 // Call it again, as kubectl drain retries, until Remaining is 0.
 func (s *Simulator) Drain(ctx context.Context, node string) (DrainResult, error) {
 	var res DrainResult
@@ -310,7 +312,14 @@ func (s *Simulator) Drain(ctx context.Context, node string) (DrainResult, error)
 // the refusal, or "" when the pod was evicted.
 func (s *Simulator) evict(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, node string) (string, error) {
 	strategy := vmi.Spec.EvictionStrategy
-	if strategy == nil || *strategy == kubevirtv1.EvictionStrategyNone {
+	// Simulated instances are never live-migratable (no LiveMigratable
+	// condition): LiveMigrate refuses the eviction without a mark, and
+	// LiveMigrateIfPossible lets it through (admitLauncherPod).
+	if strategy != nil && *strategy == kubevirtv1.EvictionStrategyLiveMigrate {
+		return fmt.Sprintf("admission webhook %q denied the request: VMI %s is configured with an eviction strategy but is not live-migratable",
+			evictionWebhook, vmi.Name), nil
+	}
+	if strategy == nil || *strategy == kubevirtv1.EvictionStrategyNone || *strategy == kubevirtv1.EvictionStrategyLiveMigrateIfPossible {
 		// The pod goes; virt-controller sees the domain gone with it.
 		setVMIPhase(vmi, kubevirtv1.Failed, metav1.Now().Time)
 		if err := s.client.Update(ctx, vmi); err != nil {

@@ -31,9 +31,13 @@ import (
 // default plugins would, one filter after another per node, the first
 // failing filter giving the node's reason (pkg/scheduler/framework/
 // plugins: nodeunschedulable, tainttoleration, nodeaffinity,
-// noderesources/fit.go fitsRequest), then the node with the most free
-// extended resource is chosen (the fit plugin's LeastAllocated score; ties
-// go to the first name, where kube-scheduler picks at random).
+// noderesources/fit.go fitsRequest), then the node with the most of the
+// first requested extended resource left is chosen. That scoring is the
+// simulator's simplification: kube-scheduler scores CPU and memory
+// (LeastAllocated) and picks among equals at random; here ties go to the
+// first name. Required node affinity, and the node labels KubeVirt's own
+// node selectors name (kubevirt.io/schedulable, CPU models), are not
+// modelled: a simulated node matches them all.
 //
 // Only what a macOS VM's pod asks for beyond CPU and memory is counted:
 // the extended resources of the instance's spec.domain.resources, which
@@ -45,6 +49,8 @@ import (
 const (
 	// nodeunschedulable.ErrReasonUnschedulable.
 	reasonNodeCordoned = "node(s) were unschedulable"
+	// tainttoleration's Filter.
+	reasonUntoleratedTaint = "node(s) had untolerated taint(s)"
 	// nodeaffinity.ErrReasonPod.
 	reasonNodeSelector = "node(s) didn't match Pod's node affinity/selector"
 	// noderesources: "Insufficient " + resource name.
@@ -150,8 +156,8 @@ func filterNode(vmi *kubevirtv1.VirtualMachineInstance, node *corev1.Node, want,
 		if t.Effect == corev1.TaintEffectPreferNoSchedule || tolerates(tolerations, t) {
 			continue
 		}
-		// tainttoleration: "node(s) had untolerated taint {key: value}".
-		return fmt.Sprintf("node(s) had untolerated taint {%s: %s}", t.Key, t.Value), 0
+		// tainttoleration's Filter (taint_toleration.go, Kubernetes 1.36).
+		return reasonUntoleratedTaint, 0
 	}
 	for k, v := range vmi.Spec.NodeSelector {
 		if node.Labels[k] != v {

@@ -54,7 +54,7 @@ func macVMI(uid string, node string, phase kubevirtv1.VirtualMachineInstancePhas
 	return vmi
 }
 
-func TestScheduleCountsSlotsAsKubeSchedulerDoes(t *testing.T) {
+func TestScheduleFiltersNodesAndCountsSlots(t *testing.T) {
 	cordoned := func(n *corev1.Node) { n.Spec.Unschedulable = true }
 	unlabelled := func(n *corev1.Node) { n.Labels = nil }
 	untainted := func(n *corev1.Node) { n.Spec.Taints = nil }
@@ -97,7 +97,7 @@ func TestScheduleCountsSlotsAsKubeSchedulerDoes(t *testing.T) {
 			placed: []kubevirtv1.VirtualMachineInstance{macVMI("1", "b", kubevirtv1.Running)},
 			vmi:    macVMI("new", "", kubevirtv1.Scheduling),
 			want: placement{Message: "0/4 nodes are available: 1 Insufficient macvirt.io/macos-slots, 1 node(s) didn't match Pod's node affinity/selector, " +
-				"1 node(s) had untolerated taint {other: true}, 1 node(s) were unschedulable. " +
+				"1 node(s) had untolerated taint(s), 1 node(s) were unschedulable. " +
 				"preemption: 0/4 nodes are available: 1 No preemption victims found for incoming pod, 3 Preemption is not helpful for scheduling."},
 		},
 		"no nodes": {
