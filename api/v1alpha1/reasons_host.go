@@ -27,9 +27,10 @@ import "time"
 // scheduler places no more macOS VMs on a Mac than it has slots.
 const ResourceMacOSSlots = "macvirt.io/macos-slots"
 
-// AnnotationMacOSSlots, on a Node (or as a label of the same key), sets
-// the number of slots the node advertises instead of DefaultMacOSSlots: a
-// whole number from 0 to MaxMacOSSlots. The annotation wins over the label.
+// AnnotationMacOSSlots is the Node annotation (or label of the same key)
+// that sets the number of slots the node advertises instead of
+// DefaultMacOSSlots: a whole number from 0 to MaxMacOSSlots. The annotation
+// wins over the label.
 const AnnotationMacOSSlots = ResourceMacOSSlots
 
 // DefaultMacOSSlots is what the macOS licence allows: two macOS instances
@@ -43,7 +44,7 @@ const MaxMacOSSlots = 64
 // keeps running for its tenant before it is stopped gracefully.
 const DefaultDrainGracePeriod = time.Hour
 
-// ConditionHostDraining, on a MacMachine and its MacClaim, is True while
+// ConditionHostDraining is True, on a MacMachine and its MacClaim, while
 // the machine's node is being drained and the machine waits for its claim
 // to release it or for the class's drainGracePeriod to end. It is absent
 // otherwise.

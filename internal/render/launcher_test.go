@@ -44,11 +44,11 @@ func TestEveryVMAsksTheSchedulerForOneMacOSSlot(t *testing.T) {
 	for _, path := range renderings {
 		name := strings.TrimSuffix(filepath.Base(path), ".yaml")
 		t.Run(name, func(t *testing.T) {
-			rendering, err := os.ReadFile(path)
+			rendering, err := os.ReadFile(path) //nolint:gosec // a golden file of this package.
 			if err != nil {
 				t.Fatal(err)
 			}
-			raw, err := os.ReadFile(filepath.Join("testdata", "launcher", name+".launcher.yaml"))
+			raw, err := os.ReadFile(filepath.Join("testdata", "launcher", name+".launcher.yaml")) //nolint:gosec // a golden file of this package.
 			if err != nil {
 				t.Fatalf("%v (make golden writes it)", err)
 			}
