@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -31,6 +32,10 @@ func fakeClient(t *testing.T, objs ...client.Object) client.WithWatch {
 		t.Fatal(err)
 	}
 	if err := corev1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	// The operator's indexes cover KubeVirt's instances too.
+	if err := kubevirtv1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
 	b := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&macvirtv1alpha1.MacClaim{}, &macvirtv1alpha1.MacMachine{})
