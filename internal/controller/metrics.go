@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -58,7 +60,7 @@ func (c *machineCollector) Collect(ch chan<- prometheus.Metric) {
 // RegisterMetrics registers the operator's metrics with controller-runtime's
 // registry; reader is normally the manager's cache.
 func RegisterMetrics(reader client.Reader) error {
-	for _, c := range []prometheus.Collector{machinePhaseTransitions, &machineCollector{reader: reader},
+	for _, c := range []prometheus.Collector{machinePhaseTransitions, &machineCollector{reader: reader}, &slotsCollector{reader: reader},
 		poolMachineOps, poolMachines, claimBindSeconds, orphansDeleted, forcedPowerOffs} {
 		if err := metrics.Registry.Register(c); err != nil {
 			if _, already := err.(prometheus.AlreadyRegisteredError); !already {
@@ -114,3 +116,38 @@ var forcedPowerOffs = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "macvirt_machine_forced_poweroffs_total",
 	Help: "Graceful stops of MacMachines that ended with KubeVirt killing macOS after the grace period.",
 }, []string{"namespace"})
+
+var (
+	nodeSlotsDesc = prometheus.NewDesc("macvirt_node_macos_slots",
+		"macOS slots each Apple node advertises (its allocatable macvirt.io/macos-slots).", []string{"node"}, nil)
+	nodeSlotsUsedDesc = prometheus.NewDesc("macvirt_node_macos_slots_used",
+		"macOS slots held on each Apple node by unfinished VirtualMachineInstances that request one.", []string{"node"}, nil)
+)
+
+// slotsCollector reports each Apple node's macOS slots from the cache at
+// scrape time, so a deleted node's series goes with it.
+type slotsCollector struct {
+	reader client.Reader
+}
+
+func (c *slotsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- nodeSlotsDesc
+	ch <- nodeSlotsUsedDesc
+}
+
+func (c *slotsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
+	defer cancel()
+	var nodes corev1.NodeList
+	if err := c.reader.List(ctx, &nodes, client.MatchingLabels{macvirtv1alpha1.LabelAppleHardware: "true"}); err != nil {
+		return
+	}
+	var vmis kubevirtv1.VirtualMachineInstanceList
+	if err := c.reader.List(ctx, &vmis); err != nil {
+		return
+	}
+	for _, u := range slotUse(nodes.Items, vmis.Items) {
+		ch <- prometheus.MustNewConstMetric(nodeSlotsDesc, prometheus.GaugeValue, float64(u.Slots), u.Node)
+		ch <- prometheus.MustNewConstMetric(nodeSlotsUsedDesc, prometheus.GaugeValue, float64(u.Used), u.Node)
+	}
+}

@@ -5,8 +5,11 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -32,6 +35,45 @@ macvirt_machines{namespace="pools",phase="Ready"} 2
 macvirt_machines{namespace="team",phase="Pending"} 1
 `
 	if err := testutil.CollectAndCompare(&machineCollector{reader: c}, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestSlotsCollectorReportsEachAppleNode(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := corev1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := kubevirtv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	node := func(name string, apple bool, slots string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if apple {
+			n.Labels = map[string]string{macvirtv1alpha1.LabelAppleHardware: "true"}
+		}
+		n.Status.Allocatable = corev1.ResourceList{macvirtv1alpha1.ResourceMacOSSlots: resource.MustParse(slots)}
+		return n
+	}
+	vmi := func(name, node string, phase kubevirtv1.VirtualMachineInstancePhase) *kubevirtv1.VirtualMachineInstance {
+		v := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "pools", Name: name}}
+		v.Spec.Domain.Resources.Requests = corev1.ResourceList{macvirtv1alpha1.ResourceMacOSSlots: resource.MustParse("1")}
+		v.Status.NodeName, v.Status.Phase = node, phase
+		return v
+	}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(node("mac-1", true, "2"), node("mac-2", true, "1"), node("linux", false, "5"),
+		vmi("a", "mac-1", kubevirtv1.Running), vmi("b", "mac-1", kubevirtv1.Scheduled), vmi("c", "mac-2", kubevirtv1.Succeeded)).Build()
+	want := `
+# HELP macvirt_node_macos_slots macOS slots each Apple node advertises (its allocatable macvirt.io/macos-slots).
+# TYPE macvirt_node_macos_slots gauge
+macvirt_node_macos_slots{node="mac-1"} 2
+macvirt_node_macos_slots{node="mac-2"} 1
+# HELP macvirt_node_macos_slots_used macOS slots held on each Apple node by unfinished VirtualMachineInstances that request one.
+# TYPE macvirt_node_macos_slots_used gauge
+macvirt_node_macos_slots_used{node="mac-1"} 2
+macvirt_node_macos_slots_used{node="mac-2"} 0
+`
+	if err := testutil.CollectAndCompare(&slotsCollector{reader: c}, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
 }
