@@ -49,7 +49,8 @@ type MacOSSpec struct {
 	Release MacOSRelease `json:"release,omitempty"`
 }
 
-// MacOSReleaseInfo is what is known of a release under QEMU/KVM.
+// MacOSReleaseInfo is what macvirt uses of a release's entry in the
+// matrix; docs/macos-releases.md has the rest (OpenCore versions, sources).
 type MacOSReleaseInfo struct {
 	// Name is the release's marketing name.
 	Name string
@@ -57,8 +58,6 @@ type MacOSReleaseInfo struct {
 	ProductName string
 	CPUModel    CPUModel
 	NICModel    NICModel
-	// MinOpenCore is the oldest OpenCore release known to boot it.
-	MinOpenCore string
 	// NeedsAVX2 is true from macOS 13 on.
 	NeedsAVX2 bool
 }
@@ -66,18 +65,14 @@ type MacOSReleaseInfo struct {
 // MacOSReleases is the release matrix (docs/macos-releases.md lists the
 // sources of each entry).
 var MacOSReleases = map[MacOSRelease]MacOSReleaseInfo{
-	MacOSBigSur:   {Name: "Big Sur", ProductName: DefaultProductName, CPUModel: DefaultCPUModel, NICModel: DefaultNICModel, MinOpenCore: "0.6.4"},
-	MacOSMonterey: {Name: "Monterey", ProductName: DefaultProductName, CPUModel: DefaultCPUModel, NICModel: DefaultNICModel, MinOpenCore: "0.7.4"},
-	MacOSVentura: {Name: "Ventura", ProductName: DefaultProductName, CPUModel: DefaultCPUModel, NICModel: DefaultNICModel,
-		MinOpenCore: "0.8.5", NeedsAVX2: true},
-	MacOSSonoma: {Name: "Sonoma", ProductName: DefaultProductName, CPUModel: DefaultCPUModel, NICModel: DefaultNICModel,
-		MinOpenCore: "0.9.4", NeedsAVX2: true},
-	MacOSSequoia: {Name: "Sequoia", ProductName: DefaultProductName, CPUModel: DefaultCPUModel, NICModel: DefaultNICModel,
-		MinOpenCore: "1.0.2", NeedsAVX2: true},
+	MacOSBigSur:   {Name: "Big Sur", ProductName: DefaultProductName, CPUModel: DefaultCPUModel, NICModel: DefaultNICModel},
+	MacOSMonterey: {Name: "Monterey", ProductName: DefaultProductName, CPUModel: DefaultCPUModel, NICModel: DefaultNICModel},
+	MacOSVentura:  {Name: "Ventura", ProductName: DefaultProductName, CPUModel: DefaultCPUModel, NICModel: DefaultNICModel, NeedsAVX2: true},
+	MacOSSonoma:   {Name: "Sonoma", ProductName: DefaultProductName, CPUModel: DefaultCPUModel, NICModel: DefaultNICModel, NeedsAVX2: true},
+	MacOSSequoia:  {Name: "Sequoia", ProductName: DefaultProductName, CPUModel: DefaultCPUModel, NICModel: DefaultNICModel, NeedsAVX2: true},
 	// iMacPro1,1 is not among the Macs Tahoe supports; the Mac Pro (2019)
 	// is. vmxnet3 is unproven on Tahoe, virtio-net works.
-	MacOSTahoe: {Name: "Tahoe", ProductName: "MacPro7,1", CPUModel: DefaultCPUModel, NICModel: NICModelVirtio,
-		MinOpenCore: "1.0.5", NeedsAVX2: true},
+	MacOSTahoe: {Name: "Tahoe", ProductName: "MacPro7,1", CPUModel: DefaultCPUModel, NICModel: NICModelVirtio, NeedsAVX2: true},
 }
 
 // modelLastRelease is, for the Intel Mac models a VM commonly claims to
@@ -171,8 +166,8 @@ func ReleaseHardwareProblems(r MacOSRelease, hw HardwareSpec) []HardwareProblem 
 	var out []HardwareProblem
 	if last, known := modelLastRelease[hw.SMBIOS.ProductName]; known && last.number() < r.number() {
 		out = append(out, HardwareProblem{Field: "smbios.productName", Value: hw.SMBIOS.ProductName, Message: fmt.Sprintf(
-			"%s does not support %s (its last release is %s): use one of %s, or leave productName unset for %s; "+
-				"to run an unsupported model anyway (patched bootloaders), remove spec.macOS.release",
+			"%s does not support %s (its last release is %s): set one of %s, or remove spec.hardware.smbios.productName "+
+				"(perhaps an earlier default) to get %s; to run an unsupported model anyway (patched bootloaders), remove spec.macOS.release",
 			r, hw.SMBIOS.ProductName, last, strings.Join(r.SupportedModels(), ", "), info.ProductName)})
 	}
 	if info.NeedsAVX2 && hw.CPUModel == CPUModelPenryn {
@@ -182,4 +177,14 @@ func ReleaseHardwareProblems(r MacOSRelease, hw HardwareSpec) []HardwareProblem 
 			r, CPUModelHaswellNoTSX, CPUModelSkylakeClientNoTSXIBS, CPUModelHostPassthrough)})
 	}
 	return out
+}
+
+// ReleaseDefaults is the hardware a class of release r gets for unset
+// fields (r "" for a class that names no release).
+func ReleaseDefaults(r MacOSRelease) HardwareSpec {
+	spec := MacClassSpec{}
+	if r != "" {
+		spec.MacOS = &MacOSSpec{Release: r}
+	}
+	return spec.EffectiveHardware()
 }

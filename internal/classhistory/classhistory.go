@@ -59,7 +59,7 @@ func shorten(s string, n int) string {
 
 // New is the snapshot of class at its current revision, in namespace.
 func New(namespace string, class *macvirtv1alpha1.MacClass, revision string) (*appsv1.ControllerRevision, error) {
-	data, err := json.Marshal(class.Spec)
+	data, err := json.Marshal(snapshotSpec(class))
 	if err != nil {
 		return nil, fmt.Errorf("encoding MacClass %s spec: %w", class.Name, err)
 	}
@@ -88,7 +88,16 @@ func Decode(name string, snap *appsv1.ControllerRevision) (*macvirtv1alpha1.MacC
 // Holds reports whether snap holds class's current spec.
 func Holds(snap *appsv1.ControllerRevision, class *macvirtv1alpha1.MacClass) bool {
 	kept, err := Decode(class.Name, snap)
-	return err == nil && equality.Semantic.DeepEqual(kept.Spec, class.Spec)
+	return err == nil && equality.Semantic.DeepEqual(kept.Spec, snapshotSpec(class))
+}
+
+// snapshotSpec is the spec a snapshot keeps: the class's, with its hardware
+// as rendered (unset fields filled from its macOS release's table), so an
+// old revision renders as it did even if a later operator's table differs.
+func snapshotSpec(class *macvirtv1alpha1.MacClass) macvirtv1alpha1.MacClassSpec {
+	spec := *class.Spec.DeepCopy()
+	spec.Hardware = spec.EffectiveHardware()
+	return spec
 }
 
 // Resolver finds the class a machine is made of.

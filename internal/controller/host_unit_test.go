@@ -94,8 +94,8 @@ func TestComputeNodeSlotsKeepsRunningVMsAdmittable(t *testing.T) {
 		"lowered under two VMs": {held: heldSlots{Requested: 2}, want: 2, adjusted: "runs 2 macOS VMs that hold a slot, more than the 1 it should advertise: advertising 2"},
 		"an old VM holds a licence without asking": {held: heldSlots{Unrequested: 1}, want: 0,
 			adjusted: "runs 1 macOS VMs started before VMs requested a slot: advertising 0 of its 1 slots"},
-		"never below what running VMs requested": {held: heldSlots{Requested: 1, Unrequested: 1}, want: 1,
-			adjusted: ""},
+		"never below what running VMs requested, and the excess said": {held: heldSlots{Requested: 1, Unrequested: 1}, want: 1,
+			adjusted: "runs 2 macOS VMs, 1 of them started before VMs requested a slot, more than its 1 slots: advertising 1"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -109,6 +109,12 @@ func TestComputeNodeSlotsKeepsRunningVMsAdmittable(t *testing.T) {
 		})
 	}
 	g := NewWithT(t)
+	unlabelled := node.DeepCopy()
+	unlabelled.Labels = nil
+	got := computeNodeSlots(unlabelled, heldSlots{Requested: 2})
+	g.Expect(got.Want.Value()).To(Equal(int64(2)), "a node that lost its label keeps its running Macs admittable")
+	g.Expect(got.Adjusted).To(ContainSubstring("is not labelled macvirt.io/apple-hardware=true but runs 2 macOS VMs"))
+	g.Expect(computeNodeSlots(unlabelled, heldSlots{}).Want).To(BeNil())
 	one := resource.MustParse("1")
 	requesting := kubevirtv1.VirtualMachineInstance{}
 	requesting.Spec.Domain.Resources.Requests = corev1.ResourceList{macvirtv1alpha1.ResourceMacOSSlots: one}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -203,10 +204,10 @@ func hostRulesMissing(vm *kubevirtv1.VirtualMachine) bool {
 // keeps holding a licence without a slot, which the node controller
 // subtracts from what the node advertises meanwhile.
 func (r *MacMachineReconciler) ensureHostRules(ctx context.Context, o *machineObservation) (bool, error) {
-	vm := o.VM
-	if vm == nil || !hostRulesMissing(vm) {
+	if o.VM == nil || !hostRulesMissing(o.VM) {
 		return true, nil
 	}
+	vm := o.VM.DeepCopy()
 	patch := client.MergeFromWithOptions(vm.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	res := &vm.Spec.Template.Spec.Domain.Resources
 	one := resource.MustParse("1")
@@ -219,9 +220,17 @@ func (r *MacMachineReconciler) ensureHostRules(ctx context.Context, o *machineOb
 	res.Requests[macvirtv1alpha1.ResourceMacOSSlots], res.Limits[macvirtv1alpha1.ResourceMacOSSlots] = one, one
 	vm.Spec.Template.Spec.EvictionStrategy = ptr.To(kubevirtv1.EvictionStrategyExternal)
 	if err := r.Patch(ctx, vm, patch); err != nil {
-		return false, r.updateFailed(o, fmt.Errorf("giving VirtualMachine %s/%s its macOS slot request and evictionStrategy External: %w",
-			vm.Namespace, vm.Name, err))
+		// Best effort: stopping, starting and releasing must not wait on
+		// it. A conflict (KubeVirt writes the VM's status often) is tried
+		// again by the next reconcile; a refusal is said in an event.
+		if !apierrors.IsConflict(err) {
+			recordEvent(r.Recorder, o.Machine, corev1.EventTypeWarning, macvirtv1alpha1.ReasonUpdateFailed, "Provision", fmt.Sprintf(
+				"giving VirtualMachine %s/%s its macOS slot request and evictionStrategy External: %v", vm.Namespace, vm.Name, err))
+		}
+		ctrl.LoggerFrom(ctx).Info("VirtualMachine not updated with its host rules; trying again later", "virtualMachine", vm.Name, "reason", err.Error())
+		return true, nil
 	}
+	o.VM = vm
 	ctrl.LoggerFrom(ctx).Info("VirtualMachine now requests a macOS slot and evictionStrategy External (from its next start)", "virtualMachine", vm.Name)
 	return true, nil
 }

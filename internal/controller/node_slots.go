@@ -25,6 +25,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -109,6 +110,12 @@ type nodeSlots struct {
 // reject (kill) those that no longer fit.
 func computeNodeSlots(node *corev1.Node, held heldSlots) nodeSlots {
 	if node.Labels[macvirtv1alpha1.LabelAppleHardware] != "true" {
+		if held.Requested > 0 {
+			// Still running Macs: keep them admittable.
+			return nodeSlots{Want: resource.NewQuantity(held.Requested, resource.DecimalSI), Adjusted: fmt.Sprintf(
+				"node %s is not labelled %s=true but runs %d macOS VMs that hold a slot: advertising %d until they stop",
+				node.Name, macvirtv1alpha1.LabelAppleHardware, held.Requested, held.Requested)}
+		}
 		return nodeSlots{}
 	}
 	want := int64(macvirtv1alpha1.DefaultMacOSSlots)
@@ -130,6 +137,9 @@ func computeNodeSlots(node *corev1.Node, held heldSlots) nodeSlots {
 	out := nodeSlots{Invalid: invalid}
 	adjusted := max(held.Requested, want-held.Unrequested, 0)
 	switch {
+	case held.Requested+held.Unrequested > want && held.Requested <= want && held.Unrequested > 0:
+		out.Adjusted = fmt.Sprintf("node %s runs %d macOS VMs, %d of them started before VMs requested a slot, more than its %d slots: "+
+			"advertising %d until some stop", node.Name, held.Requested+held.Unrequested, held.Unrequested, want, adjusted)
 	case adjusted > want:
 		out.Adjusted = fmt.Sprintf("node %s runs %d macOS VMs that hold a slot, more than the %d it should advertise: advertising %d until some stop, "+
 			"so that a kubelet restart does not reject (kill) running ones", node.Name, held.Requested, want, adjusted)
@@ -185,6 +195,12 @@ func advertised(node *corev1.Node, want *resource.Quantity) bool {
 func (r *NodeSlotsReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	s := &nodeScope{Node: &corev1.Node{}}
 	if err := r.Get(ctx, req.NamespacedName, s.Node); err != nil {
+		if apierrors.IsNotFound(err) {
+			// A Node registered again under this name is warned afresh.
+			for _, reason := range []string{"InvalidMacOSSlots", "MacOSSlotsAdjusted"} {
+				r.warned.Delete(req.Name + "/" + reason)
+			}
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	for _, step := range []func(context.Context, *nodeScope) (bool, error){

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/hookconfig"
 )
@@ -198,5 +201,36 @@ func TestFixturesAreFromTheCurrentRenderings(t *testing.T) {
 		if first, _, _ := strings.Cut(fixture(t, name), "\n"); !strings.Contains(first, want) {
 			t.Errorf("%s was generated from another version of internal/render/testdata/%s.yaml; run make domain-fixtures", f, name)
 		}
+	}
+}
+
+// TestReleaseVariantsAreWhatTheRendererAsksFor checks that each release
+// variant applies the CPU, NIC and SMBIOS model the renderer writes for that
+// release (the domain-hook annotation of internal/render/testdata/
+// macos-<release>.yaml), so the hook and QEMU tests exercise what a class
+// of that release really renders.
+func TestReleaseVariantsAreWhatTheRendererAsksFor(t *testing.T) {
+	for _, v := range releaseVariants() {
+		t.Run(v.name, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join("..", "render", "testdata", v.fixture+".yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, _, _ := strings.Cut(string(raw), "\n---\n")
+			vm := &kubevirtv1.VirtualMachine{}
+			if err := yaml.Unmarshal([]byte(first), vm); err != nil {
+				t.Fatal(err)
+			}
+			rendered, err := hookconfig.Parse(vm.Spec.Template.ObjectMeta.Annotations[hookconfig.Annotation])
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := baseConfig()
+			v.mutate(cfg)
+			if cfg.CPU.Model != rendered.CPU.Model || cfg.NIC.Model != rendered.NIC.Model || cfg.SMBIOS.Product != rendered.SMBIOS.Product {
+				t.Errorf("variant applies %s/%s/%s; the renderer asks for %s/%s/%s", cfg.CPU.Model, cfg.NIC.Model, cfg.SMBIOS.Product,
+					rendered.CPU.Model, rendered.NIC.Model, rendered.SMBIOS.Product)
+			}
+		})
 	}
 }

@@ -168,6 +168,13 @@ var _ = Describe("Defaulting over TLS", func() {
 		Entry("tenancy.onDemand", func(s *macvirtv1alpha1.MacClassSpec) any { return *s.Tenancy.OnDemand }, true),
 	)
 
+	It("gives a class moved to macOS 26 Tahoe's hardware in place of what it defaulted before", func() {
+		class.Spec.MacOS = &macvirtv1alpha1.MacOSSpec{Release: macvirtv1alpha1.MacOSTahoe}
+		Expect(k8sClient.Update(suiteCtx, class)).To(Succeed())
+		Expect(class.Spec.Hardware.SMBIOS.ProductName).To(Equal("MacPro7,1"))
+		Expect(class.Spec.Hardware.NICModel).To(Equal(macvirtv1alpha1.NICModelVirtio))
+	})
+
 	It("agrees with DefaultMacClass, so the schema and the webhook give the same object", func() {
 		want := minimalClass()
 		DefaultMacClass(want)

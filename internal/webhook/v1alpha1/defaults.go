@@ -62,6 +62,28 @@ func DefaultMacClass(c *macvirtv1alpha1.MacClass) {
 	}
 }
 
+// DefaultMacClassUpdate defaults a class on update. When the update changes
+// the class's macOS release, each release-dependent hardware field
+// (cpuModel, nicModel, smbios.productName) that still holds the old
+// release's default, and that this update leaves as it was, is defaulted
+// again for the new release: a value the webhook wrote is not mistaken for
+// the admin's choice. Then DefaultMacClass.
+func DefaultMacClassUpdate(old, c *macvirtv1alpha1.MacClass) {
+	if old != nil && old.Spec.Release() != c.Spec.Release() {
+		was, h, prev := macvirtv1alpha1.ReleaseDefaults(old.Spec.Release()), &c.Spec.Hardware, &old.Spec.Hardware
+		if h.CPUModel == prev.CPUModel && prev.CPUModel == was.CPUModel {
+			h.CPUModel = ""
+		}
+		if h.NICModel == prev.NICModel && prev.NICModel == was.NICModel {
+			h.NICModel = ""
+		}
+		if h.SMBIOS.ProductName == prev.SMBIOS.ProductName && prev.SMBIOS.ProductName == was.SMBIOS.ProductName {
+			h.SMBIOS.ProductName = ""
+		}
+	}
+	DefaultMacClass(c)
+}
+
 // setDuration sets *d to def when unset.
 func setDuration(d **metav1.Duration, def time.Duration) {
 	if *d == nil {

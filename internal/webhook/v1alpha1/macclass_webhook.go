@@ -2,6 +2,10 @@ package v1alpha1
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+
+	admissionv1 "k8s.io/api/admission/v1"
 
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -16,8 +20,15 @@ type classWebhook struct {
 	env ClassEnv
 }
 
-func (w *classWebhook) Default(_ context.Context, c *macvirtv1alpha1.MacClass) error {
-	DefaultMacClass(c)
+func (w *classWebhook) Default(ctx context.Context, c *macvirtv1alpha1.MacClass) error {
+	var old *macvirtv1alpha1.MacClass
+	if req, err := admission.RequestFromContext(ctx); err == nil && req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+		old = &macvirtv1alpha1.MacClass{}
+		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+			return fmt.Errorf("decoding the MacClass being updated: %w", err)
+		}
+	}
+	DefaultMacClassUpdate(old, c)
 	return nil
 }
 

@@ -63,6 +63,9 @@ func ValidateMacClass(c *macvirtv1alpha1.MacClass, env ClassEnv) (field.ErrorLis
 	errs = append(errs, validateHardware(spec.Child("hardware"), &s.Hardware, env, &warns)...)
 	// What the class's macOS release is known not to boot with, on the
 	// hardware as it will be rendered (unset fields take its defaults).
+	if s.Release() == macvirtv1alpha1.MacOSTahoe && s.EffectiveHardware().NICModel == macvirtv1alpha1.NICModelVmxnet3 {
+		warns = append(warns, "spec.hardware.nicModel vmxnet3 is not known to work on macOS 26 (Tahoe); virtio, its default, is (docs/macos-releases.md)")
+	}
 	for _, p := range macvirtv1alpha1.ReleaseHardwareProblems(s.Release(), s.EffectiveHardware()) {
 		path := spec.Child("hardware")
 		for _, part := range strings.Split(p.Field, ".") {

@@ -98,7 +98,8 @@ var classRejections = map[string]struct {
 		c.Spec.MacOS = &macvirtv1alpha1.MacOSSpec{Release: macvirtv1alpha1.MacOSTahoe}
 		c.Spec.Hardware.SMBIOS.ProductName = "iMacPro1,1"
 	}, "spec.hardware.smbios.productName", "macOS 26 (Tahoe) does not support iMacPro1,1 (its last release is macOS 15 (Sequoia)): " +
-		"use one of MacBookPro16,1, MacBookPro16,2, MacBookPro16,4, MacPro7,1, iMac20,1, iMac20,2, or leave productName unset for MacPro7,1"},
+		"set one of MacBookPro16,1, MacBookPro16,2, MacBookPro16,4, MacPro7,1, iMac20,1, iMac20,2, or remove spec.hardware.smbios.productName " +
+		"(perhaps an earlier default) to get MacPro7,1"},
 	"macOS 13 on Penryn, which lacks AVX2": {func(c *macvirtv1alpha1.MacClass) {
 		c.Spec.MacOS = &macvirtv1alpha1.MacOSSpec{Release: macvirtv1alpha1.MacOSVentura}
 		c.Spec.Hardware.CPUModel = macvirtv1alpha1.CPUModelPenryn
@@ -501,5 +502,52 @@ func TestAMacOSReleaseDefaultsItsHardwareAndChecksOnlyWhatItKnows(t *testing.T) 
 	DefaultMacClass(custom)
 	if errs, _ := ValidateMacClass(custom, ClassEnv{}); len(errs) != 0 {
 		t.Fatalf("a model the table does not know is not refused: %v", errs)
+	}
+}
+
+func TestChangingTheReleaseRedefaultsWhatTheWebhookWrote(t *testing.T) {
+	old := minimalClass()
+	DefaultMacClass(old) // a class from before spec.macOS: iMacPro1,1, vmxnet3, Haswell-noTSX stored
+	tahoe := func(c *macvirtv1alpha1.MacClass) *macvirtv1alpha1.MacClass {
+		c = c.DeepCopy()
+		c.Spec.MacOS = &macvirtv1alpha1.MacOSSpec{Release: macvirtv1alpha1.MacOSTahoe}
+		return c
+	}
+	c := tahoe(old)
+	DefaultMacClassUpdate(old, c)
+	if h := c.Spec.Hardware; h.SMBIOS.ProductName != "MacPro7,1" || h.NICModel != macvirtv1alpha1.NICModelVirtio || h.CPUModel != macvirtv1alpha1.CPUModelHaswellNoTSX {
+		t.Fatalf("moving to 26 keeps %s/%s/%s; want Tahoe's defaults", h.SMBIOS.ProductName, h.NICModel, h.CPUModel)
+	}
+	if errs, warns := ValidateMacClass(c, ClassEnv{}); len(errs) != 0 || len(warns) != 0 {
+		t.Fatalf("the re-defaulted class is refused or warned about: %v %v", errs, warns)
+	}
+
+	chosen := old.DeepCopy()
+	chosen.Spec.Hardware.SMBIOS.ProductName = "iMac20,1"
+	c = tahoe(chosen)
+	DefaultMacClassUpdate(chosen, c)
+	if c.Spec.Hardware.SMBIOS.ProductName != "iMac20,1" {
+		t.Fatalf("an admin's model is replaced: %s", c.Spec.Hardware.SMBIOS.ProductName)
+	}
+
+	c = tahoe(old)
+	c.Spec.Hardware.NICModel = macvirtv1alpha1.NICModelE1000
+	DefaultMacClassUpdate(old, c)
+	if c.Spec.Hardware.NICModel != macvirtv1alpha1.NICModelE1000 {
+		t.Fatalf("a NIC set in the same update is replaced: %s", c.Spec.Hardware.NICModel)
+	}
+
+	same := old.DeepCopy()
+	same.Spec.Description = "edited"
+	DefaultMacClassUpdate(old, same)
+	if same.Spec.Hardware != old.Spec.Hardware {
+		t.Fatalf("an update that keeps the release changes the hardware: %+v", same.Spec.Hardware)
+	}
+
+	c = tahoe(old)
+	c.Spec.Hardware.NICModel = macvirtv1alpha1.NICModelVmxnet3
+	_, warns := ValidateMacClass(func() *macvirtv1alpha1.MacClass { DefaultMacClassUpdate(nil, c); return c }(), ClassEnv{})
+	if len(warns) != 1 || !strings.Contains(warns[0], "vmxnet3 is not known to work on macOS 26") {
+		t.Fatalf("vmxnet3 on 26 gives no warning: %v", warns)
 	}
 }
