@@ -141,7 +141,25 @@ func (getCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
 		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Spec.ClassName, orNone(string(c.Status.Phase)), machine,
 			orNone(displayAddress(c)), ready, duration.HumanDuration(env.now().Sub(c.CreationTimestamp.Time)))
 	}
-	return 0, w.Flush()
+	if err := w.Flush(); err != nil {
+		return 1, err
+	}
+	for i := range claims {
+		if note := drainNote(&claims[i]); note != "" {
+			_, _ = fmt.Fprintf(env.Out, "\n%s: %s\n", claims[i].Name, note)
+		}
+	}
+	return 0, nil
+}
+
+// drainNote tells the tenant that their Mac's host is being drained, and
+// until when it keeps running; "" when it is not.
+func drainNote(c *macvirtv1alpha1.MacClaim) string {
+	d := meta.FindStatusCondition(c.Status.Conditions, macvirtv1alpha1.ConditionHostDraining)
+	if d == nil || d.Status != metav1.ConditionTrue {
+		return ""
+	}
+	return "host draining (" + d.Reason + "): " + d.Message + "; save your work"
 }
 
 // displayAddress is where ssh would connect, as host:port.

@@ -178,6 +178,9 @@ func connection(ctx context.Context, env *Env, name string) (*claimConnection, e
 	if user == "" {
 		return nil, fmt.Errorf("the connection Secret %s/%s has no user", c.Namespace, secret.Name)
 	}
+	if note := drainNote(c); note != "" {
+		_, _ = fmt.Fprintf(env.Err, "kubectl mac: macclaim %s/%s: %s\n", c.Namespace, c.Name, note)
+	}
 	return &claimConnection{claim: c, user: user, hostKeys: keys}, nil
 }
 
