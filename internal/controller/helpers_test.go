@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -173,4 +174,22 @@ func crdNamed(name string) *apiextensionsv1.CustomResourceDefinition {
 	crd := &apiextensionsv1.CustomResourceDefinition{}
 	Expect(k8sClient.Get(context.Background(), types.NamespacedName{Name: name}, crd)).To(Succeed())
 	return crd
+}
+
+// countEvents counts the Added and Deleted events w delivers within d.
+func countEvents(w watch.Interface, d time.Duration) (added, deleted int) {
+	deadline := time.After(d)
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			switch ev.Type {
+			case watch.Added:
+				added++
+			case watch.Deleted:
+				deleted++
+			}
+		case <-deadline:
+			return added, deleted
+		}
+	}
 }

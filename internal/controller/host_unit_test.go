@@ -249,12 +249,12 @@ func TestSlotsProblem(t *testing.T) {
 			vmi("mac-2", kubevirtv1.Running), vmi("mac-2", kubevirtv1.Succeeded), {}})
 	g.Expect(use).To(Equal([]nodeSlotUse{{Node: "mac-1", Slots: 2, Used: 2}, {Node: "mac-2", Slots: 2, Used: 1, Cordoned: true},
 		{Node: "mac-3", NotListed: true}}))
-	p := slotsProblem(1, use)
+	p := slotsProblem(1, use, nil)
 	g.Expect(p.Reason).To(Equal(macvirtv1alpha1.ReasonMacOSSlotsExhausted))
 	g.Expect(p.Message).To(ContainSubstring("1 machine(s) cannot be scheduled"))
 	g.Expect(p.Message).To(ContainSubstring("free slots per node: mac-1 0 of 2 free, mac-2 1 of 2 free (cordoned), mac-3 advertises no macvirt.io/macos-slots yet"))
-	g.Expect(slotsProblem(0, use)).To(BeNil())
-	g.Expect(slotsProblem(2, nil).Message).To(ContainSubstring("no node is labelled macvirt.io/apple-hardware=true"))
+	g.Expect(slotsProblem(0, use, nil)).To(BeNil())
+	g.Expect(slotsProblem(2, nil, nil).Message).To(ContainSubstring("no node is labelled macvirt.io/apple-hardware=true"))
 
 	waiting := macvirtv1alpha1.MacMachine{}
 	meta.SetStatusCondition(&waiting.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionFalse,

@@ -242,22 +242,7 @@ var _ = Describe("An Apple node", func() {
 		Expect(vmi.Status.NodeName).To(BeEmpty())
 
 		By("for a while nothing is created or deleted, and no stall is declared")
-		added, deleted := 0, 0
-		deadline := time.After(4 * time.Second)
-	count:
-		for {
-			select {
-			case ev := <-w.ResultChan():
-				switch ev.Type {
-				case watch.Added:
-					added++
-				case watch.Deleted:
-					deleted++
-				}
-			case <-deadline:
-				break count
-			}
-		}
+		added, deleted := countEvents(w, 4*time.Second)
 		Expect(added).To(Equal(3), "the three machines the pool asked for, listed once")
 		Expect(deleted).To(BeZero())
 		Expect(poolCondition(pool.Name, macvirtv1alpha1.ConditionStalled).Status).To(Equal(metav1.ConditionFalse))

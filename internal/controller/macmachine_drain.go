@@ -19,7 +19,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -153,11 +152,6 @@ func drainedNode(m *macvirtv1alpha1.MacMachine) string {
 		return m.Status.NodeName
 	}
 	return "unknown"
-}
-
-// slotsExhausted reports a scheduler message that names the macOS slots.
-func slotsExhausted(schedulerMessage string) bool {
-	return strings.Contains(schedulerMessage, "Insufficient "+macvirtv1alpha1.ResourceMacOSSlots)
 }
 
 // recordDrain records the Warning event of a drain transition.

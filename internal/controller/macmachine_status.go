@@ -111,7 +111,8 @@ func computeMachineStatus(o machineObservation) machineStatus {
 	}
 	st.NodeName, st.Addresses, st.RunningSince = vm.node, vm.addresses, vm.runningSince
 
-	phase, ready := summarize(o, disks.cond, vm, guest)
+	drain := observeDrain(o)
+	phase, ready := summarize(o, disks.cond, vm, guest, drain)
 	if o.WriteFailed != nil && phase != macvirtv1alpha1.MachineFailed && !o.Deleting {
 		ready = condition{metav1.ConditionFalse, *o.WriteFailed}
 	}
@@ -131,7 +132,6 @@ func computeMachineStatus(o machineObservation) machineStatus {
 		// Deletion does not look at the class; what was known stays.
 		set(macvirtv1alpha1.ConditionClassUpToDate, classUpToDate(o))
 	}
-	drain := observeDrain(o)
 	if o.Observed || o.Deleting {
 		setHostDraining(&st.Conditions, drain, m.Generation, o.Now)
 	}
@@ -149,7 +149,7 @@ func computeMachineStatus(o machineObservation) machineStatus {
 }
 
 // summarize picks the phase and the Ready condition, in order of precedence.
-func summarize(o machineObservation, disks condition, vm vmState, guest guestState) (macvirtv1alpha1.MachinePhase, condition) {
+func summarize(o machineObservation, disks condition, vm vmState, guest guestState, drain drainState) (macvirtv1alpha1.MachinePhase, condition) {
 	m := o.Machine
 	switch {
 	case o.Deleting:
@@ -189,7 +189,7 @@ func summarize(o machineObservation, disks condition, vm vmState, guest guestSta
 			return macvirtv1alpha1.MachineStopping, condFalse(macvirtv1alpha1.ReasonStopping, "graceful stop requested; waiting for macOS to shut down")
 		}
 		return macvirtv1alpha1.MachineStopped, condFalse(macvirtv1alpha1.ReasonStopped, "stopped (spec.running is false); disks are kept")
-	case observeDrain(o).Stop && o.VMI != nil:
+	case drain.Stop && o.VMI != nil:
 		return macvirtv1alpha1.MachineStopping, condFalse(macvirtv1alpha1.ReasonDrainStop,
 			"node %s is being drained: macOS is shutting down gracefully, to start again on another node", o.VMI.Status.EvacuationNodeName)
 	case vm.cond.status != metav1.ConditionTrue:

@@ -56,6 +56,18 @@ func waitingForSlots(machines []macvirtv1alpha1.MacMachine) int {
 	return n
 }
 
+// slotsRequested is the macOS slots an instance's pod requests (its limit
+// when it gives no request, as the API server's pod defaulting does); ok is
+// false when it asks for none.
+func slotsRequested(v *kubevirtv1.VirtualMachineInstance) (n int64, ok bool) {
+	name := corev1.ResourceName(macvirtv1alpha1.ResourceMacOSSlots)
+	q, ok := v.Spec.Domain.Resources.Requests[name]
+	if !ok {
+		q, ok = v.Spec.Domain.Resources.Limits[name]
+	}
+	return q.Value(), ok
+}
+
 // slotUse counts, per Apple node, its advertised slots and the instances
 // on it that hold one (not finished: the scheduler no longer counts a
 // Succeeded or Failed pod).
@@ -67,12 +79,8 @@ func slotUse(nodes []corev1.Node, vmis []kubevirtv1.VirtualMachineInstance) []no
 		if v.Status.NodeName == "" || v.IsFinal() {
 			continue
 		}
-		q, ok := v.Spec.Domain.Resources.Limits[name]
-		if r, has := v.Spec.Domain.Resources.Requests[name]; has {
-			q, ok = r, true
-		}
-		if ok {
-			used[v.Status.NodeName] += q.Value()
+		if n, ok := slotsRequested(v); ok {
+			used[v.Status.NodeName] += n
 		}
 	}
 	var out []nodeSlotUse
@@ -86,10 +94,16 @@ func slotUse(nodes []corev1.Node, vmis []kubevirtv1.VirtualMachineInstance) []no
 }
 
 // slotsProblem is a pool's Ready=False problem when waiting machines find
-// no slot: how many wait, and each node's free slots.
-func slotsProblem(waiting int, use []nodeSlotUse) *problem {
+// no slot: how many wait, and each node's free slots, or why they could
+// not be read.
+func slotsProblem(waiting int, use []nodeSlotUse, readErr error) *problem {
 	if waiting == 0 {
 		return nil
+	}
+	if readErr != nil {
+		return &problem{macvirtv1alpha1.ReasonMacOSSlotsExhausted, fmt.Sprintf(
+			"%d machine(s) cannot be scheduled: no Apple node they may run on has a free macOS slot (%s); the free slots per node could not be read: %v",
+			waiting, macvirtv1alpha1.ResourceMacOSSlots, readErr)}
 	}
 	parts := make([]string, 0, len(use))
 	for _, u := range use {
@@ -121,18 +135,31 @@ func (r *MacPoolReconciler) observeSlots(ctx context.Context, s *poolScope) (boo
 	}
 	// The report is information: a failed read says so in it, and the
 	// pool goes on with its creates and deletes.
-	nodes := &corev1.NodeList{}
-	vmis := &kubevirtv1.VirtualMachineInstanceList{}
-	err := r.List(ctx, nodes, client.MatchingLabels{macvirtv1alpha1.LabelAppleHardware: "true"})
-	if err == nil {
-		err = r.List(ctx, vmis)
-	}
-	if err != nil {
-		s.Slots = &problem{macvirtv1alpha1.ReasonMacOSSlotsExhausted, fmt.Sprintf(
-			"%d machine(s) cannot be scheduled: no Apple node they may run on has a free macOS slot (%s); the free slots per node could not be read: %v",
-			waiting, macvirtv1alpha1.ResourceMacOSSlots, err)}
-		return true, nil
-	}
-	s.Slots = slotsProblem(waiting, slotUse(nodes.Items, vmis.Items))
+	use, err := readSlotUse(ctx, r.Client)
+	s.Slots = slotsProblem(waiting, use, err)
 	return true, nil
+}
+
+// readSlotUse reads every Apple node's slots and the instances on each,
+// through the index of instances by node: only those nodes' instances are
+// read, not the cluster's.
+func readSlotUse(ctx context.Context, r client.Reader) ([]nodeSlotUse, error) {
+	nodes := &corev1.NodeList{}
+	if err := r.List(ctx, nodes, client.MatchingLabels{macvirtv1alpha1.LabelAppleHardware: "true"}); err != nil {
+		return nil, fmt.Errorf("listing Apple nodes: %w", err)
+	}
+	var vmis []kubevirtv1.VirtualMachineInstance
+	for i := range nodes.Items {
+		var list kubevirtv1.VirtualMachineInstanceList
+		if err := r.List(ctx, &list, client.MatchingFields{vmiNodeField: nodes.Items[i].Name}); err != nil {
+			return nil, fmt.Errorf("listing the VirtualMachineInstances on node %s: %w", nodes.Items[i].Name, err)
+		}
+		vmis = append(vmis, list.Items...)
+	}
+	return slotUse(nodes.Items, vmis), nil
+}
+
+// slotsExhausted reports a scheduler message that names the macOS slots.
+func slotsExhausted(schedulerMessage string) bool {
+	return strings.Contains(schedulerMessage, "Insufficient "+macvirtv1alpha1.ResourceMacOSSlots)
 }

@@ -5,9 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -138,15 +136,11 @@ func (c *slotsCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *slotsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
 	defer cancel()
-	var nodes corev1.NodeList
-	if err := c.reader.List(ctx, &nodes, client.MatchingLabels{macvirtv1alpha1.LabelAppleHardware: "true"}); err != nil {
+	use, err := readSlotUse(ctx, c.reader)
+	if err != nil {
 		return
 	}
-	var vmis kubevirtv1.VirtualMachineInstanceList
-	if err := c.reader.List(ctx, &vmis); err != nil {
-		return
-	}
-	for _, u := range slotUse(nodes.Items, vmis.Items) {
+	for _, u := range use {
 		ch <- prometheus.MustNewConstMetric(nodeSlotsDesc, prometheus.GaugeValue, float64(u.Slots), u.Node)
 		ch <- prometheus.MustNewConstMetric(nodeSlotsUsedDesc, prometheus.GaugeValue, float64(u.Used), u.Node)
 	}

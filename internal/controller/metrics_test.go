@@ -40,13 +40,6 @@ macvirt_machines{namespace="team",phase="Pending"} 1
 }
 
 func TestSlotsCollectorReportsEachAppleNode(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := corev1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := kubevirtv1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
 	node := func(name string, apple bool, slots string) *corev1.Node {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		if apple {
@@ -61,8 +54,9 @@ func TestSlotsCollectorReportsEachAppleNode(t *testing.T) {
 		v.Status.NodeName, v.Status.Phase = node, phase
 		return v
 	}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(node("mac-1", true, "2"), node("mac-2", true, "1"), node("linux", false, "5"),
-		vmi("a", "mac-1", kubevirtv1.Running), vmi("b", "mac-1", kubevirtv1.Scheduled), vmi("c", "mac-2", kubevirtv1.Succeeded)).Build()
+	// The operator's cache, with its index of instances by node.
+	c := fakeClient(t, node("mac-1", true, "2"), node("mac-2", true, "1"), node("linux", false, "5"),
+		vmi("a", "mac-1", kubevirtv1.Running), vmi("b", "mac-1", kubevirtv1.Scheduled), vmi("c", "mac-2", kubevirtv1.Succeeded))
 	want := `
 # HELP macvirt_node_macos_slots macOS slots each Apple node advertises (its allocatable macvirt.io/macos-slots).
 # TYPE macvirt_node_macos_slots gauge

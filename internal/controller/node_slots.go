@@ -155,19 +155,15 @@ func computeNodeSlots(node *corev1.Node, held heldSlots) nodeSlots {
 // requesting one, and macvirt's (labelled with their machine) that do not.
 func countHeld(vmis []kubevirtv1.VirtualMachineInstance) heldSlots {
 	var h heldSlots
-	name := corev1.ResourceName(macvirtv1alpha1.ResourceMacOSSlots)
 	for i := range vmis {
 		v := &vmis[i]
 		if v.IsFinal() {
 			continue
 		}
-		q, ok := v.Spec.Domain.Resources.Requests[name]
-		if !ok {
-			q, ok = v.Spec.Domain.Resources.Limits[name]
-		}
+		n, ok := slotsRequested(v)
 		switch {
 		case ok:
-			h.Requested += q.Value()
+			h.Requested += n
 		case v.Labels[macvirtv1alpha1.LabelMachine] != "":
 			h.Unrequested++
 		}

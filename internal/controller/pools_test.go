@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -86,22 +85,7 @@ var _ = Describe("A pool", func() {
 		DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), pool) })
 
 		Eventually(poolStatus(name)).WithTimeout(timeout).Should(HaveField("Provisioning", int32(2)))
-		added, deleted := 0, 0
-		deadline := time.After(5 * time.Second)
-	count:
-		for {
-			select {
-			case ev := <-w.ResultChan():
-				switch ev.Type {
-				case watch.Added:
-					added++
-				case watch.Deleted:
-					deleted++
-				}
-			case <-deadline:
-				break count
-			}
-		}
+		added, deleted := countEvents(w, 5*time.Second)
 		Expect(added).To(Equal(2), "machines created while VMs cannot be scheduled")
 		Expect(deleted).To(BeZero())
 		Expect(len(machinesIn(ns))).To(BeNumerically("<=", int(maxM)))
