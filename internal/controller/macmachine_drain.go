@@ -24,14 +24,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/render"
 )
 
 // Draining an Apple node. Every VM is rendered with evictionStrategy
@@ -203,16 +202,7 @@ func (r *MacMachineReconciler) ensureHostRules(ctx context.Context, o *machineOb
 	}
 	vm := o.VM.DeepCopy()
 	patch := client.MergeFromWithOptions(vm.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	res := &vm.Spec.Template.Spec.Domain.Resources
-	one := resource.MustParse("1")
-	if res.Requests == nil {
-		res.Requests = corev1.ResourceList{}
-	}
-	if res.Limits == nil {
-		res.Limits = corev1.ResourceList{}
-	}
-	res.Requests[macvirtv1alpha1.ResourceMacOSSlots], res.Limits[macvirtv1alpha1.ResourceMacOSSlots] = one, one
-	vm.Spec.Template.Spec.EvictionStrategy = ptr.To(kubevirtv1.EvictionStrategyExternal)
+	render.HostRules(&vm.Spec.Template.Spec)
 	if err := r.Patch(ctx, vm, patch); err != nil {
 		// Best effort: stopping, starting and releasing must not wait on
 		// it. A conflict (KubeVirt writes the VM's status often) is tried

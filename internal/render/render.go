@@ -62,19 +62,35 @@ func VirtualMachine(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachi
 					Networks:                      []kubevirtv1.Network{{Name: NetworkName, NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
 					Volumes:                       volumes(m),
 					TerminationGracePeriodSeconds: &grace,
-					// A drain evicting the launcher pod must not stop or kill
-					// macOS under its tenant: External has virt-api refuse the
-					// eviction and mark the instance for evacuation, which the
-					// operator acts on (docs/operations.md).
-					EvictionStrategy: ptr.To(kubevirtv1.EvictionStrategyExternal),
-					NodeSelector:     copyMap(class.Spec.Placement.NodeSelector),
-					Tolerations:      copyTolerations(class.Spec.Placement.Tolerations),
-					Affinity:         class.Spec.Placement.Affinity.DeepCopy(),
+					NodeSelector:                  copyMap(class.Spec.Placement.NodeSelector),
+					Tolerations:                   copyTolerations(class.Spec.Placement.Tolerations),
+					Affinity:                      class.Spec.Placement.Affinity.DeepCopy(),
 				},
 			},
 		},
 	}
+	HostRules(&vm.Spec.Template.Spec)
 	return vm, DataVolumes(class, m), nil
+}
+
+// HostRules gives an instance spec what every macOS VM carries for its
+// Apple host: one macOS licence slot requested and limited (an extended
+// resource cannot be overcommitted: the pod must request what it limits;
+// docs/licensing.md), and evictionStrategy External, so that a drain
+// evicting the launcher pod has virt-api refuse the eviction and mark the
+// instance for evacuation, which the operator acts on, instead of stopping
+// or killing macOS under its tenant (docs/operations.md).
+func HostRules(spec *kubevirtv1.VirtualMachineInstanceSpec) {
+	res := &spec.Domain.Resources
+	if res.Requests == nil {
+		res.Requests = corev1.ResourceList{}
+	}
+	if res.Limits == nil {
+		res.Limits = corev1.ResourceList{}
+	}
+	res.Requests[macvirtv1alpha1.ResourceMacOSSlots] = resource.MustParse("1")
+	res.Limits[macvirtv1alpha1.ResourceMacOSSlots] = resource.MustParse("1")
+	spec.EvictionStrategy = ptr.To(kubevirtv1.EvictionStrategyExternal)
 }
 
 // RunStrategy is Always for a machine that should run and Halted otherwise.
@@ -104,13 +120,7 @@ func domain(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) kube
 			Threads:    1,
 			Model:      vmCPUModel(hw.CPUModel),
 		},
-		Memory: &kubevirtv1.Memory{Guest: &memory, MaxGuest: &maxMemory},
-		// One macOS licence slot (docs/licensing.md). An extended resource
-		// cannot be overcommitted: the pod must request what it limits.
-		Resources: kubevirtv1.ResourceRequirements{
-			Requests: corev1.ResourceList{macvirtv1alpha1.ResourceMacOSSlots: resource.MustParse("1")},
-			Limits:   corev1.ResourceList{macvirtv1alpha1.ResourceMacOSSlots: resource.MustParse("1")},
-		},
+		Memory:  &kubevirtv1.Memory{Guest: &memory, MaxGuest: &maxMemory},
 		Machine: &kubevirtv1.Machine{Type: q35},
 		Firmware: &kubevirtv1.Firmware{
 			UUID:       types.UID(m.Spec.SMBIOS.UUID),
