@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -31,7 +32,7 @@ func TestOnDefineDomain(t *testing.T) {
 	}
 
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"--vmi", string(vmi), "--domain", string(domain)}, &stdout, &stderr); code != 0 {
+	if code := run(context.Background(), []string{"--vmi", string(vmi), "--domain", string(domain)}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	if !strings.HasPrefix(stdout.String(), "<domain") || !strings.Contains(stdout.String(), "Penryn,vendor=GenuineIntel") || stderr.Len() != 0 {
@@ -52,7 +53,7 @@ func TestOnDefineDomain(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			if code := run(tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.want) || stdout.Len() != 0 {
+			if code := run(context.Background(), tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.want) || stdout.Len() != 0 {
 				t.Errorf("exit %d (want %d), stderr %q (want %q), stdout %q", code, tc.code, stderr.String(), tc.want, stdout.String())
 			}
 		})

@@ -18,7 +18,35 @@ out_dir="${repo_root}/internal/domainhook/testdata/kubevirt"
 # each rendering (the render tests check the macOS slot reaches the pod).
 launcher_dir="${repo_root}/internal/render/testdata/launcher"
 
-mkdir -p "${out_dir}" "${launcher_dir}"
-rm -f "${out_dir}"/*.domain.xml "${launcher_dir}"/*.launcher.yaml
-cd "${script_dir}"
-go run . -base "${repo_root}" -out "${out_dir}" -launcher "${launcher_dir}" "${repo_root}"/internal/render/testdata/*.yaml
+fixtures() {
+	mkdir -p "${out_dir}" "${launcher_dir}"
+	rm -f "${out_dir}"/*.domain.xml "${launcher_dir}"/*.launcher.yaml
+	cd "${script_dir}"
+	go run . -base "${repo_root}" -out "${out_dir}" -launcher "${launcher_dir}" "${repo_root}"/internal/render/testdata/*.yaml
+}
+
+# The Plugin transports ("generate.sh plugins"): KubeVirt's CEL pipeline and
+# its gRPC client against the hook binary, for every variant the domain
+# hook's tests wrote (internal/domainhook/testdata/plugin/variants.yaml;
+# make golden writes it after the fixtures, then runs this).
+variants="${repo_root}/internal/domainhook/testdata/plugin/variants.yaml"
+
+plugins() {
+	plugin_dir="${repo_root}/internal/domainhook/testdata/plugin"
+	tmp="$(mktemp -d)"
+	trap 'rm -rf "${tmp}"' EXIT
+	(cd "${repo_root}" && go build -o "${tmp}/onDefineDomain" ./cmd/domain-hook)
+	rm -f "${plugin_dir}"/cel/*.xml "${plugin_dir}"/sidecar/*.xml
+	cd "${script_dir}"
+	go run . -plugin-variants "${variants}" -renderings "${repo_root}/internal/render/testdata" \
+		-hook-binary "${tmp}/onDefineDomain" -out "${plugin_dir}"
+}
+
+case "${1:-fixtures}" in
+fixtures) fixtures ;;
+plugins) plugins ;;
+*)
+	echo "usage: $0 [fixtures|plugins]" >&2
+	exit 2
+	;;
+esac

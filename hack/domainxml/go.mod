@@ -54,6 +54,7 @@ require (
 	kubevirt.io/client-go v0.0.0-00010101000000-000000000000
 	kubevirt.io/containerized-data-importer-api v1.64.0
 	kubevirt.io/kubevirt v1.9.0
+	libvirt.org/go/libvirtxml v1.12002.0
 	sigs.k8s.io/yaml v1.6.0
 )
 
@@ -158,7 +159,6 @@ require (
 	kubevirt.io/controller-lifecycle-operator-sdk/api v0.2.4 // indirect
 	kubevirt.io/virt-template-api v0.2.0 // indirect
 	kubevirt.io/virt-template-client-go v0.2.0 // indirect
-	libvirt.org/go/libvirtxml v1.12002.0 // indirect
 	sigs.k8s.io/controller-runtime v0.22.5 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect

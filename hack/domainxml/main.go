@@ -130,11 +130,26 @@ func main() {
 	out := flag.String("out", "", "directory to write the domain XML files into (required)")
 	base := flag.String("base", "", "directory the input paths named in the generated files are relative to (default: the Git work tree of each input)")
 	launcherDir := flag.String("launcher", "", "directory to write, per input, what virt-api's admission and virt-controller's virt-launcher pod say (optional)")
+	variants := flag.String("plugin-variants", "", "instead: apply the Plugin of each variant in this file (internal/domainhook/testdata/plugin/variants.yaml) to the domain of its rendering, see plugins.go")
+	renderDir := flag.String("renderings", "", "with -plugin-variants: the directory of the renderings the variants name")
+	hookBinary := flag.String("hook-binary", "", "with -plugin-variants: macvirt's hook binary, run as the Plugin's sidecar")
 	flag.Usage = func() {
-		_, _ = fmt.Fprintln(flag.CommandLine.Output(), "usage: domainxml -out DIR [-base DIR] [-launcher DIR] VM.yaml...")
+		_, _ = fmt.Fprintln(flag.CommandLine.Output(), "usage: domainxml -out DIR [-base DIR] [-launcher DIR] VM.yaml...\n"+
+			"       domainxml -plugin-variants FILE -renderings DIR -hook-binary FILE -out DIR")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	if *variants != "" {
+		if *out == "" || *renderDir == "" || *hookBinary == "" || flag.NArg() > 0 {
+			flag.Usage()
+			os.Exit(2)
+		}
+		if err := runPlugins(*variants, *renderDir, *out, *hookBinary); err != nil {
+			fmt.Fprintln(os.Stderr, "domainxml:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *out == "" || flag.NArg() == 0 {
 		flag.Usage()
 		os.Exit(2)
@@ -432,7 +447,7 @@ func dataVolumeClaim(dv *cdiv1.DataVolume) (claim, error) {
 
 // newClusterConfig returns the configuration of a cluster whose KubeVirt CR
 // has an empty spec.
-func newClusterConfig() (*virtconfig.ClusterConfig, error) {
+func newClusterConfig(featureGates ...string) (*virtconfig.ClusterConfig, error) {
 	kv := &kubevirtv1.KubeVirt{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            kubevirtName,
@@ -443,6 +458,9 @@ func newClusterConfig() (*virtconfig.ClusterConfig, error) {
 			Phase:               kubevirtv1.KubeVirtPhaseDeployed,
 			DefaultArchitecture: nodeArch,
 		},
+	}
+	if len(featureGates) > 0 {
+		kv.Spec.Configuration.DeveloperConfiguration = &kubevirtv1.DeveloperConfiguration{FeatureGates: featureGates}
 	}
 	crdInformer := newStoreInformer(&extv1.CustomResourceDefinition{})
 	kvInformer := newStoreInformer(&kubevirtv1.KubeVirt{})

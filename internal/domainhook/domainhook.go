@@ -5,8 +5,10 @@
 // a USB keyboard, the video card, and optionally another QEMU binary.
 //
 // Apply is pure and idempotent, and independent of how the domain arrives:
-// cmd/domain-hook calls it from KubeVirt's sidecar-shim (onDefineDomain), and
-// a KubeVirt Plugin's MutateDomain could call it the same way. It owns only
+// cmd/domain-hook calls it from KubeVirt's sidecar-shim (onDefineDomain) and
+// from a KubeVirt Plugin's MutateDomain (internal/hookserver). The Plugin's
+// CEL transport (internal/hookplugin) writes the same domain; the tests
+// prove it with KubeVirt's own evaluator. It owns only
 // what it sets; everything else KubeVirt put in the domain is kept.
 package domainhook
 
@@ -14,38 +16,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/macvirt/macvirt/internal/hookconfig"
 )
-
-// cpuFlags are the -cpu properties each supported model needs. Every model
-// reports an Intel vendor (macOS refuses others) and an invariant TSC whose
-// frequency it can read through the VMware CPUID leaf; the named models add
-// the instruction sets macOS's kernel and frameworks use. "check" makes
-// QEMU warn, not fail, when the host lacks one.
-var cpuFlags = map[string]struct {
-	qemuModel string
-	flags     []string
-}{
-	"Haswell-noTSX": {"Haswell-noTSX", []string{"+pcid", "+ssse3", "+sse4.2", "+popcnt", "+avx", "+avx2", "+aes", "+fma",
-		"+bmi1", "+bmi2", "+xsave", "+xsaveopt", "check"}},
-	"Skylake-Client-noTSX-IBRS": {"Skylake-Client-noTSX-IBRS", []string{"+pcid", "+ssse3", "+sse4.2", "+popcnt", "+avx",
-		"+avx2", "+aes", "+fma", "+bmi1", "+bmi2", "+xsave", "+xsaveopt", "check"}},
-	"Penryn":           {"Penryn", []string{"+ssse3", "+sse4.2", "+popcnt", "+avx", "+aes", "+xsave", "+xsaveopt", "check"}},
-	"host-passthrough": {"host", nil},
-}
-
-// baseCPUFlags come first for every model.
-var baseCPUFlags = []string{"vendor=GenuineIntel", "+invtsc", "vmware-cpuid-freq=on"}
-
-// nicModels maps a configured NIC model to libvirt's interface model.
-var nicModels = map[string]string{"vmxnet3": "vmxnet3", "e1000-82545em": "e1000-82545em", "virtio": ""}
-
-// videoModels maps a configured display to libvirt's video model.
-var videoModels = map[string]string{"vga": "vga", "vmware-svga": "vmvga"}
 
 // Apply returns domainXML with cfg applied. Malformed XML, an invalid
 // configuration or a domain the settings cannot be applied to (no network
@@ -102,9 +79,6 @@ func ConfigFromVMI(vmiJSON []byte) (*hookconfig.Config, error) {
 	return hookconfig.Parse(raw)
 }
 
-// qemuValue escapes a QEMU option value: a comma is written twice.
-func qemuValue(s string) string { return strings.ReplaceAll(s, ",", ",,") }
-
 // ownedArg says whether a -flag value pair on the QEMU command line is one
 // Apply writes, so applying again replaces it instead of adding a second.
 func ownedArg(flag, value string) bool {
@@ -123,10 +97,13 @@ func ownedArg(flag, value string) bool {
 // isa-applesmc arguments, keeping every other argument and environment
 // variable in the domain.
 func applyCommandline(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
-	model, ok := cpuFlags[cfg.CPU.Model]
-	if !ok {
-		return fmt.Errorf("cpu.model %q is not supported; use one of Haswell-noTSX, Penryn, Skylake-Client-noTSX-IBRS, host-passthrough",
-			cfg.CPU.Model)
+	cpu, err := hookconfig.CPUArg(cfg.CPU.Model)
+	if err != nil {
+		return err
+	}
+	smc, err := cfg.AppleSMCArg()
+	if err != nil {
+		return err
 	}
 	if d.QEMUCommandline == nil {
 		d.QEMUCommandline = &libvirtxml.DomainQEMUCommandline{}
@@ -143,16 +120,10 @@ func applyCommandline(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
 	add := func(flag, value string) {
 		kept = append(kept, libvirtxml.DomainQEMUCommandlineArg{Value: flag}, libvirtxml.DomainQEMUCommandlineArg{Value: value})
 	}
-	cpu := append([]string{model.qemuModel}, baseCPUFlags...)
-	add("-cpu", strings.Join(append(cpu, model.flags...), ","))
-	add("-smbios", fmt.Sprintf("type=2,manufacturer=%s,product=%s,serial=%s",
-		qemuValue(cfg.SMBIOS.Manufacturer), qemuValue(cfg.SMBIOS.Product), qemuValue(cfg.SMBIOS.BoardSerial)))
-	switch cfg.SMC.Mode {
-	case "AppleSMC":
-		add("-device", "isa-applesmc,osk="+qemuValue(cfg.SMC.OSK))
-	case "VirtualSMC":
-	default:
-		return fmt.Errorf("smc.mode %q is not supported; use VirtualSMC or AppleSMC", cfg.SMC.Mode)
+	add("-cpu", cpu)
+	add("-smbios", cfg.BoardArg())
+	if smc != "" {
+		add("-device", smc)
 	}
 	d.QEMUCommandline.Args = kept
 	return nil
@@ -162,9 +133,9 @@ func applyCommandline(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
 // target and everything else KubeVirt wired. Options of KubeVirt's virtio
 // driver do not apply to other models and are dropped with it.
 func applyNIC(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
-	model, ok := nicModels[cfg.NIC.Model]
-	if !ok {
-		return fmt.Errorf("nic.model %q is not supported; use vmxnet3, e1000-82545em or virtio", cfg.NIC.Model)
+	model, err := hookconfig.LibvirtNICModel(cfg.NIC.Model)
+	if err != nil {
+		return err
 	}
 	if len(d.Devices.Interfaces) == 0 {
 		return errors.New("the domain has no network interface to give the NIC model to")
@@ -205,15 +176,19 @@ func applySMBIOS(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
 		smbios.System = &libvirtxml.DomainSysInfoSystem{}
 	}
 	dropEmptySMBIOS(smbios)
-	for _, e := range []libvirtxml.DomainSysInfoEntry{
-		{Name: "manufacturer", Value: cfg.SMBIOS.Manufacturer},
-		{Name: "product", Value: cfg.SMBIOS.Product},
-		{Name: "serial", Value: cfg.SMBIOS.Serial},
-		{Name: "uuid", Value: cfg.SMBIOS.UUID},
-		{Name: "family", Value: "Mac"},
-	} {
-		setEntry(&smbios.System.Entry, e)
+	// The owned entries go after every other one, in a fixed order, so the
+	// result does not depend on where KubeVirt put them (and the Plugin's
+	// CEL, which can only filter and append, writes the same domain).
+	var entries []libvirtxml.DomainSysInfoEntry
+	for _, e := range smbios.System.Entry {
+		if !slices.Contains(hookconfig.SystemEntryNames, e.Name) {
+			entries = append(entries, e)
+		}
 	}
+	for _, e := range cfg.SystemEntries() {
+		entries = append(entries, libvirtxml.DomainSysInfoEntry{Name: e.Name, Value: e.Value})
+	}
+	smbios.System.Entry = entries
 	if d.OS == nil {
 		d.OS = &libvirtxml.DomainOS{}
 	}
@@ -256,16 +231,6 @@ func dropEmptySMBIOS(s *libvirtxml.DomainSysInfoSMBIOS) {
 	s.BaseBoard = boards
 }
 
-func setEntry(entries *[]libvirtxml.DomainSysInfoEntry, e libvirtxml.DomainSysInfoEntry) {
-	for i := range *entries {
-		if (*entries)[i].Name == e.Name {
-			(*entries)[i] = e
-			return
-		}
-	}
-	*entries = append(*entries, e)
-}
-
 // applyKeyboard adds a USB keyboard (macOS has no PS/2 driver) on the USB
 // controller KubeVirt created for the tablet.
 func applyKeyboard(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
@@ -290,19 +255,22 @@ func applyKeyboard(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
 	return nil
 }
 
-// applyVideo sets the video card model, keeping its other settings.
+// applyVideo sets the model of every video card (KubeVirt makes one),
+// keeping its heads and video RAM and the card's other settings.
 func applyVideo(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
-	model, ok := videoModels[cfg.Display.Model]
-	if !ok {
-		return fmt.Errorf("display.model %q is not supported; use vga or vmware-svga", cfg.Display.Model)
+	model, err := hookconfig.LibvirtVideoModel(cfg.Display.Model)
+	if err != nil {
+		return err
 	}
 	if len(d.Devices.Videos) == 0 {
 		d.Devices.Videos = []libvirtxml.DomainVideo{{Model: libvirtxml.DomainVideoModel{Type: model, Heads: 1}}}
 		return nil
 	}
-	v := &d.Devices.Videos[0]
-	if v.Model.Type != model {
-		v.Model = libvirtxml.DomainVideoModel{Type: model, Heads: v.Model.Heads, VRam: v.Model.VRam}
+	for i := range d.Devices.Videos {
+		v := &d.Devices.Videos[i]
+		if v.Model.Type != model {
+			v.Model = libvirtxml.DomainVideoModel{Type: model, Heads: v.Model.Heads, VRam: v.Model.VRam}
+		}
 	}
 	return nil
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/macvirt/macvirt/internal/hookconfig"
 )
 
 // These tests hand the golden domains to the real libvirt and QEMU. They
@@ -137,15 +139,49 @@ func ensureLibvirtd(t *testing.T, virsh string) {
 	}
 }
 
+// transports are the domains each libvirt test checks: Apply's golden
+// domain, and what KubeVirt's Plugin pipeline made with the CEL Plugin and
+// with the hook binary as the Plugin's sidecar (plugin_test.go).
+var transports = []string{"golden", "cel", "sidecar"}
+
+// domainFile is the domain of a variant made by a transport.
+func domainFile(transport, name string) string {
+	if transport == "golden" {
+		return goldenPath(name)
+	}
+	return pluginOutput(transport, name)
+}
+
+// readDomain parses a domain file, after its generated-file comment.
+func readDomain(t *testing.T, path string) *libvirtxml.Domain {
+	t.Helper()
+	b, err := os.ReadFile(path) //nolint:gosec // test-owned paths.
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	if i := strings.Index(s, "-->"); strings.HasPrefix(s, "<!--") && i > 0 {
+		s = s[i+3:]
+	}
+	d := &libvirtxml.Domain{}
+	if err := d.Unmarshal(s); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return d
+}
+
 func TestGoldenDomainsValidateAgainstLibvirtSchema(t *testing.T) {
 	validate := requireTool(t, "virt-xml-validate")
-	for _, v := range variants {
-		t.Run(v.name, func(t *testing.T) {
-			out, err := exec.Command(validate, goldenPath(v.name), "domain").CombinedOutput() //nolint:gosec // test-owned paths.
-			if err != nil {
-				t.Errorf("virt-xml-validate %s: %v\n%s", goldenPath(v.name), err, out)
-			}
-		})
+	for _, transport := range transports {
+		for _, v := range variants {
+			t.Run(transport+"/"+v.name, func(t *testing.T) {
+				path := domainFile(transport, v.name)
+				out, err := exec.Command(validate, path, "domain").CombinedOutput() //nolint:gosec // test-owned paths.
+				if err != nil {
+					t.Errorf("virt-xml-validate %s: %v\n%s", path, err, out)
+				}
+			})
+		}
 	}
 }
 
@@ -153,19 +189,12 @@ func TestGoldenDomainsValidateAgainstLibvirtSchema(t *testing.T) {
 // libvirt reads the capabilities of the domain's emulator, so a domain that
 // names another emulator (the override variant) is converted with this
 // machine's QEMU in its place, and without /dev/kvm as a TCG domain.
-func nativeArgs(t *testing.T, name string) string {
+func nativeArgs(t *testing.T, path string) string {
 	t.Helper()
 	virsh := requireTool(t, "virsh")
 	qemu := requireTool(t, "qemu-system-x86_64")
 	ensureLibvirtd(t, virsh)
-	d := &libvirtxml.Domain{}
-	b, err := os.ReadFile(goldenPath(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Unmarshal(string(b)); err != nil {
-		t.Fatal(err)
-	}
+	d := readDomain(t, path)
 	d.Devices.Emulator = qemu
 	if _, err := os.Stat("/dev/kvm"); err != nil {
 		d.Type = "qemu"
@@ -180,46 +209,54 @@ func nativeArgs(t *testing.T, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), name+".xml")
+	file := filepath.Join(t.TempDir(), filepath.Base(path))
 	if err := os.WriteFile(file, []byte(xml), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(virsh, "-c", libvirtURI, "domxml-to-native", "qemu-argv", file).CombinedOutput() //nolint:gosec // test-owned paths.
 	if err != nil {
-		t.Fatalf("virsh domxml-to-native %s: %v\n%s", name, err, out)
+		t.Fatalf("virsh domxml-to-native %s: %v\n%s", path, err, out)
 	}
 	return string(out)
 }
 
 func TestLibvirtTurnsGoldenDomainsIntoTheExpectedQEMUArguments(t *testing.T) {
-	for _, v := range variants {
-		t.Run(v.name, func(t *testing.T) {
-			cfg := baseConfig()
-			v.mutate(cfg)
-			argv := nativeArgs(t, v.name)
-			cpu := cpuFlags[cfg.CPU.Model].qemuModel + ",vendor=GenuineIntel,+invtsc,vmware-cpuid-freq=on"
-			// QEMU's option syntax doubles a comma inside a value.
-			product := strings.ReplaceAll(cfg.SMBIOS.Product, ",", ",,")
-			want := []string{"-cpu " + cpu, "-smbios 'type=2,manufacturer=Apple Inc.,product=" + product + ",serial=" + cfg.SMBIOS.BoardSerial + "'",
-				"serial=" + cfg.SMBIOS.Serial, "uuid=" + strings.ToLower(cfg.SMBIOS.UUID), `"driver":"usb-kbd"`}
-			switch cfg.NIC.Model {
-			case "virtio":
-				want = append(want, `"driver":"virtio-net-pci`)
-			default:
-				want = append(want, `"driver":"`+cfg.NIC.Model+`"`)
-			}
-			if cfg.SMC.Mode == "AppleSMC" {
-				want = append(want, "isa-applesmc,osk="+appleOSK)
-			}
-			if cfg.Display.Model == "vmware-svga" {
-				want = append(want, `"driver":"vmware-svga"`)
-			}
-			for _, w := range want {
-				if !strings.Contains(argv, w) && !strings.Contains(strings.ToLower(argv), strings.ToLower(w)) {
-					t.Errorf("QEMU arguments lack %s:\n%s", w, argv)
-				}
-			}
-		})
+	for _, transport := range transports {
+		for _, v := range variants {
+			t.Run(transport+"/"+v.name, func(t *testing.T) { checkNativeArgs(t, transport, v.name, v.mutate) })
+		}
+	}
+}
+
+func checkNativeArgs(t *testing.T, transport, name string, mutate func(*hookconfig.Config)) {
+	cfg := baseConfig()
+	mutate(cfg)
+	argv := nativeArgs(t, domainFile(transport, name))
+	qemuModel := cfg.CPU.Model
+	if qemuModel == "host-passthrough" {
+		qemuModel = "host"
+	}
+	cpu := qemuModel + ",vendor=GenuineIntel,+invtsc,vmware-cpuid-freq=on"
+	// QEMU's option syntax doubles a comma inside a value.
+	product := strings.ReplaceAll(cfg.SMBIOS.Product, ",", ",,")
+	want := []string{"-cpu " + cpu, "-smbios 'type=2,manufacturer=Apple Inc.,product=" + product + ",serial=" + cfg.SMBIOS.BoardSerial + "'",
+		"serial=" + cfg.SMBIOS.Serial, "uuid=" + strings.ToLower(cfg.SMBIOS.UUID), `"driver":"usb-kbd"`}
+	switch cfg.NIC.Model {
+	case "virtio":
+		want = append(want, `"driver":"virtio-net-pci`)
+	default:
+		want = append(want, `"driver":"`+cfg.NIC.Model+`"`)
+	}
+	if cfg.SMC.Mode == "AppleSMC" {
+		want = append(want, "isa-applesmc,osk="+appleOSK)
+	}
+	if cfg.Display.Model == "vmware-svga" {
+		want = append(want, `"driver":"vmware-svga"`)
+	}
+	for _, w := range want {
+		if !strings.Contains(argv, w) && !strings.Contains(strings.ToLower(argv), strings.ToLower(w)) {
+			t.Errorf("QEMU arguments lack %s:\n%s", w, argv)
+		}
 	}
 }
 
@@ -234,13 +271,15 @@ func TestQEMUStartsTheAppleSMCVariantAndEveryReleasesDefaultHardware(t *testing.
 	for _, v := range releaseVariants() {
 		names = append(names, v.name)
 	}
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) { startQEMU(t, name) })
+	for _, transport := range []string{"golden", "cel"} {
+		for _, name := range names {
+			t.Run(transport+"/"+name, func(t *testing.T) { startQEMU(t, domainFile(transport, name)) })
+		}
 	}
 }
 
-// startQEMU starts QEMU with the arguments of the named golden domain.
-func startQEMU(t *testing.T, name string) {
+// startQEMU starts QEMU with the arguments of a domain file.
+func startQEMU(t *testing.T, path string) {
 	qemu := requireTool(t, "qemu-system-x86_64")
 	ovmf := ""
 	for _, f := range []string{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_CODE.fd"} {
@@ -252,14 +291,7 @@ func startQEMU(t *testing.T, name string) {
 	if ovmf == "" {
 		requireTool(t, "ovmf-not-installed")
 	}
-	b, err := os.ReadFile(goldenPath(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &libvirtxml.Domain{}
-	if err := d.Unmarshal(string(b)); err != nil {
-		t.Fatal(err)
-	}
+	d := readDomain(t, path)
 	args := []string{"-machine", "q35,accel=tcg", "-nodefaults", "-no-user-config", "-display", "none", "-m", "1024",
 		"-drive", "if=pflash,format=raw,readonly=on,file=" + ovmf}
 	for _, a := range d.QEMUCommandline.Args {

@@ -6,6 +6,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/hookplugin"
 )
 
 // HookConfig is the domain-hook configuration of a machine: everything
@@ -47,9 +48,25 @@ type hookSidecar struct {
 	Image string   `json:"image"`
 }
 
-// hookAnnotations are the VMI template annotations that run the domain hook
-// and hand it its configuration.
+// hookAnnotations are the VMI template annotations that hand the domain
+// settings to every transport: the JSON configuration the hook binary reads
+// (sidecar and plugin-sidecar), the flat values the Plugin's CEL reads
+// (plugin-cel), and, for KubeVirt's hook sidecar only, the sidecar itself.
+// Writing both configurations keeps a VM's template the same whichever
+// transport the operator runs with, so switching transports restarts no VM.
 func hookAnnotations(cfg *hookconfig.Config, opts Options) (map[string]string, error) {
+	encoded, err := cfg.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cfg.PluginAnnotations()
+	if err != nil {
+		return nil, err
+	}
+	out[hookconfig.Annotation] = encoded
+	if opts.DomainHook != hookplugin.TransportSidecar && opts.DomainHook != "" {
+		return out, nil
+	}
 	if opts.HookImage == "" {
 		return nil, fmt.Errorf("no domain-hook image configured: set the operator's --hook-image flag")
 	}
@@ -60,12 +77,6 @@ func hookAnnotations(cfg *hookconfig.Config, opts Options) (map[string]string, e
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s: %w", hookconfig.SidecarsAnnotation, err)
 	}
-	encoded, err := cfg.Marshal()
-	if err != nil {
-		return nil, err
-	}
-	return map[string]string{
-		hookconfig.SidecarsAnnotation: string(sidecars),
-		hookconfig.Annotation:         encoded,
-	}, nil
+	out[hookconfig.SidecarsAnnotation] = string(sidecars)
+	return out, nil
 }

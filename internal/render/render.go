@@ -13,11 +13,16 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/agentapi"
+	"github.com/macvirt/macvirt/internal/hookplugin"
 )
 
 // Options carry the operator-wide settings that are not part of a class.
 type Options struct {
-	// HookImage is the domain-hook sidecar image. Required.
+	// DomainHook is the transport of the macOS domain settings, resolved
+	// (never auto); "" is KubeVirt's hook sidecar.
+	DomainHook hookplugin.Transport
+	// HookImage is the domain-hook sidecar image; required for KubeVirt's
+	// hook sidecar transport.
 	HookImage string
 	// EmulatorPath, when set, overrides the QEMU binary on the node.
 	EmulatorPath string
