@@ -46,6 +46,7 @@ import (
 
 	"github.com/macvirt/macvirt/internal/agentserver"
 	"github.com/macvirt/macvirt/internal/controller"
+	"github.com/macvirt/macvirt/internal/hookplugin"
 	"github.com/macvirt/macvirt/internal/localwebhook"
 	"github.com/macvirt/macvirt/internal/operator"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
@@ -65,7 +66,7 @@ func main() {
 	var secureMetrics bool
 	var enableHTTP2 bool
 	var tlsOpts []func(*tls.Config)
-	var hookImage, emulatorPath string
+	var hookImage, emulatorPath, domainHook string
 	var agentAddr, agentEndpoint, agentCertPath string
 	flag.StringVar(&agentAddr, "agent-bind-address", ":9444",
 		"The address the guest-agent endpoint listens on (HTTPS). Set to 0 to disable it.")
@@ -85,7 +86,13 @@ func main() {
 	flag.StringVar(&webhookManifests, "webhook-manifests", filepath.Join("config", "webhook", "manifests.yaml"),
 		"With --local-webhooks: the generated webhook configurations to register.")
 	flag.StringVar(&hookImage, "hook-image", operator.DefaultHookImage,
-		"The domain-hook sidecar image KubeVirt runs next to every macOS VM.")
+		"The domain-hook image: KubeVirt's hook sidecar next to every macOS VM (--domain-hook=sidecar), "+
+			"or the Plugin's sidecar (--domain-hook=plugin-sidecar).")
+	flag.StringVar(&domainHook, "domain-hook", string(hookplugin.TransportAuto),
+		"How the macOS domain settings reach libvirt: plugin-cel (a KubeVirt Plugin of CEL hooks, KubeVirt 1.9+), "+
+			"plugin-sidecar (a Plugin whose hook is the --hook-image sidecar, KubeVirt 1.9+ on Kubernetes 1.36+), "+
+			"sidecar (KubeVirt's hook sidecar, Sidecar feature gate), or auto: plugin-cel where KubeVirt serves "+
+			"the Plugin kind, sidecar elsewhere.")
 	flag.StringVar(&emulatorPath, "emulator-path", "",
 		"Optional QEMU binary on the nodes to use instead of KubeVirt's (for a QEMU with isa-applesmc).")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
@@ -249,7 +256,12 @@ func main() {
 	} else {
 		setupLog.Info("Guest-agent endpoint disabled: no address or no certificate; machines will not become Ready")
 	}
-	operatorOpts := operator.Options{Namespace: namespace, HookImage: hookImage, EmulatorPath: emulatorPath,
+	transport, err := hookplugin.ParseTransport(domainHook)
+	if err != nil {
+		setupLog.Error(err, "Invalid flag")
+		os.Exit(1)
+	}
+	operatorOpts := operator.Options{Namespace: namespace, DomainHook: transport, HookImage: hookImage, EmulatorPath: emulatorPath,
 		Webhooks: true, Agent: agent, AgentHandler: agentHandler}
 	if agentServer != nil {
 		operatorOpts.AgentListeningSince = agentServer.ListeningSince

@@ -30,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	virtv1 "kubevirt.io/api/core/v1"
+	pluginv1alpha1 "kubevirt.io/api/plugin/v1alpha1"
 )
 
 const (
@@ -241,5 +242,25 @@ func buildVirtualMachineInstanceCRD(schema *extv1.CustomResourceValidation) *ext
 		{Name: "Live-Migratable", Type: "string", JSONPath: ".status.conditions[?(@.type=='LiveMigratable')].status", Priority: 1},
 		{Name: "Paused", Type: "string", JSONPath: ".status.conditions[?(@.type=='Paused')].status", Priority: 1},
 	}, nil, schema)
+	return crd
+}
+
+// buildPluginCRD mirrors KubeVirt's NewPluginCrd (KubeVirt 1.9): one
+// version, v1alpha1, cluster-scoped, no subresources or columns.
+func buildPluginCRD(schema *extv1.CustomResourceValidation) *extv1.CustomResourceDefinition {
+	crd := newBlankCRD()
+	crd.Name = "plugins." + pluginv1alpha1.SchemeGroupVersion.Group
+	crd.Spec = extv1.CustomResourceDefinitionSpec{
+		Group:    pluginv1alpha1.SchemeGroupVersion.Group,
+		Versions: []extv1.CustomResourceDefinitionVersion{{Name: "v1alpha1", Served: true, Storage: true}},
+		Scope:    "Cluster",
+		Names: extv1.CustomResourceDefinitionNames{
+			Plural:   "plugins",
+			Singular: "plugin",
+			Kind:     "Plugin",
+			ListKind: "PluginList",
+		},
+	}
+	setAllVersions(crd, nil, nil, schema)
 	return crd
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/macvirt/macvirt/internal/agentserver"
 	"github.com/macvirt/macvirt/internal/classhistory"
 	"github.com/macvirt/macvirt/internal/controller"
+	"github.com/macvirt/macvirt/internal/hookplugin"
 	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/vmstop"
 	webhookv1alpha1 "github.com/macvirt/macvirt/internal/webhook/v1alpha1"
@@ -49,7 +50,13 @@ type Options struct {
 	// class snapshots (DefaultNamespace when empty). Its RBAC grants it
 	// controllerrevisions and Secrets there only.
 	Namespace string
-	// HookImage is the domain-hook sidecar image put on every VM.
+	// DomainHook is the transport of the macOS domain settings (the
+	// --domain-hook flag); auto when empty: a KubeVirt Plugin of CEL hooks
+	// where KubeVirt serves the Plugin kind, KubeVirt's hook sidecar
+	// elsewhere.
+	DomainHook hookplugin.Transport
+	// HookImage is the domain-hook image: KubeVirt's hook sidecar on every
+	// VM, or the Plugin's sidecar (plugin-sidecar).
 	HookImage string
 	// EmulatorPath optionally overrides the node's QEMU binary.
 	EmulatorPath string
@@ -127,6 +134,24 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if hookImage == "" {
 		hookImage = DefaultHookImage
 	}
+	hookOpts := hookplugin.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath}
+	hookClient, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("a client to choose the domain-hook transport: %w", err)
+	}
+	resolveCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	transport, err := ResolveDomainHook(resolveCtx, mgr.GetRESTMapper(), hookClient, opts.DomainHook, hookOpts)
+	cancel()
+	if err != nil {
+		return err
+	}
+	mgr.GetLogger().Info("Domain-hook transport", "asked", opts.DomainHook, "transport", transport)
+	if opts.runs(MachineController) {
+		if err := mgr.Add(&DomainHookObjects{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Transport: transport,
+			Options: hookOpts, Log: mgr.GetLogger().WithName("domain-hook")}); err != nil {
+			return err
+		}
+	}
 	if err := controller.RegisterIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
@@ -154,7 +179,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 				Classes:        classhistory.Resolver{Classes: c, Snapshots: snapshots, Namespace: opts.Namespace},
 				Recorder:       mgr.GetEventRecorder("macvirt-machine-controller"),
 				Stopper:        stopper,
-				Render:         render.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath},
+				Render:         render.Options{DomainHook: transport, HookImage: hookImage, EmulatorPath: opts.EmulatorPath},
 				Agent:          opts.Agent,
 				ListeningSince: opts.AgentListeningSince,
 				Clock:          opts.Clock,

@@ -1,6 +1,7 @@
 // Package scheme builds the runtime scheme of the macvirt manager: the
 // Kubernetes built-ins, macvirt's own API, KubeVirt's kubevirt.io/v1 and
-// CDI's cdi.kubevirt.io/v1beta1. The manager and every test use this one
+// CDI's cdi.kubevirt.io/v1beta1 and KubeVirt's
+// plugin.kubevirt.io/v1alpha1. The manager and every test use this one
 // function, so a type missing from it fails in tests, not at runtime.
 package scheme
 
@@ -8,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	pluginv1alpha1 "kubevirt.io/api/plugin/v1alpha1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -20,6 +22,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		macvirtv1alpha1.AddToScheme,
 		kubevirtv1.AddToScheme,
 		cdiv1.AddToScheme,
+		pluginv1alpha1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			return err
