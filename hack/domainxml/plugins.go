@@ -57,6 +57,18 @@ type pluginVariants struct {
 		Plugin      string            `json:"plugin"`
 		SidecarArgs []string          `json:"sidecarArgs"`
 	} `json:"variants"`
+	Refusals []struct {
+		Name        string            `json:"name"`
+		Fixture     string            `json:"fixture"`
+		Annotations map[string]string `json:"annotations"`
+		Want        string            `json:"want"`
+	} `json:"refusals"`
+}
+
+// refusal is what KubeVirt's pipeline answered a refusal case.
+type refusal struct {
+	Name  string `json:"name"`
+	Error string `json:"error"`
 }
 
 // macvirtAnnotation says whether the renderer wrote an annotation for the
@@ -106,29 +118,9 @@ func runPlugins(variantsPath, renderDir, out, hookBinary string) error {
 		if !ok {
 			return fmt.Errorf("variant %s names Plugin %q, which %s lacks", v.Name, v.Plugin, variantsPath)
 		}
-		in, err := readInput(filepath.Join(renderDir, v.Fixture+".yaml"))
+		vmi, spec, err := g.variantDomain(renderDir, v.Fixture, v.Annotations)
 		if err != nil {
 			return fmt.Errorf("variant %s: %w", v.Name, err)
-		}
-		clusterConfig, err := newClusterConfig()
-		if err != nil {
-			return err
-		}
-		vmi, err := newVMI(in, clusterConfig)
-		if err != nil {
-			return fmt.Errorf("variant %s: %w", v.Name, err)
-		}
-		spec, err := g.domainSpec(vmi, in, clusterConfig)
-		if err != nil {
-			return fmt.Errorf("variant %s: %w", v.Name, err)
-		}
-		for k := range vmi.Annotations {
-			if macvirtAnnotation(k) {
-				delete(vmi.Annotations, k)
-			}
-		}
-		for k, val := range v.Annotations {
-			vmi.Annotations[k] = val
 		}
 
 		// CEL: virt-launcher's pipeline, as SetDomainSpecStrWithHooks calls it.
@@ -165,7 +157,58 @@ func runPlugins(variantsPath, renderDir, out, hookBinary string) error {
 			return err
 		}
 	}
-	return nil
+	// The refusals: KubeVirt's pipeline with the default CEL Plugin on a VMI
+	// with one wrong value; its error, or "accepted", for each.
+	var refused []refusal
+	for _, r := range file.Refusals {
+		vmi, spec, err := g.variantDomain(renderDir, r.Fixture, r.Annotations)
+		if err != nil {
+			return fmt.Errorf("refusal %s: %w", r.Name, err)
+		}
+		result := "accepted"
+		if _, _, err := plugins.ApplyDomainHooks([]pluginv1alpha1.Plugin{*file.Plugins["default"]}, vmi, spec, pluginv1alpha1.InvocationContextBoot); err != nil {
+			result = err.Error()
+		}
+		refused = append(refused, refusal{Name: r.Name, Error: result})
+	}
+	data, err := yaml.Marshal(refused)
+	if err != nil {
+		return err
+	}
+	header := fmt.Sprintf("# Code generated %s by hack/domainxml: what %s %s's plugins.ApplyDomainHooks answered each refusal of %s. DO NOT EDIT.\n",
+		stamp, kubevirtModule, kubevirtVersion, filepath.Base(variantsPath))
+	return os.WriteFile(filepath.Join(out, "refusals.yaml"), append([]byte(header), data...), 0o644)
+}
+
+// variantDomain makes the VMI and the domain of a rendering as the fixtures
+// are made, and gives the VMI the variant's annotations in place of the
+// renderer's.
+func (g *generator) variantDomain(renderDir, fixture string, annotations map[string]string) (*kubevirtv1.VirtualMachineInstance, *api.DomainSpec, error) {
+	in, err := readInput(filepath.Join(renderDir, fixture+".yaml"))
+	if err != nil {
+		return nil, nil, err
+	}
+	clusterConfig, err := newClusterConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	vmi, err := newVMI(in, clusterConfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	spec, err := g.domainSpec(vmi, in, clusterConfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	for k := range vmi.Annotations {
+		if macvirtAnnotation(k) {
+			delete(vmi.Annotations, k)
+		}
+	}
+	for k, val := range annotations {
+		vmi.Annotations[k] = val
+	}
+	return vmi, spec, nil
 }
 
 // admitPlugins runs virt-api's Plugin admission, with the Plugins gate on,

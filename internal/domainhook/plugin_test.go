@@ -33,6 +33,33 @@ type pluginVariants struct {
 	Plugins map[string]*pluginv1alpha1.Plugin `json:"plugins"`
 	// Variants are the golden variants.
 	Variants []pluginVariant `json:"variants"`
+	// Refusals are VMIs with a wrong value, which the CEL Plugin must
+	// refuse (hack/domainxml writes KubeVirt's error for each into
+	// testdata/plugin/refusals.yaml).
+	Refusals []pluginRefusal `json:"refusals"`
+}
+
+type pluginRefusal struct {
+	Name        string            `json:"name"`
+	Fixture     string            `json:"fixture"`
+	Annotations map[string]string `json:"annotations"`
+	// Want is what KubeVirt's error must say.
+	Want string `json:"want"`
+}
+
+// refusals change one value of the base variant's annotations, as a
+// hostile or careless VMI author could; every one must fail the start.
+var refusals = []struct {
+	name, key, value, want string
+}{
+	{"a board value that adds an option", hookconfig.AnnotationBoard,
+		"type=2,manufacturer=Apple Inc.,product=iMacPro1,1,serial=C02123ABCDEHX87FG", "domain.macvirt.io/smbios-board is missing or malformed"},
+	{"an SMC device with another property", hookconfig.AnnotationAppleSMC,
+		"isa-applesmc,osk=abc,romfile=/etc/shadow", "domain.macvirt.io/applesmc is missing or malformed"},
+	{"a CPU model macvirt does not know", hookconfig.AnnotationCPUModel, "qemu64", "domain.macvirt.io/cpu-model is missing or malformed"},
+	{"a NIC model macOS has no driver for", hookconfig.AnnotationNICModel, "rtl8139", "domain.macvirt.io/nic-model is missing or malformed"},
+	{"a video model of another name", hookconfig.AnnotationVideoModel, "cirrus", "domain.macvirt.io/video-model is missing or malformed"},
+	{"no serial number", hookconfig.AnnotationSystemPrefix + "serial", "", "domain.macvirt.io/smbios-serial is missing or malformed"},
 }
 
 type pluginVariant struct {
@@ -79,6 +106,19 @@ func buildPluginVariants(t *testing.T) []byte {
 		}
 		file.Variants = append(file.Variants, pluginVariant{Name: v.name, Fixture: v.fixture, Annotations: ann, Plugin: plugin,
 			SidecarArgs: hookplugin.SidecarArgs(hookplugin.Options{EmulatorPath: cfg.Emulator})})
+	}
+	base := file.Variants[0]
+	for _, r := range refusals {
+		ann := map[string]string{}
+		for k, v := range base.Annotations {
+			ann[k] = v
+		}
+		if r.value == "" {
+			delete(ann, r.key)
+		} else {
+			ann[r.key] = r.value
+		}
+		file.Refusals = append(file.Refusals, pluginRefusal{Name: r.name, Fixture: base.Fixture, Annotations: ann, Want: r.want})
 	}
 	out, err := yaml.Marshal(file)
 	if err != nil {
@@ -188,4 +228,34 @@ func lineDiff(want, got string) string {
 		return "(same lines, in another order)"
 	}
 	return b.String()
+}
+
+// TestPluginRefusesWrongValues: KubeVirt's pipeline, running the CEL Plugin
+// on a VMI with one wrong value, failed with the Plugin's message, so the
+// VM does not start (the Plugin's failure strategy is Fail).
+func TestPluginRefusesWrongValues(t *testing.T) {
+	path := filepath.Join("testdata", "plugin", "refusals.yaml")
+	raw, err := os.ReadFile(path) //nolint:gosec // the package's own test data.
+	if err != nil {
+		t.Fatalf("%v; run make golden", err)
+	}
+	stamp := fmt.Sprintf("(variants sha256 %x)", sha256.Sum256(buildPluginVariants(t)))
+	if first, _, _ := strings.Cut(string(raw), "\n"); !strings.Contains(first, stamp) {
+		t.Fatalf("%s is from other variants; run make golden", path)
+	}
+	var got []struct {
+		Name  string `json:"name"`
+		Error string `json:"error"`
+	}
+	if err := yaml.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(refusals) {
+		t.Fatalf("%s has %d results for %d refusals; run make golden", path, len(got), len(refusals))
+	}
+	for i, r := range refusals {
+		if got[i].Name != r.name || !strings.Contains(got[i].Error, r.want) {
+			t.Errorf("%s: KubeVirt's pipeline said %q, want an error with %q", r.name, got[i].Error, r.want)
+		}
+	}
 }

@@ -12,6 +12,7 @@ package hookplugin
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -124,14 +125,38 @@ func quotedList(items []string) string {
 // (hookconfig.QEMUValue), so an annotation cannot add an option.
 const qemuValueRE = `([^,]|,,)+`
 
-// Patterns the CEL checks the annotation values against; a value that does
-// not match leaves its hook out (a VMI not rendered by macvirt, or edited).
+// Patterns the CEL checks the annotation values against.
 var (
 	boardRE    = `^type=2,manufacturer=` + qemuValueRE + `,product=` + qemuValueRE + `,serial=` + qemuValueRE + `$`
 	appleSMCRE = `^isa-applesmc,osk=` + qemuValueRE + `$`
+	// anyRE is a one-line value that is not empty (libvirtxml escapes it).
+	anyRE = `^.+$`
 )
 
-// Condition selects the VMIs macvirt rendered for the CEL transport.
+// oneOf is a pattern matching exactly one of values.
+func oneOf(values ...string) string {
+	q := make([]string, len(values))
+	for i, v := range values {
+		q[i] = regexp.QuoteMeta(v)
+	}
+	return "^(" + strings.Join(q, "|") + ")$"
+}
+
+// fail is a CEL string expression that fails the hook with message: CEL
+// has no way to raise an error of its own, but reading a key a map lacks
+// is one, and virt-launcher reports it ("no such key: macvirt: ...") and,
+// with the Fail strategy, does not start the VM.
+func fail(message string) string { return ann("macvirt: " + message) }
+
+// valid is the annotation's value when it is present and matches pattern;
+// otherwise the hook fails and says which annotation is wrong. A VMI that
+// macvirt did not render, or one edited by hand, does not start.
+func valid(key, pattern string) string {
+	return "(" + hasAnn(key) + " && " + ann(key) + ".matches(" + strconv.Quote(pattern) + ") ? " + ann(key) + " : " +
+		fail(key+" is missing or malformed") + ")"
+}
+
+// celCondition selects the VMIs macvirt rendered for the CEL transport.
 func celCondition() string {
 	return "has(vmi.ObjectMeta.Annotations) && " + hasAnn(hookconfig.AnnotationCPUModel)
 }
@@ -154,19 +179,15 @@ func arg(value string) string { return "DomainQEMUCommandlineArg{Value: " + valu
 // that already has a -cpu argument alone, so a second run adds nothing.
 func qemuArgsHook() pluginv1alpha1.DomainHook {
 	smc := hookconfig.AnnotationAppleSMC
-	cond := strings.Join([]string{
-		ann(hookconfig.AnnotationCPUModel) + " in " + quotedList(hookconfig.CPUModels()),
-		hasAnn(hookconfig.AnnotationBoard),
-		ann(hookconfig.AnnotationBoard) + ".matches(" + strconv.Quote(boardRE) + ")",
-		"(!(" + hasAnn(smc) + ") || " + ann(smc) + ".matches(" + strconv.Quote(appleSMCRE) + "))",
-		`!(has(domainSpec.QEMUCommandline) && domainSpec.QEMUCommandline.Args.exists(a, a.Value == "-cpu"))`,
-	}, " && ")
 	expr := "Domain{QEMUCommandline: DomainQEMUCommandline{Args: " +
 		"(has(domainSpec.QEMUCommandline) ? domainSpec.QEMUCommandline.Args : []) + [" +
-		arg(`"-cpu"`) + ", " + arg(cpuArgs()+"["+ann(hookconfig.AnnotationCPUModel)+"]") + ", " +
-		arg(`"-smbios"`) + ", " + arg(ann(hookconfig.AnnotationBoard)) + "] + " +
-		"(" + hasAnn(smc) + " ? [" + arg(`"-device"`) + ", " + arg(ann(smc)) + "] : [])}}"
-	return pluginv1alpha1.DomainHook{Condition: cond, CEL: &pluginv1alpha1.CELDomainHook{Expression: expr}}
+		arg(`"-cpu"`) + ", " + arg(cpuArgs()+"["+valid(hookconfig.AnnotationCPUModel, oneOf(hookconfig.CPUModels()...))+"]") + ", " +
+		arg(`"-smbios"`) + ", " + arg(valid(hookconfig.AnnotationBoard, boardRE)) + "] + " +
+		"(" + hasAnn(smc) + " ? [" + arg(`"-device"`) + ", " + arg(valid(smc, appleSMCRE)) + "] : [])}}"
+	return pluginv1alpha1.DomainHook{
+		Condition: `!(has(domainSpec.QEMUCommandline) && domainSpec.QEMUCommandline.Args.exists(a, a.Value == "-cpu"))`,
+		CEL:       &pluginv1alpha1.CELDomainHook{Expression: expr},
+	}
 }
 
 // interfaceFields are the fields of libvirt's <interface> the NIC hook
@@ -191,7 +212,7 @@ func keep(obj, field string) string {
 // nicHook gives every interface the NIC model macOS has a driver for,
 // keeping its MAC, PCI address and KubeVirt's wiring.
 func nicHook() pluginv1alpha1.DomainHook {
-	nic := ann(hookconfig.AnnotationNICModel)
+	nic := valid(hookconfig.AnnotationNICModel, oneOf("vmxnet3", "e1000-82545em"))
 	var fields []string
 	for _, f := range interfaceFields {
 		if directFields[f] {
@@ -201,10 +222,11 @@ func nicHook() pluginv1alpha1.DomainHook {
 		}
 	}
 	fields = append(fields, "Model: DomainInterfaceModel{Type: "+nic+"}")
-	expr := "Domain{Devices: DomainDeviceList{Interfaces: domainSpec.Devices.Interfaces.map(i, " +
-		"has(i.Model) && i.Model.Type == " + nic + " ? i : DomainInterface{" + strings.Join(fields, ", ") + "})}}"
+	expr := "Domain{Devices: DomainDeviceList{Interfaces: size(domainSpec.Devices.Interfaces) == 0 ? " +
+		"[DomainInterface{Model: DomainInterfaceModel{Type: " + fail("the domain has no network interface to give the NIC model to") + "}}] : " +
+		"domainSpec.Devices.Interfaces.map(i, has(i.Model) && i.Model.Type == " + nic + " ? i : DomainInterface{" + strings.Join(fields, ", ") + "})}}"
 	return pluginv1alpha1.DomainHook{
-		Condition: hasAnn(hookconfig.AnnotationNICModel) + " && " + nic + ` in ["vmxnet3", "e1000-82545em"]`,
+		Condition: hasAnn(hookconfig.AnnotationNICModel),
 		CEL:       &pluginv1alpha1.CELDomainHook{Expression: expr},
 	}
 }
@@ -218,7 +240,7 @@ const nonEmpty = `(e.Value != "" || e.File != "")`
 func smbiosHook() pluginv1alpha1.DomainHook {
 	var owned []string
 	for _, name := range hookconfig.SystemEntryNames {
-		value := ann(hookconfig.AnnotationSystemPrefix + name)
+		value := valid(hookconfig.AnnotationSystemPrefix+name, anyRE)
 		if name == "family" {
 			value = strconv.Quote(hookconfig.SMBIOSFamily)
 		}
@@ -240,24 +262,20 @@ func smbiosHook() pluginv1alpha1.DomainHook {
 	expr := `Domain{OS: DomainOS{SMBios: DomainSMBios{Mode: "sysinfo"}}, SysInfo: domainSpec.SysInfo.exists(s, has(s.SMBIOS)) ? ` +
 		"domainSpec.SysInfo.map(s, !has(s.SMBIOS) ? s : DomainSysInfo{" + keep("s", "FWCfg") + ", SMBIOS: " + smbios + "}) : " +
 		"domainSpec.SysInfo + [DomainSysInfo{SMBIOS: DomainSysInfoSMBIOS{System: DomainSysInfoSystem{Entry: " + ownedList + "}}}]}"
-	var present []string
-	for _, name := range hookconfig.SystemEntryNames {
-		if name != "family" {
-			present = append(present, hasAnn(hookconfig.AnnotationSystemPrefix+name))
-		}
-	}
-	return pluginv1alpha1.DomainHook{Condition: strings.Join(present, " && "), CEL: &pluginv1alpha1.CELDomainHook{Expression: expr}}
+	return pluginv1alpha1.DomainHook{CEL: &pluginv1alpha1.CELDomainHook{Expression: expr}}
 }
 
 // keyboardHook adds a USB keyboard (macOS has no PS/2 driver) on the USB
-// controller KubeVirt created for the tablet. Without one libvirt refuses
-// the domain, so the VM does not start half-configured.
+// controller KubeVirt created for the tablet, and fails without one.
 func keyboardHook() pluginv1alpha1.DomainHook {
 	return pluginv1alpha1.DomainHook{
 		Condition: hasAnn(hookconfig.AnnotationUSBKeyboard) + " && " + ann(hookconfig.AnnotationUSBKeyboard) + ` == "true" && ` +
 			`!domainSpec.Devices.Inputs.exists(i, i.Type == "keyboard" && i.Bus == "usb")`,
 		CEL: &pluginv1alpha1.CELDomainHook{
-			Expression: `Domain{Devices: DomainDeviceList{Inputs: domainSpec.Devices.Inputs + [DomainInput{Type: "keyboard", Bus: "usb"}]}}`,
+			Expression: `Domain{Devices: DomainDeviceList{Inputs: domainSpec.Devices.Inputs + ` +
+				`[DomainInput{Type: domainSpec.Devices.Controllers.exists(c, c.Type == "usb" && c.Model != "none") ? "keyboard" : ` +
+				fail("the domain has no USB controller for the keyboard; the VMI needs a USB input device (macvirt renders a USB tablet)") +
+				`, Bus: "usb"}]}}`,
 		},
 	}
 }
@@ -265,16 +283,13 @@ func keyboardHook() pluginv1alpha1.DomainHook {
 // videoHook sets the model of every video card, keeping its heads, video
 // RAM and address.
 func videoHook() pluginv1alpha1.DomainHook {
-	v := ann(hookconfig.AnnotationVideoModel)
+	v := valid(hookconfig.AnnotationVideoModel, oneOf("vga", "vmvga"))
 	expr := "Domain{Devices: DomainDeviceList{Videos: size(domainSpec.Devices.Videos) == 0 ? " +
 		"[DomainVideo{Model: DomainVideoModel{Type: " + v + ", Heads: 1u}}] : " +
 		"domainSpec.Devices.Videos.map(d, d.Model.Type == " + v + " ? d : DomainVideo{Model: DomainVideoModel{Type: " + v +
 		", Heads: d.Model.Heads, VRam: d.Model.VRam}, " +
 		strings.Join([]string{keep("d", "Driver"), keep("d", "ACPI"), keep("d", "Alias"), keep("d", "Address")}, ", ") + "})}}"
-	return pluginv1alpha1.DomainHook{
-		Condition: hasAnn(hookconfig.AnnotationVideoModel) + " && " + v + ` in ["vga", "vmvga"]`,
-		CEL:       &pluginv1alpha1.CELDomainHook{Expression: expr},
-	}
+	return pluginv1alpha1.DomainHook{CEL: &pluginv1alpha1.CELDomainHook{Expression: expr}}
 }
 
 // emulatorHook points the domain at the operator's QEMU binary.

@@ -95,6 +95,7 @@ func InjectionPolicy(opts Options) (*admissionregistrationv1.MutatingAdmissionPo
 						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 						Rule: admissionregistrationv1.Rule{
 							APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+							Scope: ptr.To(admissionregistrationv1.NamespacedScope),
 						},
 					},
 				}},

@@ -228,7 +228,9 @@ var serviceDesc = grpc.ServiceDesc{
 
 // NewServer is a gRPC server with the DomainHookService.
 func NewServer(opts Options) *grpc.Server {
-	s := grpc.NewServer(grpc.ForceServerCodec(Codec{}))
+	// virt-launcher sends the whole VMI and domain, unbounded; gRPC's
+	// default 4 MiB would refuse a large VMI.
+	s := grpc.NewServer(grpc.ForceServerCodec(Codec{}), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
 	s.RegisterService(&serviceDesc, opts)
 	return s
 }
