@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 	pluginv1alpha1 "kubevirt.io/api/plugin/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -59,6 +61,9 @@ func ResolveDomainHook(ctx context.Context, mapper meta.RESTMapper, c client.Cli
 	if t == "" {
 		t = hookplugin.TransportAuto
 	}
+	if t == hookplugin.TransportSidecar {
+		return t, nil
+	}
 	plugins, err := served(mapper, pluginKind, pluginv1alpha1.SchemeGroupVersion.Version)
 	if err != nil {
 		return "", err
@@ -69,7 +74,7 @@ func ResolveDomainHook(ctx context.Context, mapper meta.RESTMapper, c client.Cli
 	}
 	gate := plugins
 	if plugins {
-		if gate, err = pluginsGateOn(ctx, c, opts); err != nil {
+		if gate, err = pluginsGateOn(ctx, c, transportPlugin(t.Resolve(true), opts)); err != nil {
 			return "", err
 		}
 	}
@@ -96,12 +101,20 @@ func ResolveDomainHook(ctx context.Context, mapper meta.RESTMapper, c client.Cli
 // admitters/plugin-admitter.go in KubeVirt 1.9).
 const gateOffMessage = "Plugins feature gate is not enabled"
 
-// pluginsGateOn asks virt-api, with a dry-run create of the CEL Plugin,
-// whether KubeVirt's Plugins feature gate is on. An existing Plugin of the
-// name is no answer (the server checks existence after admission), so it
-// counts as on.
-func pluginsGateOn(ctx context.Context, c client.Client, opts hookplugin.Options) (bool, error) {
-	err := c.Create(ctx, hookplugin.CELPlugin(opts), client.DryRunAll)
+// transportPlugin is the Plugin a plugin transport writes.
+func transportPlugin(t hookplugin.Transport, opts hookplugin.Options) *pluginv1alpha1.Plugin {
+	if t == hookplugin.TransportPluginSidecar {
+		return hookplugin.SidecarPlugin()
+	}
+	return hookplugin.CELPlugin(opts)
+}
+
+// pluginsGateOn asks virt-api, with a dry-run create of the transport's
+// Plugin, whether KubeVirt's Plugins feature gate is on. The server runs
+// admission before it checks whether the name exists, so an existing
+// Plugin (AlreadyExists) means the gate is on.
+func pluginsGateOn(ctx context.Context, c client.Client, plugin *pluginv1alpha1.Plugin) (bool, error) {
+	err := c.Create(ctx, plugin, client.DryRunAll)
 	switch {
 	case err == nil, apierrors.IsAlreadyExists(err):
 		return true, nil
@@ -138,6 +151,32 @@ type DomainHookObjects struct {
 	Log       logr.Logger
 	// Resync is how often the objects are written again (10 minutes when 0).
 	Resync time.Duration
+
+	mu      sync.Mutex
+	written bool
+	last    error
+}
+
+// Ready says whether the transport's objects are in place: nil once the
+// last write succeeded, the reason otherwise. The machine controller
+// creates and starts no VM meanwhile. KubeVirt's hook sidecar needs no
+// object and is always ready.
+func (d *DomainHookObjects) Ready() error {
+	if d.Transport == hookplugin.TransportSidecar {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.written {
+		return fmt.Errorf("the operator has not yet written the %s transport's objects (Plugin %s)", d.Transport, hookplugin.Name)
+	}
+	return d.last
+}
+
+func (d *DomainHookObjects) record(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.written, d.last = true, err
 }
 
 // NeedLeaderElection says only the leader writes.
@@ -152,7 +191,9 @@ func (d *DomainHookObjects) Start(ctx context.Context) error {
 	backoff := time.Second
 	for {
 		wait := resync
-		if err := d.Ensure(ctx); err != nil {
+		err := d.Ensure(ctx)
+		d.record(err)
+		if err != nil {
 			domainHookReady.WithLabelValues(string(d.Transport)).Set(0)
 			d.Log.Error(err, "Writing the domain-hook objects failed; macOS VMs started meanwhile may lack their settings", "transport", d.Transport, "retryIn", backoff)
 			wait = backoff
@@ -172,7 +213,7 @@ func (d *DomainHookObjects) Start(ctx context.Context) error {
 // Ensure writes what the transport needs and deletes what it does not.
 func (d *DomainHookObjects) Ensure(ctx context.Context) error {
 	if d.Transport.IsPlugin() {
-		on, err := pluginsGateOn(ctx, d.Client, d.Options)
+		on, err := pluginsGateOn(ctx, d.Client, transportPlugin(d.Transport, d.Options))
 		if err != nil {
 			return err
 		}
@@ -231,6 +272,10 @@ func (d *DomainHookObjects) apply(ctx context.Context, want client.Object) error
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", kind, err)
 	}
+	if !madeByMacvirt(have) {
+		return fmt.Errorf("%s exists and macvirt did not make it (no label %s=macvirt): "+
+			"delete it, or run the operator with another --domain-hook", kind, managedBy)
+	}
 	if sameSpec(have, want) && equality.Semantic.DeepEqual(have.GetLabels(), want.GetLabels()) {
 		return nil
 	}
@@ -241,6 +286,11 @@ func (d *DomainHookObjects) apply(ctx context.Context, want client.Object) error
 	d.Log.Info("Updated the domain-hook object", "object", kind, "transport", d.Transport)
 	return nil
 }
+
+// managedBy is the label that marks what macvirt made.
+const managedBy = "app.kubernetes.io/managed-by"
+
+func madeByMacvirt(obj client.Object) bool { return obj.GetLabels()[managedBy] == "macvirt" }
 
 // sameSpec compares the specs of two objects of the same kind.
 func sameSpec(a, b client.Object) bool {
@@ -266,11 +316,13 @@ func (d *DomainHookObjects) remove(ctx context.Context, obj client.Object) error
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", kind, err)
 	}
-	if obj.GetLabels()["app.kubernetes.io/managed-by"] != "macvirt" {
+	if !madeByMacvirt(obj) {
 		d.Log.Info("Leaving an object macvirt did not make, though the transport does not use it", "object", kind, "transport", d.Transport)
 		return nil
 	}
-	if err := d.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+	// Only the object just read: one made anew under the name since is not
+	// deleted.
+	if err := d.Client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting %s of another transport: %w", kind, err)
 	}
 	d.Log.Info("Deleted the domain-hook object of another transport", "object", kind, "transport", d.Transport)

@@ -17,6 +17,7 @@ import (
 	pluginv1alpha1 "kubevirt.io/api/plugin/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -83,7 +84,7 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts = mapper(t, cfg)
-	c, err := client.New(cfg, *opts)
+	c, err := client.NewWithWatch(cfg, *opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,8 +123,17 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 		t.Fatalf("plugin-sidecar on a Kubernetes serving MutatingAdmissionPolicy v1: %s, %v", got, err)
 	}
 	image := "registry.example/macvirt-domain-hook@sha256:0123"
+	// Updates are counted: the API server does not bump the resourceVersion
+	// of an update that changes nothing, so only the count shows a rewrite.
+	updates := 0
+	counting := interceptor.NewClient(c, interceptor.Funcs{
+		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			updates++
+			return cl.Update(ctx, obj, opts...)
+		},
+	})
 	objects := func(tr hookplugin.Transport) *DomainHookObjects {
-		return &DomainHookObjects{Client: c, Reader: c, Transport: tr, Log: testr.New(t),
+		return &DomainHookObjects{Client: counting, Reader: c, Transport: tr, Log: testr.New(t),
 			Options: hookplugin.Options{HookImage: image, EmulatorPath: "/opt/qemu/bin/qemu-system-x86_64"}}
 	}
 	plugin := func() (*pluginv1alpha1.Plugin, error) {
@@ -144,12 +154,12 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 		p.Spec.DomainHooks[0].CEL.Expression != want.Spec.DomainHooks[0].CEL.Expression {
 		t.Errorf("stored Plugin %+v", p.Spec)
 	}
-	rv := p.ResourceVersion
+	updates = 0
 	if err := objects(hookplugin.TransportPluginCEL).Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if p, _ = plugin(); p.ResourceVersion != rv {
-		t.Errorf("a second Ensure rewrote the unchanged Plugin (resourceVersion %s, was %s)", p.ResourceVersion, rv)
+	if updates != 0 {
+		t.Errorf("a second Ensure rewrote the unchanged Plugin (%d updates): the stored one differs from ours", updates)
 	}
 	// An edited Plugin is put back.
 	p.Spec.DomainHooks = p.Spec.DomainHooks[:1]
@@ -174,12 +184,12 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Name: hookplugin.InjectionPolicyName}, pol); err != nil {
 		t.Fatal(err)
 	}
-	rv = pol.ResourceVersion
+	updates = 0
 	if err := objects(hookplugin.TransportPluginSidecar).Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Get(ctx, client.ObjectKey{Name: hookplugin.InjectionPolicyName}, pol); err != nil || pol.ResourceVersion != rv {
-		t.Errorf("a second Ensure rewrote the unchanged policy (%v): the API server's defaults differ from ours", err)
+	if updates != 0 {
+		t.Errorf("a second Ensure rewrote the unchanged policy, binding or Plugin (%d updates): the API server's defaults differ from ours", updates)
 	}
 
 	// The policy adds the sidecar to a macvirt virt-launcher pod with the
@@ -217,7 +227,7 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 	if injected == nil {
 		t.Fatal("the policy added no sidecar to a macvirt virt-launcher pod within 60 s")
 	}
-	if injected.Image != image || strings.Join(injected.Command, " ") != hookplugin.HookBinary+" --plugin-socket "+hookplugin.SocketPath ||
+	if injected.Image != image || strings.Join(injected.Command, " ") != hookplugin.HookBinary+" --plugin-socket "+hookplugin.SocketPath+" --emulator-path /opt/qemu/bin/qemu-system-x86_64" ||
 		len(injected.VolumeMounts) != 1 || injected.VolumeMounts[0].SubPath != hookplugin.Name || injected.VolumeMounts[0].MountPath != hookplugin.SocketDir ||
 		!ptr.Deref(injected.SecurityContext.RunAsNonRoot, false) || injected.Resources.Limits.Cpu().String() != "50m" {
 		t.Errorf("injected sidecar %+v", injected)
@@ -277,6 +287,14 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 	}
 	if _, err := plugin(); err != nil {
 		t.Errorf("a Plugin macvirt did not make was deleted: %v", err)
+	}
+	// ... and not overwritten either: the plugin transport says why it
+	// cannot go on.
+	if err := objects(hookplugin.TransportPluginCEL).Ensure(ctx); err == nil || !strings.Contains(err.Error(), "macvirt did not make it") {
+		t.Errorf("plugin-cel over a Plugin macvirt did not make: %v", err)
+	}
+	if p, _ := plugin(); len(p.Spec.DomainHooks) != 1 {
+		t.Errorf("the foreign Plugin was overwritten: %+v", p.Spec)
 	}
 }
 

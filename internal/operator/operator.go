@@ -146,9 +146,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	mgr.GetLogger().Info("Domain-hook transport", "asked", opts.DomainHook, "transport", transport)
+	var hookObjects *DomainHookObjects
 	if opts.runs(MachineController) {
-		if err := mgr.Add(&DomainHookObjects{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Transport: transport,
-			Options: hookOpts, Log: mgr.GetLogger().WithName("domain-hook")}); err != nil {
+		hookObjects = &DomainHookObjects{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Transport: transport,
+			Options: hookOpts, Log: mgr.GetLogger().WithName("domain-hook")}
+		if err := mgr.Add(hookObjects); err != nil {
 			return err
 		}
 	}
@@ -180,6 +182,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 				Recorder:       mgr.GetEventRecorder("macvirt-machine-controller"),
 				Stopper:        stopper,
 				Render:         render.Options{DomainHook: transport, HookImage: hookImage, EmulatorPath: opts.EmulatorPath},
+				DomainHook:     hookObjects.Ready,
 				Agent:          opts.Agent,
 				ListeningSince: opts.AgentListeningSince,
 				Clock:          opts.Clock,
