@@ -100,6 +100,11 @@ const (
 	ReasonClassChanged = "ClassChanged"
 	// ReasonInvalidClass means the class cannot be rendered into a VirtualMachine.
 	ReasonInvalidClass = "InvalidClass"
+	// ReasonDomainHookNotReady means the machine's VM is neither created nor
+	// started while the operator's domain-hook transport is not in place
+	// (KubeVirt's Plugins gate off, the Plugin not written): macOS would
+	// start without its settings.
+	ReasonDomainHookNotReady = "DomainHookNotReady"
 	// ReasonSecretUnavailable means a Secret the class references cannot be read.
 	ReasonSecretUnavailable = "SecretUnavailable"
 	// ReasonMachineLost means a claim's bound machine failed or disappeared.

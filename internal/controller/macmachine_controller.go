@@ -69,6 +69,10 @@ type MacMachineReconciler struct {
 	Stopper vmstop.Stopper
 	// Render holds operator-wide render settings (hook image, emulator).
 	Render render.Options
+	// DomainHook, when set, says whether the objects of the domain-hook
+	// transport are in place (nil when they are); a VM is neither created
+	// nor started while it returns an error.
+	DomainHook func() error
 	// Agent is what machines' agent config disks say about the endpoint.
 	Agent AgentOptions
 	// Clock is the time source for boot and heartbeat timeouts.
@@ -169,6 +173,7 @@ func (r *MacMachineReconciler) reconcileNormal(ctx context.Context, o *machineOb
 		r.ensureDataVolumes,
 		r.ensureVirtualMachine,
 		r.ensureHostRules,
+		r.ensureDomainHookAnnotations,
 		r.ensureAgentVolume,
 		r.ensureRunState,
 	} {

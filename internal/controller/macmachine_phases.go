@@ -241,6 +241,9 @@ func (r *MacMachineReconciler) ensureVirtualMachine(ctx context.Context, o *mach
 	if o.VM != nil {
 		return true, nil
 	}
+	if r.holdForDomainHook(o) {
+		return false, nil
+	}
 	vm, _, ok := r.renderMachine(ctx, o)
 	if !ok {
 		return false, nil
@@ -297,6 +300,9 @@ func (r *MacMachineReconciler) ensureRunState(ctx context.Context, o *machineObs
 	case (!wantsRunning(o.Machine) || observeDrain(*o).Stop) && !halted:
 		return false, r.requestStop(ctx, o)
 	case wantsRunning(o.Machine) && halted && o.VMI == nil:
+		if r.holdForDomainHook(o) {
+			return false, nil
+		}
 		// Guarded by the resourceVersion: a VM replaced since it was read
 		// (perhaps by one the machine does not control) is not patched.
 		patch := client.MergeFromWithOptions(vm.DeepCopy(), client.MergeFromWithOptimisticLock{})

@@ -35,6 +35,9 @@ type machineObservation struct {
 	// Blocked, when set, is a problem that needs a human before the machine
 	// can be rendered (an unreadable Secret, an unrenderable class).
 	Blocked *problem
+	// BlockedRecheck, when set, is when a Blocked problem that can end by
+	// itself is looked at again (nothing watched announces its end).
+	BlockedRecheck time.Duration
 	// DataVolumes holds the rendered DataVolumes' live objects, bootloader
 	// first; an entry is nil while that DataVolume does not exist.
 	DataVolumes []*cdiv1.DataVolume
@@ -143,6 +146,9 @@ func computeMachineStatus(o machineObservation) machineStatus {
 		requeue = vm.recheckAfter
 	}
 	if r := drain.RecheckAfter; r > 0 && (requeue == 0 || r < requeue) {
+		requeue = r
+	}
+	if r := o.BlockedRecheck; o.Blocked != nil && r > 0 && (requeue == 0 || r < requeue) {
 		requeue = r
 	}
 	return machineStatus{Status: *st, RequeueAfter: requeue}

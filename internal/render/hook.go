@@ -55,6 +55,12 @@ type hookSidecar struct {
 // Writing both configurations keeps a VM's template the same whichever
 // transport the operator runs with, so switching transports restarts no VM.
 func hookAnnotations(cfg *hookconfig.Config, opts Options) (map[string]string, error) {
+	return HookAnnotations(cfg, opts)
+}
+
+// HookAnnotations are hookAnnotations, for the machine controller, which
+// keeps an existing VM's annotations right for the operator's transport.
+func HookAnnotations(cfg *hookconfig.Config, opts Options) (map[string]string, error) {
 	encoded, err := cfg.Marshal()
 	if err != nil {
 		return nil, err

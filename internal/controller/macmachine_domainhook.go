@@ -1,0 +1,121 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/render"
+)
+
+// domainHookRecheck is how often a machine held for the domain hook looks
+// again: the hook's objects are written at the operator's start and retried
+// with backoff, and nothing the machine watches announces it.
+const domainHookRecheck = 5 * time.Second
+
+// holdForDomainHook answers whether the machine's VM must wait before it is
+// created or started: while the domain-hook transport's objects are not in
+// place, macOS would start without its settings (the Plugin transports
+// fail open where KubeVirt's hook sidecar failed closed). Stopping never
+// waits for it.
+func (r *MacMachineReconciler) holdForDomainHook(o *machineObservation) bool {
+	if r.DomainHook == nil {
+		return false
+	}
+	err := r.DomainHook()
+	if err == nil {
+		return false
+	}
+	o.Blocked = &problem{Reason: macvirtv1alpha1.ReasonDomainHookNotReady,
+		Message: fmt.Sprintf("not starting the VirtualMachine until the macOS settings can reach it: %v", err)}
+	o.BlockedRecheck = domainHookRecheck
+	return true
+}
+
+// ownedHookAnnotation says whether a template annotation carries the
+// domain settings for one of the transports.
+func ownedHookAnnotation(key string) bool {
+	return key == hookconfig.Annotation || key == hookconfig.SidecarsAnnotation ||
+		strings.HasPrefix(key, hookconfig.PluginAnnotationPrefix)
+}
+
+// hookAnnotationsFor returns the VM template's annotations with those of
+// the domain settings made right for the operator's transport, taken from
+// the configuration the VM was rendered with (its macvirt.io/domain-hook
+// annotation, so neither the class nor a Secret is read again), and
+// whether they changed. A template without that annotation was not
+// rendered by macvirt and is left alone.
+func hookAnnotationsFor(have map[string]string, opts render.Options) (map[string]string, bool, error) {
+	raw, ok := have[hookconfig.Annotation]
+	if !ok {
+		return have, false, nil
+	}
+	cfg, err := hookconfig.Parse(raw)
+	if err != nil {
+		return have, false, err
+	}
+	want, err := render.HookAnnotations(cfg, opts)
+	if err != nil {
+		return have, false, err
+	}
+	next := map[string]string{}
+	for k, v := range have {
+		if !ownedHookAnnotation(k) {
+			next[k] = v
+		}
+	}
+	maps.Copy(next, want)
+	return next, !maps.Equal(have, next), nil
+}
+
+// ensureDomainHookAnnotations answers: does the machine's VM carry its
+// macOS settings for the transport the operator runs with? A VM rendered
+// under another transport (or by an operator without the Plugin's
+// annotations) is patched, guarded by its resourceVersion; KubeVirt uses
+// the change from the VM's next start, and nothing is restarted for it.
+// Best effort, as for the host rules: a refusal is said in an event.
+func (r *MacMachineReconciler) ensureDomainHookAnnotations(ctx context.Context, o *machineObservation) (bool, error) {
+	if o.VM == nil || o.VM.Spec.Template == nil {
+		return true, nil
+	}
+	next, changed, err := hookAnnotationsFor(o.VM.Spec.Template.ObjectMeta.Annotations, r.Render)
+	if err != nil {
+		recordEvent(r.Recorder, o.Machine, corev1.EventTypeWarning, macvirtv1alpha1.ReasonUpdateFailed, "Provision", fmt.Sprintf(
+			"cannot give VirtualMachine %s/%s the domain settings of the operator's transport: %v", o.VM.Namespace, o.VM.Name, err))
+		return true, nil
+	}
+	if !changed {
+		return true, nil
+	}
+	vm := o.VM.DeepCopy()
+	patch := client.MergeFromWithOptions(vm.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	vm.Spec.Template.ObjectMeta.Annotations = next
+	if err := r.Patch(ctx, vm, patch); err != nil {
+		if !apierrors.IsConflict(err) {
+			recordEvent(r.Recorder, o.Machine, corev1.EventTypeWarning, macvirtv1alpha1.ReasonUpdateFailed, "Provision", fmt.Sprintf(
+				"giving VirtualMachine %s/%s the domain settings of the operator's transport: %v", vm.Namespace, vm.Name, err))
+		}
+		ctrl.LoggerFrom(ctx).Info("VirtualMachine not updated for the domain-hook transport; trying again later", "virtualMachine", vm.Name, "reason", err.Error())
+		return true, nil
+	}
+	o.VM = vm
+	ctrl.LoggerFrom(ctx).Info("VirtualMachine carries the domain settings of the operator's transport (from its next start)",
+		"virtualMachine", vm.Name, "transport", transportName(r.Render))
+	return true, nil
+}
+
+func transportName(opts render.Options) string {
+	if opts.DomainHook == "" {
+		return "sidecar"
+	}
+	return string(opts.DomainHook)
+}

@@ -1,0 +1,131 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/hookplugin"
+	"github.com/macvirt/macvirt/internal/render"
+)
+
+func hookTestConfig(t *testing.T) string {
+	t.Helper()
+	cfg := &hookconfig.Config{Version: hookconfig.Version, CPU: hookconfig.CPU{Model: "Haswell-noTSX"}, NIC: hookconfig.NIC{Model: "vmxnet3"},
+		SMC: hookconfig.SMC{Mode: "VirtualSMC"}, Display: hookconfig.Display{Model: "vga"}, USBKeyboard: true,
+		SMBIOS: hookconfig.SMBIOS{Manufacturer: hookconfig.AppleManufacturer, Product: "iMacPro1,1", Serial: "C02XK1ZJHX87",
+			BoardSerial: "C02123ABCDEHX87FG", UUID: "5B3E8F7A-2C41-4D9E-8F0A-1B2C3D4E5F60"}}
+	raw, err := cfg.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func TestHookAnnotationsFollowTheTransport(t *testing.T) {
+	raw := hookTestConfig(t)
+	sidecar := render.Options{DomainHook: hookplugin.TransportSidecar, HookImage: "hook:1"}
+	cel := render.Options{DomainHook: hookplugin.TransportPluginCEL}
+	// A VM an operator before the Plugin transports rendered: the JSON and
+	// the hook sidecar, no flat values.
+	old := map[string]string{hookconfig.Annotation: raw, hookconfig.SidecarsAnnotation: `[{"args":["--version","v1alpha3"],"image":"hook:1"}]`,
+		"someone.example/note": "kept"}
+
+	next, changed, err := hookAnnotationsFor(old, cel)
+	if err != nil || !changed {
+		t.Fatalf("sidecar VM under plugin-cel: changed=%v err=%v", changed, err)
+	}
+	if _, ok := next[hookconfig.SidecarsAnnotation]; ok {
+		t.Error("the hook sidecar stays under plugin-cel: the Sidecar gate could not be turned off")
+	}
+	if next[hookconfig.AnnotationCPUModel] != "Haswell-noTSX" || next[hookconfig.AnnotationSystemPrefix+"serial"] != "C02XK1ZJHX87" ||
+		next[hookconfig.Annotation] != raw || next["someone.example/note"] != "kept" {
+		t.Errorf("annotations under plugin-cel: %v", next)
+	}
+	if _, again, _ := hookAnnotationsFor(next, cel); again {
+		t.Error("annotations already right for plugin-cel changed again")
+	}
+	back, changed, err := hookAnnotationsFor(next, sidecar)
+	if err != nil || !changed || back[hookconfig.SidecarsAnnotation] == "" || back[hookconfig.AnnotationCPUModel] == "" {
+		t.Errorf("plugin-cel VM under sidecar: changed=%v err=%v %v", changed, err, back)
+	}
+	if got, changed, _ := hookAnnotationsFor(map[string]string{"a": "b"}, cel); changed || got["a"] != "b" {
+		t.Error("a template macvirt did not render was changed")
+	}
+	if _, _, err := hookAnnotationsFor(map[string]string{hookconfig.Annotation: "{"}, cel); err == nil {
+		t.Error("a malformed configuration was taken")
+	}
+}
+
+func TestAVMGetsTheTransportsAnnotationsWithoutARestart(t *testing.T) {
+	always := kubevirtv1.RunStrategyAlways
+	v := &kubevirtv1.VirtualMachine{}
+	v.Name, v.Namespace = "m", "ns"
+	v.Spec.RunStrategy = &always
+	v.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
+	v.Spec.Template.ObjectMeta.Annotations = map[string]string{hookconfig.Annotation: hookTestConfig(t),
+		hookconfig.SidecarsAnnotation: `[{"image":"hook:1"}]`}
+	c := fake.NewClientBuilder().WithScheme(hostScheme(t)).WithObjects(v).Build()
+	r := &MacMachineReconciler{Client: c, Render: render.Options{DomainHook: hookplugin.TransportPluginCEL}}
+	o := &machineObservation{Machine: machine(), VM: v.DeepCopy()}
+	if proceed, err := r.ensureDomainHookAnnotations(context.Background(), o); !proceed || err != nil {
+		t.Fatalf("proceed=%v err=%v", proceed, err)
+	}
+	got := &kubevirtv1.VirtualMachine{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(v), got); err != nil {
+		t.Fatal(err)
+	}
+	a := got.Spec.Template.ObjectMeta.Annotations
+	if _, ok := a[hookconfig.SidecarsAnnotation]; ok || a[hookconfig.AnnotationVideoModel] != "vga" || *got.Spec.RunStrategy != always {
+		t.Errorf("VM after the patch: annotations %v, runStrategy %s", a, *got.Spec.RunStrategy)
+	}
+}
+
+// A VM is neither created nor started while the domain hook is not in
+// place; the machine says why and looks again.
+func TestNoVMStartsWithoutItsDomainSettings(t *testing.T) {
+	strategy := kubevirtv1.RunStrategyHalted
+	v := &kubevirtv1.VirtualMachine{}
+	v.Name, v.Namespace = "m", "ns"
+	v.Spec.RunStrategy = &strategy
+	patches := 0
+	c := fake.NewClientBuilder().WithScheme(hostScheme(t)).WithObjects(v).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			patches++
+			return cl.Patch(ctx, obj, p, opts...)
+		},
+	}).Build()
+	notReady := errors.New("KubeVirt's Plugins feature gate is off")
+	r := &MacMachineReconciler{Client: c, DomainHook: func() error { return notReady }}
+	o := &machineObservation{Machine: machine(), Class: class(), VM: v.DeepCopy()}
+	if proceed, err := r.ensureRunState(context.Background(), o); proceed || err != nil || patches != 0 {
+		t.Fatalf("start while the hook is not ready: proceed=%v err=%v patches=%d", proceed, err, patches)
+	}
+	st := computeMachineStatus(*o)
+	ready := meta.FindStatusCondition(st.Status.Conditions, macvirtv1alpha1.ConditionReady)
+	if ready == nil || ready.Reason != macvirtv1alpha1.ReasonDomainHookNotReady || !strings.Contains(ready.Message, notReady.Error()) ||
+		st.RequeueAfter != domainHookRecheck {
+		t.Errorf("Ready %+v, requeue %v", ready, st.RequeueAfter)
+	}
+	// Creating is held the same way.
+	o = &machineObservation{Machine: machine(), Class: class()}
+	if proceed, err := r.ensureVirtualMachine(context.Background(), o); proceed || err != nil || o.Blocked == nil ||
+		o.Blocked.Reason != macvirtv1alpha1.ReasonDomainHookNotReady {
+		t.Errorf("create while the hook is not ready: proceed=%v err=%v blocked=%+v", proceed, err, o.Blocked)
+	}
+	// Once ready, the VM starts.
+	r.DomainHook = func() error { return nil }
+	o = &machineObservation{Machine: machine(), Class: class(), VM: v.DeepCopy()}
+	if _, err := r.ensureRunState(context.Background(), o); err != nil || patches != 1 {
+		t.Errorf("start once ready: err=%v patches=%d", err, patches)
+	}
+}
