@@ -60,6 +60,10 @@ var refusals = []struct {
 	{"a NIC model macOS has no driver for", hookconfig.AnnotationNICModel, "rtl8139", "domain.macvirt.io/nic-model is missing or malformed"},
 	{"a video model of another name", hookconfig.AnnotationVideoModel, "cirrus", "domain.macvirt.io/video-model is missing or malformed"},
 	{"no serial number", hookconfig.AnnotationSystemPrefix + "serial", "", "domain.macvirt.io/smbios-serial is missing or malformed"},
+	{"no CPU model", hookconfig.AnnotationCPUModel, "", "domain.macvirt.io/cpu-model is missing or malformed"},
+	{"no SMC setting", hookconfig.AnnotationAppleSMC, "", "domain.macvirt.io/applesmc is missing or malformed"},
+	{"no NIC setting", hookconfig.AnnotationNICModel, "", "domain.macvirt.io/nic-model is missing or malformed"},
+	{"a keyboard setting that is neither true nor false", hookconfig.AnnotationUSBKeyboard, "yes", "domain.macvirt.io/usb-keyboard is missing or malformed"},
 }
 
 type pluginVariant struct {

@@ -3,6 +3,7 @@ package hookconfig
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -132,14 +133,22 @@ const (
 	AnnotationCPUModel = PluginAnnotationPrefix + "cpu-model"
 	// AnnotationBoard is the -smbios type=2 value (BoardArg).
 	AnnotationBoard = PluginAnnotationPrefix + "smbios-board"
-	// AnnotationAppleSMC is the -device isa-applesmc value; AppleSMC only.
+	// AnnotationAppleSMC is the -device isa-applesmc value, or NoAppleSMC.
 	AnnotationAppleSMC = PluginAnnotationPrefix + "applesmc"
-	// AnnotationNICModel is libvirt's interface model; absent for virtio.
+	// AnnotationNICModel is libvirt's interface model, or "virtio" (KubeVirt's
+	// interface is kept).
 	AnnotationNICModel = PluginAnnotationPrefix + "nic-model"
 	// AnnotationVideoModel is libvirt's video model.
 	AnnotationVideoModel = PluginAnnotationPrefix + "video-model"
-	// AnnotationUSBKeyboard is "true" when a USB keyboard is added.
+	// AnnotationUSBKeyboard is "true" when a USB keyboard is added, "false"
+	// otherwise.
 	AnnotationUSBKeyboard = PluginAnnotationPrefix + "usb-keyboard"
+	// NoAppleSMC is AnnotationAppleSMC in VirtualSMC mode. Every value is
+	// written, optional ones too, so a removed annotation fails the start
+	// instead of looking like a setting that is off.
+	NoAppleSMC = "none"
+	// KeepNICModel is AnnotationNICModel for virtio.
+	KeepNICModel = "virtio"
 	// AnnotationSystemPrefix + an entry name is an SMBIOS system entry.
 	AnnotationSystemPrefix = PluginAnnotationPrefix + "smbios-"
 )
@@ -167,19 +176,19 @@ func (c *Config) PluginAnnotations() (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if smc == "" {
+		smc = NoAppleSMC
+	}
+	if nic == "" {
+		nic = KeepNICModel
+	}
 	out := map[string]string{
-		AnnotationCPUModel:   c.CPU.Model,
-		AnnotationBoard:      c.BoardArg(),
-		AnnotationVideoModel: video,
-	}
-	if smc != "" {
-		out[AnnotationAppleSMC] = smc
-	}
-	if nic != "" {
-		out[AnnotationNICModel] = nic
-	}
-	if c.USBKeyboard {
-		out[AnnotationUSBKeyboard] = "true"
+		AnnotationCPUModel:    c.CPU.Model,
+		AnnotationBoard:       c.BoardArg(),
+		AnnotationVideoModel:  video,
+		AnnotationAppleSMC:    smc,
+		AnnotationNICModel:    nic,
+		AnnotationUSBKeyboard: strconv.FormatBool(c.USBKeyboard),
 	}
 	for _, e := range c.SystemEntries() {
 		if e.Name != "family" {

@@ -128,7 +128,7 @@ const qemuValueRE = `([^,]|,,)+`
 // Patterns the CEL checks the annotation values against.
 var (
 	boardRE    = `^type=2,manufacturer=` + qemuValueRE + `,product=` + qemuValueRE + `,serial=` + qemuValueRE + `$`
-	appleSMCRE = `^isa-applesmc,osk=` + qemuValueRE + `$`
+	appleSMCRE = `^(` + hookconfig.NoAppleSMC + `|isa-applesmc,osk=` + qemuValueRE + `)$`
 	// anyRE is a one-line value that is not empty (libvirtxml escapes it).
 	anyRE = `^.+$`
 )
@@ -156,9 +156,11 @@ func valid(key, pattern string) string {
 		fail(key+" is missing or malformed") + ")"
 }
 
-// celCondition selects the VMIs macvirt rendered for the CEL transport.
+// celCondition selects the VMIs macvirt rendered: every transport writes
+// the hook configuration annotation, so a VMI that lacks any of the Plugin's
+// own values fails instead of starting without them.
 func celCondition() string {
-	return "has(vmi.ObjectMeta.Annotations) && " + hasAnn(hookconfig.AnnotationCPUModel)
+	return "has(vmi.ObjectMeta.Annotations) && " + hasAnn(hookconfig.Annotation)
 }
 
 // cpuArgs is a CEL map literal from cpu.model to the -cpu value.
@@ -183,7 +185,8 @@ func qemuArgsHook() pluginv1alpha1.DomainHook {
 		"(has(domainSpec.QEMUCommandline) ? domainSpec.QEMUCommandline.Args : []) + [" +
 		arg(`"-cpu"`) + ", " + arg(cpuArgs()+"["+valid(hookconfig.AnnotationCPUModel, oneOf(hookconfig.CPUModels()...))+"]") + ", " +
 		arg(`"-smbios"`) + ", " + arg(valid(hookconfig.AnnotationBoard, boardRE)) + "] + " +
-		"(" + hasAnn(smc) + " ? [" + arg(`"-device"`) + ", " + arg(valid(smc, appleSMCRE)) + "] : [])}}"
+		"(" + valid(smc, appleSMCRE) + " == " + strconv.Quote(hookconfig.NoAppleSMC) + " ? [] : [" +
+		arg(`"-device"`) + ", " + arg(valid(smc, appleSMCRE)) + "])}}"
 	return pluginv1alpha1.DomainHook{
 		Condition: `!(has(domainSpec.QEMUCommandline) && domainSpec.QEMUCommandline.Args.exists(a, a.Value == "-cpu"))`,
 		CEL:       &pluginv1alpha1.CELDomainHook{Expression: expr},
@@ -212,7 +215,7 @@ func keep(obj, field string) string {
 // nicHook gives every interface the NIC model macOS has a driver for,
 // keeping its MAC, PCI address and KubeVirt's wiring.
 func nicHook() pluginv1alpha1.DomainHook {
-	nic := valid(hookconfig.AnnotationNICModel, oneOf("vmxnet3", "e1000-82545em"))
+	nic := valid(hookconfig.AnnotationNICModel, oneOf("vmxnet3", "e1000-82545em", hookconfig.KeepNICModel))
 	var fields []string
 	for _, f := range interfaceFields {
 		if directFields[f] {
@@ -224,11 +227,9 @@ func nicHook() pluginv1alpha1.DomainHook {
 	fields = append(fields, "Model: DomainInterfaceModel{Type: "+nic+"}")
 	expr := "Domain{Devices: DomainDeviceList{Interfaces: size(domainSpec.Devices.Interfaces) == 0 ? " +
 		"[DomainInterface{Model: DomainInterfaceModel{Type: " + fail("the domain has no network interface to give the NIC model to") + "}}] : " +
-		"domainSpec.Devices.Interfaces.map(i, has(i.Model) && i.Model.Type == " + nic + " ? i : DomainInterface{" + strings.Join(fields, ", ") + "})}}"
-	return pluginv1alpha1.DomainHook{
-		Condition: hasAnn(hookconfig.AnnotationNICModel),
-		CEL:       &pluginv1alpha1.CELDomainHook{Expression: expr},
-	}
+		"domainSpec.Devices.Interfaces.map(i, " + nic + " == " + strconv.Quote(hookconfig.KeepNICModel) + " || has(i.Model) && i.Model.Type == " + nic +
+		" ? i : DomainInterface{" + strings.Join(fields, ", ") + "})}}"
+	return pluginv1alpha1.DomainHook{CEL: &pluginv1alpha1.CELDomainHook{Expression: expr}}
 }
 
 // nonEmpty is the CEL test of an SMBIOS entry libvirt's schema accepts.
@@ -269,7 +270,7 @@ func smbiosHook() pluginv1alpha1.DomainHook {
 // controller KubeVirt created for the tablet, and fails without one.
 func keyboardHook() pluginv1alpha1.DomainHook {
 	return pluginv1alpha1.DomainHook{
-		Condition: hasAnn(hookconfig.AnnotationUSBKeyboard) + " && " + ann(hookconfig.AnnotationUSBKeyboard) + ` == "true" && ` +
+		Condition: valid(hookconfig.AnnotationUSBKeyboard, oneOf("true", "false")) + ` == "true" && ` +
 			`!domainSpec.Devices.Inputs.exists(i, i.Type == "keyboard" && i.Bus == "usb")`,
 		CEL: &pluginv1alpha1.CELDomainHook{
 			Expression: `Domain{Devices: DomainDeviceList{Inputs: domainSpec.Devices.Inputs + ` +

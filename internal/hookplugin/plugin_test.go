@@ -63,7 +63,7 @@ func TestTransports(t *testing.T) {
 
 func TestCELPluginSelectsMacvirtVMIsAndOwnsTheEmulatorPath(t *testing.T) {
 	p := CELPlugin(Options{})
-	if !strings.Contains(p.Spec.Condition, hookconfig.AnnotationCPUModel) || p.Spec.FailureStrategy != "Fail" {
+	if !strings.Contains(p.Spec.Condition, `"`+hookconfig.Annotation+`" in`) || p.Spec.FailureStrategy != "Fail" {
 		t.Errorf("condition %q, failure strategy %q", p.Spec.Condition, p.Spec.FailureStrategy)
 	}
 	for _, h := range p.Spec.DomainHooks {
