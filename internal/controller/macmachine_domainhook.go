@@ -28,10 +28,10 @@ const domainHookRecheck = 5 * time.Second
 // fail open where KubeVirt's hook sidecar failed closed). Stopping never
 // waits for it.
 func (r *MacMachineReconciler) holdForDomainHook(o *machineObservation) bool {
-	if r.DomainHook == nil {
-		return false
+	err := o.hookAnnotationsStale
+	if err == nil && r.DomainHook != nil {
+		err = r.DomainHook()
 	}
-	err := r.DomainHook()
 	if err == nil {
 		return false
 	}
@@ -89,8 +89,8 @@ func (r *MacMachineReconciler) ensureDomainHookAnnotations(ctx context.Context, 
 	}
 	next, changed, err := hookAnnotationsFor(o.VM.Spec.Template.ObjectMeta.Annotations, r.Render)
 	if err != nil {
-		recordEvent(r.Recorder, o.Machine, corev1.EventTypeWarning, macvirtv1alpha1.ReasonUpdateFailed, "Provision", fmt.Sprintf(
-			"cannot give VirtualMachine %s/%s the domain settings of the operator's transport: %v", o.VM.Namespace, o.VM.Name, err))
+		// Not started so: it would start without its settings.
+		o.hookAnnotationsStale = fmt.Errorf("VirtualMachine %s's macvirt.io/domain-hook annotation cannot be read: %w", o.VM.Name, err)
 		return true, nil
 	}
 	if !changed {
@@ -100,6 +100,11 @@ func (r *MacMachineReconciler) ensureDomainHookAnnotations(ctx context.Context, 
 	patch := client.MergeFromWithOptions(vm.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	vm.Spec.Template.ObjectMeta.Annotations = next
 	if err := r.Patch(ctx, vm, patch); err != nil {
+		// Until the template is right the VM is not started (a running one
+		// is left alone): KubeVirt would start it with the old transport,
+		// whose objects the operator removed, or refuse it.
+		o.hookAnnotationsStale = fmt.Errorf("VirtualMachine %s's template is not yet written for the %s transport: %w",
+			vm.Name, transportName(r.Render), err)
 		if !apierrors.IsConflict(err) {
 			recordEvent(r.Recorder, o.Machine, corev1.EventTypeWarning, macvirtv1alpha1.ReasonUpdateFailed, "Provision", fmt.Sprintf(
 				"giving VirtualMachine %s/%s the domain settings of the operator's transport: %v", vm.Namespace, vm.Name, err))

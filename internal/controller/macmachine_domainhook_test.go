@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/events"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -116,6 +118,10 @@ func TestNoVMStartsWithoutItsDomainSettings(t *testing.T) {
 		st.RequeueAfter != domainHookRecheck {
 		t.Errorf("Ready %+v, requeue %v", ready, st.RequeueAfter)
 	}
+	// Waiting, not stuck: the wait ends by itself.
+	if stalled := meta.FindStatusCondition(st.Status.Conditions, macvirtv1alpha1.ConditionStalled); stalled == nil || stalled.Status != "False" {
+		t.Errorf("Stalled %+v, want False", stalled)
+	}
 	// Creating is held the same way.
 	o = &machineObservation{Machine: machine(), Class: class()}
 	if proceed, err := r.ensureVirtualMachine(context.Background(), o); proceed || err != nil || o.Blocked == nil ||
@@ -127,5 +133,37 @@ func TestNoVMStartsWithoutItsDomainSettings(t *testing.T) {
 	o = &machineObservation{Machine: machine(), Class: class(), VM: v.DeepCopy()}
 	if _, err := r.ensureRunState(context.Background(), o); err != nil || patches != 1 {
 		t.Errorf("start once ready: err=%v patches=%d", err, patches)
+	}
+}
+
+// A VM whose template could not be given the transport's annotations is not
+// started: KubeVirt would start it with the old transport.
+func TestAVMWhoseTemplateWasNotUpdatedIsNotStarted(t *testing.T) {
+	halted := kubevirtv1.RunStrategyHalted
+	v := &kubevirtv1.VirtualMachine{}
+	v.Name, v.Namespace = "m", "ns"
+	v.Spec.RunStrategy = &halted
+	v.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
+	v.Spec.Template.ObjectMeta.Annotations = map[string]string{hookconfig.Annotation: hookTestConfig(t),
+		hookconfig.SidecarsAnnotation: `[{"image":"hook:1"}]`}
+	patches := 0
+	c := fake.NewClientBuilder().WithScheme(hostScheme(t)).WithObjects(v).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			patches++
+			return apierrors.NewForbidden(kubevirtv1.Resource("virtualmachines"), "m", errors.New("a policy freezes VM templates"))
+		},
+	}).Build()
+	r := &MacMachineReconciler{Client: c, Recorder: events.NewFakeRecorder(8), Render: render.Options{DomainHook: hookplugin.TransportPluginCEL},
+		DomainHook: func() error { return nil }}
+	o := &machineObservation{Machine: machine(), Class: class(), VM: v.DeepCopy()}
+	if proceed, err := r.ensureDomainHookAnnotations(context.Background(), o); !proceed || err != nil {
+		t.Fatalf("proceed=%v err=%v", proceed, err)
+	}
+	if proceed, err := r.ensureRunState(context.Background(), o); proceed || err != nil || patches != 1 {
+		t.Fatalf("started a VM with a stale template: proceed=%v err=%v patches=%d", proceed, err, patches)
+	}
+	if o.Blocked == nil || o.Blocked.Reason != macvirtv1alpha1.ReasonDomainHookNotReady ||
+		!strings.Contains(o.Blocked.Message, "not yet written for the plugin-cel transport") || !strings.Contains(o.Blocked.Message, "a policy freezes VM templates") {
+		t.Errorf("blocked %+v", o.Blocked)
 	}
 }

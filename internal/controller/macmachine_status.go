@@ -38,6 +38,10 @@ type machineObservation struct {
 	// BlockedRecheck, when set, is when a Blocked problem that can end by
 	// itself is looked at again (nothing watched announces its end).
 	BlockedRecheck time.Duration
+	// hookAnnotationsStale, when set, says why the VM's template does not
+	// carry the domain settings of the operator's transport; the VM is not
+	// started meanwhile.
+	hookAnnotationsStale error
 	// DataVolumes holds the rendered DataVolumes' live objects, bootloader
 	// first; an entry is nil while that DataVolume does not exist.
 	DataVolumes []*cdiv1.DataVolume
@@ -256,7 +260,10 @@ func stalled(o machineObservation, phase macvirtv1alpha1.MachinePhase, ready con
 	case o.Deleting && o.strayInstance && o.VM != nil:
 		// Deletion cannot finish: the machine's VM waits for the instance.
 		return condition{metav1.ConditionTrue, problem{macvirtv1alpha1.ReasonNotOwned, "deletion cannot go on: " + o.DeletionStep}}
-	case o.Blocked != nil && !o.Deleting:
+	case o.Blocked != nil && !o.Deleting && o.Blocked.Reason != macvirtv1alpha1.ReasonDomainHookNotReady:
+		// A machine waiting for the domain hook is not stalled: the wait
+		// ends by itself once the operator has written the hook's objects
+		// (an operator that cannot says so in its log and metric).
 		return condition{metav1.ConditionTrue, *o.Blocked}
 	case o.WriteFailed != nil && !o.Deleting:
 		return condition{metav1.ConditionTrue, *o.WriteFailed}

@@ -149,7 +149,9 @@ type DomainHookObjects struct {
 	Transport hookplugin.Transport
 	Options   hookplugin.Options
 	Log       logr.Logger
-	// Resync is how often the objects are written again (10 minutes when 0).
+	// Resync is how often the objects are checked and written again (a
+	// minute when 0): a Plugin deleted or a gate turned off shows in Ready
+	// within it.
 	Resync time.Duration
 
 	mu      sync.Mutex
@@ -186,7 +188,7 @@ func (d *DomainHookObjects) NeedLeaderElection() bool { return true }
 func (d *DomainHookObjects) Start(ctx context.Context) error {
 	resync := d.Resync
 	if resync <= 0 {
-		resync = 10 * time.Minute
+		resync = time.Minute
 	}
 	backoff := time.Second
 	for {
