@@ -3,23 +3,30 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/operator"
 	"github.com/macvirt/macvirt/internal/render"
 )
+
+// maxPoolIdle is the most idle machines a MacPool may ask for.
+const maxPoolIdle = 1000
 
 // benchClaims binds n claims over n Ready idle machines with the claim
 // controller alone and measures each claim from its create call to the
@@ -35,13 +42,20 @@ func benchClaims(ctx context.Context, cfg *rest.Config, c client.Client, n int) 
 			return result{}, err
 		}
 	}
-	idle, maxM := int32(n), int32(n) //nolint:gosec // n is a small flag value.
-	pool := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
-		Spec: macvirtv1alpha1.MacPoolSpec{ClassName: class.Name, Namespace: poolNS, Idle: &idle, MaxMachines: &maxM, Paused: true}}
-	if err := c.Create(ctx, pool); err != nil {
-		return result{}, err
+	// A pool holds at most maxPoolIdle idle machines (the CRD's limit):
+	// larger sizes spread machines and claims over several pools.
+	pools := make([]*macvirtv1alpha1.MacPool, (n+maxPoolIdle-1)/maxPoolIdle)
+	for k := range pools {
+		size := int32(min(maxPoolIdle, n-k*maxPoolIdle)) //nolint:gosec // at most maxPoolIdle.
+		pools[k] = &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%d", k)},
+			Spec: macvirtv1alpha1.MacPoolSpec{ClassName: class.Name, Namespace: poolNS, Idle: &size, MaxMachines: &size, Paused: true}}
+		if err := c.Create(ctx, pools[k]); err != nil {
+			return result{}, err
+		}
 	}
-	if err := parallel(n, func(i int) error { return readyMachine(ctx, c, class, pool, fmt.Sprintf("bench-%d", i)) }); err != nil {
+	if err := parallel(n, func(i int) error {
+		return readyMachine(ctx, c, class, pools[i/maxPoolIdle], fmt.Sprintf("bench-%d", i))
+	}); err != nil {
 		return result{}, err
 	}
 
@@ -50,20 +64,19 @@ func benchClaims(ctx context.Context, cfg *rest.Config, c client.Client, n int) 
 	if err != nil {
 		return result{}, err
 	}
-	if err := operator.Setup(mgr, operator.Options{Controllers: []operator.Controller{operator.ClaimController}, ClaimWorkers: benchWorkers,
+	if err := operator.Setup(mgr, operator.Options{NameSuffix: fmt.Sprintf("-%d", n), Controllers: []operator.Controller{operator.ClaimController}, ClaimWorkers: benchWorkers,
 		WrapClient: func(inner client.Client) client.Client { return &countingClient{Client: inner, writes: writes} }}); err != nil {
 		return result{}, err
 	}
-	mctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() { _ = mgr.Start(mctx) }()
-	if !mgr.GetCache().WaitForCacheSync(mctx) {
-		return result{}, fmt.Errorf("cache did not sync")
+	stop, err := startManager(ctx, mgr)
+	if err != nil {
+		return result{}, err
 	}
+	defer stop()
 	return measure(ctx, cfg, n, &macvirtv1alpha1.MacClaimList{}, claimNS,
 		func(i int) client.Object {
 			return &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c-%d", i), Namespace: claimNS},
-				Spec: macvirtv1alpha1.MacClaimSpec{PoolName: "bench"}}
+				Spec: macvirtv1alpha1.MacClaimSpec{PoolName: pools[i%len(pools)].Name}}
 		},
 		func(o runtime.Object) (string, bool) {
 			cl, ok := o.(*macvirtv1alpha1.MacClaim)
@@ -110,6 +123,7 @@ func measure(ctx context.Context, cfg *rest.Config, n int, list client.ObjectLis
 	if err != nil {
 		return result{}, err
 	}
+	cpuBefore := processCPU()
 	begin := time.Now()
 	if err := parallel(n, func(i int) error {
 		obj := build(i)
@@ -137,7 +151,7 @@ func measure(ctx context.Context, cfg *rest.Config, n int, list client.ObjectLis
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	r := result{writes: writes.Load(), created: created, server: after.minus(before)}
+	r := result{writes: writes.Load(), created: created, server: after.minus(before), processCPU: processCPU() - cpuBefore}
 	var last time.Time
 	for name, at := range done {
 		r.latencies = append(r.latencies, at.Sub(started[name]))
@@ -256,4 +270,58 @@ func (s *countingStatus) Update(ctx context.Context, obj client.Object, opts ...
 func (s *countingStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 	s.writes.Add(1)
 	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+}
+
+// startManager starts mgr and waits for its caches and for the informers
+// its controllers watch; stop ends it and waits until it has returned, so
+// nothing is still syncing when the API server goes away (which
+// controller-runtime reports as errors with stack traces).
+func startManager(ctx context.Context, mgr ctrl.Manager) (stop func(), err error) {
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	stop = func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench: the manager stopped with:", err)
+			}
+		case <-time.After(time.Minute):
+			fmt.Fprintln(os.Stderr, "bench: the manager did not stop within a minute")
+		}
+	}
+	if !mgr.GetCache().WaitForCacheSync(mctx) {
+		stop()
+		return nil, fmt.Errorf("cache did not sync")
+	}
+	// The controllers ask for their informers as they start, after the
+	// first sync: wait until no informer is missing any more.
+	for _, obj := range watchedKinds() {
+		if _, err := mgr.GetCache().GetInformer(mctx, obj); err != nil {
+			stop()
+			return nil, fmt.Errorf("informer for %T: %w", obj, err)
+		}
+	}
+	if !mgr.GetCache().WaitForCacheSync(mctx) {
+		stop()
+		return nil, fmt.Errorf("cache did not sync")
+	}
+	return stop, nil
+}
+
+// processCPU is this process's CPU seconds so far.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// watchedKinds are the kinds the claim, pool and class controllers watch
+// (their SetupWithManager).
+func watchedKinds() []client.Object {
+	return []client.Object{&macvirtv1alpha1.MacClaim{}, &macvirtv1alpha1.MacMachine{}, &macvirtv1alpha1.MacClass{},
+		&macvirtv1alpha1.MacPool{}, &corev1.Namespace{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &cdiv1.DataSource{}}
 }

@@ -50,14 +50,13 @@ func benchMemory(ctx context.Context, cfg *rest.Config, c client.Client, count i
 		operator.ClaimController, operator.PoolController, operator.ClassController}}); err != nil {
 		return err
 	}
-	mctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() { _ = mgr.Start(mctx) }()
-	if !mgr.GetCache().WaitForCacheSync(mctx) {
-		return fmt.Errorf("cache did not sync")
+	stop, err := startManager(ctx, mgr)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	var list macvirtv1alpha1.MacMachineList
-	if err := mgr.GetCache().List(mctx, &list, client.InNamespace(ns)); err != nil {
+	if err := mgr.GetCache().List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return err
 	}
 	after := heapInUse()
