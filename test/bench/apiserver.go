@@ -16,10 +16,18 @@ import (
 type serverLoad struct {
 	cpuSeconds float64
 	mutating   float64
+	// byResource is mutating requests by "VERB resource[/subresource]".
+	byResource map[string]float64
 }
 
 func (l serverLoad) minus(o serverLoad) serverLoad {
-	return serverLoad{cpuSeconds: l.cpuSeconds - o.cpuSeconds, mutating: l.mutating - o.mutating}
+	d := serverLoad{cpuSeconds: l.cpuSeconds - o.cpuSeconds, mutating: l.mutating - o.mutating, byResource: map[string]float64{}}
+	for k, v := range l.byResource {
+		if n := v - o.byResource[k]; n > 0 {
+			d.byResource[k] = n
+		}
+	}
+	return d
 }
 
 // mutatingVerbs are the apiserver_request_total verbs that write.
@@ -47,13 +55,23 @@ func sampleServer(ctx context.Context, cfg *rest.Config) (serverLoad, error) {
 	if f := families["process_cpu_seconds_total"]; f != nil && len(f.GetMetric()) > 0 {
 		l.cpuSeconds = f.GetMetric()[0].GetCounter().GetValue()
 	}
+	l.byResource = map[string]float64{}
 	if f := families["apiserver_request_total"]; f != nil {
 		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
 			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "verb" && mutatingVerbs[lp.GetValue()] {
-					l.mutating += m.GetCounter().GetValue()
-				}
+				labels[lp.GetName()] = lp.GetValue()
 			}
+			if !mutatingVerbs[labels["verb"]] {
+				continue
+			}
+			v := m.GetCounter().GetValue()
+			l.mutating += v
+			key := labels["verb"] + " " + labels["resource"]
+			if sub := labels["subresource"]; sub != "" {
+				key += "/" + sub
+			}
+			l.byResource[key] += v
 		}
 	}
 	return l, nil

@@ -184,11 +184,48 @@ func report(results []sizeResult) {
 			s.n, speed, target(s.n, speed, map[int]float64{200: 2.5, 1000: 2}, ">="), p99, target(s.n, p99, map[int]float64{1000: 0.4}, "<="),
 			writes, writes+1, verdict(writes+1 <= 3))
 	}
+	fmt.Printf("\nthe API server's mutating requests per bind, by verb and resource (the creates included):\n")
+	for _, s := range results {
+		fmt.Printf("N=%d macvirt:   %s\n", s.n, breakdown(s.ours.server.byResource, s.n))
+		fmt.Printf("N=%d PV binder: %s\n", s.n, breakdown(s.theirs.server.byResource, s.n))
+	}
 	if len(results) > 1 {
 		first, last := results[0], results[len(results)-1]
 		fmt.Printf("\nscale, N=%d against N=%d: macvirt binds/s x%.2f, PV binder binds/s x%.2f (1.00: the rate holds as the work grows)\n",
 			last.n, first.n, last.ours.perSecond()/first.ours.perSecond(), last.theirs.perSecond()/first.theirs.perSecond())
 	}
+}
+
+// breakdown lists the requests per bind, largest first, leaving out what
+// is below 0.05 per bind (leases, the bench's own watch relists).
+func breakdown(byResource map[string]float64, n int) string {
+	keys := make([]string, 0, len(byResource))
+	for k := range byResource {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if byResource[a] != byResource[b] {
+			return cmpFloat(byResource[b], byResource[a])
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, k := range keys {
+		if per := byResource[k] / float64(n); per >= 0.05 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, per))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // target says how a figure compares with the target for size n,
