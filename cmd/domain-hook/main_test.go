@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/hookconfig/hookconfigtest"
 )
 
 func TestOnDefineDomain(t *testing.T) {
@@ -17,19 +18,9 @@ func TestOnDefineDomain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := &hookconfig.Config{Version: hookconfig.Version, CPU: hookconfig.CPU{Model: "Penryn"}, NIC: hookconfig.NIC{Model: "vmxnet3"},
-		SMC: hookconfig.SMC{Mode: "VirtualSMC"}, Display: hookconfig.Display{Model: "vga"}, USBKeyboard: true,
-		SMBIOS: hookconfig.SMBIOS{Manufacturer: hookconfig.AppleManufacturer, Product: "iMacPro1,1", Serial: "C02XK1ZJHX87",
-			BoardSerial: "C02123ABCDEHX87FG", UUID: "5B3E8F7A-2C41-4D9E-8F0A-1B2C3D4E5F60"}}
-	raw, err := cfg.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	vmi, err := json.Marshal(map[string]any{"metadata": map[string]any{"name": "m", "namespace": "ns",
-		"annotations": map[string]string{hookconfig.Annotation: raw}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := hookconfigtest.Config()
+	cfg.CPU.Model = "Penryn"
+	vmi := vmiJSON(t, cfg)
 
 	var stdout, stderr bytes.Buffer
 	if code := run(context.Background(), []string{"--vmi", string(vmi), "--domain", string(domain)}, &stdout, &stderr); code != 0 {
@@ -58,4 +49,19 @@ func TestOnDefineDomain(t *testing.T) {
 			}
 		})
 	}
+}
+
+// vmiJSON is a VMI carrying cfg in its annotation, as virt-launcher sends it.
+func vmiJSON(t *testing.T, cfg *hookconfig.Config) []byte {
+	t.Helper()
+	raw, err := cfg.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmi, err := json.Marshal(map[string]any{"metadata": map[string]any{"name": "m", "namespace": "ns",
+		"annotations": map[string]string{hookconfig.Annotation: raw}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vmi
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/macvirt/macvirt/internal/domainhook"
-	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/hookconfig/hookconfigtest"
 )
 
 // rawCodec hands gRPC the bytes the test encoded itself, so the client
@@ -118,21 +117,10 @@ func TestPluginSocketServesMutateDomain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := &hookconfig.Config{Version: hookconfig.Version, CPU: hookconfig.CPU{Model: "Haswell-noTSX"}, NIC: hookconfig.NIC{Model: "vmxnet3"},
-		SMC: hookconfig.SMC{Mode: "VirtualSMC"}, Display: hookconfig.Display{Model: "vga"}, USBKeyboard: true,
-		SMBIOS: hookconfig.SMBIOS{Manufacturer: hookconfig.AppleManufacturer, Product: "iMacPro1,1", Serial: "C02XK1ZJHX87",
-			BoardSerial: "C02123ABCDEHX87FG", UUID: "5B3E8F7A-2C41-4D9E-8F0A-1B2C3D4E5F60"},
-		// A VMI's own emulator is ignored: the sidecar's flag wins.
-		Emulator: "/usr/local/bin/my-own-qemu"}
-	raw, err := cfg.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	vmi, err := json.Marshal(map[string]any{"metadata": map[string]any{"name": "m", "namespace": "ns",
-		"annotations": map[string]string{hookconfig.Annotation: raw}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := hookconfigtest.Config()
+	// A VMI's own emulator is ignored: the sidecar's flag wins.
+	cfg.Emulator = "/usr/local/bin/my-own-qemu"
+	vmi := vmiJSON(t, cfg)
 	resp, err := call(mutateDomainRequest(domain, vmi))
 	if err != nil {
 		t.Fatalf("MutateDomain: %v", err)

@@ -7,10 +7,7 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/hookconfig"
@@ -82,7 +79,7 @@ func hookAnnotationsFor(have map[string]string, opts render.Options) (map[string
 // under another transport (or by an operator without the Plugin's
 // annotations) is patched, guarded by its resourceVersion; KubeVirt uses
 // the change from the VM's next start, and nothing is restarted for it.
-// Best effort, as for the host rules: a refusal is said in an event.
+// A refusal is said in an event, and the VM is not started meanwhile.
 func (r *MacMachineReconciler) ensureDomainHookAnnotations(ctx context.Context, o *machineObservation) (bool, error) {
 	if o.VM == nil || o.VM.Spec.Template == nil {
 		return true, nil
@@ -96,25 +93,16 @@ func (r *MacMachineReconciler) ensureDomainHookAnnotations(ctx context.Context, 
 	if !changed {
 		return true, nil
 	}
-	vm := o.VM.DeepCopy()
-	patch := client.MergeFromWithOptions(vm.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	vm.Spec.Template.ObjectMeta.Annotations = next
-	if err := r.Patch(ctx, vm, patch); err != nil {
+	what := "the domain settings of the " + transportName(r.Render) + " transport"
+	if err := r.patchVMTemplate(ctx, o, what, func(vm *kubevirtv1.VirtualMachine) {
+		vm.Spec.Template.ObjectMeta.Annotations = next
+	}); err != nil {
 		// Until the template is right the VM is not started (a running one
 		// is left alone): KubeVirt would start it with the old transport,
 		// whose objects the operator removed, or refuse it.
 		o.hookAnnotationsStale = fmt.Errorf("VirtualMachine %s's template is not yet written for the %s transport: %w",
-			vm.Name, transportName(r.Render), err)
-		if !apierrors.IsConflict(err) {
-			recordEvent(r.Recorder, o.Machine, corev1.EventTypeWarning, macvirtv1alpha1.ReasonUpdateFailed, "Provision", fmt.Sprintf(
-				"giving VirtualMachine %s/%s the domain settings of the operator's transport: %v", vm.Namespace, vm.Name, err))
-		}
-		ctrl.LoggerFrom(ctx).Info("VirtualMachine not updated for the domain-hook transport; trying again later", "virtualMachine", vm.Name, "reason", err.Error())
-		return true, nil
+			o.VM.Name, transportName(r.Render), err)
 	}
-	o.VM = vm
-	ctrl.LoggerFrom(ctx).Info("VirtualMachine carries the domain settings of the operator's transport (from its next start)",
-		"virtualMachine", vm.Name, "transport", transportName(r.Render))
 	return true, nil
 }
 

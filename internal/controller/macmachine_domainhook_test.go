@@ -16,17 +16,14 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/hookconfig/hookconfigtest"
 	"github.com/macvirt/macvirt/internal/hookplugin"
 	"github.com/macvirt/macvirt/internal/render"
 )
 
 func hookTestConfig(t *testing.T) string {
 	t.Helper()
-	cfg := &hookconfig.Config{Version: hookconfig.Version, CPU: hookconfig.CPU{Model: "Haswell-noTSX"}, NIC: hookconfig.NIC{Model: "vmxnet3"},
-		SMC: hookconfig.SMC{Mode: "VirtualSMC"}, Display: hookconfig.Display{Model: "vga"}, USBKeyboard: true,
-		SMBIOS: hookconfig.SMBIOS{Manufacturer: hookconfig.AppleManufacturer, Product: "iMacPro1,1", Serial: "C02XK1ZJHX87",
-			BoardSerial: "C02123ABCDEHX87FG", UUID: "5B3E8F7A-2C41-4D9E-8F0A-1B2C3D4E5F60"}}
-	raw, err := cfg.Marshal()
+	raw, err := hookconfigtest.Config().Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,14 +65,21 @@ func TestHookAnnotationsFollowTheTransport(t *testing.T) {
 	}
 }
 
-func TestAVMGetsTheTransportsAnnotationsWithoutARestart(t *testing.T) {
-	always := kubevirtv1.RunStrategyAlways
+// sidecarVM is a VM an operator rendered for KubeVirt's hook sidecar.
+func sidecarVM(t *testing.T, strategy kubevirtv1.VirtualMachineRunStrategy) *kubevirtv1.VirtualMachine {
+	t.Helper()
 	v := &kubevirtv1.VirtualMachine{}
 	v.Name, v.Namespace = "m", "ns"
-	v.Spec.RunStrategy = &always
+	v.Spec.RunStrategy = &strategy
 	v.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
 	v.Spec.Template.ObjectMeta.Annotations = map[string]string{hookconfig.Annotation: hookTestConfig(t),
 		hookconfig.SidecarsAnnotation: `[{"image":"hook:1"}]`}
+	return v
+}
+
+func TestAVMGetsTheTransportsAnnotationsWithoutARestart(t *testing.T) {
+	always := kubevirtv1.RunStrategyAlways
+	v := sidecarVM(t, always)
 	c := fake.NewClientBuilder().WithScheme(hostScheme(t)).WithObjects(v).Build()
 	r := &MacMachineReconciler{Client: c, Render: render.Options{DomainHook: hookplugin.TransportPluginCEL}}
 	o := &machineObservation{Machine: machine(), VM: v.DeepCopy()}
@@ -139,13 +143,7 @@ func TestNoVMStartsWithoutItsDomainSettings(t *testing.T) {
 // A VM whose template could not be given the transport's annotations is not
 // started: KubeVirt would start it with the old transport.
 func TestAVMWhoseTemplateWasNotUpdatedIsNotStarted(t *testing.T) {
-	halted := kubevirtv1.RunStrategyHalted
-	v := &kubevirtv1.VirtualMachine{}
-	v.Name, v.Namespace = "m", "ns"
-	v.Spec.RunStrategy = &halted
-	v.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
-	v.Spec.Template.ObjectMeta.Annotations = map[string]string{hookconfig.Annotation: hookTestConfig(t),
-		hookconfig.SidecarsAnnotation: `[{"image":"hook:1"}]`}
+	v := sidecarVM(t, kubevirtv1.RunStrategyHalted)
 	patches := 0
 	c := fake.NewClientBuilder().WithScheme(hostScheme(t)).WithObjects(v).WithInterceptorFuncs(interceptor.Funcs{
 		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {

@@ -200,21 +200,34 @@ func (r *MacMachineReconciler) ensureHostRules(ctx context.Context, o *machineOb
 	if o.VM == nil || !hostRulesMissing(o.VM) {
 		return true, nil
 	}
+	// Best effort: stopping, starting and releasing must not wait on it.
+	_ = r.patchVMTemplate(ctx, o, "its macOS slot request and evictionStrategy External",
+		func(vm *kubevirtv1.VirtualMachine) { render.HostRules(&vm.Spec.Template.Spec) })
+	return true, nil
+}
+
+// patchVMTemplate changes the template of the machine's VM, a VM the
+// operator made before (under an older operator or another transport),
+// guarded by its resourceVersion. KubeVirt uses the change from the VM's
+// next start, and nothing is restarted for it. A conflict (KubeVirt writes
+// the VM's status often) is tried again by the next reconcile; a refusal
+// is said in an event on the machine, in the API server's words. The error
+// is returned for the caller to weigh.
+func (r *MacMachineReconciler) patchVMTemplate(ctx context.Context, o *machineObservation, what string,
+	change func(*kubevirtv1.VirtualMachine)) error {
 	vm := o.VM.DeepCopy()
 	patch := client.MergeFromWithOptions(vm.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	render.HostRules(&vm.Spec.Template.Spec)
+	change(vm)
 	if err := r.Patch(ctx, vm, patch); err != nil {
-		// Best effort: stopping, starting and releasing must not wait on
-		// it. A conflict (KubeVirt writes the VM's status often) is tried
-		// again by the next reconcile; a refusal is said in an event.
 		if !apierrors.IsConflict(err) {
 			recordEvent(r.Recorder, o.Machine, corev1.EventTypeWarning, macvirtv1alpha1.ReasonUpdateFailed, "Provision", fmt.Sprintf(
-				"giving VirtualMachine %s/%s its macOS slot request and evictionStrategy External: %v", vm.Namespace, vm.Name, err))
+				"giving VirtualMachine %s/%s %s: %v", vm.Namespace, vm.Name, what, err))
 		}
-		ctrl.LoggerFrom(ctx).Info("VirtualMachine not updated with its host rules; trying again later", "virtualMachine", vm.Name, "reason", err.Error())
-		return true, nil
+		ctrl.LoggerFrom(ctx).Info("VirtualMachine's template not updated; trying again later", "virtualMachine", vm.Name,
+			"change", what, "reason", err.Error())
+		return err
 	}
 	o.VM = vm
-	ctrl.LoggerFrom(ctx).Info("VirtualMachine now requests a macOS slot and evictionStrategy External (from its next start)", "virtualMachine", vm.Name)
-	return true, nil
+	ctrl.LoggerFrom(ctx).Info("VirtualMachine's template updated (from its next start)", "virtualMachine", vm.Name, "change", what)
+	return nil
 }

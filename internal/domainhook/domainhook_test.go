@@ -16,6 +16,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/hookconfig/hookconfigtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files from Apply's output")
@@ -25,18 +26,7 @@ const appleOSK = "ourhardworkbythesewordsguardedpleasedontsteal(c)AppleComputerI
 
 // baseConfig is the configuration of the rendered default class; its UUID
 // is the one of every fixture's domain.
-func baseConfig() *hookconfig.Config {
-	return &hookconfig.Config{
-		Version: hookconfig.Version,
-		CPU:     hookconfig.CPU{Model: "Haswell-noTSX"},
-		NIC:     hookconfig.NIC{Model: "vmxnet3"},
-		SMC:     hookconfig.SMC{Mode: "VirtualSMC"},
-		SMBIOS: hookconfig.SMBIOS{Manufacturer: hookconfig.AppleManufacturer, Product: "iMacPro1,1", Serial: "C02XK1ZJHX87",
-			BoardSerial: "C02123ABCDEHX87FG", UUID: "5B3E8F7A-2C41-4D9E-8F0A-1B2C3D4E5F60"},
-		Display:     hookconfig.Display{Model: "vga"},
-		USBKeyboard: true,
-	}
-}
+func baseConfig() *hookconfig.Config { return hookconfigtest.Config() }
 
 // variants are the golden cases: every CPU model, NIC model, SMC mode and
 // display, and the emulator override, each applied to a KubeVirt domain.

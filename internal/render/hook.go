@@ -48,18 +48,14 @@ type hookSidecar struct {
 	Image string   `json:"image"`
 }
 
-// hookAnnotations are the VMI template annotations that hand the domain
+// HookAnnotations are the VMI template annotations that hand the domain
 // settings to every transport: the JSON configuration the hook binary reads
 // (sidecar and plugin-sidecar), the flat values the Plugin's CEL reads
 // (plugin-cel), and, for KubeVirt's hook sidecar only, the sidecar itself.
 // Writing both configurations keeps a VM's template the same whichever
 // transport the operator runs with, so switching transports restarts no VM.
-func hookAnnotations(cfg *hookconfig.Config, opts Options) (map[string]string, error) {
-	return HookAnnotations(cfg, opts)
-}
-
-// HookAnnotations are hookAnnotations, for the machine controller, which
-// keeps an existing VM's annotations right for the operator's transport.
+// The machine controller also keeps an existing VM's annotations right for
+// the operator's transport with it.
 func HookAnnotations(cfg *hookconfig.Config, opts Options) (map[string]string, error) {
 	encoded, err := cfg.Marshal()
 	if err != nil {

@@ -41,7 +41,7 @@ func VirtualMachine(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachi
 	if err != nil {
 		return nil, nil, err
 	}
-	annotations, err := hookAnnotations(cfg, opts)
+	annotations, err := HookAnnotations(cfg, opts)
 	if err != nil {
 		return nil, nil, err
 	}
