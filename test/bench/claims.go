@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,12 +53,12 @@ func benchClaims(ctx context.Context, cfg *rest.Config, c client.Client, n int) 
 		}
 	}
 	if err := parallel(n, func(i int) error {
-		return readyMachine(ctx, c, class, pools[i/maxPoolIdle], fmt.Sprintf("bench-%d", i))
+		return readyMachine(ctx, c, class, pools[i/maxPoolIdle], i)
 	}); err != nil {
 		return result{}, err
 	}
 
-	writes := &atomic.Int64{}
+	writes := &writeCounter{}
 	mgr, err := managerFor(cfg)
 	if err != nil {
 		return result{}, err
@@ -73,38 +72,52 @@ func benchClaims(ctx context.Context, cfg *rest.Config, c client.Client, n int) 
 		return result{}, err
 	}
 	defer stop()
-	return measure(ctx, cfg, n, &macvirtv1alpha1.MacClaimList{}, claimNS,
+	r, err := measure(ctx, cfg, n, "macvirt", &macvirtv1alpha1.MacClaimList{}, claimNS,
 		func(i int) client.Object {
 			return &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c-%d", i), Namespace: claimNS},
 				Spec: macvirtv1alpha1.MacClaimSpec{PoolName: pools[i%len(pools)].Name}}
 		},
-		func(o runtime.Object) (string, bool) {
+		func(o runtime.Object) (string, bool, bool) {
 			cl, ok := o.(*macvirtv1alpha1.MacClaim)
+			if !ok {
+				return "", false, false
+			}
 			// A claim whose status names a machine may only have reserved
 			// it; bound is when the machine's side is recorded too.
-			return cl.GetName(), ok && cl.Status.MachineRef != nil &&
-				meta.IsStatusConditionTrue(cl.Status.Conditions, macvirtv1alpha1.ConditionBound)
+			bound := cl.Status.MachineRef != nil && meta.IsStatusConditionTrue(cl.Status.Conditions, macvirtv1alpha1.ConditionBound)
+			// Ready for its tenant: the machine answers at its address, the
+			// Service routes to it and the connection Secret is written.
+			ready := bound && meta.IsStatusConditionTrue(cl.Status.Conditions, macvirtv1alpha1.ConditionReady) &&
+				meta.IsStatusConditionTrue(cl.Status.Conditions, macvirtv1alpha1.ConditionServiceReady) &&
+				meta.IsStatusConditionTrue(cl.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady)
+			return cl.GetName(), bound, ready
 		}, c, writes)
+	r.toBound = writes.toBound(n)
+	return r, err
 }
 
-// measure creates n objects at once and times each until bound says so.
-func measure(ctx context.Context, cfg *rest.Config, n int, list client.ObjectList, ns string,
-	build func(int) client.Object, bound func(runtime.Object) (string, bool), c client.Client, writes *atomic.Int64) (result, error) {
+// measure creates n objects at once and times each until stages says it
+// is bound, and until it says it is ready for its user (for a PVC, bound).
+func measure(ctx context.Context, cfg *rest.Config, n int, side string, list client.ObjectList, ns string,
+	build func(int) client.Object, stages func(runtime.Object) (name string, bound, ready bool), c client.Client, writes *writeCounter) (result, error) {
 	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: c.Scheme()})
 	if err != nil {
 		return result{}, err
 	}
 	var mu sync.Mutex
 	started := map[string]time.Time{}
-	done := map[string]time.Time{}
+	bound, ready := map[string]time.Time{}, map[string]time.Time{}
 	all := make(chan struct{})
 	record := func(o runtime.Object) {
-		name, ok := bound(o)
+		name, isBound, isReady := stages(o)
 		mu.Lock()
 		defer mu.Unlock()
-		if _, seen := done[name]; ok && !seen && len(done) < n {
-			done[name] = time.Now()
-			if len(done) == n {
+		if _, seen := bound[name]; isBound && !seen && len(bound) < n {
+			bound[name] = time.Now()
+		}
+		if _, seen := ready[name]; isReady && !seen && len(ready) < n {
+			ready[name] = time.Now()
+			if len(ready) == n {
 				close(all)
 			}
 		}
@@ -118,8 +131,12 @@ func measure(ctx context.Context, cfg *rest.Config, n int, list client.ObjectLis
 	// A watch the API server closes (a slow reader under load) is replaced
 	// after a relist, so no binding goes unseen.
 	go followWatch(wctx, wc, first, list, ns, record)
-	writes.Store(0)
+	writes.reset()
 	before, err := sampleServer(ctx, cfg)
+	if err != nil {
+		return result{}, err
+	}
+	stopProfiles, err := startProfiles(ctx, cfg, fmt.Sprintf("%d-%s", n, side))
 	if err != nil {
 		return result{}, err
 	}
@@ -132,60 +149,85 @@ func measure(ctx context.Context, cfg *rest.Config, n int, list client.ObjectLis
 		mu.Unlock()
 		return c.Create(ctx, obj)
 	}); err != nil {
+		stopProfiles()
 		return result{}, err
 	}
 	created := time.Since(begin)
 	select {
 	case <-all:
 	case <-time.After(2 * time.Minute):
+		stopProfiles()
 		mu.Lock()
 		defer mu.Unlock()
-		return result{}, fmt.Errorf("only %d of %d bound after 2 minutes", len(done), n)
+		return result{}, fmt.Errorf("only %d of %d bound and %d ready after 2 minutes", len(bound), len(ready), n)
 	}
-	// Work a binder does after the last bind (events, a last status)
-	// belongs to this side too.
+	// Work a binder does after the last claim is ready (events, a last
+	// status) belongs to this side too.
 	time.Sleep(settle)
+	stopProfiles()
 	after, err := sampleServer(ctx, cfg)
 	if err != nil {
 		return result{}, err
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	r := result{writes: writes.Load(), created: created, server: after.minus(before), processCPU: processCPU() - cpuBefore}
+	r := result{writes: writes.total.Load(), created: created, server: after.minus(before), processCPU: processCPU() - cpuBefore}
+	r.latencies, r.elapsed = since(started, bound, begin)
+	r.readyLatencies, r.readyElapsed = since(started, ready, begin)
+	return r, nil
+}
+
+// since is each object's time from its create to at, and the time from
+// begin to the last of them.
+func since(started, at map[string]time.Time, begin time.Time) ([]time.Duration, time.Duration) {
+	var out []time.Duration
 	var last time.Time
-	for name, at := range done {
-		r.latencies = append(r.latencies, at.Sub(started[name]))
-		if at.After(last) {
-			last = at
+	for name, t := range at {
+		out = append(out, t.Sub(started[name]))
+		if t.After(last) {
+			last = t
 		}
 	}
-	r.elapsed = last.Sub(begin)
-	return r, nil
+	return out, last.Sub(begin)
 }
 
 // settle is how long a side's server load is still counted after its last
 // bind.
 const settle = time.Second
 
-// followWatch feeds every event to record, relisting and watching again
-// whenever the watch ends, until ctx is done.
+// followWatch feeds every event to record until ctx is done. A watch the
+// API server ends (it drops watchers that fall behind under load) is
+// resumed from the last resourceVersion seen; only when that is too old
+// does it relist, which costs the server a list of every object and would
+// be counted against the side measured.
 func followWatch(ctx context.Context, wc client.WithWatch, w watch.Interface, list client.ObjectList, ns string, record func(runtime.Object)) {
+	rv := ""
 	for {
 		for ev := range w.ResultChan() {
-			if ev.Type == watch.Added || ev.Type == watch.Modified {
+			switch ev.Type {
+			case watch.Added, watch.Modified:
 				record(ev.Object)
+				if o, ok := ev.Object.(client.Object); ok {
+					rv = o.GetResourceVersion()
+				}
+			case watch.Error:
+				// Most likely 410 Gone: rv is too old to resume from.
+				rv = ""
 			}
 		}
 		w.Stop()
 		if ctx.Err() != nil {
 			return
 		}
-		fresh := list.DeepCopyObject().(client.ObjectList)
-		if err := wc.List(ctx, fresh, client.InNamespace(ns)); err == nil {
-			_ = meta.EachListItem(fresh, func(o runtime.Object) error { record(o); return nil })
+		if rv == "" {
+			fresh := list.DeepCopyObject().(client.ObjectList)
+			if err := wc.List(ctx, fresh, client.InNamespace(ns)); err == nil {
+				_ = meta.EachListItem(fresh, func(o runtime.Object) error { record(o); return nil })
+				rv = fresh.GetResourceVersion()
+			}
 		}
 		var err error
-		if w, err = wc.Watch(ctx, list, client.InNamespace(ns)); err != nil {
+		if w, err = wc.Watch(ctx, list, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}}); err != nil {
 			return
 		}
 	}
@@ -203,10 +245,11 @@ func benchClass(ctx context.Context, c client.Client) (*macvirtv1alpha1.MacClass
 	return class, c.Create(ctx, class)
 }
 
-// readyMachine creates a pool machine, controlled by the pool as the pool
-// controller makes them, and marks it Ready, as the machine controller
-// would once its guest answered.
-func readyMachine(ctx context.Context, c client.Client, class *macvirtv1alpha1.MacClass, pool *macvirtv1alpha1.MacPool, name string) error {
+// readyMachine creates pool machine i, controlled by the pool as the pool
+// controller makes them, and marks it Ready at a pod-network address of its
+// own, as the machine controller would once its guest answered.
+func readyMachine(ctx context.Context, c client.Client, class *macvirtv1alpha1.MacClass, pool *macvirtv1alpha1.MacPool, i int) error {
+	name := fmt.Sprintf("bench-%d", i)
 	m := &macvirtv1alpha1.MacMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pool.Spec.Namespace,
 			Labels:          map[string]string{macvirtv1alpha1.LabelPool: pool.Name, macvirtv1alpha1.LabelClass: class.Name},
@@ -217,59 +260,11 @@ func readyMachine(ctx context.Context, c client.Client, class *macvirtv1alpha1.M
 		return err
 	}
 	m.Status.Phase = macvirtv1alpha1.MachineReady
+	m.Status.NodeName = "mac-node-1"
+	m.Status.Addresses = []string{fmt.Sprintf("10.128.%d.%d", i/250, i%250+1)}
 	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionReady,
 		Status: metav1.ConditionTrue, Reason: macvirtv1alpha1.ReasonAsExpected, Message: "ready"})
 	return c.Status().Update(ctx, m)
-}
-
-// countingClient counts every write the operator makes.
-type countingClient struct {
-	client.Client
-	writes *atomic.Int64
-}
-
-func (c *countingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	c.writes.Add(1)
-	return c.Client.Create(ctx, obj, opts...)
-}
-
-func (c *countingClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	c.writes.Add(1)
-	return c.Client.Update(ctx, obj, opts...)
-}
-
-func (c *countingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	c.writes.Add(1)
-	return c.Client.Patch(ctx, obj, patch, opts...)
-}
-
-func (c *countingClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	c.writes.Add(1)
-	return c.Client.Delete(ctx, obj, opts...)
-}
-
-func (c *countingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-	c.writes.Add(1)
-	return c.Client.Apply(ctx, obj, opts...)
-}
-
-func (c *countingClient) Status() client.SubResourceWriter {
-	return &countingStatus{SubResourceWriter: c.Client.Status(), writes: c.writes}
-}
-
-type countingStatus struct {
-	client.SubResourceWriter
-	writes *atomic.Int64
-}
-
-func (s *countingStatus) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	s.writes.Add(1)
-	return s.SubResourceWriter.Update(ctx, obj, opts...)
-}
-
-func (s *countingStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	s.writes.Add(1)
-	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }
 
 // startManager starts mgr and waits for its caches and for the informers

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,12 +53,14 @@ func benchPVs(ctx context.Context, env *envtest.Environment, c client.Client, n 
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return measure(ctx, env.Config, n, &corev1.PersistentVolumeClaimList{}, ns,
+	return measure(ctx, env.Config, n, "pv", &corev1.PersistentVolumeClaimList{}, ns,
 		func(i int) client.Object { return pvc(fmt.Sprintf("c-%d", i), ns, class) },
-		func(o runtime.Object) (string, bool) {
+		func(o runtime.Object) (string, bool, bool) {
 			p, ok := o.(*corev1.PersistentVolumeClaim)
-			return p.GetName(), ok && p.Name != "warmup" && p.Status.Phase == corev1.ClaimBound
-		}, c, &atomic.Int64{})
+			bound := ok && p.Name != "warmup" && p.Status.Phase == corev1.ClaimBound
+			// A bound PVC is ready for its pod.
+			return p.GetName(), bound, bound
+		}, c, &writeCounter{})
 }
 
 func pv(name, class string) *corev1.PersistentVolume {
@@ -92,22 +93,11 @@ func startKCM(env *envtest.Environment, path string) (func(), error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("%s: %w (run 'make envtest')", path, err)
 	}
-	user, err := env.ControlPlane.AddUser(envtest.User{Name: "kube-controller-manager", Groups: []string{"system:masters"}}, nil)
+	kc, cleanup, err := adminKubeconfig(env, "kube-controller-manager")
 	if err != nil {
 		return nil, err
 	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "macvirt-bench-")
-	if err != nil {
-		return nil, err
-	}
-	kc := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kc, kubeconfig, 0o600); err != nil {
-		return nil, err
-	}
+	dir := filepath.Dir(kc)
 	cmd := exec.Command(path, //nolint:gosec // the binary built by make envtest.
 		"--kubeconfig="+kc, "--controllers=persistentvolume-binder-controller", "--leader-elect=false",
 		"--kube-api-qps=1000", "--kube-api-burst=2000", "--secure-port=0", "--v=0")
@@ -123,9 +113,32 @@ func startKCM(env *envtest.Environment, path string) (func(), error) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		if os.Getenv("BENCH_KEEP_LOGS") == "" {
-			_ = os.RemoveAll(dir)
+			cleanup()
 		} else {
 			fmt.Fprintln(os.Stderr, "kube-controller-manager log kept in", dir)
 		}
 	}, nil
+}
+
+// adminKubeconfig writes a kubeconfig of a new administrator of the envtest
+// API server into a directory of its own, which cleanup removes.
+func adminKubeconfig(env *envtest.Environment, name string) (path string, cleanup func(), err error) {
+	user, err := env.ControlPlane.AddUser(envtest.User{Name: name, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", nil, err
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp("", "macvirt-bench-")
+	if err != nil {
+		return "", nil, err
+	}
+	path = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return path, func() { _ = os.RemoveAll(dir) }, nil
 }
