@@ -239,8 +239,9 @@ func (r *MacClaimReconciler) wakeWaiting(ctx context.Context, keys []string, q w
 func (r *MacClaimReconciler) waitingClaims(ctx context.Context, keys []string) []reconcile.Request {
 	var reqs []reconcile.Request
 	for _, k := range keys {
+		// Only names are taken: no copies of what may be many claims.
 		var claims macvirtv1alpha1.MacClaimList
-		if err := r.List(ctx, &claims, client.MatchingFields{claimWaitingField: k}); err != nil {
+		if err := r.List(ctx, &claims, client.MatchingFields{claimWaitingField: k}, client.UnsafeDisableDeepCopy); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "listing the claims waiting on a bind key; they wait for their next event", "key", k)
 			continue
 		}
@@ -280,7 +281,7 @@ func (r *MacClaimReconciler) namespaceToWaitingClaims(ctx context.Context, obj c
 // waitingClaimsIn lists the unbound claims of a namespace.
 func (r *MacClaimReconciler) waitingClaimsIn(ctx context.Context, namespace string) []reconcile.Request {
 	var claims macvirtv1alpha1.MacClaimList
-	if err := r.List(ctx, &claims, client.InNamespace(namespace)); err != nil {
+	if err := r.List(ctx, &claims, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "listing a namespace's claims; its waiting claims wait for their next event", "namespace", namespace)
 		return nil
 	}

@@ -194,8 +194,12 @@ func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) (bool, err
 		s.waiting = p
 		return false, err
 	}
+	// The cache's own objects, not copies: a pool may hold a thousand idle
+	// machines, and copying each one for every bind would make a bind cost
+	// as much as the pool is large. They are only read here; the machine
+	// tried is copied before anything is written.
 	var list macvirtv1alpha1.MacMachineList
-	if err := r.List(ctx, &list, client.MatchingFields{bindableField: bindKey(s.claim)}); err != nil {
+	if err := r.List(ctx, &list, client.MatchingFields{bindableField: bindKey(s.claim)}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, fmt.Errorf("listing idle machines for %s: %w", bindKey(s.claim), err)
 	}
 	pools := poolLookup{}
@@ -217,7 +221,7 @@ func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) (bool, err
 		if !r.inFlight.reserve(key, r.Clock.Now()) {
 			continue
 		}
-		won, err := r.bindMachine(ctx, s, m)
+		won, err := r.bindMachine(ctx, s, m.DeepCopy())
 		if !won {
 			r.inFlight.release(key)
 		}
