@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,9 @@ func fakeClient(t *testing.T, objs ...client.Object) client.WithWatch {
 		t.Fatal(err)
 	}
 	if err := corev1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := discoveryv1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
 	// The operator's indexes cover KubeVirt's instances too.

@@ -107,6 +107,12 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 			fmt.Sprintf("KubeVirt reports no pod-network address for machine %s yet", m.Name))
 		return st
 	}
+	if s.connecting {
+		st.Phase = macvirtv1alpha1.ClaimBound
+		set(macvirtv1alpha1.ConditionReady, false, macvirtv1alpha1.ReasonConnecting,
+			fmt.Sprintf("bound to machine %s, which is Ready; writing the claim's Service and connection Secret", m.Name))
+		return st
+	}
 	st.Connection = &macvirtv1alpha1.ClaimConnection{Address: machineAddress(m), SSHPort: defaultSSHPort}
 	setServiceReady(s, &st)
 	if svc := s.service; svc != nil {
@@ -251,7 +257,10 @@ func (r *MacClaimReconciler) writeClaimStatus(ctx context.Context, s *claimScope
 	if before.Status.BoundAt == nil && st.BoundAt != nil {
 		claimBindSeconds.Observe(st.BoundAt.Sub(c.CreationTimestamp.Time).Seconds())
 	}
-	if oldPhase != st.Phase {
+	if rc := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionReady); oldPhase != st.Phase &&
+		(rc == nil || rc.Reason != macvirtv1alpha1.ReasonConnecting) {
+		// A claim bound to a Ready machine is Ready moments later: its
+		// event says so then, and the transient Bound gets none.
 		r.recordClaimPhase(c)
 	}
 	// A refused write and a lost machine have their Warning events already.
@@ -356,13 +365,34 @@ func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvi
 			data["external-port"] = []byte(fmt.Sprint(ext.SSHPort))
 		}
 	}
-	// The Secret usually exists (it is written again every resync), so it is
-	// patched first: one request, and none that changes anything when the
-	// connection is the same. The operator may not read Secrets, so the API
-	// server checks, in the same request, that this claim controls it: the
-	// JSON patch first tests the owner reference the claim put first: this
-	// claim's, as controller. A tenant's own Secret of that name, even one
-	// naming the claim as a plain owner, fails the test and is left untouched.
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace,
+			Labels:          map[string]string{macvirtv1alpha1.LabelClass: c.Spec.ClassName},
+			OwnerReferences: []metav1.OwnerReference{controllerRef("MacClaim", c.Name, c.UID)}},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+	if c.Status.ConnectionSecretName == "" && !meta.IsStatusConditionFalse(c.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady) {
+		// The claim's status names no Secret yet: it is most likely not
+		// there, so it is created first, one request. One of that name
+		// (this claim's from before a crash, or a tenant's) makes the
+		// create fail and the patch below decide.
+		err := r.Create(ctx, secret.DeepCopy())
+		switch {
+		case err == nil:
+			return "", nil
+		case !apierrors.IsAlreadyExists(err):
+			return "", fmt.Errorf("creating connection Secret %s/%s: %w", c.Namespace, name, err)
+		}
+	}
+	// Once the status names it, the Secret usually exists (it is written
+	// again every resync), so it is patched first: one request, and none
+	// that changes anything when the connection is the same. The operator
+	// may not read Secrets, so the API server checks, in the same request,
+	// that this claim controls it: the JSON patch first tests the owner
+	// reference the claim put first: this claim's, as controller. A
+	// tenant's own Secret of that name, even one naming the claim as a
+	// plain owner, fails the test and is left untouched.
 	patch, err := json.Marshal([]map[string]any{
 		{"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": c.UID},
 		{"op": "test", "path": "/metadata/ownerReferences/0/controller", "value": true},
@@ -380,13 +410,6 @@ func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvi
 			"is only in the claim's status: rename or delete that Secret to have it written", c.Namespace, name, err), nil
 	case !apierrors.IsNotFound(err):
 		return "", fmt.Errorf("updating connection Secret %s/%s: %w", c.Namespace, name, err)
-	}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace,
-			Labels:          map[string]string{macvirtv1alpha1.LabelClass: c.Spec.ClassName},
-			OwnerReferences: []metav1.OwnerReference{controllerRef("MacClaim", c.Name, c.UID)}},
-		Type: corev1.SecretTypeOpaque,
-		Data: data,
 	}
 	if err := r.Create(ctx, secret); err != nil {
 		// AlreadyExists: created meanwhile (by a tenant or another
