@@ -18,13 +18,20 @@ type serverLoad struct {
 	mutating   float64
 	// byResource is mutating requests by "VERB resource[/subresource]".
 	byResource map[string]float64
+	// reads is the other requests (GET, LIST, WATCH) the same way.
+	reads map[string]float64
 }
 
 func (l serverLoad) minus(o serverLoad) serverLoad {
-	d := serverLoad{cpuSeconds: l.cpuSeconds - o.cpuSeconds, mutating: l.mutating - o.mutating, byResource: map[string]float64{}}
+	d := serverLoad{cpuSeconds: l.cpuSeconds - o.cpuSeconds, mutating: l.mutating - o.mutating, byResource: map[string]float64{}, reads: map[string]float64{}}
 	for k, v := range l.byResource {
 		if n := v - o.byResource[k]; n > 0 {
 			d.byResource[k] = n
+		}
+	}
+	for k, v := range l.reads {
+		if n := v - o.reads[k]; n > 0 {
+			d.reads[k] = n
 		}
 	}
 	return d
@@ -55,22 +62,23 @@ func sampleServer(ctx context.Context, cfg *rest.Config) (serverLoad, error) {
 	if f := families["process_cpu_seconds_total"]; f != nil && len(f.GetMetric()) > 0 {
 		l.cpuSeconds = f.GetMetric()[0].GetCounter().GetValue()
 	}
-	l.byResource = map[string]float64{}
+	l.byResource, l.reads = map[string]float64{}, map[string]float64{}
 	if f := families["apiserver_request_total"]; f != nil {
 		for _, m := range f.GetMetric() {
 			labels := map[string]string{}
 			for _, lp := range m.GetLabel() {
 				labels[lp.GetName()] = lp.GetValue()
 			}
-			if !mutatingVerbs[labels["verb"]] {
-				continue
-			}
 			v := m.GetCounter().GetValue()
-			l.mutating += v
 			key := labels["verb"] + " " + labels["resource"]
 			if sub := labels["subresource"]; sub != "" {
 				key += "/" + sub
 			}
+			if !mutatingVerbs[labels["verb"]] {
+				l.reads[key] += v
+				continue
+			}
+			l.mutating += v
 			l.byResource[key] += v
 		}
 	}

@@ -50,7 +50,7 @@ func main() {
 	flag.StringVar(&profileDir, "profile-dir", "", "write CPU profiles of the API server and of this process (the operator's side) per size and side here; "+
 		"read them with `go tool pprof -top DIR/1000-macvirt-apiserver-*.pprof`")
 	memoryNS := flag.String("memory-of", "", "internal: be the operator's process of the memory figure, for the MacMachines of this namespace")
-	kubeconfig := flag.String("kubeconfig", "", "internal: the API server of -memory-of")
+	kubeconfig := flag.String("memory-kubeconfig", "", "internal: the API server of -memory-of")
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel)))
 	if *memoryNS != "" {
@@ -222,6 +222,11 @@ func report(results []sizeResult) {
 		fmt.Printf("N=%d macvirt:   %s\n", s.n, breakdown(s.ours.server.byResource, s.n))
 		fmt.Printf("N=%d PV binder: %s\n", s.n, breakdown(s.theirs.server.byResource, s.n))
 	}
+	fmt.Printf("\nand its other requests per claim (reads; the bench's own watch and the metrics it reads included):\n")
+	for _, s := range results {
+		fmt.Printf("N=%d macvirt:   %s\n", s.n, breakdown(s.ours.server.reads, s.n))
+		fmt.Printf("N=%d PV binder: %s\n", s.n, breakdown(s.theirs.server.reads, s.n))
+	}
 	if len(results) > 1 {
 		first, last := results[0], results[len(results)-1]
 		fmt.Printf("\nscale, N=%d against N=%d: macvirt binds/s x%.2f, PV binder binds/s x%.2f (1.00: the rate holds as the work grows)\n",
@@ -247,6 +252,9 @@ func breakdown(byResource map[string]float64, n int) string {
 		if per := byResource[k] / float64(n); per >= 0.05 {
 			parts = append(parts, fmt.Sprintf("%s %.2f", k, per))
 		}
+	}
+	if len(parts) == 0 {
+		return "none as many as 0.05 per claim"
 	}
 	return strings.Join(parts, ", ")
 }

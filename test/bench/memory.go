@@ -54,7 +54,7 @@ func benchMemory(ctx context.Context, env *envtest.Environment, c client.Client,
 	if err != nil {
 		return err
 	}
-	out, err := exec.CommandContext(ctx, self, "-memory-of", ns, "-kubeconfig", kubeconfig).CombinedOutput() //nolint:gosec // this binary.
+	out, err := exec.CommandContext(ctx, self, "-memory-of", ns, "-memory-kubeconfig", kubeconfig).CombinedOutput() //nolint:gosec // this binary.
 	if err != nil {
 		return fmt.Errorf("the operator's process for the memory figure: %w: %s", err, out)
 	}
@@ -81,11 +81,11 @@ func memoryOf(kubeconfig, ns string) error {
 		return err
 	}
 	ctx := context.Background()
-	stop, err := startManager(ctx, mgr)
-	if err != nil {
+	// Not stopped: the process ends once it has printed, and its manager
+	// with it.
+	if _, err := startManager(ctx, mgr); err != nil {
 		return err
 	}
-	defer stop()
 	var list macvirtv1alpha1.MacMachineList
 	if err := mgr.GetCache().List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return err
