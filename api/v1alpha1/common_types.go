@@ -125,10 +125,6 @@ const (
 	// ReasonSecretConflict means a Secret of the connection Secret's name
 	// exists and is not controlled by the claim.
 	ReasonSecretConflict = "SecretConflict"
-	// ReasonConnecting means the claim was just bound to a Ready machine
-	// and its Service, EndpointSlice and connection Secret are written
-	// next; Ready follows unless one is refused.
-	ReasonConnecting = "Connecting"
 	// ReasonMachineNotReady means the bound machine is not Ready yet.
 	ReasonMachineNotReady = "MachineNotReady"
 	// ReasonServiceConflict means a Service or EndpointSlice of the name a

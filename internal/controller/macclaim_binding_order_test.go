@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -81,12 +80,13 @@ func (s *writeLogStatus) Patch(ctx context.Context, obj client.Object, patch cli
 	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }
 
-// A claim is recorded Bound by the binding's own three writes and nothing
-// else; its Service, EndpointSlice and connection Secret come with the next
-// reconcile (the one its status write brings), one create each, and Ready
-// with them. Each phase the tenant waits in gets one event: Ready, not the
-// Bound it passed through. A reconcile with nothing new writes nothing.
-func TestABindingIsRecordedBeforeTheClaimsAccessObjects(t *testing.T) {
+// A claim over an idle Ready machine is bound and made reachable in one
+// reconcile, with one request per object: the reservation, the machine's
+// side, the Service, its EndpointSlice, the connection Secret (created, not
+// patched while the claim names none) and one status write that records
+// Bound and Ready together. One event says Ready. A reconcile with nothing
+// new writes nothing.
+func TestAClaimIsBoundAndReachableInOneRequestPerObject(t *testing.T) {
 	ctx := context.Background()
 	m := trustMachine(func(m *macvirtv1alpha1.MacMachine) {
 		m.UID, m.Status.Addresses, m.Status.NodeName = "m-uid", []string{"10.128.0.7"}, "mac-1"
@@ -99,49 +99,22 @@ func TestABindingIsRecordedBeforeTheClaimsAccessObjects(t *testing.T) {
 	rec := events.NewFakeRecorder(8)
 	r := &MacClaimReconciler{Client: w, APIReader: c, Recorder: rec, Clock: clock.RealClock{}}
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "team", Name: "build"}}
-	get := func() *macvirtv1alpha1.MacClaim {
-		t.Helper()
-		got := &macvirtv1alpha1.MacClaim{}
-		if err := c.Get(ctx, req.NamespacedName, got); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
-	exists := func(obj client.Object, name string) bool {
-		return c.Get(ctx, types.NamespacedName{Namespace: "team", Name: name}, obj) == nil
-	}
 
 	if _, err := r.Reconcile(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"patch MacClaim/status", "update MacMachine", "patch MacClaim/status"}
+	want := []string{"patch MacClaim/status", "update MacMachine", "create Service", "create EndpointSlice", "create Secret", "patch MacClaim/status"}
 	if got := w.take(); !slices.Equal(got, want) {
-		t.Errorf("writes to bind: %q; want %q (reserve, the machine's side, record)", got, want)
+		t.Errorf("writes: %q; want %q", got, want)
 	}
-	got := get()
-	ready := meta.FindStatusCondition(got.Status.Conditions, macvirtv1alpha1.ConditionReady)
-	if !meta.IsStatusConditionTrue(got.Status.Conditions, macvirtv1alpha1.ConditionBound) || got.Status.Phase != macvirtv1alpha1.ClaimBound ||
-		ready == nil || ready.Reason != macvirtv1alpha1.ReasonConnecting || got.Status.BoundAt == nil {
-		t.Errorf("after binding: phase %s, conditions %+v; want Bound, Ready=False %s", got.Status.Phase, got.Status.Conditions, macvirtv1alpha1.ReasonConnecting)
-	}
-	if exists(&corev1.Service{}, "build") || exists(&discoveryv1.EndpointSlice{}, "build") || exists(&corev1.Secret{}, "build-connection") {
-		t.Error("access objects were written on the way to Bound")
-	}
-	if len(rec.Events) != 0 {
-		t.Errorf("an event for the transient Bound: %s", <-rec.Events)
-	}
-
-	if _, err := r.Reconcile(ctx, req); err != nil {
+	got := &macvirtv1alpha1.MacClaim{}
+	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
 		t.Fatal(err)
 	}
-	want = []string{"create Service", "create EndpointSlice", "create Secret", "patch MacClaim/status"}
-	if got := w.take(); !slices.Equal(got, want) {
-		t.Errorf("writes to Ready: %q; want %q (one create each, no patch of a Secret that is not there yet)", got, want)
-	}
-	got = get()
-	if got.Status.Phase != macvirtv1alpha1.ClaimReady || !meta.IsStatusConditionTrue(got.Status.Conditions, macvirtv1alpha1.ConditionServiceReady) ||
+	if got.Status.Phase != macvirtv1alpha1.ClaimReady || !meta.IsStatusConditionTrue(got.Status.Conditions, macvirtv1alpha1.ConditionBound) ||
+		!meta.IsStatusConditionTrue(got.Status.Conditions, macvirtv1alpha1.ConditionServiceReady) || got.Status.BoundAt == nil ||
 		got.Status.ConnectionSecretName != "build-connection" || got.Status.Connection == nil || got.Status.Connection.Address != "10.128.0.7" {
-		t.Errorf("after the access objects: phase %s, connection %+v, secret %q, conditions %+v; want Ready with all of them",
+		t.Errorf("phase %s, connection %+v, secret %q, conditions %+v; want Bound and Ready with all of them",
 			got.Status.Phase, got.Status.Connection, got.Status.ConnectionSecretName, got.Status.Conditions)
 	}
 	if n := len(rec.Events); n != 1 {

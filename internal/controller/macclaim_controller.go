@@ -91,9 +91,6 @@ type claimScope struct {
 	// nodeAddress is the address of the machine's node, where a NodePort
 	// Service reaches it; empty when unknown.
 	nodeAddress string
-	// connecting says the binding was recorded and the claim's access
-	// objects are written next time: the status says Bound, not yet Ready.
-	connecting bool
 }
 
 // Reconcile finds or makes the claim's binding, then writes status once,
@@ -140,7 +137,6 @@ func (r *MacClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	for _, step := range []func(context.Context, *claimScope) (bool, error){
 		r.findBound,
 		r.bind,
-		r.recordBinding,
 		r.ensureService,
 	} {
 		if proceed, err := step(ctx, s); err != nil || !proceed {

@@ -163,21 +163,6 @@ func (r *MacClaimReconciler) writeReservation(ctx context.Context, s *claimScope
 	return nil
 }
 
-// recordBinding is the protocol's last write: the claim's status records
-// the binding (Bound=True) as soon as the machine's side is written, and
-// the reconcile ends there. The claim's Service, its EndpointSlice and the
-// connection Secret are written by the next reconcile, which the status
-// write itself brings (the claim's own watch), behind the claims already
-// queued: in a storm, every claim is bound first, and the access objects
-// follow. The deferred status write finds nothing new to write.
-func (r *MacClaimReconciler) recordBinding(ctx context.Context, s *claimScope) (bool, error) {
-	if s.machine == nil || s.lost != "" || meta.IsStatusConditionTrue(s.claim.Status.Conditions, macvirtv1alpha1.ConditionBound) {
-		return true, nil
-	}
-	s.connecting = true
-	return false, r.writeClaimStatus(ctx, s, computeClaimStatus(s, metav1.NewTime(r.Clock.Now())))
-}
-
 // conflictRetry is how soon a claim whose write met a newer version looks
 // again: long enough for the cache to catch up.
 const conflictRetry = 100 * time.Millisecond

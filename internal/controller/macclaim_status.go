@@ -107,12 +107,6 @@ func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaim
 			fmt.Sprintf("KubeVirt reports no pod-network address for machine %s yet", m.Name))
 		return st
 	}
-	if s.connecting {
-		st.Phase = macvirtv1alpha1.ClaimBound
-		set(macvirtv1alpha1.ConditionReady, false, macvirtv1alpha1.ReasonConnecting,
-			fmt.Sprintf("bound to machine %s, which is Ready; writing the claim's Service and connection Secret", m.Name))
-		return st
-	}
 	st.Connection = &macvirtv1alpha1.ClaimConnection{Address: machineAddress(m), SSHPort: defaultSSHPort}
 	setServiceReady(s, &st)
 	if svc := s.service; svc != nil {
@@ -257,10 +251,7 @@ func (r *MacClaimReconciler) writeClaimStatus(ctx context.Context, s *claimScope
 	if before.Status.BoundAt == nil && st.BoundAt != nil {
 		claimBindSeconds.Observe(st.BoundAt.Sub(c.CreationTimestamp.Time).Seconds())
 	}
-	if rc := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionReady); oldPhase != st.Phase &&
-		(rc == nil || rc.Reason != macvirtv1alpha1.ReasonConnecting) {
-		// A claim bound to a Ready machine is Ready moments later: its
-		// event says so then, and the transient Bound gets none.
+	if oldPhase != st.Phase {
 		r.recordClaimPhase(c)
 	}
 	// A refused write and a lost machine have their Warning events already.
