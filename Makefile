@@ -130,9 +130,12 @@ verify-modules: ## Fetch every module each go.mod needs into an empty module cac
 	done; \
 	echo "every module of $(words $(GO_MODULE_DIRS)) go.mod files resolved: $$(du -sh "$$cache" | cut -f1) downloaded"
 
+# BENCH_ARGS are passed to the bench, e.g. BENCH_ARGS="-n 1000 -profile-dir bin/profiles".
+BENCH_ARGS ?=
+
 .PHONY: bench
 bench: envtest $(ENVTEST_DIR)/kube-controller-manager ## Benchmark claim binding against Kubernetes' PV binder and report memory (prints figures).
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./test/bench -kube-controller-manager "$(ENVTEST_DIR)/kube-controller-manager"
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./test/bench -kube-controller-manager "$(ENVTEST_DIR)/kube-controller-manager" $(BENCH_ARGS)
 
 ##@ Build
 
