@@ -2,7 +2,7 @@ package controller
 
 import (
 	"hash/fnv"
-	"slices"
+	"iter"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,40 +63,43 @@ func bindKey(claim *macvirtv1alpha1.MacClaim) string {
 	return "class/" + claim.Spec.ClassName
 }
 
-// candidateOrder orders idle machines for one claim by rendezvous hashing:
-// each machine's score is a hash of the claim's UID and the machine's name.
-// Concurrent claims thus start at different machines instead of all racing
-// for the first one, and two operators reconciling the same claim with
-// slightly different caches still put the same machine first, so they
-// collide on one machine (one wins, the other adopts its binding) instead
-// of binding two.
-func candidateOrder(claimUID types.UID, machines []*macvirtv1alpha1.MacMachine) []*macvirtv1alpha1.MacMachine {
-	type scored struct {
-		m     *macvirtv1alpha1.MacMachine
-		score uint64
-	}
-	all := make([]scored, 0, len(machines))
-	for _, m := range machines {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(claimUID))
-		_, _ = h.Write([]byte{0})
-		_, _ = h.Write([]byte(m.Namespace + "/" + m.Name))
-		all = append(all, scored{m, h.Sum64()})
-	}
-	slices.SortFunc(all, func(a, b scored) int {
-		if a.score != b.score {
-			if a.score > b.score {
-				return -1
-			}
-			return 1
+// candidateOrder yields idle machines for one claim in rendezvous-hashing
+// order: each machine's score is a hash of the claim's UID and the
+// machine's name, highest first (ties by name). Concurrent claims thus
+// start at different machines instead of all racing for the first one, and
+// two operators reconciling the same claim with slightly different caches
+// still put the same machine first, so they collide on one machine (one
+// wins, the other adopts its binding) instead of binding two. Each machine
+// is hashed once and the order is found as it is consumed: a bind that
+// wins its first machine costs one pass over the pool, not a sort.
+func candidateOrder(claimUID types.UID, machines []*macvirtv1alpha1.MacMachine) iter.Seq[*macvirtv1alpha1.MacMachine] {
+	return func(yield func(*macvirtv1alpha1.MacMachine) bool) {
+		type scored struct {
+			m     *macvirtv1alpha1.MacMachine
+			score uint64
 		}
-		return strings.Compare(a.m.Name, b.m.Name)
-	})
-	out := make([]*macvirtv1alpha1.MacMachine, len(all))
-	for i := range all {
-		out[i] = all[i].m
+		left := make([]scored, 0, len(machines))
+		for _, m := range machines {
+			h := fnv.New64a()
+			_, _ = h.Write([]byte(claimUID))
+			_, _ = h.Write([]byte{0})
+			_, _ = h.Write([]byte(m.Namespace + "/" + m.Name))
+			left = append(left, scored{m, h.Sum64()})
+		}
+		for len(left) > 0 {
+			best := 0
+			for i := 1; i < len(left); i++ {
+				if a, b := left[i], left[best]; a.score > b.score || (a.score == b.score && a.m.Name < b.m.Name) {
+					best = i
+				}
+			}
+			if !yield(left[best].m) {
+				return
+			}
+			left[best] = left[len(left)-1]
+			left = left[:len(left)-1]
+		}
 	}
-	return out
 }
 
 // onDemandName is the deterministic name of the machine a claim creates

@@ -1,9 +1,12 @@
 package controller
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/tenancy"
@@ -104,5 +107,65 @@ func TestAClaimAdoptsOnlyMachinesMadeForIt(t *testing.T) {
 				t.Errorf("MayServe: %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// Rendezvous order: the same claim puts the same machine first whatever
+// order the cache lists them in and whichever other machines it lists;
+// different claims start at different machines; every machine comes once.
+func TestCandidateOrder(t *testing.T) {
+	machines := func(names ...string) []*macvirtv1alpha1.MacMachine {
+		out := make([]*macvirtv1alpha1.MacMachine, 0, len(names))
+		for _, n := range names {
+			out = append(out, &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: "pools"}})
+		}
+		return out
+	}
+	order := func(uid types.UID, ms []*macvirtv1alpha1.MacMachine) []string {
+		var out []string
+		for m := range candidateOrder(uid, ms) {
+			out = append(out, m.Name)
+		}
+		return out
+	}
+	names := make([]string, 50)
+	for i := range names {
+		names[i] = fmt.Sprintf("m-%d", i)
+	}
+	forward := order("claim-a", machines(names...))
+	reversed := slices.Clone(names)
+	slices.Reverse(reversed)
+	if got := order("claim-a", machines(reversed...)); !slices.Equal(got, forward) {
+		t.Errorf("the order depends on the listing: %v, then %v", forward[:5], got[:5])
+	}
+	if got := slices.Sorted(slices.Values(forward)); !slices.Equal(got, slices.Sorted(slices.Values(names))) {
+		t.Errorf("not every machine exactly once: %v", forward)
+	}
+	// A cache that lists one machine fewer (not the first) or one more puts
+	// the same machine first.
+	fewer := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == forward[1] })
+	if got := order("claim-a", machines(fewer...)); got[0] != forward[0] {
+		t.Errorf("one machine fewer moved the first choice from %s to %s", forward[0], got[0])
+	}
+	if got := order("claim-a", machines(append(slices.Clone(names), "m-new")...)); got[0] != forward[0] && got[0] != "m-new" {
+		t.Errorf("one machine more moved the first choice from %s to %s", forward[0], got[0])
+	}
+	firsts := map[string]bool{}
+	for i := range 20 {
+		firsts[order(types.UID(fmt.Sprintf("claim-%d", i)), machines(names...))[0]] = true
+	}
+	if len(firsts) < 10 {
+		t.Errorf("20 claims start at only %d different machines of 50: %v", len(firsts), firsts)
+	}
+	// Stopping early stops: a bind that wins its first machine looks no
+	// further.
+	for m := range candidateOrder("claim-a", machines(names...)) {
+		if m.Name != forward[0] {
+			t.Errorf("first yielded %s, want %s", m.Name, forward[0])
+		}
+		break
+	}
+	if got := order("claim-a", nil); len(got) != 0 {
+		t.Errorf("no machines yielded %v", got)
 	}
 }

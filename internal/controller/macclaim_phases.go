@@ -202,10 +202,14 @@ func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) (bool, err
 	if err := r.List(ctx, &list, client.MatchingFields{bindableField: bindKey(s.claim)}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, fmt.Errorf("listing idle machines for %s: %w", bindKey(s.claim), err)
 	}
-	pools := poolLookup{}
 	candidates := make([]*macvirtv1alpha1.MacMachine, 0, len(list.Items))
 	for i := range list.Items {
-		m := &list.Items[i]
+		candidates = append(candidates, &list.Items[i])
+	}
+	// Checked in the order they are tried, so a bind looks closer only at
+	// the machines it tries, usually one.
+	pools, held := poolLookup{}, 0
+	for m := range candidateOrder(s.claim.UID, candidates) {
 		pool, err := pools.get(ctx, r.Client, m.Labels[macvirtv1alpha1.LabelPool])
 		if err != nil {
 			return false, err
@@ -214,9 +218,7 @@ func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) (bool, err
 			ctrl.LoggerFrom(ctx).Info("skipping a machine labelled for a pool that did not make it", "machine", client.ObjectKeyFromObject(m))
 			continue
 		}
-		candidates = append(candidates, m)
-	}
-	for _, m := range candidateOrder(s.claim.UID, candidates) {
+		held++
 		key := client.ObjectKeyFromObject(m)
 		if !r.inFlight.reserve(key, r.Clock.Now()) {
 			continue
@@ -235,7 +237,7 @@ func (r *MacClaimReconciler) bind(ctx context.Context, s *claimScope) (bool, err
 	s.waiting = &problem{macvirtv1alpha1.ReasonWaitingForMachine, fmt.Sprintf("no idle machine in %s yet", bindKey(s.claim))}
 	// Every candidate taken by another claim (or changed) under us means
 	// the cache may still list machines that are free: try again soon.
-	s.retrySoon = len(candidates) > 0
+	s.retrySoon = held > 0
 	return true, nil
 }
 
