@@ -224,8 +224,8 @@ func report(results []sizeResult) {
 	}
 	fmt.Printf("\nand its other requests per claim (reads; the bench's own watch and the metrics it reads included):\n")
 	for _, s := range results {
-		fmt.Printf("N=%d macvirt:   %s\n", s.n, breakdown(s.ours.server.reads, s.n))
-		fmt.Printf("N=%d PV binder: %s\n", s.n, breakdown(s.theirs.server.reads, s.n))
+		fmt.Printf("N=%d macvirt:   %.2f in all; %s\n", s.n, total(s.ours.server.reads)/float64(s.n), breakdown(s.ours.server.reads, s.n))
+		fmt.Printf("N=%d PV binder: %.2f in all; %s\n", s.n, total(s.theirs.server.reads)/float64(s.n), breakdown(s.theirs.server.reads, s.n))
 	}
 	if len(results) > 1 {
 		first, last := results[0], results[len(results)-1]
@@ -257,6 +257,14 @@ func breakdown(byResource map[string]float64, n int) string {
 		return "none as many as 0.05 per claim"
 	}
 	return strings.Join(parts, ", ")
+}
+
+func total(m map[string]float64) float64 {
+	var t float64
+	for _, v := range m {
+		t += v
+	}
+	return t
 }
 
 func cmpFloat(a, b float64) int {
