@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -129,5 +131,85 @@ func TestAClaimIsBoundAndReachableInOneRequestPerObject(t *testing.T) {
 	}
 	if got := w.take(); len(got) != 0 {
 		t.Errorf("a reconcile with nothing new wrote %q", got)
+	}
+}
+
+// refuseSecretCreates refuses every Secret create as a full ResourceQuota
+// does: in admission, before the API server looks at the name.
+type refuseSecretCreates struct{ client.Client }
+
+func (r refuseSecretCreates) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if _, ok := obj.(*corev1.Secret); ok {
+		return apierrors.NewForbidden(corev1.Resource("secrets"), obj.GetName(),
+			errors.New("exceeded quota: no-more, requested: count/secrets=1, used: count/secrets=5, limited: count/secrets=5"))
+	}
+	return r.Client.Create(ctx, obj, opts...)
+}
+
+// A create of the connection Secret that admission refuses leaves the
+// patch to decide: a Secret the claim left before a crash is written, and
+// with none the claim shows the refusal in the API server's words, and a
+// Warning event. (A tenant's Secret of that name is the controller suite's:
+// only a real API server answers the patch's ownership test as it does.)
+func TestARefusedConnectionSecretCreateIsDecidedByThePatchAndShown(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		existing   func(claim *macvirtv1alpha1.MacClaim) *corev1.Secret
+		wantStatus metav1.ConditionStatus
+		wantReason string
+		wantErr    bool
+	}{
+		{"the claim's own Secret from before a crash", func(claim *macvirtv1alpha1.MacClaim) *corev1.Secret {
+			return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "build-connection", Namespace: "team",
+				OwnerReferences: []metav1.OwnerReference{controllerRef("MacClaim", claim.Name, claim.UID)}}}
+		}, metav1.ConditionTrue, macvirtv1alpha1.ReasonAsExpected, false},
+		{"none", nil, metav1.ConditionFalse, macvirtv1alpha1.ReasonCreateFailed, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			m := trustMachine(func(m *macvirtv1alpha1.MacMachine) {
+				m.UID, m.Status.Addresses = "m-uid", []string{"10.128.0.7"}
+			})
+			claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team", UID: "claim-uid", Generation: 1},
+				Spec: macvirtv1alpha1.MacClaimSpec{PoolName: "ci"}}
+			objs := []client.Object{&macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}, trustPool(), m,
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, claim}
+			if tc.existing != nil {
+				objs = append(objs, tc.existing(claim))
+			}
+			c := fakeClient(t, objs...)
+			rec := events.NewFakeRecorder(8)
+			r := &MacClaimReconciler{Client: refuseSecretCreates{c}, APIReader: c, Recorder: rec, Clock: clock.RealClock{}}
+			req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "team", Name: "build"}}
+			_, err := r.Reconcile(ctx, req)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Reconcile: %v; want an error: %v", err, tc.wantErr)
+			}
+			got := &macvirtv1alpha1.MacClaim{}
+			if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+				t.Fatal(err)
+			}
+			cond := meta.FindStatusCondition(got.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady)
+			if cond == nil || cond.Status != tc.wantStatus || cond.Reason != tc.wantReason {
+				t.Fatalf("ConnectionSecretReady %+v; want %s %s", cond, tc.wantStatus, tc.wantReason)
+			}
+			if !meta.IsStatusConditionTrue(got.Status.Conditions, macvirtv1alpha1.ConditionBound) {
+				t.Errorf("the claim is not recorded Bound: %+v", got.Status.Conditions)
+			}
+			switch tc.wantReason {
+			case macvirtv1alpha1.ReasonCreateFailed:
+				if !strings.Contains(cond.Message, "exceeded quota: no-more") {
+					t.Errorf("message %q; want the API server's words", cond.Message)
+				}
+				if e := <-rec.Events; !strings.Contains(e, "Warning "+macvirtv1alpha1.ReasonCreateFailed) {
+					t.Errorf("event %q; want a Warning %s", e, macvirtv1alpha1.ReasonCreateFailed)
+				}
+			default:
+				s := &corev1.Secret{}
+				if err := c.Get(ctx, types.NamespacedName{Namespace: "team", Name: "build-connection"}, s); err != nil || string(s.Data["address"]) != "10.128.0.7" {
+					t.Errorf("the claim's Secret was not written: %v %v", s.Data, err)
+				}
+			}
+		})
 	}
 }

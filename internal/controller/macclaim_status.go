@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -205,6 +206,22 @@ func (r *MacClaimReconciler) patchClaimStatus(ctx context.Context, s *claimScope
 		// watch Secrets, so this is how a deleted one comes back, and how a
 		// clash clears once the other Secret is gone.
 		conflict, err := r.applyConnectionSecret(ctx, c, st.Connection)
+		var refused *secretWriteError
+		if errors.As(err, &refused) {
+			// A quota, an admission policy or webhook, or an API server
+			// that failed: the claim says so in the API server's words, and
+			// the write is retried with backoff.
+			cond := metav1.Condition{Type: macvirtv1alpha1.ConditionConnectionSecretReady, Status: metav1.ConditionFalse,
+				Reason: refused.reason, Message: refused.Error(), ObservedGeneration: c.Generation}
+			if was := meta.FindStatusCondition(c.Status.Conditions, cond.Type); was == nil || was.Status != cond.Status || was.Reason != cond.Reason {
+				recordEvent(r.Recorder, c, corev1.EventTypeWarning, refused.reason, "WriteConnectionSecret", refused.Error())
+			}
+			meta.SetStatusCondition(&st.Conditions, cond)
+			if werr := r.writeClaimStatus(ctx, s, st); werr != nil {
+				return werr
+			}
+			return err
+		}
 		if err != nil {
 			return err
 		}
@@ -363,17 +380,15 @@ func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvi
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
 	}
+	var createErr error
 	if c.Status.ConnectionSecretName == "" && !meta.IsStatusConditionFalse(c.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady) {
 		// The claim's status names no Secret yet: it is most likely not
-		// there, so it is created first, one request. One of that name
-		// (this claim's from before a crash, or a tenant's) makes the
-		// create fail and the patch below decide.
-		err := r.Create(ctx, secret.DeepCopy())
-		switch {
-		case err == nil:
+		// there, so it is created first, one request. Whatever refuses the
+		// create lets the patch below decide: a Secret of that name (this
+		// claim's from before a crash, or a tenant's), which admission may
+		// refuse to create again (a full quota) before the name is checked.
+		if createErr = r.Create(ctx, secret.DeepCopy()); createErr == nil {
 			return "", nil
-		case !apierrors.IsAlreadyExists(err):
-			return "", fmt.Errorf("creating connection Secret %s/%s: %w", c.Namespace, name, err)
 		}
 	}
 	// Once the status names it, the Secret usually exists (it is written
@@ -400,12 +415,26 @@ func (r *MacClaimReconciler) applyConnectionSecret(ctx context.Context, c *macvi
 		return fmt.Sprintf("Secret %s/%s exists and is not controlled by this claim (the API server: %v); it is left as it is, and the connection "+
 			"is only in the claim's status: rename or delete that Secret to have it written", c.Namespace, name, err), nil
 	case !apierrors.IsNotFound(err):
-		return "", fmt.Errorf("updating connection Secret %s/%s: %w", c.Namespace, name, err)
+		return "", &secretWriteError{macvirtv1alpha1.ReasonUpdateFailed, fmt.Errorf("updating connection Secret %s/%s: %w", c.Namespace, name, err)}
+	}
+	if createErr != nil && !apierrors.IsAlreadyExists(createErr) {
+		// There is none, and creating one was refused: that refusal stands.
+		return "", &secretWriteError{macvirtv1alpha1.ReasonCreateFailed, fmt.Errorf("creating connection Secret %s/%s: %w", c.Namespace, name, createErr)}
 	}
 	if err := r.Create(ctx, secret); err != nil {
 		// AlreadyExists: created meanwhile (by a tenant or another
 		// operator); the retry patches it, or finds the clash.
-		return "", fmt.Errorf("creating connection Secret %s/%s: %w", c.Namespace, name, err)
+		return "", &secretWriteError{macvirtv1alpha1.ReasonCreateFailed, fmt.Errorf("creating connection Secret %s/%s: %w", c.Namespace, name, err)}
 	}
 	return "", nil
 }
+
+// secretWriteError is a write of the connection Secret that failed, with
+// the condition reason it shows as on the claim.
+type secretWriteError struct {
+	reason string
+	err    error
+}
+
+func (e *secretWriteError) Error() string { return e.err.Error() }
+func (e *secretWriteError) Unwrap() error { return e.err }
