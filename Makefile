@@ -172,7 +172,7 @@ sandbox: envtest ## Run all of macvirt on this machine (API server, operator, we
 
 .PHONY: run
 run: manifests generate fmt vet ## Run the operator against the current kubeconfig, serving its admission webhooks locally.
-	go run ./cmd --hook-image=$(HOOK_IMG) --local-webhooks
+	go run ./cmd --hook-image=$(HOOK_IMG) --local-webhooks --zap-devel
 
 .PHONY: docker-build
 docker-build: ## Build the manager and domain-hook images (needs a container engine).

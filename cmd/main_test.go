@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -114,6 +115,24 @@ func TestLocalWebhooks(t *testing.T) {
 	}
 
 	manager.Stop(t, syscall.SIGTERM)
+	// Without --zap-devel the manager logs JSON, for a cluster's log
+	// pipeline: no line in zap's console form, and its lines parse.
+	var jsonLines int
+	for _, line := range strings.Split(manager.Output(), "\n") {
+		var entry struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+		}
+		switch {
+		case strings.Contains(line, "\tINFO\t") || strings.Contains(line, "\tERROR\t"):
+			t.Errorf("a console log line without --zap-devel: %q", line)
+		case strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &entry) == nil && entry.Level != "" && entry.Msg != "":
+			jsonLines++
+		}
+	}
+	if jsonLines == 0 {
+		t.Errorf("no JSON log line from the manager:\n%s", manager.Output())
+	}
 	var mutating admissionregistrationv1.MutatingWebhookConfigurationList
 	var validating admissionregistrationv1.ValidatingWebhookConfigurationList
 	if err := c.List(ctx, &mutating); err != nil {
