@@ -140,7 +140,10 @@ var heartbeats = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Heartbeats the guest-agent endpoint answered, by result: Accepted, or the refusal's reason (Unauthorized, RateLimited, Malformed, TooLarge, Unsupported, MethodNotAllowed, Internal).",
 }, []string{"result"})
 
-func init() { ctrlmetrics.Registry.MustRegister(heartbeats) }
+func init() { ctrlmetrics.Registry.MustRegister(Collectors()...) }
+
+// Collectors is every metric the endpoint exports.
+func Collectors() []prometheus.Collector { return []prometheus.Collector{heartbeats} }
 
 // limiter is the machine's rate limiter. Before adding one to a map that
 // has reached sweepAt entries, it forgets every limiter that is full again

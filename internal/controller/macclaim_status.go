@@ -268,6 +268,9 @@ func (r *MacClaimReconciler) writeClaimStatus(ctx context.Context, s *claimScope
 	if before.Status.BoundAt == nil && st.BoundAt != nil {
 		claimBindSeconds.Observe(st.BoundAt.Sub(c.CreationTimestamp.Time).Seconds())
 	}
+	if before.Status.ReadyAt == nil && st.ReadyAt != nil {
+		claimReadySeconds.Observe(st.ReadyAt.Sub(c.CreationTimestamp.Time).Seconds())
+	}
 	if oldPhase != st.Phase {
 		r.recordClaimPhase(c)
 	}

@@ -230,9 +230,21 @@ func (r *MacMachineReconciler) patchStatus(ctx context.Context, o *machineObserv
 		return 0, err
 	}
 	r.forgetKilled(o)
-	machinePhaseTransitions.WithLabelValues(string(computed.Status.Phase)).Inc()
 	if oldPhase != computed.Status.Phase {
+		machinePhaseTransitions.WithLabelValues(string(computed.Status.Phase)).Inc()
+		observePhaseDurations(m, oldPhase, o.Now)
 		r.recordPhase(m)
+	}
+	if reason, note, ok := turnedStalled(before.Status.Conditions, m.Status.Conditions); ok {
+		if reason == macvirtv1alpha1.ReasonStopFailed {
+			stopFailures.WithLabelValues(m.Namespace).Inc()
+		}
+		// The moment a human is needed is a Warning event; launch, disk
+		// and ownership problems and forced power-offs have their own.
+		if !launchStalledReasons[reason] && !stalledDiskReasons[reason] && reason != macvirtv1alpha1.ReasonNotOwned &&
+			reason != macvirtv1alpha1.ReasonForcedPowerOff {
+			recordEvent(r.Recorder, m, corev1.EventTypeWarning, reason, "Reconcile", note)
+		}
 	}
 	if reason, note, ok := launchWarning(&before.Status, &m.Status); ok && r.Recorder != nil {
 		recordEvent(r.Recorder, m, corev1.EventTypeWarning, reason, "Start", note)

@@ -243,6 +243,8 @@ var _ = Describe("MacMachine", func() {
 			HaveField("Reason", macvirtv1alpha1.ReasonStopFailed),
 			HaveField("Message", ContainSubstring(`"update" on "virtualmachines/stop" in API group "subresources.kubevirt.io"`)),
 			HaveField("Message", ContainSubstring("not deleted"))))
+		Eventually(func() []eventsv1.Event { return warningsIn(ns, macvirtv1alpha1.ReasonStopFailed) }).WithTimeout(timeout).Should(
+			ContainElement(HaveField("Note", ContainSubstring("graceful stop failed"))), "a Warning event says a human is needed")
 		Consistently(ownedBy(k)).WithTimeout(2 * time.Second).Should(Equal(owned{VMs: 1, VMIs: 1, DataVolumes: 2}))
 		Expect(*vmOf(k)().Spec.RunStrategy).To(Equal(kubevirtv1.RunStrategyAlways))
 		Expect(phase(k)()).To(Equal(macvirtv1alpha1.MachineTerminating))

@@ -66,9 +66,13 @@ type poolScope struct {
 func (r *MacPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, reterr error) {
 	pool := &macvirtv1alpha1.MacPool{}
 	if err := r.Get(ctx, req.NamespacedName, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			forgetPool(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !pool.DeletionTimestamp.IsZero() {
+		forgetPool(pool.Name)
 		return ctrl.Result{}, nil
 	}
 	s := &poolScope{Pool: pool}
@@ -306,6 +310,12 @@ func (r *MacPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope) e
 	now := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionReady)
 	if now.Reason == macvirtv1alpha1.ReasonTooManyUnhealthy && (was == nil || was.Reason != now.Reason) {
 		recordEvent(r.Recorder, pool, corev1.EventTypeWarning, now.Reason, "Replace", now.Message)
+	}
+	// The moment a human is needed is a Warning event; refused writes and
+	// too many unhealthy machines have theirs already.
+	if reason, note, ok := turnedStalled(before.Status.Conditions, st.Conditions); ok && s.WriteFailed == nil &&
+		reason != macvirtv1alpha1.ReasonTooManyUnhealthy {
+		recordEvent(r.Recorder, pool, corev1.EventTypeWarning, reason, "Reconcile", note)
 	}
 	return nil
 }

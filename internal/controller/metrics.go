@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -12,16 +13,25 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
 
-// machinePhaseTransitions counts status writes that moved a machine into a
-// phase, for alerting on failures and measuring churn.
+// Labels naming an object's namespace are machine_namespace (or
+// claim_namespace), never namespace: Prometheus gives every series the
+// scraped target's own namespace label (the operator's), and renames a
+// clashing one to exported_namespace unless the scrape honours labels.
+
+// machinePhaseTransitions counts machines moving into a phase, for
+// alerting on failures and measuring churn.
 var machinePhaseTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "macvirt_machine_status_updates_total",
-	Help: "MacMachine status updates, by the phase written.",
+	Name: "macvirt_machine_phase_transitions_total",
+	Help: "MacMachines that moved into a phase, by that phase.",
 }, []string{"phase"})
 
 var machinesDesc = prometheus.NewDesc("macvirt_machines",
 	"MacMachines by namespace and phase, as the operator's cache holds them.",
-	[]string{"namespace", "phase"}, nil)
+	[]string{"machine_namespace", "phase"}, nil)
+
+var machineConditionsDesc = prometheus.NewDesc("macvirt_machine_conditions",
+	"MacMachines by the status and reason of their Ready and Stalled conditions, as the operator's cache holds them.",
+	[]string{"condition", "status", "reason"}, nil)
 
 // machineCollector counts machines by phase from the cache at scrape time,
 // so the gauge is exact after a restart without bookkeeping in Reconcile.
@@ -32,7 +42,10 @@ type machineCollector struct {
 // collectTimeout bounds one scrape's read of the cache.
 const collectTimeout = 5 * time.Second
 
-func (c *machineCollector) Describe(ch chan<- *prometheus.Desc) { ch <- machinesDesc }
+func (c *machineCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- machinesDesc
+	ch <- machineConditionsDesc
+}
 
 func (c *machineCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
@@ -42,24 +55,41 @@ func (c *machineCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	type key struct{ ns, phase string }
-	counts := map[key]int{}
+	type condKey struct{ condition, status, reason string }
+	counts, conds := map[key]int{}, map[condKey]int{}
 	for i := range list.Items {
-		phase := string(list.Items[i].Status.Phase)
+		m := &list.Items[i]
+		phase := string(m.Status.Phase)
 		if phase == "" {
 			phase = string(macvirtv1alpha1.MachinePending)
 		}
-		counts[key{list.Items[i].Namespace, phase}]++
+		counts[key{m.Namespace, phase}]++
+		for _, t := range []string{macvirtv1alpha1.ConditionReady, macvirtv1alpha1.ConditionStalled} {
+			if cond := meta.FindStatusCondition(m.Status.Conditions, t); cond != nil {
+				conds[condKey{t, string(cond.Status), cond.Reason}]++
+			}
+		}
 	}
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(machinesDesc, prometheus.GaugeValue, float64(n), k.ns, k.phase)
 	}
+	for k, n := range conds {
+		ch <- prometheus.MustNewConstMetric(machineConditionsDesc, prometheus.GaugeValue, float64(n), k.condition, k.status, k.reason)
+	}
+}
+
+// Collectors is every metric the controllers export, reading machines and
+// nodes from reader at scrape time.
+func Collectors(reader client.Reader) []prometheus.Collector {
+	return []prometheus.Collector{machinePhaseTransitions, &machineCollector{reader: reader}, &slotsCollector{reader: reader},
+		poolMachineOps, poolMachines, claimBindSeconds, claimReadySeconds, orphansDeleted, forcedPowerOffs, stopFailures,
+		machineProvisionSeconds, machineBootSeconds}
 }
 
 // RegisterMetrics registers the operator's metrics with controller-runtime's
 // registry; reader is normally the manager's cache.
 func RegisterMetrics(reader client.Reader) error {
-	for _, c := range []prometheus.Collector{machinePhaseTransitions, &machineCollector{reader: reader}, &slotsCollector{reader: reader},
-		poolMachineOps, poolMachines, claimBindSeconds, orphansDeleted, forcedPowerOffs} {
+	for _, c := range Collectors(reader) {
 		if err := metrics.Registry.Register(c); err != nil {
 			if _, already := err.(prometheus.AlreadyRegisteredError); !already {
 				return err
@@ -94,12 +124,49 @@ var claimBindSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 	Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800},
 })
 
+// claimReadySeconds is the time from a claim's creation to its first
+// Ready: the readiness SLI.
+var claimReadySeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+	Name:    "macvirt_claim_ready_duration_seconds",
+	Help:    "Time from MacClaim creation to its first Ready.",
+	Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600},
+})
+
+// machineProvisionSeconds is the time from a machine's creation until it
+// leaves Provisioning with its disks in place.
+var machineProvisionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+	Name:    "macvirt_machine_provisioning_duration_seconds",
+	Help:    "Time from MacMachine creation until its disks are provisioned (it leaves Provisioning for Starting).",
+	Buckets: []float64{5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200},
+})
+
+// machineBootSeconds is the time from a machine's VM running until its
+// guest agent reports macOS booted.
+var machineBootSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+	Name:    "macvirt_machine_boot_duration_seconds",
+	Help:    "Time from a MacMachine's VM running until its guest reports it booted (it turns Ready).",
+	Buckets: []float64{10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900},
+})
+
+// stopFailures counts machines whose graceful stop failed and waits for
+// a human: macOS's APFS is at risk if someone forces it.
+var stopFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "macvirt_machine_stop_failures_total",
+	Help: "Graceful stops of MacMachines that failed and wait for a human (Stalled reason StopFailed), by machine namespace.",
+}, []string{"machine_namespace"})
+
 // orphansDeleted counts machines deleted because a claim held two; the
 // binding protocol keeps it at zero, so any rise is a defect to report.
 var orphansDeleted = prometheus.NewCounter(prometheus.CounterOpts{
 	Name: "macvirt_claim_orphans_deleted_total",
 	Help: "Machines deleted because a claim was bound to two at once (expected to stay 0).",
 })
+
+// forgetPool drops a deleted pool's series, which would otherwise report
+// its last counts for as long as the operator runs.
+func forgetPool(pool string) {
+	poolMachines.DeletePartialMatch(prometheus.Labels{"pool": pool})
+}
 
 func poolGauges(pool string, st macvirtv1alpha1.MacPoolStatus) {
 	poolMachines.WithLabelValues(pool, "idle").Set(float64(st.Idle))
@@ -112,8 +179,8 @@ func poolGauges(pool string, st macvirtv1alpha1.MacPoolStatus) {
 // macOS after the grace period, which risks APFS corruption.
 var forcedPowerOffs = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "macvirt_machine_forced_poweroffs_total",
-	Help: "Graceful stops of MacMachines that ended with KubeVirt killing macOS after the grace period.",
-}, []string{"namespace"})
+	Help: "Graceful stops of MacMachines that ended with KubeVirt killing macOS after the grace period, by machine namespace.",
+}, []string{"machine_namespace"})
 
 var (
 	nodeSlotsDesc = prometheus.NewDesc("macvirt_node_macos_slots",
@@ -143,5 +210,19 @@ func (c *slotsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, u := range use {
 		ch <- prometheus.MustNewConstMetric(nodeSlotsDesc, prometheus.GaugeValue, float64(u.Slots), u.Node)
 		ch <- prometheus.MustNewConstMetric(nodeSlotsUsedDesc, prometheus.GaugeValue, float64(u.Used), u.Node)
+	}
+}
+
+// observePhaseDurations records how long provisioning and booting took
+// when a machine leaves Provisioning, or turns Ready from Starting or
+// Booting, at now.
+func observePhaseDurations(m *macvirtv1alpha1.MacMachine, from macvirtv1alpha1.MachinePhase, now time.Time) {
+	to := m.Status.Phase
+	if from == macvirtv1alpha1.MachineProvisioning && to == macvirtv1alpha1.MachineStarting && !m.CreationTimestamp.IsZero() {
+		machineProvisionSeconds.Observe(now.Sub(m.CreationTimestamp.Time).Seconds())
+	}
+	if (from == macvirtv1alpha1.MachineStarting || from == macvirtv1alpha1.MachineBooting) && to == macvirtv1alpha1.MachineReady &&
+		m.Status.RunningSince != nil {
+		machineBootSeconds.Observe(now.Sub(m.Status.RunningSince.Time).Seconds())
 	}
 }

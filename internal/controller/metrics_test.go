@@ -1,21 +1,28 @@
 package controller
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
 
-func TestMachineCollectorCountsMachinesByNamespaceAndPhase(t *testing.T) {
+func TestMachineCollectorCountsMachinesByNamespacePhaseAndCondition(t *testing.T) {
 	s := runtime.NewScheme()
 	if err := macvirtv1alpha1.AddToScheme(s); err != nil {
 		t.Fatal(err)
@@ -24,15 +31,29 @@ func TestMachineCollectorCountsMachinesByNamespaceAndPhase(t *testing.T) {
 		return &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Status: macvirtv1alpha1.MacMachineStatus{Phase: phase}}
 	}
+	stopFailed := mk("team", "e", macvirtv1alpha1.MachineTerminating)
+	stopFailed.Status.Conditions = []metav1.Condition{
+		{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: macvirtv1alpha1.ReasonDeleting},
+		{Type: macvirtv1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: macvirtv1alpha1.ReasonStopFailed}}
+	ready := mk("pools", "a", macvirtv1alpha1.MachineReady)
+	ready.Status.Conditions = []metav1.Condition{{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: macvirtv1alpha1.ReasonAsExpected},
+		{Type: macvirtv1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: macvirtv1alpha1.ReasonAsExpected}}
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
-		mk("pools", "a", macvirtv1alpha1.MachineReady), mk("pools", "b", macvirtv1alpha1.MachineReady),
-		mk("pools", "c", macvirtv1alpha1.MachineProvisioning), mk("team", "d", "")).Build()
+		ready, mk("pools", "b", macvirtv1alpha1.MachineReady),
+		mk("pools", "c", macvirtv1alpha1.MachineProvisioning), mk("team", "d", ""), stopFailed).Build()
 	want := `
 # HELP macvirt_machines MacMachines by namespace and phase, as the operator's cache holds them.
 # TYPE macvirt_machines gauge
-macvirt_machines{namespace="pools",phase="Provisioning"} 1
-macvirt_machines{namespace="pools",phase="Ready"} 2
-macvirt_machines{namespace="team",phase="Pending"} 1
+macvirt_machines{machine_namespace="pools",phase="Provisioning"} 1
+macvirt_machines{machine_namespace="pools",phase="Ready"} 2
+macvirt_machines{machine_namespace="team",phase="Pending"} 1
+macvirt_machines{machine_namespace="team",phase="Terminating"} 1
+# HELP macvirt_machine_conditions MacMachines by the status and reason of their Ready and Stalled conditions, as the operator's cache holds them.
+# TYPE macvirt_machine_conditions gauge
+macvirt_machine_conditions{condition="Ready",reason="AsExpected",status="True"} 1
+macvirt_machine_conditions{condition="Ready",reason="Deleting",status="False"} 1
+macvirt_machine_conditions{condition="Stalled",reason="AsExpected",status="False"} 1
+macvirt_machine_conditions{condition="Stalled",reason="StopFailed",status="True"} 1
 `
 	if err := testutil.CollectAndCompare(&machineCollector{reader: c}, strings.NewReader(want)); err != nil {
 		t.Error(err)
@@ -69,5 +90,48 @@ macvirt_node_macos_slots_used{node="mac-2"} 0
 `
 	if err := testutil.CollectAndCompare(&slotsCollector{reader: c}, strings.NewReader(want)); err != nil {
 		t.Error(err)
+	}
+}
+
+// A deleted pool's series go: they would report its last counts for as
+// long as the operator runs.
+func TestADeletedPoolsSeriesGo(t *testing.T) {
+	poolGauges("kept", macvirtv1alpha1.MacPoolStatus{Idle: 2})
+	poolGauges("gone", macvirtv1alpha1.MacPoolStatus{Idle: 3, Bound: 1})
+	r := &MacPoolReconciler{Client: fakeClient(t)}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: "gone"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(poolMachines); n != 4 {
+		t.Errorf("%d pool series; want the 4 of the pool that is left", n)
+	}
+	if v := testutil.ToFloat64(poolMachines.WithLabelValues("kept", "idle")); v != 2 {
+		t.Errorf("kept idle = %v; want 2", v)
+	}
+	forgetPool("kept")
+}
+
+// Provisioning is timed from creation to Starting; booting from the VM
+// running to Ready. Other moves time nothing.
+func TestPhaseDurations(t *testing.T) {
+	created := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)}}
+	count := func(h prometheus.Histogram) uint64 {
+		var out dto.Metric
+		if err := h.Write(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out.GetHistogram().GetSampleCount()
+	}
+	p0, b0 := count(machineProvisionSeconds), count(machineBootSeconds)
+	m.Status.Phase = macvirtv1alpha1.MachineStarting
+	observePhaseDurations(m, macvirtv1alpha1.MachineProvisioning, created.Add(10*time.Minute))
+	running := metav1.NewTime(created.Add(11 * time.Minute))
+	m.Status.Phase, m.Status.RunningSince = macvirtv1alpha1.MachineReady, &running
+	observePhaseDurations(m, macvirtv1alpha1.MachineBooting, created.Add(12*time.Minute))
+	m.Status.Phase = macvirtv1alpha1.MachineStopping
+	observePhaseDurations(m, macvirtv1alpha1.MachineReady, created.Add(13*time.Minute))
+	if p, b := count(machineProvisionSeconds)-p0, count(machineBootSeconds)-b0; p != 1 || b != 1 {
+		t.Errorf("observed %d provisionings and %d boots; want 1 and 1", p, b)
 	}
 }
