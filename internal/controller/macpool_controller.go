@@ -298,6 +298,7 @@ func (r *MacPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope) e
 	pool := s.Pool
 	st := computePoolStatus(s)
 	poolGauges(pool.Name, st)
+	poolTarget(pool)
 	if equality.Semantic.DeepEqual(pool.Status, st) {
 		return nil
 	}

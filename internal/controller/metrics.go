@@ -82,7 +82,7 @@ func (c *machineCollector) Collect(ch chan<- prometheus.Metric) {
 // nodes from reader at scrape time.
 func Collectors(reader client.Reader) []prometheus.Collector {
 	return []prometheus.Collector{machinePhaseTransitions, &machineCollector{reader: reader}, &slotsCollector{reader: reader},
-		poolMachineOps, poolMachines, claimBindSeconds, claimReadySeconds, orphansDeleted, forcedPowerOffs, stopFailures,
+		&claimCollector{reader: reader}, poolMachineOps, poolMachines, poolIdleTarget, claimBindSeconds, claimReadySeconds, orphansDeleted, forcedPowerOffs, stopFailures,
 		machineProvisionSeconds, machineBootSeconds}
 }
 
@@ -166,6 +166,23 @@ var orphansDeleted = prometheus.NewCounter(prometheus.CounterOpts{
 // its last counts for as long as the operator runs.
 func forgetPool(pool string) {
 	poolMachines.DeletePartialMatch(prometheus.Labels{"pool": pool})
+	poolIdleTarget.DeleteLabelValues(pool)
+}
+
+// poolIdleTarget is each pool's spec.idle, so an alert can compare a
+// pool's idle machines with what it should keep (0 while it is paused).
+var poolIdleTarget = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "macvirt_pool_idle_target",
+	Help: "Idle machines each MacPool should keep (its spec.idle; 0 while it is paused).",
+}, []string{"pool"})
+
+// poolTarget records a pool's idle target.
+func poolTarget(pool *macvirtv1alpha1.MacPool) {
+	target := int32(0)
+	if pool.Spec.Idle != nil && !pool.Spec.Paused {
+		target = *pool.Spec.Idle
+	}
+	poolIdleTarget.WithLabelValues(pool.Name).Set(float64(target))
 }
 
 func poolGauges(pool string, st macvirtv1alpha1.MacPoolStatus) {
@@ -225,4 +242,55 @@ func observePhaseDurations(m *macvirtv1alpha1.MacMachine, from macvirtv1alpha1.M
 		m.Status.RunningSince != nil {
 		machineBootSeconds.Observe(now.Sub(m.Status.RunningSince.Time).Seconds())
 	}
+}
+
+var (
+	claimsDesc = prometheus.NewDesc("macvirt_claims",
+		"MacClaims by phase, as the operator's cache holds them.", []string{"phase"}, nil)
+	claimOldestWaitingDesc = prometheus.NewDesc("macvirt_claim_oldest_waiting_seconds",
+		"Age of the oldest MacClaim that has no machine yet (0 when none waits).", nil, nil)
+)
+
+// claimCollector counts claims by phase and ages the oldest waiting one
+// from the cache at scrape time, so a claim stuck for an hour shows
+// without any bookkeeping.
+type claimCollector struct {
+	reader client.Reader
+	// now is the clock; time.Now when nil.
+	now func() time.Time
+}
+
+func (c *claimCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- claimsDesc
+	ch <- claimOldestWaitingDesc
+}
+
+func (c *claimCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
+	defer cancel()
+	var list macvirtv1alpha1.MacClaimList
+	if err := c.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return
+	}
+	now := time.Now()
+	if c.now != nil {
+		now = c.now()
+	}
+	counts := map[string]int{}
+	var oldest time.Duration
+	for i := range list.Items {
+		cl := &list.Items[i]
+		phase := string(cl.Status.Phase)
+		if phase == "" {
+			phase = string(macvirtv1alpha1.ClaimPending)
+		}
+		counts[phase]++
+		if claimWaiting(cl) && cl.DeletionTimestamp.IsZero() {
+			oldest = max(oldest, now.Sub(cl.CreationTimestamp.Time))
+		}
+	}
+	for phase, n := range counts {
+		ch <- prometheus.MustNewConstMetric(claimsDesc, prometheus.GaugeValue, float64(n), phase)
+	}
+	ch <- prometheus.MustNewConstMetric(claimOldestWaitingDesc, prometheus.GaugeValue, oldest.Seconds())
 }

@@ -135,3 +135,31 @@ func TestPhaseDurations(t *testing.T) {
 		t.Errorf("observed %d provisionings and %d boots; want 1 and 1", p, b)
 	}
 }
+
+// Claims by phase, and the oldest one without a machine: bound claims and
+// claims being deleted do not wait.
+func TestClaimCollector(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	claim := func(name string, age time.Duration, phase macvirtv1alpha1.ClaimPhase, bound bool) *macvirtv1alpha1.MacClaim {
+		c := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, CreationTimestamp: metav1.NewTime(now.Add(-age))}}
+		c.Status.Phase = phase
+		if bound {
+			c.Status.MachineRef = &macvirtv1alpha1.ObjectRef{Namespace: "pools", Name: name, UID: "u"}
+		}
+		return c
+	}
+	c := fakeClient(t, claim("old-bound", time.Hour, macvirtv1alpha1.ClaimReady, true), claim("waiting", 20*time.Minute, macvirtv1alpha1.ClaimPending, false),
+		claim("new", time.Minute, "", false))
+	want := `
+# HELP macvirt_claim_oldest_waiting_seconds Age of the oldest MacClaim that has no machine yet (0 when none waits).
+# TYPE macvirt_claim_oldest_waiting_seconds gauge
+macvirt_claim_oldest_waiting_seconds 1200
+# HELP macvirt_claims MacClaims by phase, as the operator's cache holds them.
+# TYPE macvirt_claims gauge
+macvirt_claims{phase="Pending"} 2
+macvirt_claims{phase="Ready"} 1
+`
+	if err := testutil.CollectAndCompare(&claimCollector{reader: c, now: func() time.Time { return now }}, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}

@@ -161,3 +161,54 @@ func TestNoMetricLabelClashesWithTheScrapeTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestTheDashboardQueriesOnlyExportedMetrics holds the Grafana dashboard to
+// the metrics the operator exports: every panel queries, and every metric a
+// query names is one of them (a histogram by its _bucket, _sum or _count).
+func TestTheDashboardQueriesOnlyExportedMetrics(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "grafana", "macvirt-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dashboard struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := yaml.Unmarshal(raw, &dashboard); err != nil {
+		t.Fatal(err)
+	}
+	if len(dashboard.Panels) == 0 {
+		t.Fatal("the dashboard has no panels")
+	}
+	have := described(t, operatorCollectors(t))
+	name := regexp.MustCompile(`macvirt_[a-z_]+`)
+	used := map[string]bool{}
+	for _, p := range dashboard.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q queries nothing", p.Title)
+		}
+		for _, target := range p.Targets {
+			names := name.FindAllString(target.Expr, -1)
+			if len(names) == 0 {
+				t.Errorf("panel %q: %q queries no macvirt metric", p.Title, target.Expr)
+			}
+			for _, n := range names {
+				base := n
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					if _, ok := have[strings.TrimSuffix(n, suffix)]; ok && strings.HasSuffix(n, suffix) {
+						base = strings.TrimSuffix(n, suffix)
+					}
+				}
+				if _, ok := have[base]; !ok {
+					t.Errorf("panel %q queries %s, which the operator does not export", p.Title, n)
+				}
+				used[base] = true
+			}
+		}
+	}
+	t.Logf("%d panels query %d of the operator's %d metrics", len(dashboard.Panels), len(used), len(have))
+}
