@@ -25,8 +25,17 @@ local stalled = condition("Stalled")
 local ready = condition("Ready")
 local stale = ready ~= nil and ready.observedGeneration ~= nil and ready.observedGeneration < gen
 local failure = (terminal[obj.kind] or {})[status.phase]
+-- Argo CD runs health checks on objects being deleted too: one is on its
+-- way out (Progressing) unless it waits for a human (Degraded), never
+-- Healthy because it was Ready before.
+local deleting = (obj.metadata or {}).deletionTimestamp ~= nil
 
-if status.observedGeneration == nil or status.observedGeneration < gen then
+if deleting and stalled ~= nil and stalled.status == "True" then
+  hs.status, hs.message = "Degraded", "being deleted, and waits for a human: " .. describe(stalled)
+elseif deleting then
+  hs.message = "being deleted"
+  if ready ~= nil and ready.status ~= "True" then hs.message = hs.message .. ": " .. describe(ready) end
+elseif status.observedGeneration == nil or status.observedGeneration < gen then
   hs.message = "waiting for the controller to observe generation " .. gen
 elseif stalled ~= nil and stalled.status == "True" then
   hs.status, hs.message = "Degraded", describe(stalled)

@@ -63,7 +63,7 @@ func TestHealthChecks(t *testing.T) {
 			if len(files) < k.minFixtures {
 				t.Fatalf("found %d fixtures in testdata/%s, want at least %d", len(files), k.fixtures, k.minFixtures)
 			}
-			seen := map[string]bool{}
+			seen, deleting := map[string]bool{}, 0
 			for _, file := range files {
 				var f fixture
 				b, err := os.ReadFile(file) //nolint:gosec // the package's own testdata.
@@ -80,6 +80,9 @@ func TestHealthChecks(t *testing.T) {
 					t.Fatalf("%s: object is %v %v, want macvirt.io/v1alpha1 %s", file, f.Object["apiVersion"], f.Object["kind"], k.kind)
 				}
 				seen[f.Expect.Status] = true
+				if meta, _ := f.Object["metadata"].(map[string]any); meta["deletionTimestamp"] != nil {
+					deleting++
+				}
 				t.Run(strings.TrimSuffix(filepath.Base(file), ".yaml"), func(t *testing.T) {
 					status, message, err := argocdhealth.Run(script, f.Object)
 					if err != nil {
@@ -94,6 +97,10 @@ func TestHealthChecks(t *testing.T) {
 				if !seen[s] {
 					t.Errorf("no fixture in testdata/%s expects %s", k.fixtures, s)
 				}
+			}
+			// Argo CD runs health checks on objects being deleted as well.
+			if deleting == 0 {
+				t.Errorf("no fixture in testdata/%s is being deleted", k.fixtures)
 			}
 		})
 	}
