@@ -47,11 +47,17 @@ func (c *machineCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- machineConditionsDesc
 }
 
-func (c *machineCollector) Collect(ch chan<- prometheus.Metric) {
+// scrapeList reads list from the cache for one scrape, within
+// collectTimeout.
+func scrapeList(reader client.Reader, list client.ObjectList, opts ...client.ListOption) error {
 	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
 	defer cancel()
+	return reader.List(ctx, list, opts...)
+}
+
+func (c *machineCollector) Collect(ch chan<- prometheus.Metric) {
 	var list macvirtv1alpha1.MacMachineList
-	if err := c.reader.List(ctx, &list); err != nil {
+	if err := scrapeList(c.reader, &list); err != nil {
 		return
 	}
 	type key struct{ ns, phase string }
@@ -266,10 +272,8 @@ func (c *claimCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *claimCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
-	defer cancel()
 	var list macvirtv1alpha1.MacClaimList
-	if err := c.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+	if err := scrapeList(c.reader, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return
 	}
 	now := time.Now()

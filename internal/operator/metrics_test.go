@@ -166,35 +166,24 @@ func TestNoMetricLabelClashesWithTheScrapeTargets(t *testing.T) {
 // the metrics the operator exports: every panel queries, and every metric a
 // query names is one of them (a histogram by its _bucket, _sum or _count).
 func TestTheDashboardQueriesOnlyExportedMetrics(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "grafana", "macvirt-dashboard.json"))
+	panels, err := testenv.Dashboard()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dashboard struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := yaml.Unmarshal(raw, &dashboard); err != nil {
-		t.Fatal(err)
-	}
-	if len(dashboard.Panels) == 0 {
+	if len(panels) == 0 {
 		t.Fatal("the dashboard has no panels")
 	}
 	have := described(t, operatorCollectors(t))
 	name := regexp.MustCompile(`macvirt_[a-z_]+`)
 	used := map[string]bool{}
-	for _, p := range dashboard.Panels {
-		if len(p.Targets) == 0 {
+	for _, p := range panels {
+		if len(p.Queries) == 0 {
 			t.Errorf("panel %q queries nothing", p.Title)
 		}
-		for _, target := range p.Targets {
-			names := name.FindAllString(target.Expr, -1)
+		for _, expr := range p.Queries {
+			names := name.FindAllString(expr, -1)
 			if len(names) == 0 {
-				t.Errorf("panel %q: %q queries no macvirt metric", p.Title, target.Expr)
+				t.Errorf("panel %q: %q queries no macvirt metric", p.Title, expr)
 			}
 			for _, n := range names {
 				base := n
@@ -210,5 +199,5 @@ func TestTheDashboardQueriesOnlyExportedMetrics(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d panels query %d of the operator's %d metrics", len(dashboard.Panels), len(used), len(have))
+	t.Logf("%d panels query %d of the operator's %d metrics", len(panels), len(used), len(have))
 }

@@ -115,25 +115,15 @@ func TestAlertRules(t *testing.T) {
 // each as a recording rule (Grafana's $__rate_interval read as 5m).
 func TestDashboardQueriesParse(t *testing.T) {
 	bin := promtool(t)
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "grafana", "macvirt-dashboard.json"))
+	panels, err := testenv.Dashboard()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dashboard struct {
-		Panels []struct {
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := yaml.Unmarshal(raw, &dashboard); err != nil {
-		t.Fatal(err)
-	}
 	var recording []map[string]string
-	for i, p := range dashboard.Panels {
-		for j, target := range p.Targets {
+	for i, p := range panels {
+		for j, expr := range p.Queries {
 			recording = append(recording, map[string]string{"record": fmt.Sprintf("dashboard:panel%d_query%d", i, j),
-				"expr": strings.ReplaceAll(target.Expr, "$__rate_interval", "5m")})
+				"expr": strings.ReplaceAll(expr, "$__rate_interval", "5m")})
 		}
 	}
 	out, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": recording}}})
