@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -794,5 +795,41 @@ func TestDockerfiles(t *testing.T) {
 	// .dockerignore otherwise leaves out of the build context.
 	if ignore := read(t, ".dockerignore"); !strings.Contains(ignore, "\n!bundle/**\n") {
 		t.Error(".dockerignore keeps bundle/ out of the build context, so bundle.Dockerfile's COPY fails")
+	}
+}
+
+// TestPlatformsAndKubernetesVersion holds the CSV to what the operator
+// needs and is built for: minKubeVersion is at least the release that
+// serves every CRD feature the bundle uses (selectableFields is on by
+// default from 1.31), and the arch and os labels OperatorHub filters on
+// name the platforms the manager's image is built for.
+func TestPlatformsAndKubernetesVersion(t *testing.T) {
+	b := loadBundle(t)
+	minor := func(v string) int {
+		parts := strings.Split(v, ".")
+		if len(parts) < 2 {
+			t.Fatalf("version %q is not major.minor", v)
+		}
+		n, err := strconv.Atoi(parts[1])
+		if err != nil || parts[0] != "1" {
+			t.Fatalf("version %q is not 1.<minor>", v)
+		}
+		return n
+	}
+	need, why := 0, ""
+	for _, crd := range b.V1CRDs {
+		for _, v := range crd.Spec.Versions {
+			if len(v.SelectableFields) > 0 && need < 31 {
+				need, why = 31, crd.Name+" uses selectableFields"
+			}
+		}
+	}
+	if got := minor(b.CSV.Spec.MinKubeVersion); got < need {
+		t.Errorf("minKubeVersion %s, but %s (Kubernetes 1.%d)", b.CSV.Spec.MinKubeVersion, why, need)
+	}
+	for _, label := range []string{"operatorframework.io/arch.amd64", "operatorframework.io/arch.arm64", "operatorframework.io/os.linux"} {
+		if b.CSV.Labels[label] != "supported" {
+			t.Errorf("the CSV lacks the label %s: supported", label)
+		}
 	}
 }
