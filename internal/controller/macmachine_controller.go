@@ -232,17 +232,18 @@ func (r *MacMachineReconciler) patchStatus(ctx context.Context, o *machineObserv
 	r.forgetKilled(o)
 	if oldPhase != computed.Status.Phase {
 		machinePhaseTransitions.WithLabelValues(string(computed.Status.Phase)).Inc()
-		observePhaseDurations(m, oldPhase, o.Now)
+		observePhaseDurations(&before.Status, m, o.Now)
 		r.recordPhase(m)
 	}
 	if reason, note, ok := turnedStalled(before.Status.Conditions, m.Status.Conditions); ok {
 		if reason == macvirtv1alpha1.ReasonStopFailed {
 			stopFailures.WithLabelValues(m.Namespace).Inc()
 		}
-		// The moment a human is needed is a Warning event; launch, disk
-		// and ownership problems and forced power-offs have their own.
-		if !launchStalledReasons[reason] && !stalledDiskReasons[reason] && reason != macvirtv1alpha1.ReasonNotOwned &&
-			reason != macvirtv1alpha1.ReasonForcedPowerOff {
+		// The moment a human is needed is a Warning event; refused writes,
+		// failed machines, launch, disk and ownership problems and forced
+		// power-offs have their own.
+		if o.WriteFailed == nil && m.Status.Phase != macvirtv1alpha1.MachineFailed && !launchStalledReasons[reason] &&
+			!stalledDiskReasons[reason] && reason != macvirtv1alpha1.ReasonNotOwned && reason != macvirtv1alpha1.ReasonForcedPowerOff {
 			recordEvent(r.Recorder, m, corev1.EventTypeWarning, reason, "Reconcile", note)
 		}
 	}

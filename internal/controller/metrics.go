@@ -236,16 +236,22 @@ func (c *slotsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// observePhaseDurations records how long provisioning and booting took
-// when a machine leaves Provisioning, or turns Ready from Starting or
-// Booting, at now.
-func observePhaseDurations(m *macvirtv1alpha1.MacMachine, from macvirtv1alpha1.MachinePhase, now time.Time) {
-	to := m.Status.Phase
+// observePhaseDurations records how long provisioning and booting took,
+// at now, when a machine's status moves from before to its own: leaving
+// Provisioning for Starting (timed from creation), and turning Ready from
+// a fresh start or boot (timed from the VM running). A Ready machine that
+// lost its heartbeat or was paused, and recovers, booted nothing.
+func observePhaseDurations(before *macvirtv1alpha1.MacMachineStatus, m *macvirtv1alpha1.MacMachine, now time.Time) {
+	from, to := before.Phase, m.Status.Phase
 	if from == macvirtv1alpha1.MachineProvisioning && to == macvirtv1alpha1.MachineStarting && !m.CreationTimestamp.IsZero() {
 		machineProvisionSeconds.Observe(now.Sub(m.CreationTimestamp.Time).Seconds())
 	}
-	if (from == macvirtv1alpha1.MachineStarting || from == macvirtv1alpha1.MachineBooting) && to == macvirtv1alpha1.MachineReady &&
-		m.Status.RunningSince != nil {
+	var was string
+	if c := meta.FindStatusCondition(before.Conditions, macvirtv1alpha1.ConditionReady); c != nil {
+		was = c.Reason
+	}
+	if to == macvirtv1alpha1.MachineReady && (was == macvirtv1alpha1.ReasonStarting || was == macvirtv1alpha1.ReasonBooting) &&
+		m.Status.RunningSince != nil && !now.Before(m.Status.RunningSince.Time) {
 		machineBootSeconds.Observe(now.Sub(m.Status.RunningSince.Time).Seconds())
 	}
 }

@@ -112,7 +112,8 @@ func TestADeletedPoolsSeriesGo(t *testing.T) {
 }
 
 // Provisioning is timed from creation to Starting; booting from the VM
-// running to Ready. Other moves time nothing.
+// running to Ready after a start or boot. A Ready machine that lost its
+// heartbeat and got it back, and other moves, time nothing.
 func TestPhaseDurations(t *testing.T) {
 	created := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)}}
@@ -123,14 +124,20 @@ func TestPhaseDurations(t *testing.T) {
 		}
 		return out.GetHistogram().GetSampleCount()
 	}
+	status := func(phase macvirtv1alpha1.MachinePhase, reason string) *macvirtv1alpha1.MacMachineStatus {
+		return &macvirtv1alpha1.MacMachineStatus{Phase: phase, Conditions: []metav1.Condition{
+			{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason}}}
+	}
 	p0, b0 := count(machineProvisionSeconds), count(machineBootSeconds)
 	m.Status.Phase = macvirtv1alpha1.MachineStarting
-	observePhaseDurations(m, macvirtv1alpha1.MachineProvisioning, created.Add(10*time.Minute))
+	observePhaseDurations(status(macvirtv1alpha1.MachineProvisioning, macvirtv1alpha1.ReasonProvisioning), m, created.Add(10*time.Minute))
 	running := metav1.NewTime(created.Add(11 * time.Minute))
 	m.Status.Phase, m.Status.RunningSince = macvirtv1alpha1.MachineReady, &running
-	observePhaseDurations(m, macvirtv1alpha1.MachineBooting, created.Add(12*time.Minute))
+	observePhaseDurations(status(macvirtv1alpha1.MachineBooting, macvirtv1alpha1.ReasonBooting), m, created.Add(12*time.Minute))
+	// Days later: the heartbeat went stale, and came back.
+	observePhaseDurations(status(macvirtv1alpha1.MachineBooting, macvirtv1alpha1.ReasonHeartbeatStale), m, created.Add(72*time.Hour))
 	m.Status.Phase = macvirtv1alpha1.MachineStopping
-	observePhaseDurations(m, macvirtv1alpha1.MachineReady, created.Add(13*time.Minute))
+	observePhaseDurations(status(macvirtv1alpha1.MachineReady, macvirtv1alpha1.ReasonAsExpected), m, created.Add(73*time.Hour))
 	if p, b := count(machineProvisionSeconds)-p0, count(machineBootSeconds)-b0; p != 1 || b != 1 {
 		t.Errorf("observed %d provisionings and %d boots; want 1 and 1", p, b)
 	}
