@@ -297,8 +297,7 @@ func newPoolMachine(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacCla
 func (r *MacPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope) error {
 	pool := s.Pool
 	st := computePoolStatus(s)
-	poolGauges(pool.Name, st)
-	poolTarget(pool)
+	poolGauges(pool, st)
 	if equality.Semantic.DeepEqual(pool.Status, st) {
 		return nil
 	}

@@ -182,20 +182,18 @@ var poolIdleTarget = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Help: "Idle machines each MacPool should keep (its spec.idle; 0 while it is paused).",
 }, []string{"pool"})
 
-// poolTarget records a pool's idle target.
-func poolTarget(pool *macvirtv1alpha1.MacPool) {
+// poolGauges records a pool's machines by state, as its status counts
+// them, and its idle target.
+func poolGauges(pool *macvirtv1alpha1.MacPool, st macvirtv1alpha1.MacPoolStatus) {
+	poolMachines.WithLabelValues(pool.Name, "idle").Set(float64(st.Idle))
+	poolMachines.WithLabelValues(pool.Name, "bound").Set(float64(st.Bound))
+	poolMachines.WithLabelValues(pool.Name, "provisioning").Set(float64(st.Provisioning))
+	poolMachines.WithLabelValues(pool.Name, "terminating").Set(float64(st.Terminating))
 	target := int32(0)
 	if pool.Spec.Idle != nil && !pool.Spec.Paused {
 		target = *pool.Spec.Idle
 	}
 	poolIdleTarget.WithLabelValues(pool.Name).Set(float64(target))
-}
-
-func poolGauges(pool string, st macvirtv1alpha1.MacPoolStatus) {
-	poolMachines.WithLabelValues(pool, "idle").Set(float64(st.Idle))
-	poolMachines.WithLabelValues(pool, "bound").Set(float64(st.Bound))
-	poolMachines.WithLabelValues(pool, "provisioning").Set(float64(st.Provisioning))
-	poolMachines.WithLabelValues(pool, "terminating").Set(float64(st.Terminating))
 }
 
 // forcedPowerOffs counts graceful stops that ended with KubeVirt killing

@@ -96,8 +96,8 @@ macvirt_node_macos_slots_used{node="mac-2"} 0
 // A deleted pool's series go: they would report its last counts for as
 // long as the operator runs.
 func TestADeletedPoolsSeriesGo(t *testing.T) {
-	poolGauges("kept", macvirtv1alpha1.MacPoolStatus{Idle: 2})
-	poolGauges("gone", macvirtv1alpha1.MacPoolStatus{Idle: 3, Bound: 1})
+	poolGauges(&macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}, macvirtv1alpha1.MacPoolStatus{Idle: 2})
+	poolGauges(&macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: "gone"}}, macvirtv1alpha1.MacPoolStatus{Idle: 3, Bound: 1})
 	r := &MacPoolReconciler{Client: fakeClient(t)}
 	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: "gone"}}); err != nil {
 		t.Fatal(err)
