@@ -221,6 +221,11 @@ bundle: manifests kustomize ## Generate the OLM bundle (bundle/, bundle.Dockerfi
 		--hook-image $(HOOK_IMG) --package $(BUNDLE_PACKAGE) --channels $(BUNDLE_CHANNELS) \
 		--default-channel $(BUNDLE_DEFAULT_CHANNEL)
 
+.PHONY: upgrade-baseline
+upgrade-baseline: manifests kustomize ## Freeze this release's CRDs into test/upgrade/testdata/v$(VERSION) (run once, when the release is cut); the upgrade test starts from the newest.
+	mkdir -p test/upgrade/testdata/v$(VERSION)
+	"$(KUSTOMIZE)" build config/crd > test/upgrade/testdata/v$(VERSION)/crds.yaml
+
 .PHONY: bundle-build
 bundle-build: bundle ## Build the bundle image (needs a container engine).
 	$(CONTAINER_TOOL) build -f bundle.Dockerfile -t $(BUNDLE_IMG) .

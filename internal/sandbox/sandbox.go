@@ -178,7 +178,9 @@ func writeKubeconfig(env *envtest.Environment, path, tmp string) (string, error)
 
 // System is macvirt at work against an API server: the KubeVirt and CDI
 // simulator with its guests, and the operator with its webhooks and agent
-// endpoint, each in its own manager.
+// endpoint, each in its own manager. The operator can be stopped and a new
+// one started while the simulator runs on, as an upgrade of the operator
+// replaces its pod and leaves KubeVirt and the VMs alone.
 type System struct {
 	// AgentEndpoint is the https:// URL guests send heartbeats to, and
 	// CABundle the PEM its certificate chains to.
@@ -186,12 +188,40 @@ type System struct {
 	CABundle      []byte
 	// OperatorUser is who the operator's requests arrive as.
 	OperatorUser string
-	stop         func()
+
+	cfg, opCfg *rest.Config
+	scheme     *runtime.Scheme
+	admin      client.Client
+	local      *localwebhook.Server
+	agentAddr  string
+	stopURL    string
+	// simStopped receives when the simulator's manager returns.
+	simStopped chan struct{}
+	// operator is the running operator; nil when stopped.
+	operator *operatorRun
+	// operators counts the operators started, to name their controllers
+	// apart (controller-runtime refuses a name twice in one process).
+	operators int
+	stopAPI   *httptest.Server
+}
+
+// operatorRun is one operator's manager at work.
+type operatorRun struct {
+	cancel  context.CancelFunc
+	stopped chan struct{}
 }
 
 // Stop waits for the managers, whose context must have ended, and frees
 // what the system holds.
-func (s *System) Stop() { s.stop() }
+func (s *System) Stop() {
+	s.StopOperator()
+	select {
+	case <-s.simStopped:
+	case <-time.After(30 * time.Second):
+	}
+	s.stopAPI.Close()
+	s.local.Close()
+}
 
 // SystemOptions say how a System runs.
 type SystemOptions struct {
@@ -262,62 +292,104 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 		return nil, err
 	}
 	agentAddr := net.JoinHostPort(local.Host, strconv.Itoa(agentPort))
-	sys := &System{AgentEndpoint: "https://" + agentAddr, CABundle: local.CABundle}
-	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{Scheme: scheme, Cache: operator.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0", WebhookServer: local.WebhookServer(webhook.Options{})})
-	var agentHandler *agentserver.Handler
-	agentServer := &agentserver.Server{Addr: agentAddr, CertDir: local.CertDir}
-	if err == nil {
-		agentHandler = &agentserver.Handler{Client: mgr.GetClient()}
-		agentServer.Handler = agentHandler
-		err = operator.Setup(mgr, operator.Options{Webhooks: true, StopConfig: &rest.Config{Host: stopAPI.URL},
-			Agent:               controller.AgentOptions{Endpoint: sys.AgentEndpoint, CABundle: local.CABundle},
-			AgentHandler:        agentHandler,
-			AgentListeningSince: agentServer.ListeningSince})
-	}
-	if err == nil {
-		err = mgr.Add(agentServer)
-	}
-	if err == nil {
-		err = mgr.Add(&localwebhook.Registrar{Server: local, Client: admin,
-			Started: func() bool { return mgr.GetWebhookServer().StartedChecker()(nil) == nil }})
-	}
-	if err == nil {
-		var c client.Client
-		if c, err = client.New(opCfg, client.Options{Scheme: scheme}); err == nil {
-			sys.OperatorUser, err = webhookv1alpha1.Identity(ctx, c)
-		}
+	sys := &System{AgentEndpoint: "https://" + agentAddr, CABundle: local.CABundle,
+		cfg: cfg, opCfg: opCfg, scheme: scheme, admin: admin, local: local, agentAddr: agentAddr,
+		stopURL: stopAPI.URL, stopAPI: stopAPI, simStopped: make(chan struct{})}
+	var c client.Client
+	if c, err = client.New(opCfg, client.Options{Scheme: scheme}); err == nil {
+		sys.OperatorUser, err = webhookv1alpha1.Identity(ctx, c)
 	}
 	if err != nil {
 		stopAPI.Close()
 		local.Close()
 		return nil, err
 	}
-	stopped := make(chan struct{}, 2)
-	for _, m := range []ctrl.Manager{simMgr, mgr} {
-		go func() {
-			defer func() { stopped <- struct{}{} }()
-			if err := m.Start(ctx); err != nil {
-				ctrl.Log.Error(err, "sandbox manager stopped")
-			}
-		}()
+	go func() {
+		defer close(sys.simStopped)
+		if err := simMgr.Start(ctx); err != nil {
+			ctrl.Log.Error(err, "sandbox simulator stopped")
+		}
+	}()
+	if err := sys.StartOperator(ctx, OperatorOptions{}); err != nil {
+		sys.Stop()
+		return nil, err
 	}
+	return sys, nil
+}
+
+// OperatorOptions are what differs between one operator and the next.
+type OperatorOptions struct {
+	// HookImage is the operator's domain-hook image; its built-in default
+	// when empty. A new release brings a new one.
+	HookImage string
+}
+
+// StartOperator starts an operator, serving the same webhook and agent
+// addresses with the same certificates as any before it (as a new pod
+// behind the same Services would), until ctx ends or StopOperator. It
+// returns once the webhooks answer. One operator runs at a time.
+func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error {
+	if s.operator != nil {
+		return errors.New("an operator is running; StopOperator first")
+	}
+	s.operators++
+	mgr, err := ctrl.NewManager(s.opCfg, ctrl.Options{Scheme: s.scheme, Cache: operator.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", WebhookServer: s.local.WebhookServer(webhook.Options{})})
+	if err != nil {
+		return err
+	}
+	agentHandler := &agentserver.Handler{Client: mgr.GetClient()}
+	agentServer := &agentserver.Server{Addr: s.agentAddr, CertDir: s.local.CertDir, Handler: agentHandler}
+	suffix := ""
+	if s.operators > 1 {
+		suffix = fmt.Sprintf("-%d", s.operators)
+	}
+	err = operator.Setup(mgr, operator.Options{Webhooks: true, StopConfig: &rest.Config{Host: s.stopURL},
+		Agent:               controller.AgentOptions{Endpoint: s.AgentEndpoint, CABundle: s.CABundle},
+		AgentHandler:        agentHandler,
+		AgentListeningSince: agentServer.ListeningSince,
+		HookImage:           opts.HookImage,
+		NameSuffix:          suffix})
+	if err == nil {
+		err = mgr.Add(agentServer)
+	}
+	if err == nil {
+		err = mgr.Add(&localwebhook.Registrar{Server: s.local, Client: s.admin,
+			Started: func() bool { return mgr.GetWebhookServer().StartedChecker()(nil) == nil }})
+	}
+	if err != nil {
+		return err
+	}
+	opCtx, cancel := context.WithCancel(ctx)
+	run := &operatorRun{cancel: cancel, stopped: make(chan struct{})}
+	s.operator = run
+	go func() {
+		defer close(run.stopped)
+		if err := mgr.Start(opCtx); err != nil {
+			ctrl.Log.Error(err, "sandbox operator stopped")
+		}
+	}()
 	// Objects are applied only once the webhooks answer, as in a cluster.
 	deadline := time.Now().Add(time.Minute)
 	for mgr.GetWebhookServer().StartedChecker()(nil) != nil && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	sys.stop = func() {
-		for range 2 {
-			select {
-			case <-stopped:
-			case <-time.After(30 * time.Second):
-			}
-		}
-		stopAPI.Close()
-		local.Close()
+	return nil
+}
+
+// StopOperator stops the running operator, if any, and waits for it: its
+// webhooks are unregistered and its ports freed, as when its pod goes.
+func (s *System) StopOperator() {
+	run := s.operator
+	if run == nil {
+		return
 	}
-	return sys, nil
+	s.operator = nil
+	run.cancel()
+	select {
+	case <-run.stopped:
+	case <-time.After(30 * time.Second):
+	}
 }
 
 // ApplySamples creates what the samples need that a cluster would already

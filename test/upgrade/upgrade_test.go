@@ -1,0 +1,563 @@
+package upgrade
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/sandbox"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/internal/testenv"
+)
+
+// The kinds whose objects an upgrade must leave as they were: macvirt's
+// own, and everything the operator writes for them.
+var kinds = []schema.GroupVersionKind{
+	macvirtv1alpha1.GroupVersion.WithKind("MacClass"),
+	macvirtv1alpha1.GroupVersion.WithKind("MacPool"),
+	macvirtv1alpha1.GroupVersion.WithKind("MacMachine"),
+	macvirtv1alpha1.GroupVersion.WithKind("MacClaim"),
+	{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachine"},
+	{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstance"},
+	{Group: "cdi.kubevirt.io", Version: "v1beta1", Kind: "DataVolume"},
+	{Group: "", Version: "v1", Kind: "PersistentVolumeClaim"},
+	{Group: "", Version: "v1", Kind: "Service"},
+	{Group: "", Version: "v1", Kind: "Secret"},
+	{Group: "discovery.k8s.io", Version: "v1", Kind: "EndpointSlice"},
+}
+
+func TestAnOperatorUpgradeLosesNothingAndRestartsNoMac(t *testing.T) {
+	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	baseline, err := latestBaseline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("upgrading from the CRDs of %s", filepath.Base(filepath.Dir(baseline)))
+	scheme, err := macvirtscheme.New()
+	if err == nil {
+		err = apiextensionsv1.AddToScheme(scheme)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.New(scheme)
+	env.CRDDirectoryPaths = []string{filepath.Join(testenv.RepoRoot(), "test", "crds")}
+	old, err := readCRDs(mustRead(t, baseline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.CRDInstallOptions.CRDs = old
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(testenv.MissingBinariesHint(err))
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	admin, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	sys, err := sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Network: true})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); sys.Stop() })
+
+	// The world of the old release: the samples' class and pool with one
+	// idle machine, and the samples' claim bound to another.
+	if err := sandbox.ApplySamples(ctx, admin, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the sample claim and every machine Ready", func() (bool, string) { return allReady(ctx, admin) })
+	before, hooksBefore, err := fingerprints(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := countKinds(before)
+	t.Logf("before the upgrade: %s", describeCounts(counts))
+	if counts["MacMachine"] < 2 || counts["VirtualMachineInstance"] < 2 || counts["MacClaim"] < 1 {
+		t.Fatalf("the world before the upgrade is too small to say anything: %s", describeCounts(counts))
+	}
+
+	// Anything a tenant or admin watching would see go wrong from here on.
+	seen := watchForNotReady(ctx, t, admin)
+
+	// The upgrade, as OLM, kustomize or Argo CD carry it out: the old
+	// operator goes, the CRDs are replaced, the new operator starts.
+	sys.StopOperator()
+	newer, err := testenv.KustomizeBuild("config/crd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := upgradeCRDs(ctx, cfg, admin, newer); err != nil {
+		t.Fatal(err)
+	}
+	// A new release's operator runs a new domain-hook image.
+	const newHookImage = "ghcr.io/macvirt/macvirt-domain-hook:v99.0.0"
+	if err := sys.StartOperator(ctx, sandbox.OperatorOptions{HookImage: newHookImage}); err != nil {
+		t.Fatal(err)
+	}
+	// The new operator has looked at everything once its controllers have
+	// each reconciled as many objects as there are (its first list queues
+	// each once).
+	waitFor(ctx, t, "the new operator's first pass over every object", func() (bool, string) {
+		return reconciledEverything(counts, "-2")
+	})
+
+	after, hooksAfter, err := fingerprints(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := lostOrChanged(before, after); len(diff) > 0 {
+		t.Errorf("the upgrade lost or changed %d objects:\n%s", len(diff), strings.Join(diff, "\n"))
+	}
+	rewritten := 0
+	for k, v := range hooksBefore {
+		if hooksAfter[k] != v {
+			rewritten++
+		}
+		if !strings.Contains(hooksAfter[k], newHookImage) {
+			t.Errorf("%s would start again with the old operator's domain hook:\n%s", k, hooksAfter[k])
+		}
+	}
+	t.Logf("%d of %d VirtualMachine templates now carry the new operator's domain-hook annotations, for their next start", rewritten, len(hooksBefore))
+	if ok, why := allReady(ctx, admin); !ok {
+		t.Errorf("after the upgrade: %s", why)
+	}
+	if got := seen(); len(got) > 0 {
+		t.Errorf("while upgrading, a watcher saw:\n%s", strings.Join(got, "\n"))
+	}
+
+	// And the new operator serves: a new claim is bound and Ready.
+	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "after-upgrade"},
+		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: "sonoma", PoolName: "ci-sonoma"}}
+	if err := admin.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "a claim made after the upgrade Ready", func() (bool, string) {
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
+			return false, err.Error()
+		}
+		return meta.IsStatusConditionTrue(claim.Status.Conditions, macvirtv1alpha1.ConditionReady), fmt.Sprintf("phase %q", claim.Status.Phase)
+	})
+	t.Logf("after the upgrade: %d objects as they were, a new claim Ready on %s", len(before), claim.Status.MachineRef.Name)
+}
+
+// latestBaseline is the CRDs of the newest release under testdata.
+func latestBaseline() (string, error) {
+	dirs, err := filepath.Glob(filepath.Join("testdata", "v*", "crds.yaml"))
+	if err != nil || len(dirs) == 0 {
+		return "", fmt.Errorf("no testdata/v*/crds.yaml: run `make upgrade-baseline` when a release is cut (%v)", err)
+	}
+	sort.Slice(dirs, func(i, j int) bool {
+		return lessVersion(filepath.Base(filepath.Dir(dirs[i])), filepath.Base(filepath.Dir(dirs[j])))
+	})
+	return dirs[len(dirs)-1], nil
+}
+
+// lessVersion orders v<major>.<minor>.<patch> numerically.
+func lessVersion(a, b string) bool {
+	var x, y [3]int
+	_, _ = fmt.Sscanf(a, "v%d.%d.%d", &x[0], &x[1], &x[2])
+	_, _ = fmt.Sscanf(b, "v%d.%d.%d", &y[0], &y[1], &y[2])
+	return slices.Compare(x[:], y[:]) < 0
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path) //nolint:gosec // a file of the repository's testdata.
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func readCRDs(b []byte) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	var out []*apiextensionsv1.CustomResourceDefinition
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		err := dec.Decode(crd)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if crd.Name != "" {
+			out = append(out, crd)
+		}
+	}
+}
+
+// upgradeCRDs replaces each installed CRD with the new one, keeping what
+// the API server owns (its status, the stored versions), and waits until
+// the API server serves the new ones.
+func upgradeCRDs(ctx context.Context, cfg *rest.Config, c client.Client, manifests []byte) error {
+	crds, err := readCRDs(manifests)
+	if err != nil {
+		return err
+	}
+	for _, crd := range crds {
+		cur := &apiextensionsv1.CustomResourceDefinition{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(crd), cur); err != nil {
+			if apierrors.IsNotFound(err) {
+				if err := c.Create(ctx, crd); err != nil {
+					return err
+				}
+				continue
+			}
+			return err
+		}
+		cur.Labels, cur.Annotations, cur.Spec = crd.Labels, crd.Annotations, crd.Spec
+		if err := c.Update(ctx, cur); err != nil {
+			return fmt.Errorf("upgrading CRD %s: %w", crd.Name, err)
+		}
+	}
+	return envtest.WaitForCRDs(cfg, crds, envtest.CRDInstallOptions{MaxTime: time.Minute, PollInterval: 100 * time.Millisecond})
+}
+
+// fingerprints says, for every object of kinds, what an upgrade must not
+// change: its identity, and everything but its status and bookkeeping.
+// VirtualMachines' domain-hook annotations are left out of it and returned
+// on their own: a new operator writes its hook image into the templates,
+// which KubeVirt uses from each VM's next start (docs/upgrades.md).
+func fingerprints(ctx context.Context, c client.Client) (map[string]string, map[string]string, error) {
+	out, hooks := map[string]string{}, map[string]string{}
+	for _, gvk := range kinds {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := c.List(ctx, list); err != nil {
+			return nil, nil, fmt.Errorf("listing %s: %w", gvk.Kind, err)
+		}
+		for _, o := range list.Items {
+			key := gvk.Kind + " " + types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}.String()
+			generation := o.GetGeneration()
+			if gvk.Kind == "VirtualMachine" {
+				hook, err := withoutHookAnnotations(&o)
+				if err != nil {
+					return nil, nil, err
+				}
+				if hook != "" {
+					hooks[key] = hook
+				}
+				// The generation counts the hook annotations' writes.
+				generation = 0
+			}
+			rest := map[string]any{}
+			for k, v := range o.UnstructuredContent() {
+				if k != "status" && k != "metadata" {
+					rest[k] = v
+				}
+			}
+			b, err := json.Marshal(rest)
+			if err != nil {
+				return nil, nil, err
+			}
+			out[key] = fmt.Sprintf("uid %s generation %d labels %v annotations %v owners %d content %x",
+				o.GetUID(), generation, o.GetLabels(), withoutBookkeeping(o.GetAnnotations()), len(o.GetOwnerReferences()), sha256.Sum256(b))
+		}
+	}
+	return out, hooks, nil
+}
+
+// withoutHookAnnotations takes the domain-hook annotations out of a
+// VirtualMachine's template and returns them as a string.
+func withoutHookAnnotations(vm *unstructured.Unstructured) (string, error) {
+	annotations, _, err := unstructured.NestedStringMap(vm.Object, "spec", "template", "metadata", "annotations")
+	if err != nil {
+		return "", err
+	}
+	var hook []string
+	for k, v := range annotations {
+		if k == hookconfig.Annotation || k == hookconfig.SidecarsAnnotation || strings.HasPrefix(k, hookconfig.PluginAnnotationPrefix) {
+			hook = append(hook, k+"="+v)
+			delete(annotations, k)
+		}
+	}
+	sort.Strings(hook)
+	if err := unstructured.SetNestedStringMap(vm.Object, annotations, "spec", "template", "metadata", "annotations"); err != nil {
+		return "", err
+	}
+	return strings.Join(hook, "\n"), nil
+}
+
+// withoutBookkeeping drops the annotation kubectl and the API server keep
+// for themselves.
+func withoutBookkeeping(a map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range a {
+		if k != corev1.LastAppliedConfigAnnotation {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// lostOrChanged lists what before had that after lacks or holds otherwise.
+func lostOrChanged(before, after map[string]string) []string {
+	var out []string
+	for k, v := range before {
+		switch w, ok := after[k]; {
+		case !ok:
+			out = append(out, "lost: "+k)
+		case w != v:
+			out = append(out, fmt.Sprintf("changed: %s\n  before: %s\n  after:  %s", k, v, w))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func countKinds(fp map[string]string) map[string]int {
+	out := map[string]int{}
+	for k := range fp {
+		out[strings.Fields(k)[0]]++
+	}
+	return out
+}
+
+func describeCounts(counts map[string]int) string {
+	var parts []string
+	for _, gvk := range kinds {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[gvk.Kind], gvk.Kind))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// allReady says whether every claim is Ready, every machine Ready and
+// every pool at its idle target, and if not, which is not.
+func allReady(ctx context.Context, c client.Client) (bool, string) {
+	var claims macvirtv1alpha1.MacClaimList
+	var machines macvirtv1alpha1.MacMachineList
+	if err := c.List(ctx, &claims); err != nil {
+		return false, err.Error()
+	}
+	if err := c.List(ctx, &machines); err != nil {
+		return false, err.Error()
+	}
+	var pools macvirtv1alpha1.MacPoolList
+	if err := c.List(ctx, &pools); err != nil {
+		return false, err.Error()
+	}
+	if len(claims.Items) == 0 || len(machines.Items) == 0 {
+		return false, "no claims or machines yet"
+	}
+	idle := map[string]int32{}
+	for _, m := range machines.Items {
+		if m.Spec.ClaimRef == nil && m.Labels[macvirtv1alpha1.LabelPool] != "" {
+			idle[m.Labels[macvirtv1alpha1.LabelPool]]++
+		}
+	}
+	for _, p := range pools.Items {
+		if want := ptr.Deref(p.Spec.Idle, 0); idle[p.Name] < want {
+			return false, fmt.Sprintf("pool %s has %d idle machines of %d", p.Name, idle[p.Name], want)
+		}
+	}
+	for _, cl := range claims.Items {
+		if !meta.IsStatusConditionTrue(cl.Status.Conditions, macvirtv1alpha1.ConditionReady) {
+			return false, fmt.Sprintf("claim %s/%s is %q", cl.Namespace, cl.Name, cl.Status.Phase)
+		}
+	}
+	for _, m := range machines.Items {
+		if m.Status.Phase != macvirtv1alpha1.MachineReady {
+			return false, fmt.Sprintf("machine %s/%s is %q", m.Namespace, m.Name, m.Status.Phase)
+		}
+	}
+	return true, ""
+}
+
+// watchForNotReady watches claims and machines from now on and returns
+// what it saw that was not Ready: a tenant's view of the upgrade.
+func watchForNotReady(ctx context.Context, t *testing.T, c client.WithWatch) func() []string {
+	t.Helper()
+	var mu sync.Mutex
+	var seen []string
+	for _, list := range []client.ObjectList{&macvirtv1alpha1.MacClaimList{}, &macvirtv1alpha1.MacMachineList{}} {
+		w, err := c.Watch(ctx, list)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		go func() {
+			for ev := range w.ResultChan() {
+				var what string
+				switch o := ev.Object.(type) {
+				case *macvirtv1alpha1.MacClaim:
+					if ev.Type == watch.Deleted || !meta.IsStatusConditionTrue(o.Status.Conditions, macvirtv1alpha1.ConditionReady) {
+						what = fmt.Sprintf("%s claim %s/%s phase %q", ev.Type, o.Namespace, o.Name, o.Status.Phase)
+					}
+				case *macvirtv1alpha1.MacMachine:
+					if ev.Type == watch.Deleted || o.Status.Phase != macvirtv1alpha1.MachineReady {
+						what = fmt.Sprintf("%s machine %s/%s phase %q", ev.Type, o.Namespace, o.Name, o.Status.Phase)
+					}
+				}
+				if what != "" {
+					mu.Lock()
+					seen = append(seen, what)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
+// reconciledEverything reads controller-runtime's reconcile counters for
+// the controllers named with suffix and says whether each has reconciled
+// successfully at least as often as it has objects.
+func reconciledEverything(counts map[string]int, suffix string) (bool, string) {
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return false, err.Error()
+	}
+	done := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if label(m, "result") == "error" {
+				continue
+			}
+			done[label(m, "controller")] += m.GetCounter().GetValue()
+		}
+	}
+	for controller, kind := range map[string]string{"macclass": "MacClass", "macpool": "MacPool", "macmachine": "MacMachine", "macclaim": "MacClaim"} {
+		if got, want := done[controller+suffix], float64(counts[kind]); got < want {
+			return false, fmt.Sprintf("%s%s reconciled %v of %v", controller, suffix, got, want)
+		}
+	}
+	return true, ""
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func waitFor(ctx context.Context, t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	why := ""
+	for {
+		var ok bool
+		if ok, why = cond(); ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v; last: %s", what, ctx.Err(), why)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// TestTheNewCRDsServeWhatTheLastReleaseStored holds the working tree's CRDs
+// to the last release's: every kind is still there, and every version the
+// release served is still served, so objects stored under it stay
+// readable. (Removing a version takes a storage migration first, and
+// status.storedVersions is the API server's record of what remains.)
+func TestTheNewCRDsServeWhatTheLastReleaseStored(t *testing.T) {
+	baseline, err := latestBaseline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := readCRDs(mustRead(t, baseline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifests, err := testenv.KustomizeBuild("config/crd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer, err := readCRDs(manifests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if problems := servingGaps(old, newer); len(problems) > 0 {
+		t.Errorf("upgrading from %s would lose objects:\n%s", baseline, strings.Join(problems, "\n"))
+	}
+	// The check itself: a CRD that stops serving a version, and one that
+	// is gone.
+	broken := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(newer))
+	for _, crd := range newer[1:] {
+		c := crd.DeepCopy()
+		for i := range c.Spec.Versions {
+			c.Spec.Versions[i].Served = false
+		}
+		broken = append(broken, c)
+	}
+	if got := servingGaps(old, broken); len(got) != len(old) {
+		t.Errorf("servingGaps found %d problems in %d broken CRDs: %v", len(got), len(old), got)
+	}
+}
+
+// servingGaps lists each kind or version of old that newer does not serve.
+func servingGaps(old, newer []*apiextensionsv1.CustomResourceDefinition) []string {
+	byName := map[string]*apiextensionsv1.CustomResourceDefinition{}
+	for _, crd := range newer {
+		byName[crd.Name] = crd
+	}
+	var out []string
+	for _, o := range old {
+		n, ok := byName[o.Name]
+		if !ok {
+			out = append(out, o.Name+": the CRD is gone")
+			continue
+		}
+		for _, v := range o.Spec.Versions {
+			if !v.Served {
+				continue
+			}
+			served := slices.ContainsFunc(n.Spec.Versions, func(w apiextensionsv1.CustomResourceDefinitionVersion) bool {
+				return w.Name == v.Name && w.Served
+			})
+			if !served {
+				out = append(out, fmt.Sprintf("%s: version %s is no longer served", o.Name, v.Name))
+			}
+		}
+	}
+	return out
+}
