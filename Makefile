@@ -9,6 +9,16 @@ HOOK_IMG ?= $(IMAGE_REGISTRY)/macvirt-domain-hook:v$(VERSION)
 # KUBEVIRT_VERSION is the KubeVirt release macvirt builds against (go.mod's
 # kubevirt.io/api); the hook image is based on its sidecar-shim.
 KUBEVIRT_VERSION ?= v1.9.0
+# KUBEVIRT_HOOK_VERSIONS are the KubeVirt releases whose sidecar-shim a
+# release builds a hook image on, one per supported minor: HOOK_IMG for
+# KUBEVIRT_VERSION's minor, HOOK_IMG-kubevirt<minor> for the others (the
+# operator picks by the cluster's KubeVirt: internal/operator/hookimage.go,
+# whose HookKubeVirtMinors a test holds to this list).
+KUBEVIRT_HOOK_VERSIONS ?= v1.7.0 v1.8.0 $(KUBEVIRT_VERSION)
+kubevirt-minor = $(word 1,$(subst ., ,$(1:v%=%))).$(word 2,$(subst ., ,$(1:v%=%)))
+# HOOK_IMAGES_BY_KUBEVIRT is <minor>=<image> for each minor other than
+# KUBEVIRT_VERSION's; a release sets it to the pushed images' digests.
+HOOK_IMAGES_BY_KUBEVIRT ?= $(strip $(foreach v,$(filter-out $(KUBEVIRT_VERSION),$(KUBEVIRT_HOOK_VERSIONS)),$(call kubevirt-minor,$(v))=$(HOOK_IMG)-kubevirt$(call kubevirt-minor,$(v))))
 # The manager defaults --hook-image to HOOK_IMG. (Not LDFLAGS: that one is
 # often exported with C linker flags.)
 GO_LDFLAGS ?= -X github.com/macvirt/macvirt/internal/operator.DefaultHookImage=$(HOOK_IMG)
@@ -175,14 +185,41 @@ run: manifests generate fmt vet ## Run the operator against the current kubeconf
 	go run ./cmd --hook-image=$(HOOK_IMG) --local-webhooks --zap-devel
 
 .PHONY: docker-build
-docker-build: ## Build the manager and domain-hook images (needs a container engine).
+docker-build: ## Build the manager image and a domain-hook image per KUBEVIRT_HOOK_VERSIONS (needs a container engine).
 	$(CONTAINER_TOOL) build --build-arg HOOK_IMG=$(HOOK_IMG) -t $(IMG) .
 	$(CONTAINER_TOOL) build --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$(KUBEVIRT_VERSION) -f Dockerfile.hook -t $(HOOK_IMG) .
+	for v in $(filter-out $(KUBEVIRT_VERSION),$(KUBEVIRT_HOOK_VERSIONS)); do \
+		minor=$$(echo "$${v#v}" | cut -d. -f1,2); \
+		$(CONTAINER_TOOL) build --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$$v -f Dockerfile.hook -t $(HOOK_IMG)-kubevirt$$minor . || exit 1; \
+	done
+
+# PLATFORMS are the platforms of the released images; the CSV's
+# operatorframework.io/arch labels say the same (a test holds them to it).
+PLATFORMS ?= linux/amd64,linux/arm64
+
+.PHONY: docker-buildx
+docker-buildx: ## Build and push the manager and every hook image for PLATFORMS, writing each image's digest to dist/digests (a release does this; needs docker buildx).
+	mkdir -p dist
+	$(CONTAINER_TOOL) buildx build --platform $(PLATFORMS) --build-arg HOOK_IMG=$(HOOK_IMG) --push --metadata-file dist/manager.json -t $(IMG) .
+	$(CONTAINER_TOOL) buildx build --platform $(PLATFORMS) --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$(KUBEVIRT_VERSION) \
+		--push --metadata-file dist/hook.json -f Dockerfile.hook -t $(HOOK_IMG) .
+	for v in $(filter-out $(KUBEVIRT_VERSION),$(KUBEVIRT_HOOK_VERSIONS)); do \
+		minor=$$(echo "$${v#v}" | cut -d. -f1,2); \
+		$(CONTAINER_TOOL) buildx build --platform $(PLATFORMS) --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$$v \
+			--push --metadata-file dist/hook-kubevirt$$minor.json -f Dockerfile.hook -t $(HOOK_IMG)-kubevirt$$minor . || exit 1; \
+	done
+	for f in dist/manager.json dist/hook*.json; do \
+		printf '%s %s\n' "$$(basename "$$f" .json)" "$$(sed -n 's/.*"containerimage.digest": *"\([^"]*\)".*/\1/p' "$$f")"; \
+	done > dist/digests
+	cat dist/digests
 
 .PHONY: docker-push
 docker-push: ## Push the manager and domain-hook images.
 	$(CONTAINER_TOOL) push $(IMG)
 	$(CONTAINER_TOOL) push $(HOOK_IMG)
+	for v in $(filter-out $(KUBEVIRT_VERSION),$(KUBEVIRT_HOOK_VERSIONS)); do \
+		$(CONTAINER_TOOL) push $(HOOK_IMG)-kubevirt$$(echo "$${v#v}" | cut -d. -f1,2) || exit 1; \
+	done
 
 ##@ Deployment
 
@@ -214,12 +251,19 @@ BUNDLE_PACKAGE ?= macvirt
 BUNDLE_CHANNELS ?= alpha
 BUNDLE_DEFAULT_CHANNEL ?= alpha
 BUNDLE_IMG ?= $(IMAGE_REGISTRY)/macvirt-bundle:v$(VERSION)
+# The release this bundle replaces in its channel (a CSV name such as
+# macvirt.v0.1.0; none for the first), and the older releases OLM may
+# upgrade from directly (olm.skipRange): every one before this.
+BUNDLE_REPLACES ?=
+BUNDLE_SKIP_RANGE ?= <$(VERSION)
+CATALOG_IMG ?= $(IMAGE_REGISTRY)/macvirt-catalog:v$(VERSION)
 
 .PHONY: bundle
 bundle: manifests kustomize ## Generate the OLM bundle (bundle/, bundle.Dockerfile) from config/manifests.
 	"$(KUSTOMIZE)" build config/manifests | go run ./hack/bundlegen --version $(VERSION) --image $(IMG) \
-		--hook-image $(HOOK_IMG) --package $(BUNDLE_PACKAGE) --channels $(BUNDLE_CHANNELS) \
-		--default-channel $(BUNDLE_DEFAULT_CHANNEL)
+		--hook-image $(HOOK_IMG) --hook-images-by-kubevirt "$(HOOK_IMAGES_BY_KUBEVIRT)" \
+		--package $(BUNDLE_PACKAGE) --channels $(BUNDLE_CHANNELS) --default-channel $(BUNDLE_DEFAULT_CHANNEL) \
+		--replaces "$(BUNDLE_REPLACES)" --skip-range "$(BUNDLE_SKIP_RANGE)"
 
 .PHONY: upgrade-baseline
 upgrade-baseline: manifests kustomize ## Freeze this release's CRDs into test/upgrade/testdata/v$(VERSION) (run once, when the release is cut); the upgrade test starts from the newest.
@@ -229,6 +273,21 @@ upgrade-baseline: manifests kustomize ## Freeze this release's CRDs into test/up
 .PHONY: bundle-build
 bundle-build: bundle ## Build the bundle image (needs a container engine).
 	$(CONTAINER_TOOL) build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
+
+# OPM is operator-registry's opm; a release installs it (it is not a Go
+# module the proxy serves here).
+OPM ?= opm
+
+.PHONY: catalog-build
+catalog-build: ## Render a file-based catalog of BUNDLE_IMG (by digest) into dist/catalog with opm, validate it, and build CATALOG_IMG (needs opm and a container engine).
+	rm -rf dist/catalog dist/catalog.Dockerfile && mkdir -p dist/catalog
+	go run ./hack/bundlegen --catalog-template dist/catalog-template.yaml --bundle-image $(BUNDLE_IMG) --version $(VERSION) \
+		--package $(BUNDLE_PACKAGE) --channels $(BUNDLE_CHANNELS) --default-channel $(BUNDLE_DEFAULT_CHANNEL) \
+		--replaces "$(BUNDLE_REPLACES)" --skip-range "$(BUNDLE_SKIP_RANGE)"
+	"$(OPM)" alpha render-template basic -o yaml dist/catalog-template.yaml > dist/catalog/catalog.yaml
+	"$(OPM)" validate dist/catalog
+	cd dist && "$(OPM)" generate dockerfile catalog
+	$(CONTAINER_TOOL) build -f dist/catalog.Dockerfile -t $(CATALOG_IMG) dist
 
 ##@ Dependencies
 

@@ -85,9 +85,12 @@ func main() {
 		"With --local-webhooks: the address the API server reaches this process at.")
 	flag.StringVar(&webhookManifests, "webhook-manifests", filepath.Join("config", "webhook", "manifests.yaml"),
 		"With --local-webhooks: the generated webhook configurations to register.")
-	flag.StringVar(&hookImage, "hook-image", operator.DefaultHookImage,
+	flag.StringVar(&hookImage, "hook-image", "",
 		"The domain-hook image: KubeVirt's hook sidecar next to every macOS VM (--domain-hook=sidecar), "+
-			"or the Plugin's sidecar (--domain-hook=plugin-sidecar).")
+			"or the Plugin's sidecar (--domain-hook=plugin-sidecar). When empty, the image built for the cluster's "+
+			"KubeVirt minor: $"+operator.RelatedImageHookEnv+"_KUBEVIRT_<major>_<minor> or $"+operator.RelatedImageHookEnv+
+			" when set (OLM sets them, by digest), else "+operator.DefaultHookImage+" (KubeVirt "+operator.HookKubeVirtMinor+
+			") or its -kubevirt<minor> tag for KubeVirt "+operator.HookKubeVirtMinors+".")
 	flag.StringVar(&domainHook, "domain-hook", string(hookplugin.TransportAuto),
 		"How the macOS domain settings reach libvirt: plugin-cel (a KubeVirt Plugin of CEL hooks, KubeVirt 1.9+), "+
 			"plugin-sidecar (a Plugin whose hook is the --hook-image sidecar, KubeVirt 1.9+ on Kubernetes 1.36+), "+
@@ -263,7 +266,7 @@ func main() {
 		setupLog.Error(err, "Invalid flag")
 		os.Exit(1)
 	}
-	operatorOpts := operator.Options{Namespace: namespace, DomainHook: transport, HookImage: hookImage, EmulatorPath: emulatorPath,
+	operatorOpts := operator.Options{Namespace: namespace, DomainHook: transport, HookImage: hookImage, LookupEnv: os.LookupEnv, EmulatorPath: emulatorPath,
 		Webhooks: true, Agent: agent, AgentHandler: agentHandler}
 	if agentServer != nil {
 		operatorOpts.AgentListeningSince = agentServer.ListeningSince

@@ -41,6 +41,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/macvirt/macvirt/internal/operator"
 )
 
 // webhookCertDir is where OLM mounts the webhook serving certificate; the
@@ -48,28 +50,42 @@ import (
 const webhookCertDir = "/tmp/k8s-webhook-server/serving-certs"
 
 type options struct {
-	Version        string
-	Image          string
-	HookImage      string
-	Package        string
-	Channels       string
-	DefaultChannel string
-	Icon           string
-	OutDir         string
-	Dockerfile     string
+	Version   string
+	Image     string
+	HookImage string
+	// HookImagesByKubeVirt are the hook images of the other KubeVirt
+	// minors, as "<minor>=<image>" separated by spaces or commas.
+	HookImagesByKubeVirt string
+	Replaces             string
+	SkipRange            string
+	Package              string
+	Channels             string
+	DefaultChannel       string
+	Icon                 string
+	OutDir               string
+	Dockerfile           string
+	// CatalogTemplate, when set, is where to write an opm basic catalog
+	// template of BundleImage, instead of the bundle.
+	CatalogTemplate string
+	BundleImage     string
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.Version, "version", "", "The operator version (semver, no leading v).")
 	flag.StringVar(&o.Image, "image", "", "The manager image.")
-	flag.StringVar(&o.HookImage, "hook-image", "", "The domain-hook sidecar image.")
+	flag.StringVar(&o.HookImage, "hook-image", "", "The domain-hook sidecar image for the KubeVirt minor macvirt is built against.")
+	flag.StringVar(&o.HookImagesByKubeVirt, "hook-images-by-kubevirt", "", `The domain-hook images of the other KubeVirt minors: "1.8=<image> 1.7=<image>".`)
+	flag.StringVar(&o.Replaces, "replaces", "", "The CSV this one replaces in its channel (macvirt.v<version>); none when empty.")
+	flag.StringVar(&o.SkipRange, "skip-range", "", `The olm.skipRange annotation: the versions OLM may upgrade from directly, e.g. "<0.2.0".`)
 	flag.StringVar(&o.Package, "package", "macvirt", "The OLM package name.")
 	flag.StringVar(&o.Channels, "channels", "alpha", "Comma-separated channels of the bundle.")
 	flag.StringVar(&o.DefaultChannel, "default-channel", "alpha", "The package's default channel.")
 	flag.StringVar(&o.Icon, "icon", "config/manifests/icon.svg", "The SVG icon of the CSV.")
 	flag.StringVar(&o.OutDir, "out", "bundle", "The bundle directory (manifests/ and metadata/ are replaced).")
 	flag.StringVar(&o.Dockerfile, "dockerfile", "bundle.Dockerfile", "Where to write the bundle image's Dockerfile.")
+	flag.StringVar(&o.CatalogTemplate, "catalog-template", "", "Write an opm basic catalog template of --bundle-image to this file instead of the bundle.")
+	flag.StringVar(&o.BundleImage, "bundle-image", "", "With --catalog-template: the bundle image (by digest in a release).")
 	flag.Parse()
 	if err := run(os.Stdin, o); err != nil {
 		fmt.Fprintln(os.Stderr, "bundlegen:", err)
@@ -81,9 +97,68 @@ func run(in io.Reader, o options) error {
 	if _, err := semver.Parse(o.Version); err != nil {
 		return fmt.Errorf("--version %q: %w", o.Version, err)
 	}
+	if err := o.checkUpgradeGraph(); err != nil {
+		return err
+	}
+	if o.CatalogTemplate != "" {
+		b, err := catalogTemplate(o)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(o.CatalogTemplate, b, 0o644)
+	}
 	if o.Image == "" || o.HookImage == "" {
 		return errors.New("--image and --hook-image are required")
 	}
+	if _, err := o.hookImagesByKubeVirt(); err != nil {
+		return err
+	}
+	return runBundle(in, o)
+}
+
+// checkUpgradeGraph checks --skip-range and --replaces against --version.
+func (o options) checkUpgradeGraph() error {
+	if o.SkipRange != "" {
+		r, err := semver.ParseRange(o.SkipRange)
+		if err != nil {
+			return fmt.Errorf("--skip-range %q: %w", o.SkipRange, err)
+		}
+		if r(semver.MustParse(o.Version)) {
+			return fmt.Errorf("--skip-range %q includes --version %s itself; it names the versions this one upgrades from", o.SkipRange, o.Version)
+		}
+	}
+	if o.Replaces != "" && !strings.HasPrefix(o.Replaces, o.Package+".v") {
+		return fmt.Errorf("--replaces %q is not a CSV name of package %s (%s.v<version>)", o.Replaces, o.Package, o.Package)
+	}
+	return nil
+}
+
+// catalogTemplate is opm's basic catalog template (schema
+// olm.template.basic) of one bundle in the default channel, with its place
+// in the upgrade graph; `opm alpha render-template basic` turns it into a
+// file-based catalog.
+func catalogTemplate(o options) ([]byte, error) {
+	if o.BundleImage == "" {
+		return nil, errors.New("--catalog-template needs --bundle-image")
+	}
+	entry := map[string]any{"name": o.Package + ".v" + o.Version}
+	if o.Replaces != "" {
+		entry["replaces"] = o.Replaces
+	}
+	if o.SkipRange != "" {
+		entry["skipRange"] = o.SkipRange
+	}
+	return yaml.Marshal(map[string]any{
+		"schema": "olm.template.basic",
+		"entries": []any{
+			map[string]any{"schema": "olm.package", "name": o.Package, "defaultChannel": o.DefaultChannel},
+			map[string]any{"schema": "olm.channel", "package": o.Package, "name": o.DefaultChannel, "entries": []any{entry}},
+			map[string]any{"schema": "olm.bundle", "image": o.BundleImage},
+		},
+	})
+}
+
+func runBundle(in io.Reader, o options) error {
 	objs, err := decodeAll(in)
 	if err != nil {
 		return err
@@ -362,7 +437,14 @@ func olmDeployment(d appsv1.Deployment, o options) (operatorsv1alpha1.StrategyDe
 		}
 		found = true
 		c.Image = o.Image
-		c.Args = append(c.Args, "--hook-image="+o.HookImage)
+		// The hook images as RELATED_IMAGE_* variables, which a mirror
+		// for a disconnected cluster rewrites with relatedImages; the
+		// operator picks the one of the cluster's KubeVirt minor.
+		env, err := o.hookImageEnv()
+		if err != nil {
+			return operatorsv1alpha1.StrategyDeploymentSpec{}, err
+		}
+		c.Env = append(c.Env, env...)
 		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
 			if m.MountPath == webhookCertDir {
 				dropped[m.Name] = true
@@ -450,6 +532,18 @@ func completeCSV(csv *operatorsv1alpha1.ClusterServiceVersion, o options, icon [
 	csv.Annotations["alm-examples"] = string(ex)
 	csv.Spec.Icon = []operatorsv1alpha1.Icon{{Data: base64.StdEncoding.EncodeToString(icon), MediaType: "image/svg+xml"}}
 	csv.Spec.RelatedImages = []operatorsv1alpha1.RelatedImage{{Name: "manager", Image: o.Image}, {Name: "domain-hook", Image: o.HookImage}}
+	byKubeVirt, err := o.hookImagesByKubeVirt()
+	if err != nil {
+		return err
+	}
+	for _, h := range byKubeVirt {
+		csv.Spec.RelatedImages = append(csv.Spec.RelatedImages, operatorsv1alpha1.RelatedImage{
+			Name: "domain-hook-kubevirt-" + strings.ReplaceAll(h.minor, ".", "-"), Image: h.image})
+	}
+	csv.Spec.Replaces = o.Replaces
+	if o.SkipRange != "" {
+		csv.Annotations["olm.skipRange"] = o.SkipRange
+	}
 	csv.Spec.InstallStrategy = operatorsv1alpha1.NamedInstallStrategy{
 		StrategyName: operatorsv1alpha1.InstallStrategyNameDeployment,
 		StrategySpec: operatorsv1alpha1.StrategyDetailsDeployment{
@@ -615,4 +709,37 @@ func prune(v any) {
 			prune(e)
 		}
 	}
+}
+
+// hookImage is the domain-hook image of one KubeVirt minor.
+type hookImage struct{ minor, image string }
+
+// hookImagesByKubeVirt parses --hook-images-by-kubevirt, in minor order.
+func (o options) hookImagesByKubeVirt() ([]hookImage, error) {
+	var out []hookImage
+	for _, f := range strings.FieldsFunc(o.HookImagesByKubeVirt, func(r rune) bool { return r == ',' || r == ' ' }) {
+		minor, image, ok := strings.Cut(f, "=")
+		if _, err := semver.ParseTolerant(minor); !ok || image == "" || err != nil || strings.Count(minor, ".") != 1 {
+			return nil, fmt.Errorf("--hook-images-by-kubevirt: %q is not <major>.<minor>=<image>", f)
+		}
+		out = append(out, hookImage{minor, image})
+	}
+	slices.SortFunc(out, func(a, b hookImage) int {
+		return semver.MustParse(a.minor + ".0").Compare(semver.MustParse(b.minor + ".0"))
+	})
+	return out, nil
+}
+
+// hookImageEnv is the manager's RELATED_IMAGE_* variables of the hook
+// images (internal/operator.ChooseHookImage reads them).
+func (o options) hookImageEnv() ([]corev1.EnvVar, error) {
+	byKubeVirt, err := o.hookImagesByKubeVirt()
+	if err != nil {
+		return nil, err
+	}
+	env := []corev1.EnvVar{{Name: operator.RelatedImageHookEnv, Value: o.HookImage}}
+	for _, h := range byKubeVirt {
+		env = append(env, corev1.EnvVar{Name: operator.RelatedImageHookEnvFor(h.minor), Value: h.image})
+	}
+	return env, nil
 }

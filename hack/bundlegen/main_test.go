@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/macvirt/macvirt/internal/testenv"
 )
 
@@ -100,5 +102,87 @@ func TestRunRefusesBadInput(t *testing.T) {
 				t.Errorf("err %v, want %q", err, c.want)
 			}
 		})
+	}
+}
+
+func TestCatalogTemplate(t *testing.T) {
+	o := options{Version: "0.2.0", Package: "macvirt", DefaultChannel: "alpha", Replaces: "macvirt.v0.1.0", SkipRange: "<0.2.0",
+		BundleImage: "registry.example/macvirt-bundle@sha256:ab"}
+	b, err := catalogTemplate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Schema  string `json:"schema"`
+		Entries []struct {
+			Schema         string `json:"schema"`
+			Name           string `json:"name"`
+			Package        string `json:"package"`
+			DefaultChannel string `json:"defaultChannel"`
+			Image          string `json:"image"`
+			Entries        []struct {
+				Name      string `json:"name"`
+				Replaces  string `json:"replaces"`
+				SkipRange string `json:"skipRange"`
+			} `json:"entries"`
+		} `json:"entries"`
+	}
+	if err := yaml.UnmarshalStrict(b, &got); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	if got.Schema != "olm.template.basic" || len(got.Entries) != 3 {
+		t.Fatalf("not a basic template of a package, a channel and a bundle:\n%s", b)
+	}
+	pkg, ch, bundle := got.Entries[0], got.Entries[1], got.Entries[2]
+	if pkg.Schema != "olm.package" || pkg.Name != "macvirt" || pkg.DefaultChannel != "alpha" {
+		t.Errorf("package entry %+v", pkg)
+	}
+	if ch.Schema != "olm.channel" || ch.Package != "macvirt" || ch.Name != "alpha" || len(ch.Entries) != 1 ||
+		ch.Entries[0].Name != "macvirt.v0.2.0" || ch.Entries[0].Replaces != "macvirt.v0.1.0" || ch.Entries[0].SkipRange != "<0.2.0" {
+		t.Errorf("channel entry %+v", ch)
+	}
+	if bundle.Schema != "olm.bundle" || bundle.Image != o.BundleImage {
+		t.Errorf("bundle entry %+v", bundle)
+	}
+	if _, err := catalogTemplate(options{Version: "0.2.0"}); err == nil {
+		t.Error("a template without a bundle image was written")
+	}
+}
+
+func TestUpgradeGraphFlags(t *testing.T) {
+	for _, tc := range []struct {
+		o  options
+		ok bool
+	}{
+		{options{Version: "0.2.0", Package: "macvirt", SkipRange: "<0.2.0", Replaces: "macvirt.v0.1.0"}, true},
+		{options{Version: "0.2.0", Package: "macvirt"}, true},
+		{options{Version: "0.2.0", Package: "macvirt", SkipRange: "<=0.2.0"}, false},
+		{options{Version: "0.2.0", Package: "macvirt", SkipRange: "not a range"}, false},
+		{options{Version: "0.2.0", Package: "macvirt", Replaces: "other.v0.1.0"}, false},
+	} {
+		if err := tc.o.checkUpgradeGraph(); (err == nil) != tc.ok {
+			t.Errorf("%+v: err %v, want ok %v", tc.o, err, tc.ok)
+		}
+	}
+}
+
+func TestHookImagesByKubeVirt(t *testing.T) {
+	o := options{HookImage: "r/h@sha256:19", HookImagesByKubeVirt: "1.8=r/h@sha256:18, 1.7=r/h@sha256:17"}
+	env, err := o.hookImageEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range env {
+		got = append(got, e.Name+"="+e.Value)
+	}
+	want := []string{"RELATED_IMAGE_DOMAIN_HOOK=r/h@sha256:19", "RELATED_IMAGE_DOMAIN_HOOK_KUBEVIRT_1_7=r/h@sha256:17", "RELATED_IMAGE_DOMAIN_HOOK_KUBEVIRT_1_8=r/h@sha256:18"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("env %v, want %v", got, want)
+	}
+	for _, bad := range []string{"1.8", "1.8=", "one=r/h", "1=r/h", "1.8.0=r/h"} {
+		if _, err := (options{HookImagesByKubeVirt: bad}).hookImagesByKubeVirt(); err == nil {
+			t.Errorf("%q was taken", bad)
+		}
 	}
 }

@@ -56,8 +56,12 @@ type Options struct {
 	// elsewhere.
 	DomainHook hookplugin.Transport
 	// HookImage is the domain-hook image: KubeVirt's hook sidecar on every
-	// VM, or the Plugin's sidecar (plugin-sidecar).
+	// VM, or the Plugin's sidecar (plugin-sidecar). When empty, the one for
+	// the cluster's KubeVirt minor (ChooseHookImage).
 	HookImage string
+	// LookupEnv reads the RELATED_IMAGE_* variables ChooseHookImage looks
+	// at (os.LookupEnv in the manager); none are read when nil.
+	LookupEnv func(string) (string, bool)
 	// EmulatorPath optionally overrides the node's QEMU binary.
 	EmulatorPath string
 	// StopConfig is where the stop subresource is called; the manager's
@@ -130,16 +134,21 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace
 	}
-	hookImage := opts.HookImage
-	if hookImage == "" {
-		hookImage = DefaultHookImage
-	}
-	hookOpts := hookplugin.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath}
 	hookClient, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
 		return fmt.Errorf("a client to choose the domain-hook transport: %w", err)
 	}
 	resolveCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	var kubevirtVersion string
+	if opts.HookImage == "" {
+		if kubevirtVersion, err = ObservedKubeVirtVersion(resolveCtx, hookClient); err != nil {
+			mgr.GetLogger().Info("The cluster's KubeVirt version is unknown", "reason", err.Error())
+		}
+	}
+	hookChoice := ChooseHookImage(opts.HookImage, opts.LookupEnv, kubevirtVersion)
+	mgr.GetLogger().Info("Domain-hook image", "image", hookChoice.Image, "why", hookChoice.Why, "mayNotSuitKubeVirt", hookChoice.Warning)
+	hookImage := hookChoice.Image
+	hookOpts := hookplugin.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath}
 	transport, err := ResolveDomainHook(resolveCtx, mgr.GetRESTMapper(), hookClient, opts.DomainHook, hookOpts)
 	cancel()
 	if err != nil {

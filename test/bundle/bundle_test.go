@@ -3,6 +3,7 @@ package bundle
 import (
 	"bufio"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/blang/semver/v4"
 	apimanifests "github.com/operator-framework/api/pkg/manifests"
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	"github.com/operator-framework/api/pkg/validation"
@@ -351,7 +353,7 @@ func TestInstallRequirements(t *testing.T) {
 		{"capabilities", csv.Annotations["capabilities"] != ""},
 		{"categories", csv.Annotations["categories"] != ""},
 		{"containerImage", csv.Annotations["containerImage"] != ""},
-		{"relatedImages", len(csv.Spec.RelatedImages) == 2},
+		{"relatedImages", len(csv.Spec.RelatedImages) >= 2},
 	} {
 		if !f.ok {
 			t.Errorf("the CSV lacks %s", f.name)
@@ -600,12 +602,58 @@ func TestImagesAreNamedOnce(t *testing.T) {
 	if csv.Spec.Version.String() != vars["VERSION"] || csv.Name != "macvirt.v"+vars["VERSION"] {
 		t.Errorf("CSV %s version %s, the Makefile says %s", csv.Name, csv.Spec.Version.String(), vars["VERSION"])
 	}
+	// One hook image per KubeVirt minor of KUBEVIRT_HOOK_VERSIONS, as the
+	// operator knows them.
+	kubevirt := regexp.MustCompile(`(?m)^KUBEVIRT_VERSION \?= v(\d+\.\d+)\.\d+$`).FindStringSubmatch(mk)
+	hookVersions := regexp.MustCompile(`(?m)^KUBEVIRT_HOOK_VERSIONS \?= (.+)$`).FindStringSubmatch(mk)
+	if kubevirt == nil || hookVersions == nil {
+		t.Fatal("the Makefile sets no KUBEVIRT_VERSION v<x.y.z> or KUBEVIRT_HOOK_VERSIONS")
+	}
+	if operator.HookKubeVirtMinor != kubevirt[1] {
+		t.Errorf("operator.HookKubeVirtMinor is %s, the Makefile's KUBEVIRT_VERSION's minor %s", operator.HookKubeVirtMinor, kubevirt[1])
+	}
+	var minors []string
+	for _, v := range strings.Fields(strings.ReplaceAll(hookVersions[1], "$(KUBEVIRT_VERSION)", "v"+kubevirt[1]+".0")) {
+		minors = append(minors, strings.Join(strings.Split(strings.TrimPrefix(v, "v"), ".")[:2], "."))
+	}
+	if got := strings.Join(minors, ","); operator.HookKubeVirtMinors != got {
+		t.Errorf("operator.HookKubeVirtMinors is %s, the Makefile's KUBEVIRT_HOOK_VERSIONS give %s", operator.HookKubeVirtMinors, got)
+	}
+	want := []string{manager, hook}
+	wantEnv := map[string]string{operator.RelatedImageHookEnv: hook}
+	for _, m := range minors {
+		if m != operator.HookKubeVirtMinor {
+			want = append(want, operator.HookImageTagFor(hook, m))
+			wantEnv[operator.RelatedImageHookEnvFor(m)] = operator.HookImageTagFor(hook, m)
+		}
+	}
 	var related []string
 	for _, r := range csv.Spec.RelatedImages {
 		related = append(related, r.Image)
 	}
-	if !slices.Equal(related, []string{manager, hook}) {
-		t.Errorf("relatedImages %v, want %v", related, []string{manager, hook})
+	if !slices.Equal(related, want) {
+		t.Errorf("relatedImages %v, want %v", related, want)
+	}
+	// The manager finds each hook image in the environment, by the same
+	// reference as relatedImages (which a mirror rewrites), and is given
+	// no --hook-image, which would win over them.
+	gotEnv := map[string]string{}
+	for _, d := range csv.Spec.InstallStrategy.StrategySpec.DeploymentSpecs {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				if strings.HasPrefix(e.Name, "RELATED_IMAGE_") {
+					gotEnv[e.Name] = e.Value
+				}
+			}
+			for _, a := range c.Args {
+				if strings.HasPrefix(a, "--hook-image") {
+					t.Errorf("container %s has %s, which would override the hook image of the cluster's KubeVirt", c.Name, a)
+				}
+			}
+		}
+	}
+	if !maps.Equal(gotEnv, wantEnv) {
+		t.Errorf("the manager's RELATED_IMAGE_* variables are %v, want %v", gotEnv, wantEnv)
 	}
 	if k := read(t, "config/manager/kustomization.yaml"); !strings.Contains(k, "newName: "+strings.Split(manager, ":")[0]) ||
 		!strings.Contains(k, "newTag: v"+vars["VERSION"]) {
@@ -827,9 +875,72 @@ func TestPlatformsAndKubernetesVersion(t *testing.T) {
 	if got := minor(b.CSV.Spec.MinKubeVersion); got < need {
 		t.Errorf("minKubeVersion %s, but %s (Kubernetes 1.%d)", b.CSV.Spec.MinKubeVersion, why, need)
 	}
-	for _, label := range []string{"operatorframework.io/arch.amd64", "operatorframework.io/arch.arm64", "operatorframework.io/os.linux"} {
-		if b.CSV.Labels[label] != "supported" {
-			t.Errorf("the CSV lacks the label %s: supported", label)
+	// The images are built for the Makefile's PLATFORMS; the CSV says the
+	// same, and nothing more.
+	m := regexp.MustCompile(`(?m)^PLATFORMS \?= (\S+)$`).FindStringSubmatch(read(t, "Makefile"))
+	if m == nil {
+		t.Fatal("the Makefile sets no PLATFORMS")
+	}
+	want := map[string]string{}
+	for _, p := range strings.Split(m[1], ",") {
+		os, arch, _ := strings.Cut(p, "/")
+		want["operatorframework.io/os."+os] = "supported"
+		want["operatorframework.io/arch."+arch] = "supported"
+	}
+	got := map[string]string{}
+	for k, v := range b.CSV.Labels {
+		if strings.HasPrefix(k, "operatorframework.io/os.") || strings.HasPrefix(k, "operatorframework.io/arch.") {
+			got[k] = v
 		}
 	}
+	if !maps.Equal(got, want) {
+		t.Errorf("the CSV's platform labels are %v; the images are built for %s: %v", got, m[1], want)
+	}
+}
+
+// TestUpgradeGraph: OLM can upgrade to this bundle from every release the
+// upgrade test starts from (test/upgrade/testdata/v<version>), and from
+// nothing newer: olm.skipRange covers each older release and not this one,
+// and spec.replaces, when set, names an older release.
+func TestUpgradeGraph(t *testing.T) {
+	csv := loadBundle(t).CSV
+	self := csv.Spec.Version.Version
+	raw, ok := csv.Annotations["olm.skipRange"]
+	if !ok {
+		t.Fatal("the CSV has no olm.skipRange: OLM could upgrade only along spec.replaces")
+	}
+	skips, err := semver.ParseRange(raw)
+	if err != nil {
+		t.Fatalf("olm.skipRange %q: %v", raw, err)
+	}
+	if skips(self) {
+		t.Errorf("olm.skipRange %q includes the bundle's own version %s", raw, self)
+	}
+	dirs, err := filepath.Glob(filepath.Join(root, "test", "upgrade", "testdata", "v*"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no upgrade baselines under test/upgrade/testdata (%v)", err)
+	}
+	older := 0
+	for _, d := range dirs {
+		v, err := semver.ParseTolerant(filepath.Base(d))
+		if err != nil {
+			t.Fatalf("%s: %v", d, err)
+		}
+		switch {
+		case v.GT(self):
+			t.Errorf("the baseline %s is newer than the bundle's version %s", v, self)
+		case v.LT(self):
+			older++
+			if !skips(v) {
+				t.Errorf("olm.skipRange %q leaves out the release %s the upgrade test starts from", raw, v)
+			}
+		}
+	}
+	if r := csv.Spec.Replaces; r != "" {
+		v, err := semver.ParseTolerant(strings.TrimPrefix(r, "macvirt.v"))
+		if err != nil || !strings.HasPrefix(r, "macvirt.v") || !v.LT(self) {
+			t.Errorf("spec.replaces %q is not an older release of the package", r)
+		}
+	}
+	t.Logf("version %s, olm.skipRange %q, replaces %q, %d older releases", self, raw, csv.Spec.Replaces, older)
 }

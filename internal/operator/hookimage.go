@@ -1,0 +1,125 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The domain-hook image is KubeVirt's sidecar-shim with macvirt's hook in
+// it, and the shim must come from the cluster's KubeVirt minor version. A
+// release builds one hook image per minor of HookKubeVirtMinors: HOOK_IMG
+// for HookKubeVirtMinor, and HOOK_IMG-kubevirt<minor> for the others. The
+// Makefile sets both variables from its KUBEVIRT_VERSION and
+// KUBEVIRT_MINORS (-ldflags -X).
+var (
+	// HookKubeVirtMinor is the KubeVirt minor DefaultHookImage is built for.
+	HookKubeVirtMinor = "1.9"
+	// HookKubeVirtMinors are the KubeVirt minors a release has hook images
+	// for, comma-separated.
+	HookKubeVirtMinors = "1.7,1.8,1.9"
+)
+
+// RelatedImageHookEnv names the environment variable with the domain-hook
+// image for the KubeVirt minor HookKubeVirtMinor; RelatedImageHookEnvFor
+// names the one for another minor. OLM's CSV sets them, by digest, next to
+// relatedImages, so a disconnected cluster's mirror rewrites them
+// (RELATED_IMAGE_* is the convention OLM and its mirroring tools follow).
+const RelatedImageHookEnv = "RELATED_IMAGE_DOMAIN_HOOK"
+
+// RelatedImageHookEnvFor is RelatedImageHookEnv for a KubeVirt minor such as
+// "1.8": RELATED_IMAGE_DOMAIN_HOOK_KUBEVIRT_1_8.
+func RelatedImageHookEnvFor(minor string) string {
+	return RelatedImageHookEnv + "_KUBEVIRT_" + strings.ReplaceAll(minor, ".", "_")
+}
+
+// HookImageTagFor is the hook image of a KubeVirt minor, from the image of
+// HookKubeVirtMinor: the same name with -kubevirt<minor> after its tag.
+func HookImageTagFor(image, minor string) string {
+	if minor == HookKubeVirtMinor {
+		return image
+	}
+	return image + "-kubevirt" + minor
+}
+
+// HookImageChoice is the domain-hook image the operator runs, and why.
+type HookImageChoice struct {
+	Image string
+	Why   string
+	// Warning is set when the image may not suit the cluster's KubeVirt.
+	Warning bool
+}
+
+// ChooseHookImage picks the domain-hook image. An explicit one (the
+// --hook-image flag) wins. Otherwise the image for the cluster's KubeVirt
+// minor (kubevirtVersion, as the KubeVirt CR's observedKubeVirtVersion
+// says; empty when unknown): from RelatedImageHookEnvFor(minor) when set,
+// from RelatedImageHookEnv for HookKubeVirtMinor, and else the tag
+// HookImageTagFor derives from DefaultHookImage. A KubeVirt minor without
+// a hook image gets the default one, with a warning.
+func ChooseHookImage(explicit string, lookupEnv func(string) (string, bool), kubevirtVersion string) HookImageChoice {
+	if explicit != "" {
+		return HookImageChoice{Image: explicit, Why: "--hook-image"}
+	}
+	if lookupEnv == nil {
+		lookupEnv = func(string) (string, bool) { return "", false }
+	}
+	fallback := func(why string, warn bool) HookImageChoice {
+		if img, ok := lookupEnv(RelatedImageHookEnv); ok && img != "" {
+			return HookImageChoice{Image: img, Why: why + "; $" + RelatedImageHookEnv, Warning: warn}
+		}
+		return HookImageChoice{Image: DefaultHookImage, Why: why + "; the built-in default", Warning: warn}
+	}
+	minor, ok := kubevirtMinor(kubevirtVersion)
+	switch {
+	case !ok:
+		return fallback(fmt.Sprintf("KubeVirt's version is unknown (%q); the image for KubeVirt %s", kubevirtVersion, HookKubeVirtMinor), true)
+	case minor == HookKubeVirtMinor:
+		return fallback("KubeVirt "+kubevirtVersion, false)
+	case !slices.Contains(strings.Split(HookKubeVirtMinors, ","), minor):
+		return fallback(fmt.Sprintf("no hook image is built for KubeVirt %s (only %s); the image for KubeVirt %s, "+
+			"whose sidecar-shim may not speak to this virt-launcher: set --hook-image", minor, HookKubeVirtMinors, HookKubeVirtMinor), true)
+	}
+	if img, ok := lookupEnv(RelatedImageHookEnvFor(minor)); ok && img != "" {
+		return HookImageChoice{Image: img, Why: "KubeVirt " + kubevirtVersion + "; $" + RelatedImageHookEnvFor(minor)}
+	}
+	return HookImageChoice{Image: HookImageTagFor(DefaultHookImage, minor), Why: "KubeVirt " + kubevirtVersion + "; the built-in default's tag for it"}
+}
+
+// kubevirtMinor is "1.8" of "v1.8.2" (or "1.8.2", or "v1.8.0-rc.1").
+func kubevirtMinor(version string) (string, bool) {
+	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
+	if len(parts) < 2 || parts[0] == "" || parts[1] == "" {
+		return "", false
+	}
+	for _, p := range parts[:2] {
+		if strings.Trim(p, "0123456789") != "" {
+			return "", false
+		}
+	}
+	return parts[0] + "." + parts[1], true
+}
+
+// +kubebuilder:rbac:groups=kubevirt.io,resources=kubevirts,verbs=list
+
+// ObservedKubeVirtVersion is the KubeVirt version the cluster runs, as its
+// KubeVirt CR reports it (status.observedKubeVirtVersion); empty when there
+// is none or it cannot be read, with the reason.
+func ObservedKubeVirtVersion(ctx context.Context, c client.Reader) (string, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "KubeVirtList"})
+	if err := c.List(ctx, list); err != nil {
+		return "", fmt.Errorf("listing KubeVirt CRs: %w", err)
+	}
+	for _, kv := range list.Items {
+		if v, _, _ := unstructured.NestedString(kv.Object, "status", "observedKubeVirtVersion"); v != "" {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("none of %d KubeVirt CRs reports status.observedKubeVirtVersion", len(list.Items))
+}
