@@ -57,6 +57,7 @@ MANIFEST_PATHS ?= ./api/...;./internal/...
 .PHONY: manifests
 manifests: controller-gen ## Generate CRDs, the ClusterRole and webhook configurations from the markers.
 	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd webhook paths="$(MANIFEST_PATHS)" output:crd:artifacts:config=config/crd/bases
+	cp config/prometheus/monitor.yaml config/prometheus/rules.yaml internal/monitoring/
 
 .PHONY: generate
 generate: controller-gen ## Generate DeepCopy methods.

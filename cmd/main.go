@@ -67,6 +67,7 @@ func main() {
 	var enableHTTP2 bool
 	var tlsOpts []func(*tls.Config)
 	var hookImage, emulatorPath, domainHook string
+	var monitoringObjects bool
 	var agentAddr, agentEndpoint, agentCertPath string
 	flag.StringVar(&agentAddr, "agent-bind-address", ":9444",
 		"The address the guest-agent endpoint listens on (HTTPS). Set to 0 to disable it.")
@@ -96,6 +97,9 @@ func main() {
 			"plugin-sidecar (a Plugin whose hook is the --hook-image sidecar, KubeVirt 1.9+ on Kubernetes 1.36+), "+
 			"sidecar (KubeVirt's hook sidecar, Sidecar feature gate), or auto: plugin-cel where KubeVirt serves "+
 			"the Plugin kind, sidecar elsewhere.")
+	flag.BoolVar(&monitoringObjects, "monitoring-objects", false,
+		"Write the operator's ServiceMonitor and alerts (PrometheusRule) into its namespace wherever the cluster serves "+
+			"the Prometheus Operator's kinds (the OLM bundle sets it; kustomize installs use the config/prometheus Component).")
 	flag.StringVar(&emulatorPath, "emulator-path", "",
 		"Optional QEMU binary on the nodes to use instead of KubeVirt's (for a QEMU with isa-applesmc).")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
@@ -266,7 +270,7 @@ func main() {
 		setupLog.Error(err, "Invalid flag")
 		os.Exit(1)
 	}
-	operatorOpts := operator.Options{Namespace: namespace, DomainHook: transport, HookImage: hookImage, LookupEnv: os.LookupEnv, EmulatorPath: emulatorPath,
+	operatorOpts := operator.Options{Namespace: namespace, DomainHook: transport, HookImage: hookImage, LookupEnv: os.LookupEnv, MonitoringObjects: monitoringObjects, EmulatorPath: emulatorPath,
 		Webhooks: true, Agent: agent, AgentHandler: agentHandler}
 	if agentServer != nil {
 		operatorOpts.AgentListeningSince = agentServer.ListeningSince

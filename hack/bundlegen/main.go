@@ -445,6 +445,10 @@ func olmDeployment(d appsv1.Deployment, o options) (operatorsv1alpha1.StrategyDe
 			return operatorsv1alpha1.StrategyDeploymentSpec{}, err
 		}
 		c.Env = append(c.Env, env...)
+		// The operator writes its ServiceMonitor and alerts where the
+		// cluster serves their kinds: in the bundle they would fail the
+		// install everywhere else.
+		c.Args = append(c.Args, "--monitoring-objects")
 		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
 			if m.MountPath == webhookCertDir {
 				dropped[m.Name] = true

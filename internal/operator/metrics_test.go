@@ -36,7 +36,7 @@ func operatorCollectors(t *testing.T) []prometheus.Collector {
 	}
 	cs := controller.Collectors(fake.NewClientBuilder().WithScheme(s).Build())
 	cs = append(cs, agentserver.Collectors()...)
-	return append(cs, domainHookReady)
+	return append(cs, domainHookReady, monitoringObjectsReady)
 }
 
 var descRE = regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)

@@ -62,6 +62,10 @@ type Options struct {
 	// LookupEnv reads the RELATED_IMAGE_* variables ChooseHookImage looks
 	// at (os.LookupEnv in the manager); none are read when nil.
 	LookupEnv func(string) (string, bool)
+	// MonitoringObjects has the operator write its ServiceMonitor and alerts
+	// into Namespace where the cluster serves those kinds (MonitoringObjects;
+	// the OLM bundle turns it on).
+	MonitoringObjects bool
 	// EmulatorPath optionally overrides the node's QEMU binary.
 	EmulatorPath string
 	// StopConfig is where the stop subresource is called; the manager's
@@ -160,6 +164,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		hookObjects = &DomainHookObjects{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Transport: transport,
 			Options: hookOpts, Log: mgr.GetLogger().WithName("domain-hook")}
 		if err := mgr.Add(hookObjects); err != nil {
+			return err
+		}
+	}
+	if opts.MonitoringObjects {
+		if err := mgr.Add(&MonitoringObjects{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Namespace: opts.Namespace,
+			Log: mgr.GetLogger().WithName("monitoring")}); err != nil {
 			return err
 		}
 	}

@@ -21,12 +21,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	psaapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/yaml"
 
+	"github.com/macvirt/macvirt/internal/monitoring"
 	"github.com/macvirt/macvirt/internal/operator"
 	"github.com/macvirt/macvirt/internal/testenv"
 )
@@ -800,7 +803,7 @@ func TestKustomizeInstall(t *testing.T) {
 		t.Errorf("config/network-policy opens %v to everyone; the webhooks (9443) and the agent endpoint (9444) need it", open)
 	}
 	// kustomize can build every overlay users are pointed at.
-	for _, dir := range []string{"config/manifests", "config/prometheus", "config/samples", "config/network-policy"} {
+	for _, dir := range []string{"config/manifests", "config/samples", "config/network-policy"} {
 		if len(kustomize(t, dir)) == 0 {
 			t.Errorf("kustomize build %s produced nothing", dir)
 		}
@@ -943,4 +946,115 @@ func TestUpgradeGraph(t *testing.T) {
 		}
 	}
 	t.Logf("version %s, olm.skipRange %q, replaces %q, %d older releases", self, raw, csv.Spec.Replaces, older)
+}
+
+// TestMonitoringShipsBothWays: the Prometheus component (the ServiceMonitor
+// and the alerts) builds into config/default when its lines there are
+// uncommented, as docs/install.md says, and the ServiceMonitor selects the
+// metrics Service. The OLM bundle carries neither object (OLM fails a
+// whole install whose bundle has a kind the cluster does not serve): its
+// operator writes the same two itself (--monitoring-objects), with the
+// permission to.
+func TestMonitoringShipsBothWays(t *testing.T) {
+	rules := splitYAML(t, read(t, "config/prometheus/rules.yaml"))
+	if len(rules) != 1 {
+		t.Fatalf("config/prometheus/rules.yaml holds %d objects, want the PrometheusRule", len(rules))
+	}
+
+	// config/default with the component, in a copy of config/.
+	dir := t.TempDir()
+	if err := os.CopyFS(filepath.Join(dir, "config"), os.DirFS(filepath.Join(root, "config"))); err != nil {
+		t.Fatal(err)
+	}
+	k := filepath.Join(dir, "config", "default", "kustomization.yaml")
+	b, err := os.ReadFile(k) //nolint:gosec // the copy just made.
+	if err != nil {
+		t.Fatal(err)
+	}
+	enabled := strings.Replace(strings.Replace(string(b), "#components:\n", "components:\n", 1), "#- ../prometheus\n", "- ../prometheus\n", 1)
+	if enabled == string(b) || !strings.Contains(enabled, "components:\n- ../prometheus\n") {
+		t.Fatal("config/default/kustomization.yaml has no commented `#components:` / `#- ../prometheus` to uncomment")
+	}
+	if err := os.WriteFile(k, []byte(enabled), 0o600); err != nil { //nolint:gosec // the copy in t.TempDir().
+		t.Fatal(err)
+	}
+	byKind := map[string][]unstructured.Unstructured{}
+	for _, o := range kustomize(t, filepath.Join(dir, "config", "default")) {
+		byKind[o.GetKind()] = append(byKind[o.GetKind()], o)
+	}
+	if len(byKind["PrometheusRule"]) != 1 || len(byKind["ServiceMonitor"]) != 1 {
+		t.Fatalf("config/default with the component: %d PrometheusRules and %d ServiceMonitors, want one each",
+			len(byKind["PrometheusRule"]), len(byKind["ServiceMonitor"]))
+	}
+	rule, monitor := byKind["PrometheusRule"][0], byKind["ServiceMonitor"][0]
+	if !equality.Semantic.DeepEqual(rule.Object["spec"], rules[0].Object["spec"]) {
+		t.Error("config/default's PrometheusRule differs from config/prometheus/rules.yaml")
+	}
+	selector, _, _ := unstructured.NestedStringMap(monitor.Object, "spec", "selector", "matchLabels")
+	endpoints, _, _ := unstructured.NestedSlice(monitor.Object, "spec", "endpoints")
+	port := ""
+	if len(endpoints) == 1 {
+		port, _, _ = unstructured.NestedString(endpoints[0].(map[string]any), "port")
+	}
+	selected := 0
+	for _, svc := range byKind["Service"] {
+		if !labels.SelectorFromSet(selector).Matches(labels.Set(svc.GetLabels())) {
+			continue
+		}
+		selected++
+		ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+		if !slices.ContainsFunc(ports, func(p any) bool { m, _ := p.(map[string]any); return m["name"] == port }) {
+			t.Errorf("the ServiceMonitor scrapes port %q, which Service %s does not name", port, svc.GetName())
+		}
+	}
+	if selected != 1 {
+		t.Errorf("the ServiceMonitor's selector %v matches %d Services, want the metrics Service", selector, selected)
+	}
+
+	// What the OLM install's operator writes is the same two objects.
+	written, err := monitoring.Objects(rule.GetNamespace())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range written {
+		var same *unstructured.Unstructured
+		for _, o := range []*unstructured.Unstructured{&rule, &monitor} {
+			if o.GetKind() == w.GetKind() && o.GetName() == w.GetName() && o.GetNamespace() == w.GetNamespace() {
+				same = o
+			}
+		}
+		if same == nil || !equality.Semantic.DeepEqual(same.Object["spec"], w.Object["spec"]) {
+			t.Errorf("the operator writes %s %s/%s, which config/default does not have as such", w.GetKind(), w.GetNamespace(), w.GetName())
+		}
+	}
+
+	// The bundle: none of them, the flag, and the permission.
+	bundle := loadBundle(t)
+	for _, o := range bundle.Objects {
+		if o.GetObjectKind().GroupVersionKind().Group == "monitoring.coreos.com" {
+			t.Errorf("the bundle carries %s; OLM would fail to install it where the Prometheus Operator is missing", o.GetObjectKind().GroupVersionKind().Kind)
+		}
+	}
+	csv := bundle.CSV
+	args := csv.Spec.InstallStrategy.StrategySpec.DeploymentSpecs[0].Spec.Template.Spec.Containers[0].Args
+	if !slices.Contains(args, "--monitoring-objects") {
+		t.Errorf("the CSV's manager runs without --monitoring-objects: %v", args)
+	}
+	may := map[string]bool{}
+	for _, p := range csv.Spec.InstallStrategy.StrategySpec.Permissions {
+		for _, r := range p.Rules {
+			if slices.Contains(r.APIGroups, "monitoring.coreos.com") {
+				for _, res := range r.Resources {
+					for _, v := range r.Verbs {
+						may[res+" "+v] = true
+					}
+				}
+			}
+		}
+	}
+	for _, want := range []string{"servicemonitors create", "servicemonitors patch", "prometheusrules create", "prometheusrules patch"} {
+		if !may[want] {
+			t.Errorf("the CSV's namespaced permissions lack %s on monitoring.coreos.com", want)
+		}
+	}
 }
