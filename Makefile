@@ -72,11 +72,12 @@ domain-fixtures: ## Regenerate the domain hook's KubeVirt domain XML fixtures fr
 	hack/domainxml/generate.sh
 
 .PHONY: golden
-golden: ## Rewrite the render goldens, the domain XML made from them, the domain-hook goldens and the Plugin transports' domains (review the diff!).
+golden: ## Rewrite the render goldens, the domain XML made from them, the domain-hook goldens, the Plugin transports' domains and the Argo CD checks' upstream layout (review the diff!).
 	go test ./internal/render/ -run '^TestGoldenRenderings$$' -update
 	hack/domainxml/generate.sh
 	go test ./internal/domainhook/ -run '^(TestGoldenDomains|TestPluginVariantsFile)$$' -update
 	go test ./internal/hookplugin/ -run '^TestShippedManifests$$' -update
+	go test ./test/argocd/ -run '^TestUpstreamLayoutIsCurrent$$' -update
 	hack/domainxml/generate.sh plugins
 
 .PHONY: fmt
