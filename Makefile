@@ -89,8 +89,9 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate fmt vet envtest kustomize ## Run every test layer: unit, golden, envtest integration, bundle and GitOps checks.
+test: manifests generate fmt vet envtest kustomize ## Run every test layer: unit, golden, envtest integration, bundle, Helm chart and GitOps checks.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 20m -coverprofile cover.out
+	cd hack/helmcheck && go test ./... -count=1
 
 # FUZZTIME is how long `make fuzz` runs each target; `make test` runs
 # only their seed corpora.
@@ -116,8 +117,9 @@ lint-fix: golangci-lint ## Run golangci-lint and apply its fixes.
 	"$(GOLANGCI_LINT)" run --fix ./...
 
 .PHONY: verify-gen
-verify-gen: manifests generate crds golden bundle ## Regenerate everything (the OLM bundle too) and fail if anything differs from git.
+verify-gen: manifests generate crds golden bundle helm-chart ## Regenerate everything (the OLM bundle and the Helm chart too) and fail if anything differs from git.
 	go mod tidy
+	cd hack/helmcheck && go mod tidy
 	cd hack/envtest && go mod tidy
 	cd hack/crdgen && go mod tidy
 	cd hack/domainxml && go mod tidy
@@ -166,14 +168,14 @@ kubectl-mac: ## Build the kubectl mac plugin into bin/kubectl-mac (put bin/ on P
 KUBECTL_MAC_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
 .PHONY: kubectl-mac-dist
-kubectl-mac-dist: ## Build the kubectl mac plugin for each of KUBECTL_MAC_PLATFORMS into dist/, with SHA-256 sums (what a release ships).
-	rm -rf dist && mkdir -p dist
+kubectl-mac-dist: ## Build the kubectl mac plugin for each of KUBECTL_MAC_PLATFORMS into dist/kubectl-mac, with SHA-256 sums (what a release ships).
+	rm -rf dist/kubectl-mac && mkdir -p dist/kubectl-mac
 	for p in $(KUBECTL_MAC_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; \
-		GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o dist/kubectl-mac_$${os}_$${arch}/kubectl-mac ./cmd/kubectl-mac || exit 1; \
-		tar -C dist/kubectl-mac_$${os}_$${arch} -czf dist/kubectl-mac_v$(VERSION)_$${os}_$${arch}.tar.gz kubectl-mac || exit 1; \
+		GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o dist/kubectl-mac/kubectl-mac_$${os}_$${arch}/kubectl-mac ./cmd/kubectl-mac || exit 1; \
+		tar -C dist/kubectl-mac/kubectl-mac_$${os}_$${arch} -czf dist/kubectl-mac/kubectl-mac_v$(VERSION)_$${os}_$${arch}.tar.gz kubectl-mac || exit 1; \
 	done
-	cd dist && sha256sum *.tar.gz > kubectl-mac_v$(VERSION)_SHA256SUMS
+	cd dist/kubectl-mac && sha256sum *.tar.gz > kubectl-mac_v$(VERSION)_SHA256SUMS
 
 # SANDBOX_ARGS are passed to macvirt-sandbox, e.g. SANDBOX_ARGS="--until-ready --speed 4".
 SANDBOX_ARGS ?=
@@ -271,6 +273,20 @@ bundle: manifests kustomize ## Generate the OLM bundle (bundle/, bundle.Dockerfi
 upgrade-baseline: manifests kustomize ## Freeze this release's CRDs into test/upgrade/testdata/v$(VERSION) (run once, when the release is cut); the upgrade test starts from the newest.
 	mkdir -p test/upgrade/testdata/v$(VERSION)
 	"$(KUSTOMIZE)" build config/crd > test/upgrade/testdata/v$(VERSION)/crds.yaml
+
+# KUBEBUILDER_VERSION is the Kubebuilder whose helm/v2-alpha plugin writes
+# dist/chart (`go run`, so nothing is installed).
+KUBEBUILDER_VERSION ?= v4.16.0
+
+.PHONY: helm-chart
+helm-chart: manifests kustomize ## Generate the Helm chart dist/chart from config/default with Kubebuilder's helm/v2-alpha plugin, completed by hack/helmcheck (which checks it).
+	@tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
+	cp PROJECT "$$tmp/" && "$(KUSTOMIZE)" build config/default > "$$tmp/install.yaml" && \
+	(cd "$$tmp" && go run sigs.k8s.io/kubebuilder/v4@$(KUBEBUILDER_VERSION) edit --plugins=helm/v2-alpha \
+		--manifests install.yaml --output-dir out --force) && \
+	rm -rf dist/chart && mkdir -p dist && cp -R "$$tmp/out/chart" dist/chart && \
+	sed -i -e 's/^version: .*/version: $(VERSION)/' -e 's/^appVersion: .*/appVersion: "v$(VERSION)"/' dist/chart/Chart.yaml && \
+	cd hack/helmcheck && go run ./complete --chart ../../dist/chart --manifests "$$tmp/install.yaml"
 
 .PHONY: bundle-build
 bundle-build: bundle ## Build the bundle image (needs a container engine).

@@ -1,0 +1,71 @@
+// Command complete adds to a chart made by Kubebuilder's helm/v2-alpha
+// plugin each object of the kustomize output the plugin left out, as a
+// template of templates/extras (`make helm-chart` runs it). The plugin
+// (v4.16) keeps one cert-manager Issuer only, and names files by object
+// name alone, so a Role and a ClusterRole of one name become one file:
+// macvirt's CA issuer and its namespaced manager Role would be lost.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/macvirt/macvirt/hack/helmcheck"
+)
+
+func main() {
+	chart := flag.String("chart", "", "The chart directory.")
+	manifests := flag.String("manifests", "", "The kustomize output the chart was made from.")
+	namespace := flag.String("namespace", "macvirt-system", "The namespace of the kustomize output.")
+	prefix := flag.String("prefix", "macvirt-", "The name prefix of the kustomize output.")
+	name := flag.String("name", "macvirt", "The chart's name (of its helper templates).")
+	flag.Parse()
+	if err := run(*chart, *manifests, *namespace, *prefix, *name); err != nil {
+		fmt.Fprintln(os.Stderr, "complete:", err)
+		os.Exit(1)
+	}
+}
+
+func run(chart, manifests, namespace, prefix, name string) error {
+	raw, err := os.ReadFile(manifests) //nolint:gosec // the build's own file.
+	if err != nil {
+		return err
+	}
+	want, err := helmcheck.Decode(manifests, raw)
+	if err != nil {
+		return err
+	}
+	got, err := helmcheck.Render(chart, strings.TrimSuffix(prefix, "-"), namespace, helmcheck.HelpersOn)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, o := range got {
+		have[helmcheck.Key(o)] = true
+	}
+	for _, o := range want {
+		// Helm creates the release's namespace (--create-namespace).
+		if o["kind"] == "Namespace" || have[helmcheck.Key(o)] {
+			continue
+		}
+		key := helmcheck.Key(o)
+		meta, _ := o["metadata"].(map[string]any)
+		objName, _ := meta["name"].(string)
+		s, err := helmcheck.Template(o, name, namespace, prefix)
+		if err != nil {
+			return err
+		}
+		file := filepath.Join(chart, "templates", "extras", strings.ToLower(fmt.Sprint(o["kind"]))+"-"+strings.TrimPrefix(objName, prefix)+".yaml")
+		if err := os.MkdirAll(filepath.Dir(file), 0o750); err != nil {
+			return err
+		}
+		if err := os.WriteFile(file, []byte(s), 0o644); err != nil { //nolint:gosec // a chart file, world-readable.
+			return err
+		}
+		fmt.Printf("complete: %s was left out by the plugin; added %s\n", key, file)
+	}
+	return nil
+}
