@@ -42,7 +42,7 @@ func fakeClient(t *testing.T, objs ...client.Object) client.WithWatch {
 	if err := kubevirtv1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	b := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&macvirtv1alpha1.MacClaim{}, &macvirtv1alpha1.MacMachine{})
+	b := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&macvirtv1alpha1.MacClaim{}, &macvirtv1alpha1.MacMachine{}, &macvirtv1alpha1.MacPool{})
 	if err := RegisterIndexes(context.Background(), indexedBuilder{b}); err != nil {
 		t.Fatal(err)
 	}
