@@ -208,6 +208,8 @@ var (
 		"macOS slots each Apple node advertises (its allocatable macvirt.io/macos-slots).", []string{"node"}, nil)
 	nodeSlotsUsedDesc = prometheus.NewDesc("macvirt_node_macos_slots_used",
 		"macOS slots held on each Apple node by unfinished VirtualMachineInstances that request one.", []string{"node"}, nil)
+	nodeCordonedDesc = prometheus.NewDesc("macvirt_node_cordoned",
+		"1 while an Apple node is cordoned (spec.unschedulable): its free macOS slots take no new Mac.", []string{"node"}, nil)
 )
 
 // slotsCollector reports each Apple node's macOS slots from the cache at
@@ -219,6 +221,7 @@ type slotsCollector struct {
 func (c *slotsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- nodeSlotsDesc
 	ch <- nodeSlotsUsedDesc
+	ch <- nodeCordonedDesc
 }
 
 func (c *slotsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -231,6 +234,11 @@ func (c *slotsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, u := range use {
 		ch <- prometheus.MustNewConstMetric(nodeSlotsDesc, prometheus.GaugeValue, float64(u.Slots), u.Node)
 		ch <- prometheus.MustNewConstMetric(nodeSlotsUsedDesc, prometheus.GaugeValue, float64(u.Used), u.Node)
+		cordoned := 0.0
+		if u.Cordoned {
+			cordoned = 1
+		}
+		ch <- prometheus.MustNewConstMetric(nodeCordonedDesc, prometheus.GaugeValue, cordoned, u.Node)
 	}
 }
 

@@ -76,7 +76,9 @@ func TestSlotsCollectorReportsEachAppleNode(t *testing.T) {
 		return v
 	}
 	// The operator's cache, with its index of instances by node.
-	c := fakeClient(t, node("mac-1", true, "2"), node("mac-2", true, "1"), node("linux", false, "5"),
+	cordoned := node("mac-2", true, "1")
+	cordoned.Spec.Unschedulable = true
+	c := fakeClient(t, node("mac-1", true, "2"), cordoned, node("linux", false, "5"),
 		vmi("a", "mac-1", kubevirtv1.Running), vmi("b", "mac-1", kubevirtv1.Scheduled), vmi("c", "mac-2", kubevirtv1.Succeeded))
 	want := `
 # HELP macvirt_node_macos_slots macOS slots each Apple node advertises (its allocatable macvirt.io/macos-slots).
@@ -87,6 +89,10 @@ macvirt_node_macos_slots{node="mac-2"} 1
 # TYPE macvirt_node_macos_slots_used gauge
 macvirt_node_macos_slots_used{node="mac-1"} 2
 macvirt_node_macos_slots_used{node="mac-2"} 0
+# HELP macvirt_node_cordoned 1 while an Apple node is cordoned (spec.unschedulable): its free macOS slots take no new Mac.
+# TYPE macvirt_node_cordoned gauge
+macvirt_node_cordoned{node="mac-1"} 0
+macvirt_node_cordoned{node="mac-2"} 1
 `
 	if err := testutil.CollectAndCompare(&slotsCollector{reader: c}, strings.NewReader(want)); err != nil {
 		t.Error(err)
