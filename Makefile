@@ -296,8 +296,8 @@ bundle-build: bundle ## Build the bundle image (needs a container engine).
 # module the proxy serves here).
 OPM ?= opm
 
-.PHONY: catalog-build
-catalog-build: ## Render a file-based catalog of BUNDLE_IMG (by digest) into dist/catalog with opm, validate it, and build CATALOG_IMG (needs opm and a container engine).
+.PHONY: catalog
+catalog: ## Render a file-based catalog of BUNDLE_IMG (by digest in a release) into dist/catalog with opm, validate it, and write dist/catalog.Dockerfile (needs opm).
 	rm -rf dist/catalog dist/catalog.Dockerfile && mkdir -p dist/catalog
 	go run ./hack/bundlegen --catalog-template dist/catalog-template.yaml --bundle-image $(BUNDLE_IMG) --version $(VERSION) \
 		--package $(BUNDLE_PACKAGE) --channels $(BUNDLE_CHANNELS) --default-channel $(BUNDLE_DEFAULT_CHANNEL) \
@@ -305,6 +305,9 @@ catalog-build: ## Render a file-based catalog of BUNDLE_IMG (by digest) into dis
 	"$(OPM)" alpha render-template basic -o yaml dist/catalog-template.yaml > dist/catalog/catalog.yaml
 	"$(OPM)" validate dist/catalog
 	cd dist && "$(OPM)" generate dockerfile catalog
+
+.PHONY: catalog-build
+catalog-build: catalog ## Build the catalog image CATALOG_IMG (needs opm and a container engine).
 	$(CONTAINER_TOOL) build -f dist/catalog.Dockerfile -t $(CATALOG_IMG) dist
 
 ##@ Dependencies

@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -715,6 +716,10 @@ func prune(v any) {
 	}
 }
 
+// kubevirtMinorRE is a KubeVirt minor as the operator names its variable:
+// digits without leading zeros, no "v".
+var kubevirtMinorRE = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
+
 // hookImage is the domain-hook image of one KubeVirt minor.
 type hookImage struct{ minor, image string }
 
@@ -723,8 +728,8 @@ func (o options) hookImagesByKubeVirt() ([]hookImage, error) {
 	var out []hookImage
 	for _, f := range strings.FieldsFunc(o.HookImagesByKubeVirt, func(r rune) bool { return r == ',' || r == ' ' }) {
 		minor, image, ok := strings.Cut(f, "=")
-		if _, err := semver.ParseTolerant(minor); !ok || image == "" || err != nil || strings.Count(minor, ".") != 1 {
-			return nil, fmt.Errorf("--hook-images-by-kubevirt: %q is not <major>.<minor>=<image>", f)
+		if !ok || image == "" || !kubevirtMinorRE.MatchString(minor) {
+			return nil, fmt.Errorf("--hook-images-by-kubevirt: %q is not <major>.<minor>=<image> (for example 1.8=registry/hook@sha256:<digest>)", f)
 		}
 		out = append(out, hookImage{minor, image})
 	}

@@ -180,7 +180,7 @@ func TestHookImagesByKubeVirt(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("env %v, want %v", got, want)
 	}
-	for _, bad := range []string{"1.8", "1.8=", "one=r/h", "1=r/h", "1.8.0=r/h"} {
+	for _, bad := range []string{"1.8", "1.8=", "one=r/h", "1=r/h", "1.8.0=r/h", "v1.8=r/h", "1.08=r/h", "01.8=r/h"} {
 		if _, err := (options{HookImagesByKubeVirt: bad}).hookImagesByKubeVirt(); err == nil {
 			t.Errorf("%q was taken", bad)
 		}

@@ -224,9 +224,29 @@ func TestChartHoldsTogetherUnderAnotherReleaseAndNamespace(t *testing.T) {
 			}
 		}
 	}
+	// What the binary expects whatever the release: guests reach the agent
+	// endpoint at the Service macvirt-agent (cmd/main.go's default
+	// --agent-endpoint), whose name the serving certificate carries.
+	need("the operator's default --agent-endpoint", "Service", "platform", "macvirt-agent")
+	for _, o := range objs {
+		if o["kind"] != "Certificate" || !strings.HasSuffix(Key(o), "serving-cert") {
+			continue
+		}
+		names, _ := o["spec"].(map[string]any)["dnsNames"].([]any)
+		if !slices.Contains(names, any("macvirt-agent.platform.svc")) {
+			missing = append(missing, fmt.Sprintf("%s does not name macvirt-agent.platform.svc: %v", Key(o), names))
+		}
+	}
 	sort.Strings(missing)
 	if len(missing) > 0 {
 		t.Errorf("rendered as ops-macs in platform:\n%s", strings.Join(missing, "\n"))
+	}
+
+	// The operator needs its ClusterRole: a namespaced install is refused,
+	// saying why.
+	if _, err := Render(chartDir, "ops-macs", "platform", map[string]any{"rbac": map[string]any{"namespaced": true}}); err == nil ||
+		!strings.Contains(err.Error(), "rbac.namespaced is not supported") {
+		t.Errorf("rbac.namespaced=true: %v, want a refusal naming rbac.namespaced", err)
 	}
 }
 

@@ -46,8 +46,10 @@ func sameConditions(a, b []metav1.Condition) bool {
 }
 
 // markDeleting writes deletingConditions into obj's status conditions
-// (conds points at them) unless they say so already; a refusal is
-// returned, for backoff, in the API server's words.
+// (conds points at them) unless they say so already. The write is guarded
+// by obj's resourceVersion, so a stale copy never overwrites conditions
+// written since; a conflict or refusal is returned, for a retry, in the
+// API server's words.
 func markDeleting(ctx context.Context, c client.Client, obj client.Object, conds *[]metav1.Condition, message string) error {
 	next := deletingConditions(*conds, obj.GetGeneration(), message)
 	if sameConditions(*conds, next) {
@@ -58,6 +60,6 @@ func markDeleting(ctx context.Context, c client.Client, obj client.Object, conds
 		return nil
 	}
 	*conds = next
-	_, err := writeStatus(ctx, c, obj, base, false)
+	_, err := writeStatus(ctx, c, obj, base, true)
 	return err
 }

@@ -2,9 +2,11 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -116,10 +118,34 @@ func ObservedKubeVirtVersion(ctx context.Context, c client.Reader) (string, erro
 	if err := c.List(ctx, list); err != nil {
 		return "", fmt.Errorf("listing KubeVirt CRs: %w", err)
 	}
+	if len(list.Items) == 0 {
+		return "", errors.New("no KubeVirt CR in the cluster")
+	}
 	for _, kv := range list.Items {
 		if v, _, _ := unstructured.NestedString(kv.Object, "status", "observedKubeVirtVersion"); v != "" {
 			return v, nil
 		}
 	}
-	return "", fmt.Errorf("none of %d KubeVirt CRs reports status.observedKubeVirtVersion", len(list.Items))
+	return "", fmt.Errorf("%w: none of %d KubeVirt CRs reports status.observedKubeVirtVersion", errNoVersionYet, len(list.Items))
+}
+
+// errNoVersionYet: a KubeVirt CR exists, and has not yet said its version.
+var errNoVersionYet = errors.New("KubeVirt has not reported its version yet")
+
+// WaitForKubeVirtVersion reads ObservedKubeVirtVersion every interval while
+// a KubeVirt CR exists that has not yet reported its version (a fresh
+// install), until ctx ends, and returns the last reason it is unknown.
+// Anything else (a refusal to list, no KubeVirt kind or CR) is final.
+func WaitForKubeVirtVersion(ctx context.Context, c client.Reader, interval time.Duration) (string, error) {
+	for {
+		v, err := ObservedKubeVirtVersion(ctx, c)
+		if err == nil || !errors.Is(err, errNoVersionYet) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(interval):
+		}
+	}
 }

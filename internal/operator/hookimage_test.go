@@ -1,7 +1,15 @@
 package operator
 
 import (
+	"context"
+	"strings"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
 func TestChooseHookImage(t *testing.T) {
@@ -51,5 +59,45 @@ func TestRelatedImageHookEnvFor(t *testing.T) {
 	}
 	if got := HookImageTagFor("r/hook:v1", HookKubeVirtMinor); got != "r/hook:v1" {
 		t.Errorf("HookImageTagFor(the built-against minor) = %s", got)
+	}
+}
+
+func TestWaitForKubeVirtVersion(t *testing.T) {
+	s := runtime.NewScheme()
+	kv := func(version string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("kubevirt.io/v1")
+		u.SetKind("KubeVirt")
+		u.SetNamespace("kubevirt")
+		u.SetName("kubevirt")
+		if version != "" {
+			_ = unstructured.SetNestedField(u.Object, version, "status", "observedKubeVirtVersion")
+		}
+		return u
+	}
+	for _, tc := range []struct {
+		name    string
+		objs    []client.Object
+		want    string
+		wantErr string
+		waits   bool
+	}{
+		{name: "reported", objs: []client.Object{kv("v1.8.2")}, want: "v1.8.2"},
+		{name: "no KubeVirt CR: final", wantErr: "no KubeVirt CR"},
+		{name: "not reported yet: waits, then says so", objs: []client.Object{kv("")}, wantErr: "has not reported", waits: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(s).WithObjects(tc.objs...).Build()
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			got, err := WaitForKubeVirtVersion(ctx, c, 50*time.Millisecond)
+			if got != tc.want || (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("got %q, %v; want %q, an error with %q", got, err, tc.want, tc.wantErr)
+			}
+			if waited := ctx.Err() != nil; waited != tc.waits {
+				t.Errorf("waited until the deadline: %v (after %s), want %v", waited, time.Since(start), tc.waits)
+			}
+		})
 	}
 }

@@ -142,13 +142,18 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("a client to choose the domain-hook transport: %w", err)
 	}
-	resolveCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	var kubevirtVersion string
 	if opts.HookImage == "" {
-		if kubevirtVersion, err = ObservedKubeVirtVersion(resolveCtx, hookClient); err != nil {
+		// Its own budget: a KubeVirt CR that does not yet report its
+		// version (a fresh install) is read again for a little while.
+		versionCtx, cancelVersion := context.WithTimeout(context.Background(), 15*time.Second)
+		kubevirtVersion, err = WaitForKubeVirtVersion(versionCtx, hookClient, time.Second)
+		cancelVersion()
+		if err != nil {
 			mgr.GetLogger().Info("The cluster's KubeVirt version is unknown", "reason", err.Error())
 		}
 	}
+	resolveCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	hookChoice := ChooseHookImage(opts.HookImage, opts.LookupEnv, kubevirtVersion)
 	mgr.GetLogger().Info("Domain-hook image", "image", hookChoice.Image, "why", hookChoice.Why, "mayNotSuitKubeVirt", hookChoice.Warning)
 	hookImage := hookChoice.Image

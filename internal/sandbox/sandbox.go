@@ -371,10 +371,22 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 	}()
 	// Objects are applied only once the webhooks answer, as in a cluster.
 	deadline := time.Now().Add(time.Minute)
-	for mgr.GetWebhookServer().StartedChecker()(nil) != nil && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	for {
+		err := mgr.GetWebhookServer().StartedChecker()(nil)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-run.stopped:
+			s.operator = nil
+			return fmt.Errorf("the operator stopped before its webhooks answered: %w", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.StopOperator()
+			return fmt.Errorf("the operator's webhooks did not answer within a minute: %w", err)
+		}
 	}
-	return nil
 }
 
 // StopOperator stops the running operator, if any, and waits for it: its

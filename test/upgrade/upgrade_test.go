@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -114,7 +115,7 @@ func TestAnOperatorUpgradeLosesNothingAndRestartsNoMac(t *testing.T) {
 	}
 
 	// Anything a tenant or admin watching would see go wrong from here on.
-	seen := watchForNotReady(ctx, t, admin)
+	seen := watchForNotReady(ctx, t, admin, before)
 
 	// The upgrade, as OLM, kustomize or Argo CD carry it out: the old
 	// operator goes, the CRDs are replaced, the new operator starts.
@@ -174,6 +175,25 @@ func TestAnOperatorUpgradeLosesNothingAndRestartsNoMac(t *testing.T) {
 		}
 		return meta.IsStatusConditionTrue(claim.Status.Conditions, macvirtv1alpha1.ConditionReady), fmt.Sprintf("phase %q", claim.Status.Phase)
 	})
+	// Once more at the end, a while after the new operator's first pass:
+	// the Macs that ran before still run the same instance, with the same
+	// VirtualMachine, but for the one the new claim was bound to.
+	final, _, err := fingerprints(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range before {
+		kind := strings.Fields(k)[0]
+		if (kind != "VirtualMachine" && kind != "VirtualMachineInstance") || strings.HasSuffix(k, "/"+claim.Status.MachineRef.Name) {
+			continue
+		}
+		if final[k] != v {
+			t.Errorf("by the end, %s changed or went:\n  before: %s\n  now:    %s", k, v, final[k])
+		}
+	}
+	if got := seen(); len(got) > 0 {
+		t.Errorf("by the end, a watcher saw:\n%s", strings.Join(got, "\n"))
+	}
 	t.Logf("after the upgrade: %d objects as they were, a new claim Ready on %s", len(before), claim.Status.MachineRef.Name)
 }
 
@@ -401,13 +421,15 @@ func allReady(ctx context.Context, c client.Client) (bool, string) {
 	return true, ""
 }
 
-// watchForNotReady watches claims and machines from now on and returns
-// what it saw that was not Ready: a tenant's view of the upgrade.
-func watchForNotReady(ctx context.Context, t *testing.T, c client.WithWatch) func() []string {
+// watchForNotReady watches the claims, machines and VirtualMachineInstances
+// of existing (fingerprints' keys) from now on and returns what it saw of
+// them that was not Ready, or an instance going: a tenant's view of the
+// upgrade, to the end of the test. Objects made since are not its concern.
+func watchForNotReady(ctx context.Context, t *testing.T, c client.WithWatch, existing map[string]string) func() []string {
 	t.Helper()
 	var mu sync.Mutex
 	var seen []string
-	for _, list := range []client.ObjectList{&macvirtv1alpha1.MacClaimList{}, &macvirtv1alpha1.MacMachineList{}} {
+	for _, list := range []client.ObjectList{&macvirtv1alpha1.MacClaimList{}, &macvirtv1alpha1.MacMachineList{}, &kubevirtv1.VirtualMachineInstanceList{}} {
 		w, err := c.Watch(ctx, list)
 		if err != nil {
 			t.Fatal(err)
@@ -425,6 +447,14 @@ func watchForNotReady(ctx context.Context, t *testing.T, c client.WithWatch) fun
 					if ev.Type == watch.Deleted || o.Status.Phase != macvirtv1alpha1.MachineReady {
 						what = fmt.Sprintf("%s machine %s/%s phase %q", ev.Type, o.Namespace, o.Name, o.Status.Phase)
 					}
+				case *kubevirtv1.VirtualMachineInstance:
+					// A Mac restarted is an instance deleted (or stopped).
+					if ev.Type == watch.Deleted || o.IsFinal() || o.DeletionTimestamp != nil {
+						what = fmt.Sprintf("%s VirtualMachineInstance %s/%s phase %q", ev.Type, o.Namespace, o.Name, o.Status.Phase)
+					}
+				}
+				if o, ok := ev.Object.(client.Object); !ok || existing[kindOf(ev.Object)+" "+client.ObjectKeyFromObject(o).String()] == "" {
+					what = ""
 				}
 				if what != "" {
 					mu.Lock()
@@ -560,4 +590,17 @@ func servingGaps(old, newer []*apiextensionsv1.CustomResourceDefinition) []strin
 		}
 	}
 	return out
+}
+
+// kindOf is the kind of the watched types, as fingerprints' keys name it.
+func kindOf(o any) string {
+	switch o.(type) {
+	case *macvirtv1alpha1.MacClaim:
+		return "MacClaim"
+	case *macvirtv1alpha1.MacMachine:
+		return "MacMachine"
+	case *kubevirtv1.VirtualMachineInstance:
+		return "VirtualMachineInstance"
+	}
+	return ""
 }

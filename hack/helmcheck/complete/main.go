@@ -67,5 +67,37 @@ func run(chart, manifests, namespace, prefix, name string) error {
 		}
 		fmt.Printf("complete: %s was left out by the plugin; added %s\n", key, file)
 	}
-	return nil
+	return settle(chart, name)
+}
+
+// settle fixes what the chart must hold for macvirt's operator whatever the
+// release is called: the operator and its certificate name the agent
+// Service macvirt-agent (cmd/main.go's --agent-endpoint default), so every
+// name is the chart's own (fullnameOverride), and it needs cluster-wide
+// RBAC, so rbac.namespaced is refused with a message that says so.
+func settle(chart, name string) error {
+	values := filepath.Join(chart, "values.yaml")
+	b, err := os.ReadFile(values) //nolint:gosec // the chart's own file.
+	if err != nil {
+		return err
+	}
+	const commented = "# fullnameOverride: \"\""
+	if !strings.Contains(string(b), commented) {
+		return fmt.Errorf("%s has no %q line to set", values, commented)
+	}
+	b = []byte(strings.Replace(string(b), commented,
+		"## macvirt's names do not depend on the release's: the operator reaches its\n"+
+			"## agent endpoint as the Service "+name+"-agent.\n"+
+			"fullnameOverride: "+name, 1))
+	if err := os.WriteFile(values, b, 0o644); err != nil { //nolint:gosec // a chart file, world-readable.
+		return err
+	}
+	checks := filepath.Join(chart, "templates", "extras", "checks.yaml")
+	if err := os.MkdirAll(filepath.Dir(checks), 0o750); err != nil {
+		return err
+	}
+	return os.WriteFile(checks, []byte(`{{- if .Values.rbac.namespaced }}
+{{- fail "rbac.namespaced is not supported: `+name+`'s operator watches nodes and VirtualMachines in every namespace and needs its ClusterRole; leave rbac.namespaced false" }}
+{{- end }}
+`), 0o644) //nolint:gosec // a chart file, world-readable.
 }
