@@ -43,6 +43,20 @@ type fixture struct {
 	Object map[string]any `json:"object"`
 }
 
+// loadFixture reads one fixture file, refusing unknown fields.
+func loadFixture(t *testing.T, file string) fixture {
+	t.Helper()
+	var f fixture
+	b, err := os.ReadFile(file) //nolint:gosec // the package's own testdata.
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, &f); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return f
+}
+
 func readScript(t *testing.T) string {
 	t.Helper()
 	script, err := argocdhealth.Script()
@@ -65,14 +79,7 @@ func TestHealthChecks(t *testing.T) {
 			}
 			seen, deleting := map[string]bool{}, 0
 			for _, file := range files {
-				var f fixture
-				b, err := os.ReadFile(file) //nolint:gosec // the package's own testdata.
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := yaml.UnmarshalStrict(b, &f); err != nil {
-					t.Fatalf("%s: %v", file, err)
-				}
+				f := loadFixture(t, file)
 				if !slices.Contains(healthStatuses, f.Expect.Status) || f.Expect.MessageContains == "" {
 					t.Fatalf("%s: expect needs a status out of %v and a messageContains", file, healthStatuses)
 				}

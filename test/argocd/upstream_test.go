@@ -45,14 +45,7 @@ func upstreamFiles(t *testing.T) map[string][]byte {
 		}
 		var tests []upstreamTest
 		for _, file := range files {
-			var f fixture
-			b, err := os.ReadFile(file) //nolint:gosec // the package's own testdata.
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := yaml.UnmarshalStrict(b, &f); err != nil {
-				t.Fatalf("%s: %v", file, err)
-			}
+			f := loadFixture(t, file)
 			status, message, err := argocdhealth.Run(script, f.Object)
 			if err != nil {
 				t.Fatalf("%s: %v", file, err)
