@@ -204,12 +204,12 @@ PLATFORMS ?= linux/amd64,linux/arm64
 .PHONY: docker-buildx
 docker-buildx: ## Build and push the manager and every hook image for PLATFORMS, writing each image's digest to dist/digests (a release does this; needs docker buildx).
 	mkdir -p dist
-	$(CONTAINER_TOOL) buildx build --platform $(PLATFORMS) --build-arg HOOK_IMG=$(HOOK_IMG) --push --metadata-file dist/manager.json -t $(IMG) .
-	$(CONTAINER_TOOL) buildx build --platform $(PLATFORMS) --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$(KUBEVIRT_VERSION) \
+	$(CONTAINER_TOOL) buildx build --platform $(PLATFORMS) --provenance=false --build-arg HOOK_IMG=$(HOOK_IMG) --push --metadata-file dist/manager.json -t $(IMG) .
+	$(CONTAINER_TOOL) buildx build --platform $(PLATFORMS) --provenance=false --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$(KUBEVIRT_VERSION) \
 		--push --metadata-file dist/hook.json -f Dockerfile.hook -t $(HOOK_IMG) .
 	for v in $(filter-out $(KUBEVIRT_VERSION),$(KUBEVIRT_HOOK_VERSIONS)); do \
 		minor=$$(echo "$${v#v}" | cut -d. -f1,2); \
-		$(CONTAINER_TOOL) buildx build --platform $(PLATFORMS) --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$$v \
+		$(CONTAINER_TOOL) buildx build --platform $(PLATFORMS) --provenance=false --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$$v \
 			--push --metadata-file dist/hook-kubevirt$$minor.json -f Dockerfile.hook -t $(HOOK_IMG)-kubevirt$$minor . || exit 1; \
 	done
 	for f in dist/manager.json dist/hook*.json; do \

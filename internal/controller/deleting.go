@@ -4,8 +4,10 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -62,4 +64,14 @@ func markDeleting(ctx context.Context, c client.Client, obj client.Object, conds
 	*conds = next
 	_, err := writeStatus(ctx, c, obj, base, true)
 	return err
+}
+
+// deletingResult is a deletion reconcile's result: a conflict (a stale
+// cached copy) is looked at again once the cache has caught up, without an
+// error's growing backoff or its log line.
+func deletingResult(err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return ctrl.Result{}, err
 }

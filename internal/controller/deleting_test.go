@@ -2,11 +2,14 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -92,5 +95,19 @@ func TestADeletedPoolOrClaimIsNoLongerStalled(t *testing.T) {
 			r == nil || r.Reason != macvirtv1alpha1.ReasonDeleting {
 			t.Errorf("a %s being deleted: Stalled %+v, Ready %+v; want both False with reason Deleting", what, s, r)
 		}
+	}
+}
+
+func TestDeletingResult(t *testing.T) {
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: "macvirt.io", Resource: "macpools"}, "p", errors.New("the object has been modified"))
+	if res, err := deletingResult(conflict); err != nil || res.RequeueAfter != conflictRetry {
+		t.Errorf("a conflict: %+v, %v; want a requeue after %s and no error", res, err, conflictRetry)
+	}
+	refused := apierrors.NewForbidden(schema.GroupResource{Group: "macvirt.io", Resource: "macpools"}, "p", errors.New("no"))
+	if _, err := deletingResult(refused); err == nil {
+		t.Error("a refusal was swallowed")
+	}
+	if res, err := deletingResult(nil); err != nil || res.RequeueAfter != 0 {
+		t.Errorf("success: %+v, %v", res, err)
 	}
 }

@@ -105,8 +105,8 @@ func (r *MacClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	}
 	if !claim.DeletionTimestamp.IsZero() {
 		// Release happens on the machine side, which sees its claim gone.
-		return ctrl.Result{}, markDeleting(ctx, r.Client, claim, &claim.Status.Conditions,
-			"the claim is being deleted; its machine is released by its reclaimPolicy once it is gone")
+		return deletingResult(markDeleting(ctx, r.Client, claim, &claim.Status.Conditions,
+			"the claim is being deleted; its machine is released by its reclaimPolicy once it is gone"))
 	}
 	s := &claimScope{claim: claim}
 	defer func() {

@@ -73,8 +73,8 @@ func (r *MacPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	}
 	if !pool.DeletionTimestamp.IsZero() {
 		forgetPool(pool.Name)
-		return ctrl.Result{}, markDeleting(ctx, r.Client, pool, &pool.Status.Conditions,
-			"the pool is being deleted; its unbound machines are stopped and deleted with it")
+		return deletingResult(markDeleting(ctx, r.Client, pool, &pool.Status.Conditions,
+			"the pool is being deleted; its unbound machines are stopped and deleted with it"))
 	}
 	s := &poolScope{Pool: pool}
 	defer func() {

@@ -378,6 +378,7 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 		}
 		select {
 		case <-run.stopped:
+			run.cancel()
 			s.operator = nil
 			return fmt.Errorf("the operator stopped before its webhooks answered: %w", err)
 		case <-time.After(50 * time.Millisecond):
