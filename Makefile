@@ -18,7 +18,9 @@ KUBEVIRT_HOOK_VERSIONS ?= v1.7.0 v1.8.0 $(KUBEVIRT_VERSION)
 kubevirt-minor = $(word 1,$(subst ., ,$(1:v%=%))).$(word 2,$(subst ., ,$(1:v%=%)))
 # HOOK_IMAGES_BY_KUBEVIRT is <minor>=<image> for each minor other than
 # KUBEVIRT_VERSION's; a release sets it to the pushed images' digests.
-HOOK_IMAGES_BY_KUBEVIRT ?= $(strip $(foreach v,$(filter-out $(KUBEVIRT_VERSION),$(KUBEVIRT_HOOK_VERSIONS)),$(call kubevirt-minor,$(v))=$(HOOK_IMG)-kubevirt$(call kubevirt-minor,$(v))))
+HOOK_OTHER_VERSIONS = $(filter-out $(KUBEVIRT_VERSION),$(KUBEVIRT_HOOK_VERSIONS))
+hook-image-for = $(HOOK_IMG)-kubevirt$(call kubevirt-minor,$(1))
+HOOK_IMAGES_BY_KUBEVIRT ?= $(strip $(foreach v,$(HOOK_OTHER_VERSIONS),$(call kubevirt-minor,$(v))=$(call hook-image-for,$(v))))
 # The manager defaults --hook-image to HOOK_IMG. (Not LDFLAGS: that one is
 # often exported with C linker flags.)
 GO_LDFLAGS ?= -X github.com/macvirt/macvirt/internal/operator.DefaultHookImage=$(HOOK_IMG)
@@ -192,10 +194,8 @@ run: manifests generate fmt vet ## Run the operator against the current kubeconf
 docker-build: ## Build the manager image and a domain-hook image per KUBEVIRT_HOOK_VERSIONS (needs a container engine).
 	$(CONTAINER_TOOL) build --build-arg HOOK_IMG=$(HOOK_IMG) -t $(IMG) .
 	$(CONTAINER_TOOL) build --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$(KUBEVIRT_VERSION) -f Dockerfile.hook -t $(HOOK_IMG) .
-	for v in $(filter-out $(KUBEVIRT_VERSION),$(KUBEVIRT_HOOK_VERSIONS)); do \
-		minor=$$(echo "$${v#v}" | cut -d. -f1,2); \
-		$(CONTAINER_TOOL) build --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$$v -f Dockerfile.hook -t $(HOOK_IMG)-kubevirt$$minor . || exit 1; \
-	done
+	$(foreach v,$(HOOK_OTHER_VERSIONS),$(CONTAINER_TOOL) build --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$(v) \
+		-f Dockerfile.hook -t $(call hook-image-for,$(v)) . &&) true
 
 # PLATFORMS are the platforms of the released images; the CSV's
 # operatorframework.io/arch labels say the same (a test holds them to it).
@@ -207,12 +207,14 @@ docker-buildx: ## Build and push the manager and every hook image for PLATFORMS,
 	$(CONTAINER_TOOL) buildx build --platform $(PLATFORMS) --provenance=false --build-arg HOOK_IMG=$(HOOK_IMG) --push --metadata-file dist/manager.json -t $(IMG) .
 	$(CONTAINER_TOOL) buildx build --platform $(PLATFORMS) --provenance=false --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$(KUBEVIRT_VERSION) \
 		--push --metadata-file dist/hook.json -f Dockerfile.hook -t $(HOOK_IMG) .
-	for v in $(filter-out $(KUBEVIRT_VERSION),$(KUBEVIRT_HOOK_VERSIONS)); do \
-		minor=$$(echo "$${v#v}" | cut -d. -f1,2); \
-		$(CONTAINER_TOOL) buildx build --platform $(PLATFORMS) --provenance=false --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$$v \
-			--push --metadata-file dist/hook-kubevirt$$minor.json -f Dockerfile.hook -t $(HOOK_IMG)-kubevirt$$minor . || exit 1; \
-	done
-	for f in dist/manager.json dist/hook*.json; do \
+	$(foreach v,$(HOOK_OTHER_VERSIONS),$(CONTAINER_TOOL) buildx build --platform $(PLATFORMS) --provenance=false \
+		--build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$(v) --push \
+		--metadata-file dist/hook-kubevirt$(call kubevirt-minor,$(v)).json -f Dockerfile.hook -t $(call hook-image-for,$(v)) . &&) true
+	$(MAKE) --no-print-directory digests
+
+.PHONY: digests
+digests: ## Write dist/digests, "<name> <digest>" of each buildx metadata file dist/<name>.json.
+	for f in dist/*.json; do \
 		printf '%s %s\n' "$$(basename "$$f" .json)" "$$(sed -n 's/.*"containerimage.digest": *"\([^"]*\)".*/\1/p' "$$f")"; \
 	done > dist/digests
 	cat dist/digests
@@ -221,9 +223,7 @@ docker-buildx: ## Build and push the manager and every hook image for PLATFORMS,
 docker-push: ## Push the manager and domain-hook images.
 	$(CONTAINER_TOOL) push $(IMG)
 	$(CONTAINER_TOOL) push $(HOOK_IMG)
-	for v in $(filter-out $(KUBEVIRT_VERSION),$(KUBEVIRT_HOOK_VERSIONS)); do \
-		$(CONTAINER_TOOL) push $(HOOK_IMG)-kubevirt$$(echo "$${v#v}" | cut -d. -f1,2) || exit 1; \
-	done
+	$(foreach v,$(HOOK_OTHER_VERSIONS),$(CONTAINER_TOOL) push $(call hook-image-for,$(v)) &&) true
 
 ##@ Deployment
 

@@ -34,19 +34,6 @@ func deletingConditions(conds []metav1.Condition, generation int64, message stri
 	return out
 }
 
-// sameConditions compares conditions without their transition times.
-func sameConditions(a, b []metav1.Condition) bool {
-	strip := func(cs []metav1.Condition) []metav1.Condition {
-		out := make([]metav1.Condition, len(cs))
-		for i, c := range cs {
-			c.LastTransitionTime = metav1.Time{}
-			out[i] = c
-		}
-		return out
-	}
-	return equality.Semantic.DeepEqual(strip(a), strip(b))
-}
-
 // markDeleting writes deletingConditions into obj's status conditions
 // (conds points at them) unless they say so already. The write is guarded
 // by obj's resourceVersion, so a stale copy never overwrites conditions
@@ -54,7 +41,7 @@ func sameConditions(a, b []metav1.Condition) bool {
 // API server's words.
 func markDeleting(ctx context.Context, c client.Client, obj client.Object, conds *[]metav1.Condition, message string) error {
 	next := deletingConditions(*conds, obj.GetGeneration(), message)
-	if sameConditions(*conds, next) {
+	if equality.Semantic.DeepEqual(*conds, next) {
 		return nil
 	}
 	base, ok := obj.DeepCopyObject().(client.Object)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,7 +34,7 @@ func TestDeletingConditions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := append([]metav1.Condition(nil), tc.in...)
 			got := deletingConditions(in, 3, "going")
-			if !sameConditions(in, tc.in) {
+			if !equality.Semantic.DeepEqual(in, tc.in) {
 				t.Error("the input was changed")
 			}
 			r := meta.FindStatusCondition(got, macvirtv1alpha1.ConditionReady)
@@ -50,7 +51,7 @@ func TestDeletingConditions(t *testing.T) {
 			if b := meta.FindStatusCondition(got, macvirtv1alpha1.ConditionBound); (b != nil) != (meta.FindStatusCondition(tc.in, macvirtv1alpha1.ConditionBound) != nil) {
 				t.Error("another condition was dropped or added")
 			}
-			if again := deletingConditions(got, 3, "going"); !sameConditions(again, got) {
+			if again := deletingConditions(got, 3, "going"); !equality.Semantic.DeepEqual(again, got) {
 				t.Error("not idempotent")
 			}
 		})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strings"
 	"time"
 
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -38,13 +37,6 @@ func (r *MacMachineReconciler) holdForDomainHook(o *machineObservation) bool {
 	return true
 }
 
-// ownedHookAnnotation says whether a template annotation carries the
-// domain settings for one of the transports.
-func ownedHookAnnotation(key string) bool {
-	return key == hookconfig.Annotation || key == hookconfig.SidecarsAnnotation ||
-		strings.HasPrefix(key, hookconfig.PluginAnnotationPrefix)
-}
-
 // hookAnnotationsFor returns the VM template's annotations with those of
 // the domain settings made right for the operator's transport, taken from
 // the configuration the VM was rendered with (its macvirt.io/domain-hook
@@ -66,7 +58,7 @@ func hookAnnotationsFor(have map[string]string, opts render.Options) (map[string
 	}
 	next := map[string]string{}
 	for k, v := range have {
-		if !ownedHookAnnotation(k) {
+		if !hookconfig.IsDomainHookAnnotation(k) {
 			next[k] = v
 		}
 	}

@@ -197,3 +197,10 @@ func (c *Config) PluginAnnotations() (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// IsDomainHookAnnotation says whether a VM template annotation carries the
+// domain settings for one of the transports: the configuration itself, the
+// hook sidecar's, or one of the Plugin's.
+func IsDomainHookAnnotation(key string) bool {
+	return key == Annotation || key == SidecarsAnnotation || strings.HasPrefix(key, PluginAnnotationPrefix)
+}

@@ -189,12 +189,12 @@ type System struct {
 	// OperatorUser is who the operator's requests arrive as.
 	OperatorUser string
 
-	cfg, opCfg *rest.Config
-	scheme     *runtime.Scheme
-	admin      client.Client
-	local      *localwebhook.Server
-	agentAddr  string
-	stopURL    string
+	opCfg     *rest.Config
+	scheme    *runtime.Scheme
+	admin     client.Client
+	local     *localwebhook.Server
+	agentAddr string
+	stopURL   string
 	// simStopped receives when the simulator's manager returns.
 	simStopped chan struct{}
 	// operator is the running operator; nil when stopped.
@@ -293,7 +293,7 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 	}
 	agentAddr := net.JoinHostPort(local.Host, strconv.Itoa(agentPort))
 	sys := &System{AgentEndpoint: "https://" + agentAddr, CABundle: local.CABundle,
-		cfg: cfg, opCfg: opCfg, scheme: scheme, admin: admin, local: local, agentAddr: agentAddr,
+		opCfg: opCfg, scheme: scheme, admin: admin, local: local, agentAddr: agentAddr,
 		stopURL: stopAPI.URL, stopAPI: stopAPI, simStopped: make(chan struct{})}
 	var c client.Client
 	if c, err = client.New(opCfg, client.Options{Scheme: scheme}); err == nil {

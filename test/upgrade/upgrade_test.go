@@ -324,7 +324,7 @@ func withoutHookAnnotations(vm *unstructured.Unstructured) (string, error) {
 	}
 	var hook []string
 	for k, v := range annotations {
-		if k == hookconfig.Annotation || k == hookconfig.SidecarsAnnotation || strings.HasPrefix(k, hookconfig.PluginAnnotationPrefix) {
+		if hookconfig.IsDomainHookAnnotation(k) {
 			hook = append(hook, k+"="+v)
 			delete(annotations, k)
 		}
