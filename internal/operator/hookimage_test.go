@@ -2,14 +2,18 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
 func TestChooseHookImage(t *testing.T) {
@@ -75,9 +79,14 @@ func TestWaitForKubeVirtVersion(t *testing.T) {
 		}
 		return u
 	}
+	forbidden := interceptor.Funcs{List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error {
+		return apierrors.NewForbidden(schema.GroupResource{Group: "kubevirt.io", Resource: "kubevirts"}, "",
+			errors.New(`User "system:serviceaccount:macvirt-system:macvirt-controller-manager" cannot list resource "kubevirts"`))
+	}}
 	for _, tc := range []struct {
 		name    string
 		objs    []client.Object
+		funcs   *interceptor.Funcs
 		want    string
 		wantErr string
 		waits   bool
@@ -85,9 +94,14 @@ func TestWaitForKubeVirtVersion(t *testing.T) {
 		{name: "reported", objs: []client.Object{kv("v1.8.2")}, want: "v1.8.2"},
 		{name: "no KubeVirt CR: final", wantErr: "no KubeVirt CR"},
 		{name: "not reported yet: waits, then says so", objs: []client.Object{kv("")}, wantErr: "has not reported", waits: true},
+		{name: "listing refused: final, in the API server's words", funcs: &forbidden, wantErr: `cannot list resource "kubevirts"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := fake.NewClientBuilder().WithScheme(s).WithObjects(tc.objs...).Build()
+			b := fake.NewClientBuilder().WithScheme(s).WithObjects(tc.objs...)
+			if tc.funcs != nil {
+				b = b.WithInterceptorFuncs(*tc.funcs)
+			}
+			c := b.Build()
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			defer cancel()
 			start := time.Now()
