@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
 // Each bound claim gets a Service in its own namespace: a stable name for
@@ -58,22 +59,9 @@ func serviceHost(c *macvirtv1alpha1.MacClaim) string {
 	return serviceName(c) + "." + c.Namespace + ".svc"
 }
 
-// accessType is the Service type the claim gets: what it asks for, or its
-// class's default when it asks for none, if the class allows it; ClusterIP
-// otherwise (the claim then says why).
-func accessType(c *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacClass) macvirtv1alpha1.AccessType {
-	want := c.Spec.Access.Type
-	if want == "" {
-		want = class.DefaultAccess()
-	}
-	if class == nil || !class.Spec.Tenancy.AllowsAccess(want) {
-		return macvirtv1alpha1.AccessClusterIP
-	}
-	return want
-}
-
 // desiredService is the claim's Service as it should be.
 func desiredService(c *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacClass) *corev1.Service {
+	access, _ := tenancy.Access(class, c.Spec.Access.Type)
 	ports := []corev1.ServicePort{{Name: sshPortName, Protocol: corev1.ProtocolTCP, Port: sshPort, TargetPort: intstr.FromInt32(sshPort)}}
 	if class != nil && class.Spec.Access.ScreenSharing {
 		ports = append(ports, corev1.ServicePort{Name: vncPortName, Protocol: corev1.ProtocolTCP, Port: vncPort, TargetPort: intstr.FromInt32(vncPort)})
@@ -82,7 +70,7 @@ func desiredService(c *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacClass
 		ObjectMeta: metav1.ObjectMeta{Name: serviceName(c), Namespace: c.Namespace,
 			Labels:          map[string]string{macvirtv1alpha1.LabelClaim: c.Name},
 			OwnerReferences: []metav1.OwnerReference{controllerRef("MacClaim", c.Name, c.UID)}},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceType(accessType(c, class)), Ports: ports},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceType(access), Ports: ports},
 	}
 }
 
@@ -133,10 +121,8 @@ func (r *MacClaimReconciler) ensureService(ctx context.Context, s *claimScope) (
 		}
 	}
 	want := desiredService(s.claim, class)
-	if t := s.claim.Spec.Access.Type; t != "" && t != macvirtv1alpha1.AccessType(want.Spec.Type) {
-		s.serviceProblem = &problem{macvirtv1alpha1.ReasonAccessTypeNotAllowed, fmt.Sprintf(
-			"spec.access.type %s is not among MacClass %s's spec.tenancy.allowedAccessTypes; the Service is ClusterIP: ask an admin, or use an allowed type",
-			t, s.machine.Spec.ClassName)}
+	if _, refusal := tenancy.Access(class, s.claim.Spec.Access.Type); refusal != nil {
+		s.serviceProblem = &problem{refusal.Reason, refusal.Message + "; the Service is ClusterIP meanwhile"}
 	}
 	svc, err := r.writeOwned(ctx, s, "Service", want, &corev1.Service{}, func(have, want client.Object) bool {
 		h, w := have.(*corev1.Service), want.(*corev1.Service)

@@ -128,31 +128,6 @@ func TestNodeAddress(t *testing.T) {
 	}
 }
 
-func TestAccessType(t *testing.T) {
-	class := func(def macvirtv1alpha1.AccessType, allowed ...macvirtv1alpha1.AccessType) *macvirtv1alpha1.MacClass {
-		c := &macvirtv1alpha1.MacClass{}
-		c.Spec.Access.DefaultType, c.Spec.Tenancy.AllowedAccessTypes = def, allowed
-		return c
-	}
-	for name, tc := range map[string]struct {
-		asks  macvirtv1alpha1.AccessType
-		class *macvirtv1alpha1.MacClass
-		want  macvirtv1alpha1.AccessType
-	}{
-		"nothing asked, no default":          {"", class(""), macvirtv1alpha1.AccessClusterIP},
-		"nothing asked, the class's default": {"", class(macvirtv1alpha1.AccessNodePort, macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessNodePort), macvirtv1alpha1.AccessNodePort},
-		"asked, and allowed":                 {macvirtv1alpha1.AccessClusterIP, class(macvirtv1alpha1.AccessNodePort, macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessNodePort), macvirtv1alpha1.AccessClusterIP},
-		"asked, not allowed":                 {macvirtv1alpha1.AccessLoadBalancer, class(""), macvirtv1alpha1.AccessClusterIP},
-		"a default the class does not allow": {"", class(macvirtv1alpha1.AccessLoadBalancer), macvirtv1alpha1.AccessClusterIP},
-		"no class":                           {macvirtv1alpha1.AccessNodePort, nil, macvirtv1alpha1.AccessClusterIP},
-	} {
-		claim := &macvirtv1alpha1.MacClaim{Spec: macvirtv1alpha1.MacClaimSpec{Access: macvirtv1alpha1.ClaimAccess{Type: tc.asks}}}
-		if got := accessType(claim, tc.class); got != tc.want {
-			t.Errorf("%s: accessType = %s, want %s", name, got, tc.want)
-		}
-	}
-}
-
 // A NodePort claim whose machine's Node cannot be read keeps its Service
 // and EndpointSlice, says in the API server's words why its external
 // address is unknown, and returns the error for a retry.

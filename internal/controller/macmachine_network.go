@@ -14,6 +14,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/render"
+	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
 // exposure is what the machine's NetworkPolicy lets in: nothing while it is
@@ -34,8 +35,8 @@ func (r *MacMachineReconciler) exposure(ctx context.Context, o *machineObservati
 	if claim.UID != ref.UID {
 		return render.Exposure{}, nil
 	}
-	return render.Exposure{ClaimNamespace: ref.Namespace,
-		External: accessType(claim, o.Class) != macvirtv1alpha1.AccessClusterIP}, nil
+	access, _ := tenancy.Access(o.Class, claim.Spec.Access.Type)
+	return render.Exposure{ClaimNamespace: ref.Namespace, External: access != macvirtv1alpha1.AccessClusterIP}, nil
 }
 
 // ensureNetworkPolicy answers: does the machine's NetworkPolicy let in only

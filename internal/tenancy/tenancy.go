@@ -94,13 +94,26 @@ func MayServe(m *macvirtv1alpha1.MacMachine, namespace string, pool *macvirtv1al
 	return pool != nil && m.Labels[macvirtv1alpha1.LabelPool] == pool.Name && m.Namespace == pool.Spec.Namespace
 }
 
-// CheckAccess says whether class lets a claim ask for access type t; nil
-// when it does.
-func CheckAccess(class *macvirtv1alpha1.MacClass, t macvirtv1alpha1.AccessType) *Refusal {
-	if class.Spec.Tenancy.AllowsAccess(t) {
-		return nil
+// Access decides the access type a claim of class gets: the type it asks
+// for (asked), or the class's spec.access.defaultType when it asks for none,
+// when the class allows it (spec.tenancy.allowedAccessTypes). A type the
+// class does not allow is refused: the admission webhook refuses the claim
+// with the Refusal, and a claim admitted before its class changed gets
+// ClusterIP, saying why. Without a class, ClusterIP and no refusal. The
+// claim's Service and its machine's NetworkPolicy both follow this one
+// decision.
+func Access(class *macvirtv1alpha1.MacClass, asked macvirtv1alpha1.AccessType) (macvirtv1alpha1.AccessType, *Refusal) {
+	if class == nil {
+		return macvirtv1alpha1.AccessClusterIP, nil
 	}
-	return &Refusal{macvirtv1alpha1.ReasonAccessTypeNotAllowed, fmt.Sprintf(
+	want := asked
+	if want == "" {
+		want = class.DefaultAccess()
+	}
+	if class.Spec.Tenancy.AllowsAccess(want) {
+		return want, nil
+	}
+	return macvirtv1alpha1.AccessClusterIP, &Refusal{macvirtv1alpha1.ReasonAccessTypeNotAllowed, fmt.Sprintf(
 		"MacClass %s allows spec.access.type %v only (its spec.tenancy.allowedAccessTypes); use one of those or ask an admin",
 		class.Name, class.Spec.Tenancy.AccessTypes()), "spec.access.type"}
 }

@@ -65,3 +65,37 @@ func TestReleasedFull(t *testing.T) {
 		}
 	}
 }
+
+// TestAccess is the one decision of a claim's access type: what the
+// claim's Service is, and what its machine's NetworkPolicy lets in.
+func TestAccess(t *testing.T) {
+	class := func(def macvirtv1alpha1.AccessType, allowed ...macvirtv1alpha1.AccessType) *macvirtv1alpha1.MacClass {
+		c := &macvirtv1alpha1.MacClass{}
+		c.Spec.Access.DefaultType, c.Spec.Tenancy.AllowedAccessTypes = def, allowed
+		return c
+	}
+	for name, tc := range map[string]struct {
+		asks    macvirtv1alpha1.AccessType
+		class   *macvirtv1alpha1.MacClass
+		want    macvirtv1alpha1.AccessType
+		refused bool
+	}{
+		"nothing asked, no default":          {"", class(""), macvirtv1alpha1.AccessClusterIP, false},
+		"nothing asked, the class's default": {"", class(macvirtv1alpha1.AccessNodePort, macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessNodePort), macvirtv1alpha1.AccessNodePort, false},
+		"asked, and allowed":                 {macvirtv1alpha1.AccessClusterIP, class(macvirtv1alpha1.AccessNodePort, macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessNodePort), macvirtv1alpha1.AccessClusterIP, false},
+		"asked, not allowed":                 {macvirtv1alpha1.AccessLoadBalancer, class(""), macvirtv1alpha1.AccessClusterIP, true},
+		"a default the class does not allow": {"", class(macvirtv1alpha1.AccessLoadBalancer), macvirtv1alpha1.AccessClusterIP, true},
+		"no class":                           {macvirtv1alpha1.AccessNodePort, nil, macvirtv1alpha1.AccessClusterIP, false},
+	} {
+		got, refusal := Access(tc.class, tc.asks)
+		if got != tc.want {
+			t.Errorf("%s: Access = %s, want %s", name, got, tc.want)
+		}
+		if (refusal != nil) != tc.refused {
+			t.Errorf("%s: refusal %+v, want one: %v", name, refusal, tc.refused)
+		}
+		if refusal != nil && (refusal.Field != "spec.access.type" || refusal.Reason != macvirtv1alpha1.ReasonAccessTypeNotAllowed) {
+			t.Errorf("%s: refusal %+v, want %s on spec.access.type", name, refusal, macvirtv1alpha1.ReasonAccessTypeNotAllowed)
+		}
+	}
+}

@@ -46,7 +46,7 @@ func (w *claimWebhook) ValidateUpdate(ctx context.Context, old, c *macvirtv1alph
 			return nil, err
 		}
 		if env.Class != nil {
-			if r := tenancy.CheckAccess(env.Class, c.Spec.Access.Type); r != nil {
+			if _, r := tenancy.Access(env.Class, c.Spec.Access.Type); r != nil {
 				errs = append(errs, field.Forbidden(field.NewPath("spec", "access", "type"), r.Message))
 			}
 		}

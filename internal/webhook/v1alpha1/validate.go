@@ -104,7 +104,7 @@ func ValidateMacClaim(c *macvirtv1alpha1.MacClaim, env ClaimEnv) (field.ErrorLis
 		}
 	}
 	if env.Class != nil {
-		if r := tenancy.CheckAccess(env.Class, c.Spec.Access.Type); r != nil {
+		if _, r := tenancy.Access(env.Class, c.Spec.Access.Type); r != nil {
 			errs = append(errs, field.Forbidden(field.NewPath("spec", "access", "type"), r.Message))
 		}
 	}
