@@ -45,7 +45,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/macvirt/macvirt/internal/agentserver"
-	"github.com/macvirt/macvirt/internal/controller"
 	"github.com/macvirt/macvirt/internal/hookplugin"
 	"github.com/macvirt/macvirt/internal/localwebhook"
 	"github.com/macvirt/macvirt/internal/operator"
@@ -316,8 +315,8 @@ func main() {
 // listens on that host; in the cluster it uses --agent-cert-path, or the
 // webhook certificate, whose directory also holds ca.crt.
 func agentEndpointConfig(addr, endpoint, certPath, webhookCertPath string, local *localwebhook.Server,
-	localHost string) (controller.AgentOptions, *agentserver.Server, error) {
-	opts := controller.AgentOptions{Endpoint: endpoint}
+	localHost string) (agentserver.Address, *agentserver.Server, error) {
+	opts := agentserver.Address{Endpoint: endpoint}
 	if addr == "0" {
 		return opts, nil, nil
 	}

@@ -16,7 +16,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/agentserver"
-	"github.com/macvirt/macvirt/internal/controller"
+	"github.com/macvirt/macvirt/internal/controller/metrics"
 	"github.com/macvirt/macvirt/internal/testenv"
 )
 
@@ -34,7 +34,7 @@ func operatorCollectors(t *testing.T) []prometheus.Collector {
 	if err := macvirtv1alpha1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	cs := controller.Collectors(fake.NewClientBuilder().WithScheme(s).Build())
+	cs := metrics.Collectors(fake.NewClientBuilder().WithScheme(s).Build())
 	cs = append(cs, agentserver.Collectors()...)
 	return append(cs, domainHookReady, monitoringObjectsReady)
 }
@@ -110,7 +110,7 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 	}
 	// Whatever registered itself with the manager's registry (at init, or
 	// by RegisterMetrics) is among them.
-	if err := controller.RegisterMetrics(fake.NewClientBuilder().Build()); err != nil {
+	if err := metrics.Register(fake.NewClientBuilder().Build()); err != nil {
 		t.Fatal(err)
 	}
 	families, err := ctrlmetrics.Registry.Gather()

@@ -27,7 +27,13 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/agentserver"
 	"github.com/macvirt/macvirt/internal/classhistory"
-	"github.com/macvirt/macvirt/internal/controller"
+	"github.com/macvirt/macvirt/internal/controller/claim"
+	"github.com/macvirt/macvirt/internal/controller/class"
+	"github.com/macvirt/macvirt/internal/controller/index"
+	"github.com/macvirt/macvirt/internal/controller/machine"
+	"github.com/macvirt/macvirt/internal/controller/metrics"
+	"github.com/macvirt/macvirt/internal/controller/nodeslots"
+	"github.com/macvirt/macvirt/internal/controller/pool"
 	"github.com/macvirt/macvirt/internal/hookplugin"
 	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/vmstop"
@@ -82,11 +88,11 @@ type Options struct {
 	// ClaimWorkers is the number of claims bound in parallel (default 16).
 	ClaimWorkers int
 	// ConnectionResync is how often Ready claims' connection Secrets are
-	// applied again (controller.DefaultConnectionResync when zero).
+	// applied again (claim.DefaultConnectionResync when zero).
 	ConnectionResync time.Duration
 	// Agent is the guest-agent endpoint written into every machine's
 	// config disk.
-	Agent controller.AgentOptions
+	Agent agentserver.Address
 	// AgentListeningSince reports when that endpoint began to listen (the
 	// agent server's ListeningSince); the operator's start when nil.
 	AgentListeningSince func() time.Time
@@ -178,7 +184,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return err
 		}
 	}
-	if err := controller.RegisterIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
+	if err := index.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	c := mgr.GetClient()
@@ -199,7 +205,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		setup func() error
 	}{
 		{MachineController, func() error {
-			return (&controller.MacMachineReconciler{
+			return (&machine.Reconciler{
 				Client:         c,
 				APIReader:      mgr.GetAPIReader(),
 				Classes:        classhistory.Resolver{Classes: c, Snapshots: snapshots, Namespace: opts.Namespace},
@@ -214,7 +220,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			}).SetupWithManager(mgr)
 		}},
 		{ClassController, func() error {
-			return (&controller.MacClassReconciler{
+			return (&class.Reconciler{
 				Client:         c,
 				APIReader:      mgr.GetAPIReader(),
 				Namespace:      opts.Namespace,
@@ -222,7 +228,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			}).SetupWithManager(mgr)
 		}},
 		{PoolController, func() error {
-			return (&controller.MacPoolReconciler{
+			return (&pool.Reconciler{
 				Client:         c,
 				Clock:          opts.Clock,
 				Recorder:       mgr.GetEventRecorder("macvirt-pool-controller"),
@@ -230,7 +236,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			}).SetupWithManager(mgr)
 		}},
 		{ClaimController, func() error {
-			return (&controller.MacClaimReconciler{
+			return (&claim.Reconciler{
 				Client:                  c,
 				APIReader:               mgr.GetAPIReader(),
 				Recorder:                mgr.GetEventRecorder("macvirt-claim-controller"),
@@ -241,7 +247,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			}).SetupWithManager(mgr)
 		}},
 		{NodeController, func() error {
-			return (&controller.NodeSlotsReconciler{
+			return (&nodeslots.Reconciler{
 				Client:         c,
 				Recorder:       mgr.GetEventRecorder("macvirt-node-controller"),
 				ControllerName: "nodeslots" + opts.NameSuffix,
@@ -265,7 +271,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return err
 		}
 	}
-	return controller.RegisterMetrics(mgr.GetCache())
+	return metrics.Register(mgr.GetCache())
 }
 
 // CacheOptions is how the operator's manager caches: Services and

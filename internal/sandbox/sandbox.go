@@ -39,7 +39,6 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/agentserver"
-	"github.com/macvirt/macvirt/internal/controller"
 	"github.com/macvirt/macvirt/internal/localwebhook"
 	"github.com/macvirt/macvirt/internal/operator"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
@@ -345,7 +344,7 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 		suffix = fmt.Sprintf("-%d", s.operators)
 	}
 	err = operator.Setup(mgr, operator.Options{Webhooks: true, StopConfig: &rest.Config{Host: s.stopURL},
-		Agent:               controller.AgentOptions{Endpoint: s.AgentEndpoint, CABundle: s.CABundle},
+		Agent:               agentserver.Address{Endpoint: s.AgentEndpoint, CABundle: s.CABundle},
 		AgentHandler:        agentHandler,
 		AgentListeningSince: agentServer.ListeningSince,
 		HookImage:           opts.HookImage,

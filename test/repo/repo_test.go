@@ -65,7 +65,8 @@ func TestProjectFileListsEveryKind(t *testing.T) {
 		if want, ok := namespaced[r.Kind]; !ok || want != r.API.Namespaced {
 			t.Errorf("%s: namespaced=%v in PROJECT", r.Kind, r.API.Namespaced)
 		}
-		controllerFile := filepath.Join(testenv.RepoRoot(), "internal", "controller", strings.ToLower(r.Kind)+"_controller.go")
+		// One package per kind: MacClass's controller is internal/controller/class.
+		controllerFile := filepath.Join(testenv.RepoRoot(), "internal", "controller", strings.TrimPrefix(strings.ToLower(r.Kind), "mac"), "controller.go")
 		if _, err := os.Stat(controllerFile); (err == nil) != r.Controller {
 			t.Errorf("%s: PROJECT says controller=%v, but %s exists=%v", r.Kind, r.Controller, controllerFile, err == nil)
 		}

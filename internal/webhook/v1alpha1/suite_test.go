@@ -22,7 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/macvirt/macvirt/internal/controller"
+	"github.com/macvirt/macvirt/internal/controller/index"
 	"github.com/macvirt/macvirt/internal/localwebhook"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/testenv"
@@ -75,7 +75,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	// No controller runs: these specs are about admission. The webhooks look
 	// SMBIOS identities up by the operator's cache index.
-	Expect(controller.RegisterIndexes(suiteCtx, mgr.GetFieldIndexer())).To(Succeed())
+	Expect(index.Register(suiteCtx, mgr.GetFieldIndexer())).To(Succeed())
 	// The manager's user plays the operator: only it may write what binds
 	// a machine. Specs play anyone else with impersonated clients.
 	c, err := client.New(cfg, client.Options{Scheme: scheme})

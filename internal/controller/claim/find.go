@@ -1,0 +1,116 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/controller/index"
+	"github.com/macvirt/macvirt/internal/controller/metrics"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// findBound finds the machine bound to the claim: the one its status names,
+// or, after a restart between the two binding writes, the one whose
+// claimRef carries the claim's UID. A named machine that is gone, bound to
+// another UID, or Failed makes the claim Lost; it is never re-bound.
+func (r *Reconciler) findBound(ctx context.Context, s *claimScope) (bool, error) {
+	var listed macvirtv1alpha1.MacMachineList
+	if err := r.List(ctx, &listed, client.MatchingFields{index.MachineClaimUID: string(s.claim.UID)}); err != nil {
+		return false, fmt.Errorf("listing the machines bound to claim %s/%s: %w", s.claim.Namespace, s.claim.Name, err)
+	}
+	won, err := r.mayServe(ctx, s.claim.Namespace, listed.Items)
+	if err != nil {
+		return false, err
+	}
+	ref := s.claim.Status.MachineRef
+	switch {
+	case bindingInProgress(s.claim) && ref != nil:
+		// The claim reserved this machine and the machine's side may not
+		// be written yet (a crash, or another operator in the middle).
+		return r.completeBind(ctx, s)
+	case bindingInProgress(s.claim):
+		// The claim is committed to a machine of its own, made on demand.
+		return r.bindOnDemand(ctx, s)
+	}
+	if ref == nil {
+		// A machine created for the claim on demand (pre-bound), or bound
+		// by an operator that wrote the machine's side first: adopt it. The
+		// lowest name, so every operator adopts the same one.
+		for _, m := range won {
+			if s.machine == nil || m.Name < s.machine.Name {
+				s.machine = m
+			}
+		}
+		return true, nil
+	}
+	if err := r.deleteOrphans(ctx, s.claim, ref, won); err != nil {
+		return false, err
+	}
+	m := &macvirtv1alpha1.MacMachine{}
+	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+	err = r.Get(ctx, key, m)
+	if apierrors.IsNotFound(err) || (err == nil && (m.UID != ref.UID || m.Spec.ClaimRef == nil || m.Spec.ClaimRef.UID != s.claim.UID)) {
+		// The cache may lag behind the binding (the claim's and the
+		// machine's watches are not ordered); only the API server can say
+		// the machine is gone or not this claim's.
+		err = r.APIReader.Get(ctx, key, m)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		s.lost = fmt.Sprintf("bound machine %s no longer exists", key)
+	case err != nil:
+		return false, fmt.Errorf("getting bound machine %s: %w", key, err)
+	case m.UID != ref.UID || m.Spec.ClaimRef == nil || m.Spec.ClaimRef.UID != s.claim.UID:
+		s.lost = fmt.Sprintf("machine %s is not the one bound to this claim any more", key)
+	case m.Status.Phase == macvirtv1alpha1.MachineFailed:
+		s.lost = fmt.Sprintf("bound machine %s failed", key)
+		s.machine = m
+	default:
+		// A binding made before admission guarded claimRef and the pool
+		// label (or while it was not installed) may name a machine made by
+		// hand: it is not the claim's, and never gets its keys.
+		served, err := r.mayServe(ctx, s.claim.Namespace, []macvirtv1alpha1.MacMachine{*m})
+		if err != nil {
+			return false, err
+		}
+		if len(served) == 0 {
+			s.lost = fmt.Sprintf("machine %s was not made for this claim: it is neither in the claim's namespace nor a pool's machine "+
+				"in that pool's namespace", key)
+			return true, nil
+		}
+		s.machine = m
+	}
+	return true, nil
+}
+
+// deleteOrphans deletes machines bound to this claim that its status does
+// not name: two operators each bound one, and only one was recorded. The
+// orphan was never handed to the tenant, and its claimRef cannot change, so
+// it goes (with its resourceVersion as precondition) and its pool replaces it.
+func (r *Reconciler) deleteOrphans(ctx context.Context, claim *macvirtv1alpha1.MacClaim, ref *macvirtv1alpha1.ObjectRef,
+	bound []*macvirtv1alpha1.MacMachine) error {
+	for _, m := range bound {
+		if m.UID == ref.UID || !m.DeletionTimestamp.IsZero() {
+			continue
+		}
+		uid, rv := m.UID, m.ResourceVersion
+		if err := r.Delete(ctx, m, client.Preconditions{UID: &uid, ResourceVersion: &rv}); apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("deleting orphaned machine %s/%s: %w", m.Namespace, m.Name, err)
+		}
+		// The binding protocol makes this impossible; it stays as a last
+		// line of defence, loud, because each one burns a warm Mac.
+		ctrl.LoggerFrom(ctx).Info("deleted a machine bound twice to the claim", "machine", m.Name, "kept", ref.Name)
+		metrics.OrphansDeleted.Inc()
+		base.RecordEvent(r.Recorder, claim, corev1.EventTypeWarning, "OrphanDeleted", "Bind", fmt.Sprintf(
+			"machine %s/%s was also bound to this claim; deleted it, keeping %s", m.Namespace, m.Name, ref.Name))
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+package claim
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Reconciler binds claims to machines. The machine side is written
+// first (spec.claimRef, with the machine's resourceVersion, so two claims
+// can never win the same machine), then the claim's status.
+type Reconciler struct {
+	client.Client
+	// APIReader confirms, uncached, that a bound machine is really gone.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	// MaxConcurrentReconciles is the number of claims bound in parallel.
+	MaxConcurrentReconciles int
+	ControllerName          string
+	// ConnectionResync is how often a Ready claim's connection Secret is
+	// applied again, so one deleted by hand comes back (the operator may
+	// not watch Secrets); DefaultConnectionResync when zero.
+	ConnectionResync time.Duration
+
+	// connectionApplied holds when each claim's connection Secret was last
+	// applied by this process.
+	connectionApplied sync.Map
+
+	// inFlight holds machines a worker of this operator is binding or has
+	// just bound, until the cache shows their claimRef. Workers skip them, so
+	// they neither race each other nor retry a machine the cache still shows
+	// idle. The API server's resourceVersion check still decides every race
+	// with other operators; this only avoids losing races to ourselves.
+	inFlight reservations
+
+	// retained counts, per namespace and class, the machines this operator
+	// has just bound under Retain, for maxReleasedPerNamespace.
+	retained retainLedger
+}
+
+// DefaultConnectionResync is how often a Ready claim's connection Secret is
+// applied again by default.
+const DefaultConnectionResync = 10 * time.Minute
+
+func (r *Reconciler) connectionResync() time.Duration {
+	if r.ConnectionResync > 0 {
+		return r.ConnectionResync
+	}
+	return DefaultConnectionResync
+}
+
+// connectionDue says the claim's connection Secret was not applied by this
+// process within ConnectionResync.
+func (r *Reconciler) connectionDue(key types.NamespacedName, now time.Time) bool {
+	at, ok := r.connectionApplied.Load(key)
+	return !ok || now.Sub(at.(time.Time)) >= r.connectionResync()
+}

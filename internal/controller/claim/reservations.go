@@ -1,0 +1,112 @@
+package claim
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// reservationTTL bounds how long a won machine is skipped: long enough for
+// the cache to show its claimRef, short enough that a lost update is retried.
+const reservationTTL = 30 * time.Second
+
+// reservations is an in-process set of machines being bound or just bound.
+type reservations struct {
+	mu    sync.Mutex
+	items map[types.NamespacedName]time.Time
+}
+
+// reserve takes key for one binding attempt; false if another worker holds it.
+func (r *reservations) reserve(key types.NamespacedName, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.items == nil {
+		r.items = map[types.NamespacedName]time.Time{}
+	}
+	if at, held := r.items[key]; held && now.Sub(at) < reservationTTL {
+		return false
+	}
+	if len(r.items) > 1024 {
+		for k, at := range r.items {
+			if now.Sub(at) >= reservationTTL {
+				delete(r.items, k)
+			}
+		}
+	}
+	r.items[key] = now
+	return true
+}
+
+// release gives key back after a lost or failed attempt.
+func (r *reservations) release(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.items, key)
+}
+
+// retainLedger bounds the machines a namespace keeps under Retain even when
+// its claims come in a burst: the cache lags the binds this operator has
+// just made, so a count taken from it alone lets every claim of the burst
+// pass. Binds of one namespace and class under a bound are serialised, and
+// the machines bound recently are counted with those the cache shows.
+type retainLedger struct {
+	mu     sync.Mutex
+	locks  map[string]*sync.Mutex
+	recent map[string]map[types.UID]time.Time
+}
+
+// lock serialises the check and the bind of Retain claims for key.
+func (l *retainLedger) lock(key string) (unlock func()) {
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = map[string]*sync.Mutex{}
+	}
+	m, ok := l.locks[key]
+	if !ok {
+		m = &sync.Mutex{}
+		l.locks[key] = m
+	}
+	l.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// record notes a machine just bound under Retain for key.
+func (l *retainLedger) record(key string, uid types.UID, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.recent == nil {
+		l.recent = map[string]map[types.UID]time.Time{}
+	}
+	if l.recent[key] == nil {
+		l.recent[key] = map[types.UID]time.Time{}
+	}
+	l.recent[key][uid] = now
+}
+
+// count is how many machines key retains: those the cache lists plus those
+// bound within reservationTTL that it has not listed yet.
+func (l *retainLedger) count(key string, cached []types.UID, now time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := make(map[types.UID]bool, len(cached))
+	for _, uid := range cached {
+		seen[uid] = true
+	}
+	n := len(seen)
+	for uid, at := range l.recent[key] {
+		switch {
+		case seen[uid] || now.Sub(at) >= reservationTTL:
+			// Once the cache has shown it, the cache is the authority:
+			// a machine deleted since no longer counts.
+			delete(l.recent[key], uid)
+		default:
+			n++
+		}
+	}
+	if len(l.recent[key]) == 0 {
+		delete(l.recent, key)
+	}
+	return n
+}

@@ -1,0 +1,193 @@
+package claim
+
+import (
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/controller/state"
+	"github.com/macvirt/macvirt/internal/tenancy"
+)
+
+// Each bound claim gets a Service in its own namespace: a stable name for
+// its Mac (<service>.<namespace>.svc, the same across re-binds of a claim of
+// that name), of the type the claim asks for and its class allows. The
+// Service has no selector (the Mac's virt-launcher pod lives in another
+// namespace); the operator keeps its one EndpointSlice pointing at the
+// machine's pod-network address, as KubeVirt reports it, on whatever node
+// the machine runs. Both are controlled by the claim and go with it. A
+// Service or EndpointSlice of that name the claim does not control is never
+// written: the claim says so.
+
+// Service ports of a claim.
+const (
+	sshPortName = "ssh"
+	vncPortName = "vnc"
+	sshPort     = 22
+	vncPort     = 5900
+	// serviceManagedBy is the EndpointSlice controller a claim's slice is
+	// managed by (Kubernetes' own leaves slices of other managers alone).
+	serviceManagedBy = "macvirt.io"
+)
+
+// serviceName is the claim's Service name: the claim's own when it is a
+// valid Service name (a DNS-1035 label), otherwise "mac-" and a hash of it.
+func serviceName(c *macvirtv1alpha1.MacClaim) string {
+	if len(validation.IsDNS1035Label(c.Name)) == 0 {
+		return c.Name
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(c.Name))
+	return fmt.Sprintf("mac-%016x", h.Sum64())
+}
+
+// serviceHost is the DNS name of the claim's Service.
+func serviceHost(c *macvirtv1alpha1.MacClaim) string {
+	return serviceName(c) + "." + c.Namespace + ".svc"
+}
+
+// desiredService is the claim's Service as it should be.
+func desiredService(c *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacClass) *corev1.Service {
+	access, _ := tenancy.Access(class, c.Spec.Access.Type)
+	ports := []corev1.ServicePort{{Name: sshPortName, Protocol: corev1.ProtocolTCP, Port: sshPort, TargetPort: intstr.FromInt32(sshPort)}}
+	if class != nil && class.Spec.Access.ScreenSharing {
+		ports = append(ports, corev1.ServicePort{Name: vncPortName, Protocol: corev1.ProtocolTCP, Port: vncPort, TargetPort: intstr.FromInt32(vncPort)})
+	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: serviceName(c), Namespace: c.Namespace,
+			Labels:          map[string]string{macvirtv1alpha1.LabelClaim: c.Name},
+			OwnerReferences: []metav1.OwnerReference{base.ControllerRef("MacClaim", c.Name, c.UID)}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceType(access), Ports: ports},
+	}
+}
+
+// desiredSlice is the EndpointSlice of the claim's Service: the machine's
+// address, ready while the machine is.
+func desiredSlice(c *macvirtv1alpha1.MacClaim, svc *corev1.Service, m *macvirtv1alpha1.MacMachine) *discoveryv1.EndpointSlice {
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: c.Namespace,
+			Labels: map[string]string{macvirtv1alpha1.LabelClaim: c.Name, discoveryv1.LabelServiceName: svc.Name,
+				discoveryv1.LabelManagedBy: serviceManagedBy},
+			OwnerReferences: []metav1.OwnerReference{base.ControllerRef("MacClaim", c.Name, c.UID)}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	for _, p := range svc.Spec.Ports {
+		slice.Ports = append(slice.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Protocol: ptr.To(p.Protocol), Port: ptr.To(p.TargetPort.IntVal)})
+	}
+	addr, err := netip.ParseAddr(machineAddress(m))
+	if err != nil {
+		return slice
+	}
+	if addr.Is6() {
+		slice.AddressType = discoveryv1.AddressTypeIPv6
+	}
+	ep := discoveryv1.Endpoint{Addresses: []string{addr.String()},
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(state.MachineReady(m))}}
+	if m.Status.NodeName != "" {
+		ep.NodeName = ptr.To(m.Status.NodeName)
+	}
+	slice.Endpoints = []discoveryv1.Endpoint{ep}
+	return slice
+}
+
+// servicePorts is what of a Service's ports the claim decides.
+func servicePorts(svc *corev1.Service) []corev1.ServicePort {
+	out := make([]corev1.ServicePort, 0, len(svc.Spec.Ports))
+	for _, p := range svc.Spec.Ports {
+		out = append(out, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, TargetPort: p.TargetPort})
+	}
+	return out
+}
+
+// mergePorts is want's ports, keeping the node ports the API server gave
+// the ports of have while the Service keeps node ports (a ClusterIP
+// Service may have none).
+func mergePorts(have, want *corev1.Service) []corev1.ServicePort {
+	out := append([]corev1.ServicePort(nil), want.Spec.Ports...)
+	if want.Spec.Type == corev1.ServiceTypeClusterIP {
+		return out
+	}
+	for i := range out {
+		for _, h := range have.Spec.Ports {
+			if h.Name == out[i].Name {
+				out[i].NodePort = h.NodePort
+			}
+		}
+	}
+	return out
+}
+
+// nodeAddress is where a node's node ports are reached from outside the
+// cluster: its ExternalIP, else its InternalIP, else its host name.
+func nodeAddress(node *corev1.Node) string {
+	for _, t := range []corev1.NodeAddressType{corev1.NodeExternalIP, corev1.NodeInternalIP, corev1.NodeExternalDNS, corev1.NodeHostName} {
+		for _, a := range node.Status.Addresses {
+			if a.Type == t && a.Address != "" {
+				return a.Address
+			}
+		}
+	}
+	return ""
+}
+
+// externalAccess is how the claim's Service reaches the Mac from outside
+// the cluster (a NodePort at node, the address of the machine's node);
+// nil for ClusterIP.
+func externalAccess(svc *corev1.Service, node string) *macvirtv1alpha1.ExternalAccess {
+	if svc == nil {
+		return nil
+	}
+	ext := &macvirtv1alpha1.ExternalAccess{}
+	switch svc.Spec.Type {
+	case corev1.ServiceTypeNodePort:
+		ext.Address = node
+		for _, p := range svc.Spec.Ports {
+			switch p.Name {
+			case sshPortName:
+				ext.SSHPort = p.NodePort
+			case vncPortName:
+				ext.VNCPort = p.NodePort
+			}
+		}
+	case corev1.ServiceTypeLoadBalancer:
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			if ext.Address = in.IP; ext.Address == "" {
+				ext.Address = in.Hostname
+			}
+			if ext.Address != "" {
+				break
+			}
+		}
+		for _, p := range svc.Spec.Ports {
+			switch p.Name {
+			case sshPortName:
+				ext.SSHPort = p.Port
+			case vncPortName:
+				ext.VNCPort = p.Port
+			}
+		}
+	default:
+		return nil
+	}
+	return ext
+}
+
+// machineAddress is the address a tenant connects to: KubeVirt's, the
+// virt-launcher pod's IP on the pod network. Never the guest's own report:
+// behind KubeVirt's masquerade binding the guest sees only its side of the
+// NAT (10.0.2.2 by default), which nobody outside the pod can reach.
+func machineAddress(m *macvirtv1alpha1.MacMachine) string {
+	if len(m.Status.Addresses) > 0 {
+		return m.Status.Addresses[0]
+	}
+	return ""
+}

@@ -1,0 +1,168 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+func TestServiceNameIsTheClaimsWhenItCanBe(t *testing.T) {
+	for name, want := range map[string]string{
+		"build":                      "build",
+		"ios-ci-7":                   "ios-ci-7",
+		"7up":                        "",
+		"team.build":                 "",
+		strings.Repeat("a", 64):      "",
+		"a-name-that-ends-in-dash-x": "a-name-that-ends-in-dash-x",
+	} {
+		got := serviceName(&macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		if errs := validation.IsDNS1035Label(got); len(errs) > 0 {
+			t.Errorf("serviceName(%q) = %q, not a Service name: %v", name, got, errs)
+		}
+		if want != "" && got != want {
+			t.Errorf("serviceName(%q) = %q, want the claim's own name", name, got)
+		}
+		if want == "" && !strings.HasPrefix(got, "mac-") {
+			t.Errorf("serviceName(%q) = %q, want mac-<hash>", name, got)
+		}
+	}
+}
+
+func TestDesiredServiceAndSlice(t *testing.T) {
+	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team", UID: "c1"},
+		Spec: macvirtv1alpha1.MacClaimSpec{Access: macvirtv1alpha1.ClaimAccess{Type: macvirtv1alpha1.AccessLoadBalancer}}}
+	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}
+	svc := desiredService(claim, class)
+	if svc.Spec.Type != corev1.ServiceTypeClusterIP || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 22 || len(svc.Spec.Selector) != 0 {
+		t.Errorf("a class allowing ClusterIP only, without Screen Sharing: %+v", svc.Spec)
+	}
+	class.Spec.Tenancy.AllowedAccessTypes = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessLoadBalancer}
+	class.Spec.Access.ScreenSharing = true
+	svc = desiredService(claim, class)
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || len(svc.Spec.Ports) != 2 || svc.Spec.Ports[1].Port != 5900 {
+		t.Errorf("LoadBalancer with Screen Sharing: %+v", svc.Spec)
+	}
+	if svc.Labels[macvirtv1alpha1.LabelClaim] != "build" || !metav1.IsControlledBy(svc, claim) {
+		t.Errorf("the Service is not labelled and controlled by its claim: %+v", svc.ObjectMeta)
+	}
+
+	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Status: macvirtv1alpha1.MacMachineStatus{
+		Phase: macvirtv1alpha1.MachineReady, Addresses: []string{"10.244.1.9"}, NodeName: "apple-1",
+		Guest:      &macvirtv1alpha1.GuestStatus{IPAddresses: []string{"10.0.2.2"}},
+		Conditions: []metav1.Condition{{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AsExpected"}}}}
+	slice := desiredSlice(claim, svc, m)
+	if slice.Labels[discoveryv1.LabelServiceName] != "build" || slice.AddressType != discoveryv1.AddressTypeIPv4 || len(slice.Ports) != 2 {
+		t.Errorf("slice %+v", slice)
+	}
+	if len(slice.Endpoints) != 1 || slice.Endpoints[0].Addresses[0] != "10.244.1.9" || *slice.Endpoints[0].NodeName != "apple-1" ||
+		!*slice.Endpoints[0].Conditions.Ready {
+		t.Errorf("endpoints %+v, want KubeVirt's address (not the guest's 10.0.2.2), its node, ready", slice.Endpoints)
+	}
+	m.Status.Addresses = []string{"fd00::9"}
+	if slice := desiredSlice(claim, svc, m); slice.AddressType != discoveryv1.AddressTypeIPv6 {
+		t.Errorf("an IPv6 address in an %s slice", slice.AddressType)
+	}
+	m.Status.Addresses = nil
+	if slice := desiredSlice(claim, svc, m); len(slice.Endpoints) != 0 {
+		t.Errorf("endpoints %+v for a machine without an address", slice.Endpoints)
+	}
+}
+
+func TestExternalAccess(t *testing.T) {
+	np := &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{
+		{Name: "ssh", Port: 22, NodePort: 30022}, {Name: "vnc", Port: 5900, NodePort: 30590}}}}
+	if ext := externalAccess(np, "192.0.2.7"); ext == nil || ext.Address != "192.0.2.7" || ext.SSHPort != 30022 || ext.VNCPort != 30590 {
+		t.Errorf("NodePort: %+v", ext)
+	}
+	lb := &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "ssh", Port: 22}}}}
+	if ext := externalAccess(lb, "192.0.2.7"); ext == nil || ext.Address != "" || ext.SSHPort != 22 {
+		t.Errorf("a LoadBalancer still being provisioned: %+v", ext)
+	}
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{Hostname: "mac.example.com"}}
+	if ext := externalAccess(lb, "192.0.2.7"); ext == nil || ext.Address != "mac.example.com" {
+		t.Errorf("a LoadBalancer with a host name: %+v", ext)
+	}
+	if ext := externalAccess(&corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP}}, "192.0.2.7"); ext != nil {
+		t.Errorf("ClusterIP: %+v", ext)
+	}
+}
+
+func TestKnownHostsNameTheMacEveryWayTheConnectionDoes(t *testing.T) {
+	conn := &macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", Address: "10.244.1.9", SSHPort: 22, HostKeys: []string{"ssh-ed25519 AAAA"},
+		External: &macvirtv1alpha1.ExternalAccess{Address: "203.0.113.7", SSHPort: 30022}}
+	if got, want := knownHosts(conn), "build.team.svc,10.244.1.9,[203.0.113.7]:30022 ssh-ed25519 AAAA\n"; got != want {
+		t.Errorf("knownHosts = %q, want %q", got, want)
+	}
+}
+
+func TestNodeAddress(t *testing.T) {
+	addr := func(t corev1.NodeAddressType, a string) corev1.NodeAddress {
+		return corev1.NodeAddress{Type: t, Address: a}
+	}
+	for name, tc := range map[string]struct {
+		addrs []corev1.NodeAddress
+		want  string
+	}{
+		"external first":       {[]corev1.NodeAddress{addr(corev1.NodeHostName, "mac-1"), addr(corev1.NodeInternalIP, "10.1.0.4"), addr(corev1.NodeExternalIP, "192.0.2.4")}, "192.0.2.4"},
+		"internal without one": {[]corev1.NodeAddress{addr(corev1.NodeHostName, "mac-1"), addr(corev1.NodeInternalIP, "10.1.0.4")}, "10.1.0.4"},
+		"a host name at worst": {[]corev1.NodeAddress{addr(corev1.NodeHostName, "mac-1")}, "mac-1"},
+		"none":                 {nil, ""},
+	} {
+		if got := nodeAddress(&corev1.Node{Status: corev1.NodeStatus{Addresses: tc.addrs}}); got != tc.want {
+			t.Errorf("%s: nodeAddress = %q, want %q", name, got, tc.want)
+		}
+	}
+}
+
+// A NodePort claim whose machine's Node cannot be read keeps its Service
+// and EndpointSlice, says in the API server's words why its external
+// address is unknown, and returns the error for a retry.
+func TestAnUnreadableNodeShowsOnTheClaim(t *testing.T) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{macvirtv1alpha1.AddToScheme, corev1.AddToScheme, discoveryv1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}
+	class.Spec.Tenancy.AllowedAccessTypes = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessNodePort}
+	class.Spec.Access.DefaultType = macvirtv1alpha1.AccessNodePort
+	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team", UID: "c1"}}
+	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "pools"}, Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "sonoma"},
+		Status: macvirtv1alpha1.MacMachineStatus{Phase: macvirtv1alpha1.MachineReady, Addresses: []string{"10.244.1.9"}, NodeName: "mac-mini-1",
+			Conditions: []metav1.Condition{{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AsExpected"}}}}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(class).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.Node); ok {
+				return apierrors.NewForbidden(corev1.Resource("nodes"), key.Name, errors.New("no RBAC for it"))
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	}).Build()
+	r := &Reconciler{Client: c}
+	scope := &claimScope{claim: claim, machine: m}
+	proceed, err := r.ensureService(context.Background(), scope)
+	if err == nil || !proceed || !scope.endpointsReady {
+		t.Fatalf("ensureService = %v, %v (endpoints ready %v); want the Service and slice written and the error returned", proceed, err, scope.endpointsReady)
+	}
+	st := computeClaimStatus(scope, metav1.Now())
+	cond := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionServiceReady)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != macvirtv1alpha1.ReasonNodeUnreadable ||
+		!strings.Contains(cond.Message, `nodes "mac-mini-1" is forbidden: no RBAC for it`) {
+		t.Errorf("ServiceReady = %+v, want NodeUnreadable in the API server's words", cond)
+	}
+}

@@ -1,0 +1,217 @@
+package claim
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/controller/drain"
+	"github.com/macvirt/macvirt/internal/controller/state"
+)
+
+// computeClaimStatus derives a claim's status from its scope: its phase
+// and conditions, its connection (connectionOf) and what the connection
+// Secret's write came to.
+func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatus {
+	st := bindingStatus(s, now)
+	st.Connection = connectionOf(s)
+	setConnectionSecret(s, &st)
+	return st
+}
+
+// bindingStatus is the claim's phase and conditions.
+func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatus {
+	c := s.claim
+	st := *c.Status.DeepCopy()
+	st.ObservedGeneration = c.Generation
+	set := func(t string, ok bool, reason, msg string) {
+		status := metav1.ConditionFalse
+		if ok {
+			status = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason,
+			Message: msg, ObservedGeneration: c.Generation})
+	}
+	stalled := func(p *base.Problem) {
+		meta.SetStatusCondition(&st.Conditions, base.StalledCondition(c.Generation, p))
+	}
+	drain.Mirror(&st.Conditions, s.machine, c.Generation)
+	switch {
+	case s.lost != "":
+		st.Phase = macvirtv1alpha1.ClaimLost
+		if s.machine != nil {
+			st.Machine = machineSummary(s.machine)
+		}
+		lost := base.Problem{Reason: macvirtv1alpha1.ReasonMachineLost, Message: s.lost + "; the claim is not re-bound: delete it and claim again"}
+		set(macvirtv1alpha1.ConditionReady, false, lost.Reason, lost.Message)
+		stalled(&lost)
+		return st
+	case s.machine == nil:
+		st.Phase = macvirtv1alpha1.ClaimPending
+		p := s.waiting
+		if s.writeFailed != nil {
+			p = s.writeFailed
+		}
+		if p == nil {
+			p = &base.Problem{Reason: macvirtv1alpha1.ReasonWaitingForMachine, Message: "waiting for a machine"}
+		}
+		if !bindingInProgress(c) {
+			// A binding in progress keeps its Bound condition: it is the
+			// mark that only completing or undoing it may follow.
+			set(macvirtv1alpha1.ConditionBound, false, p.Reason, p.Message)
+		}
+		set(macvirtv1alpha1.ConditionReady, false, p.Reason, p.Message)
+		if p.Reason == macvirtv1alpha1.ReasonWaitingForMachine {
+			p = nil
+		}
+		stalled(p)
+		return st
+	}
+	stalled(nil)
+	m := s.machine
+	st.MachineRef = &macvirtv1alpha1.ObjectRef{Namespace: m.Namespace, Name: m.Name, UID: m.UID}
+	st.Machine = machineSummary(m)
+	if st.BoundAt == nil {
+		st.BoundAt = &now
+	}
+	set(macvirtv1alpha1.ConditionBound, true, macvirtv1alpha1.ReasonBound, fmt.Sprintf("bound to MacMachine %s/%s", m.Namespace, m.Name))
+	if !state.MachineReady(m) {
+		st.Phase = macvirtv1alpha1.ClaimBound
+		msg := "machine is " + string(m.Status.Phase)
+		if m.Status.Phase == "" {
+			msg = "machine has not reported yet"
+		}
+		if rc := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionReady); rc != nil {
+			msg = fmt.Sprintf("machine is %s: %s", m.Status.Phase, rc.Message)
+		}
+		reason := macvirtv1alpha1.ReasonMachineNotReady
+		if sc := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionStalled); sc != nil && sc.Status == metav1.ConditionTrue {
+			// The machine waits for a human (a forced power-off, an image
+			// that cannot be pulled): its tenant hears it in its words.
+			reason = sc.Reason
+			stalled(&base.Problem{Reason: sc.Reason, Message: fmt.Sprintf("machine %s/%s is %s and needs a human: %s", m.Namespace, m.Name, m.Status.Phase, sc.Message)})
+		}
+		set(macvirtv1alpha1.ConditionReady, false, reason, msg)
+		return st
+	}
+	if machineAddress(m) == "" {
+		st.Phase = macvirtv1alpha1.ClaimBound
+		set(macvirtv1alpha1.ConditionReady, false, macvirtv1alpha1.ReasonMachineNotReady,
+			fmt.Sprintf("KubeVirt reports no pod-network address for machine %s yet", m.Name))
+		return st
+	}
+	setServiceReady(s, &st)
+	if g := m.Status.Guest; g != nil && g.ApplyError != "" {
+		// The Mac runs, but the tenant's keys are not on it: not Ready,
+		// and a human must look at the guest.
+		st.Phase = macvirtv1alpha1.ClaimBound
+		p := base.Problem{Reason: macvirtv1alpha1.ReasonGuestConfigFailed, Message: fmt.Sprintf(
+			"the guest agent on machine %s could not apply what it was sent (this claim's SSH keys, the machine's hostname): %s "+
+				"(it tries again with every heartbeat; the guest or its golden image needs fixing)",
+			m.Name, g.ApplyError)}
+		set(macvirtv1alpha1.ConditionReady, false, p.Reason, p.Message)
+		stalled(&p)
+		return st
+	}
+	st.Phase = macvirtv1alpha1.ClaimReady
+	if st.ReadyAt == nil {
+		st.ReadyAt = &now
+	}
+	set(macvirtv1alpha1.ConditionReady, true, macvirtv1alpha1.ReasonAsExpected,
+		fmt.Sprintf("machine %s is Ready at %s", m.Name, machineAddress(m)))
+	return st
+}
+
+// connectionOf is how the claim's tenant reaches its Mac, as the status
+// says it: nothing once the claim is lost; what the status said while the
+// machine is not reachable yet or for a while (not bound, not Ready, no
+// address); once it is, the machine's address, its Service, and the host
+// keys its guest agent reported. The connection Secret holds the same.
+func connectionOf(s *claimScope) *macvirtv1alpha1.ClaimConnection {
+	c, m := s.claim, s.machine
+	switch {
+	case s.lost != "":
+		return nil
+	case m == nil || !state.MachineReady(m) || machineAddress(m) == "":
+		return c.Status.Connection.DeepCopy()
+	}
+	conn := &macvirtv1alpha1.ClaimConnection{Address: machineAddress(m), SSHPort: defaultSSHPort}
+	if svc := s.service; svc != nil {
+		conn.Host, conn.ServiceName = serviceHost(c), svc.Name
+		for _, p := range svc.Spec.Ports {
+			if p.Name == vncPortName {
+				conn.VNCPort = p.Port
+			}
+		}
+		conn.External = externalAccess(svc, s.nodeAddress)
+	}
+	if g := m.Status.Guest; g != nil {
+		conn.HostKeys = g.SSHHostKeys
+	}
+	return conn
+}
+
+// setConnectionSecret says what the connection Secret's write came to:
+// ConnectionSecretReady and the Secret's name once it holds the
+// connection; the clash, or the API server's refusal, otherwise. With no
+// write in this reconcile both stay as they were.
+func setConnectionSecret(s *claimScope, st *macvirtv1alpha1.MacClaimStatus) {
+	o := s.secret
+	if o == nil {
+		return
+	}
+	c := s.claim
+	cond := metav1.Condition{Type: macvirtv1alpha1.ConditionConnectionSecretReady, ObservedGeneration: c.Generation}
+	switch {
+	case o.refused != nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, o.refused.reason, o.refused.Error()
+	case o.conflict != "":
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, macvirtv1alpha1.ReasonSecretConflict, o.conflict
+		st.ConnectionSecretName = ""
+	default:
+		cond.Status, cond.Reason = metav1.ConditionTrue, macvirtv1alpha1.ReasonAsExpected
+		cond.Message = fmt.Sprintf("Secret %s holds the connection", connectionSecretName(c))
+		st.ConnectionSecretName = connectionSecretName(c)
+	}
+	meta.SetStatusCondition(&st.Conditions, cond)
+}
+
+// setServiceReady says whether the claim's Service routes to its machine.
+func setServiceReady(s *claimScope, st *macvirtv1alpha1.MacClaimStatus) {
+	c := s.claim
+	cond := metav1.Condition{Type: macvirtv1alpha1.ConditionServiceReady, ObservedGeneration: c.Generation}
+	switch {
+	case s.writeFailed != nil:
+		// The API server refused the Service or its EndpointSlice: the
+		// Mac is reachable at its address only, until it is written.
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, s.writeFailed.Reason, s.writeFailed.Message
+	case s.serviceProblem != nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, s.serviceProblem.Reason, s.serviceProblem.Message
+		if s.service != nil && s.endpointsReady && s.serviceProblem.Reason == macvirtv1alpha1.ReasonAccessTypeNotAllowed {
+			// Reachable all the same, inside the cluster.
+			cond.Status = metav1.ConditionTrue
+		}
+	case s.service != nil && s.endpointsReady:
+		cond.Status, cond.Reason = metav1.ConditionTrue, macvirtv1alpha1.ReasonAsExpected
+		cond.Message = fmt.Sprintf("Service %s (%s) routes to machine %s at %s", s.service.Name, s.service.Spec.Type,
+			s.machine.Name, machineAddress(s.machine))
+	default:
+		return
+	}
+	meta.SetStatusCondition(&st.Conditions, cond)
+}
+
+// machineSummary is what the claim's tenant sees of its machine, which it
+// may not read: phase, node and progress, named <namespace>/<name>. The
+// progress moves in coarse steps (reportedProgress), so the claim's status
+// is not rewritten on every tick of CDI's.
+func machineSummary(m *macvirtv1alpha1.MacMachine) *macvirtv1alpha1.ClaimMachineStatus {
+	sum := &macvirtv1alpha1.ClaimMachineStatus{Name: m.Namespace + "/" + m.Name, Phase: m.Status.Phase, NodeName: m.Status.NodeName}
+	if p := m.Status.Provisioning; p != nil {
+		sum.Progress = p.Progress
+	}
+	return sum
+}

@@ -1,0 +1,123 @@
+package class
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/classhistory"
+	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/controller/index"
+	"github.com/macvirt/macvirt/internal/controller/state"
+)
+
+// ensureSnapshot answers: is the class's current revision kept, with the
+// class's current spec? A spec change the revision does not hash (a
+// timeout, the tenancy) replaces the snapshot, whose data is immutable, so
+// machines left with the snapshot keep the class's last word.
+func (r *Reconciler) ensureSnapshot(ctx context.Context, s *classScope) (bool, error) {
+	if s.Class == nil {
+		return true, nil
+	}
+	want, err := classhistory.New(r.Namespace, s.Class, s.Revision)
+	if err != nil {
+		return false, err
+	}
+	have := &appsv1.ControllerRevision{}
+	if err := base.GetOptional(ctx, r.APIReader, client.ObjectKeyFromObject(want), have); err != nil {
+		return false, err
+	}
+	switch {
+	case have.Name != "" && classhistory.Holds(have, s.Class):
+		return true, nil
+	case have.Name != "":
+		uid := have.UID
+		if err := r.Delete(ctx, have, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("replacing class snapshot %s/%s: %w", have.Namespace, have.Name, err)
+		}
+	}
+	if err := r.Create(ctx, want); apierrors.IsAlreadyExists(err) {
+		// A machine kept its revision in the meantime, perhaps from an
+		// older cached copy of the class: look again before trusting it.
+		return false, fmt.Errorf("class snapshot %s/%s was created concurrently; checking it again: %w", want.Namespace, want.Name, err)
+	} else if err != nil {
+		return false, fmt.Errorf("creating class snapshot %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("kept class revision", "revision", s.Revision, "snapshot", want.Name, "replaced", have.Name != "")
+	return true, nil
+}
+
+// checkSources answers: do the class's DataSources and OSK Secret exist,
+// and has CDI something to clone from each DataSource?
+func (r *Reconciler) checkSources(ctx context.Context, s *classScope) (bool, error) {
+	if s.Class == nil {
+		return true, nil
+	}
+	for _, ref := range state.DataSourceRefs(s.Class) {
+		ds := &cdiv1.DataSource{}
+		if err := r.Get(ctx, ref, ds); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return false, fmt.Errorf("getting DataSource %s: %w", ref, err)
+			}
+			s.Missing = append(s.Missing, "DataSource "+ref.String())
+			continue
+		}
+		if why, ok := dataSourceNotReady(ds); ok {
+			s.NotReady = append(s.NotReady, fmt.Sprintf("DataSource %s (%s)", ref, why))
+		}
+	}
+	if smc := s.Class.Spec.Hardware.SMC; smc.Mode == macvirtv1alpha1.SMCModeAppleSMC && smc.OSKSecretRef != nil {
+		key := types.NamespacedName{Namespace: smc.OSKSecretRef.Namespace, Name: smc.OSKSecretRef.Name}
+		if err := r.APIReader.Get(ctx, key, &corev1.Secret{}); err != nil {
+			s.Missing = append(s.Missing, fmt.Sprintf("OSK Secret %s (%s)", key, reasonOf(err)))
+		}
+	}
+	s.SourcesChecked = true
+	return true, nil
+}
+
+// pruneSnapshots answers: are the class's snapshots only those still
+// needed, the current revision's and those its machines record? A deleted
+// class keeps the snapshots its machines record until they go.
+func (r *Reconciler) pruneSnapshots(ctx context.Context, s *classScope) (bool, error) {
+	var snaps appsv1.ControllerRevisionList
+	if err := r.APIReader.List(ctx, &snaps, client.InNamespace(r.Namespace),
+		client.MatchingLabels{macvirtv1alpha1.LabelClass: classhistory.ClassLabel(s.Name)}); err != nil {
+		return false, fmt.Errorf("listing snapshots of MacClass %s: %w", s.Name, err)
+	}
+	if len(snaps.Items) == 0 {
+		return true, nil
+	}
+	var machines macvirtv1alpha1.MacMachineList
+	if err := r.List(ctx, &machines, client.MatchingFields{index.MachineClass: s.Name}); err != nil {
+		return false, fmt.Errorf("listing machines of MacClass %s: %w", s.Name, err)
+	}
+	keep := map[string]bool{}
+	if s.Revision != "" {
+		keep[s.Revision] = true
+	}
+	for i := range machines.Items {
+		keep[machines.Items[i].Spec.ClassRevision] = true
+	}
+	for i := range snaps.Items {
+		snap := &snaps.Items[i]
+		rev := snap.Labels[macvirtv1alpha1.LabelClassRevision]
+		if keep[rev] || snap.Name != classhistory.Name(s.Name, rev) {
+			continue
+		}
+		uid := snap.UID
+		if err := r.Delete(ctx, snap, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("pruning class snapshot %s/%s: %w", snap.Namespace, snap.Name, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("pruned class revision no machine records", "revision", rev, "snapshot", snap.Name)
+	}
+	return true, nil
+}

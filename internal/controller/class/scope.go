@@ -1,0 +1,22 @@
+package class
+
+import (
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// classScope is what one reconcile of a class read and decided.
+type classScope struct {
+	// Name is the class's name; Class is nil once the class is deleted,
+	// when only its snapshots are left to tidy.
+	Name  string
+	Class *macvirtv1alpha1.MacClass
+	// Revision is the class's current revision; empty once it is deleted.
+	Revision string
+	// SourcesChecked is set once the referenced sources were looked up;
+	// Missing lists those that do not exist.
+	SourcesChecked bool
+	Missing        []string
+	// NotReady lists the DataSources that exist but that CDI does not
+	// report Ready, with CDI's words (sources.go).
+	NotReady []string
+}

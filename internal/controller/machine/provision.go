@@ -1,0 +1,130 @@
+package machine
+
+import (
+	"context"
+	"fmt"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/render"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// renderMachine renders the machine's objects once per reconcile, and only
+// when something is missing, resolving the AppleSMC key. A problem a human
+// must fix is recorded as Blocked, not returned.
+func (r *Reconciler) renderMachine(ctx context.Context, o *machineObservation) (*kubevirtv1.VirtualMachine, []cdiv1.DataVolume, bool) {
+	if o.rendered != nil {
+		return o.rendered.vm, o.rendered.dataVolumes, true
+	}
+	if o.Blocked != nil {
+		return nil, nil, false
+	}
+	opts := r.Render
+	smc := o.Class.Spec.Hardware.SMC
+	if smc.Mode == macvirtv1alpha1.SMCModeAppleSMC && smc.OSKSecretRef != nil {
+		osk, p := r.readOSK(ctx, smc.OSKSecretRef)
+		if p != nil {
+			o.Blocked = p
+			return nil, nil, false
+		}
+		opts.OSK = osk
+	}
+	vm, dvs, err := render.VirtualMachine(o.Class, o.Machine, opts)
+	if err != nil {
+		o.Blocked = &base.Problem{Reason: macvirtv1alpha1.ReasonInvalidClass,
+			Message: fmt.Sprintf("cannot render MacClass %s: %v", o.Class.Name, err)}
+		return nil, nil, false
+	}
+	o.rendered = &renderedObjects{vm: vm, dataVolumes: dvs}
+	return vm, dvs, true
+}
+
+func (r *Reconciler) readOSK(ctx context.Context, ref *macvirtv1alpha1.SecretKeyRef) (string, *base.Problem) {
+	secret := &corev1.Secret{}
+	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+	if err := r.APIReader.Get(ctx, key, secret); err != nil {
+		return "", &base.Problem{Reason: macvirtv1alpha1.ReasonSecretUnavailable, Message: fmt.Sprintf(
+			"cannot read the AppleSMC OSK Secret %s (the operator needs get on it, granted by default only in its own namespace): %v", key, err)}
+	}
+	osk, ok := secret.Data[ref.Key]
+	if !ok || len(osk) == 0 {
+		return "", &base.Problem{Reason: macvirtv1alpha1.ReasonSecretUnavailable,
+			Message: fmt.Sprintf("Secret %s has no key %q holding the AppleSMC OSK", key, ref.Key)}
+	}
+	return string(osk), nil
+}
+
+// ensureDataVolumes answers: do the machine's DataVolumes exist? A Failed
+// machine gets nothing new.
+func (r *Reconciler) ensureDataVolumes(ctx context.Context, o *machineObservation) (bool, error) {
+	if _, failed := previousFailure(o.Machine); failed {
+		// Nothing new for a Failed machine, but one asked to stop (a
+		// released one) still is, gracefully.
+		return o.VM != nil && !wantsRunning(o.Machine), nil
+	}
+	for i := range o.DataVolumes {
+		if o.DataVolumes[i] != nil {
+			continue
+		}
+		_, dvs, ok := r.renderMachine(ctx, o)
+		if !ok {
+			return false, nil
+		}
+		err := r.Create(ctx, &dvs[i])
+		switch {
+		case err == nil:
+			ctrl.LoggerFrom(ctx).Info("created DataVolume", "dataVolume", dvs[i].Name)
+			o.DataVolumes[i] = &dvs[i]
+		case apierrors.IsAlreadyExists(err):
+			got := &cdiv1.DataVolume{}
+			if err := r.readExisting(ctx, &dvs[i], got); err != nil {
+				return false, err
+			}
+			o.DataVolumes[i] = got
+			if !o.keepOwned() {
+				return false, nil
+			}
+		default:
+			return false, r.createFailed(o, fmt.Errorf("creating DataVolume %s/%s: %w", dvs[i].Namespace, dvs[i].Name, err))
+		}
+	}
+	return true, nil
+}
+
+// ensureVirtualMachine answers: does the VM exist? It is created once, as
+// rendered; KubeVirt itself waits for the DataVolumes. A class change does
+// not touch an existing VM: pools replace machines of an old revision.
+func (r *Reconciler) ensureVirtualMachine(ctx context.Context, o *machineObservation) (bool, error) {
+	if o.VM != nil {
+		return true, nil
+	}
+	if r.holdForDomainHook(o) {
+		return false, nil
+	}
+	vm, _, ok := r.renderMachine(ctx, o)
+	if !ok {
+		return false, nil
+	}
+	err := r.Create(ctx, vm)
+	switch {
+	case err == nil:
+		ctrl.LoggerFrom(ctx).Info("created VirtualMachine", "virtualMachine", vm.Name)
+		o.VM = vm
+	case apierrors.IsAlreadyExists(err):
+		got := &kubevirtv1.VirtualMachine{}
+		if err := r.readExisting(ctx, vm, got); err != nil {
+			return false, err
+		}
+		o.VM = got
+		return o.keepOwned(), nil
+	default:
+		return false, r.createFailed(o, fmt.Errorf("creating VirtualMachine %s/%s: %w", vm.Namespace, vm.Name, err))
+	}
+	return true, nil
+}

@@ -1,0 +1,78 @@
+package machine
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/base"
+)
+
+// releaseIfClaimGone answers: does the claim this machine is bound to still
+// exist? When it is gone (or was recreated under another UID), the machine
+// is released as the claim asked, the way a PersistentVolume is: Delete
+// deletes the machine (its finalizer stops it gracefully first); Retain
+// labels it released, stops it gracefully and keeps it with its disks. A
+// released machine is never bound again.
+func (r *Reconciler) releaseIfClaimGone(ctx context.Context, o *machineObservation) (bool, error) {
+	m := o.Machine
+	ref := m.Spec.ClaimRef
+	if ref == nil || m.Labels[macvirtv1alpha1.LabelReleased] != "" {
+		return true, nil
+	}
+	present, err := r.claimPresent(ctx, ref)
+	if err != nil || present {
+		return err == nil, err
+	}
+	log := ctrl.LoggerFrom(ctx)
+	if m.Annotations[macvirtv1alpha1.AnnotationReclaimPolicy] == string(macvirtv1alpha1.ReclaimRetain) {
+		patch := client.MergeFrom(m.DeepCopy())
+		if m.Labels == nil {
+			m.Labels = map[string]string{}
+		}
+		m.Labels[macvirtv1alpha1.LabelReleased] = "true"
+		// Stopped gracefully (the run-state step does it, through the stop
+		// subresource), disks kept: a released Mac holds no host capacity.
+		stopped := false
+		m.Spec.Running = &stopped
+		if err := r.Patch(ctx, m, patch); err != nil {
+			return false, fmt.Errorf("marking machine released: %w", err)
+		}
+		log.Info("claim gone; machine retained, released and stopping", "claim", ref.Namespace+"/"+ref.Name)
+		base.RecordEvent(r.Recorder, m, corev1.EventTypeNormal, "Released", "Release", fmt.Sprintf(
+			"claim %s/%s is gone; machine retained (reclaimPolicy Retain), stopped gracefully with its disks kept", ref.Namespace, ref.Name))
+		return true, nil
+	}
+	uid := m.UID
+	if err := r.Delete(ctx, m, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("deleting released machine: %w", err)
+	}
+	log.Info("claim gone; deleting machine gracefully", "claim", ref.Namespace+"/"+ref.Name)
+	base.RecordEvent(r.Recorder, m, corev1.EventTypeNormal, "Released", "Release", fmt.Sprintf(
+		"claim %s/%s is gone; stopping and deleting the machine (reclaimPolicy Delete)", ref.Namespace, ref.Name))
+	return false, nil
+}
+
+// claimPresent reports whether the referenced claim incarnation exists. An
+// absence seen in the cache is confirmed by the API server before anything
+// is released.
+func (r *Reconciler) claimPresent(ctx context.Context, ref *macvirtv1alpha1.ObjectRef) (bool, error) {
+	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+	for _, reader := range []client.Reader{r.Client, r.APIReader} {
+		claim := &macvirtv1alpha1.MacClaim{}
+		err := reader.Get(ctx, key, claim)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("getting MacClaim %s: %w", key, err)
+		}
+		if err == nil && claim.UID == ref.UID && claim.DeletionTimestamp.IsZero() {
+			return true, nil
+		}
+	}
+	return false, nil
+}

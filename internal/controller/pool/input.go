@@ -1,0 +1,54 @@
+package pool
+
+import (
+	"time"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/drain"
+	"github.com/macvirt/macvirt/internal/controller/state"
+	"github.com/macvirt/macvirt/internal/render"
+)
+
+// poolInputFor turns the pool and its machines into planner input. Without
+// a class, the pool plans nothing but still counts.
+func poolInputFor(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass, items []macvirtv1alpha1.MacMachine, now time.Time) poolInput {
+	in := poolInput{Pool: pool.Name, Idle: pool.Spec.EffectiveIdle(), MaxProv: pool.Spec.MaxProvisioning, Paused: pool.Spec.Paused,
+		MaxUnhealthy: pool.Spec.MaxUnhealthy, Now: now}
+	in.Max = pool.Spec.EffectiveMaxMachines()
+	if class == nil {
+		in.Paused = true
+	} else {
+		in.Revision = render.ClassRevision(class)
+	}
+	for i := range items {
+		m := &items[i]
+		pm := poolMachine{Name: m.Name, Revision: m.Spec.ClassRevision, State: poolMachineState(m)}
+		if c := silentGuest(m); pm.State == stateFailed && c != nil && m.Status.Phase != macvirtv1alpha1.MachineFailed {
+			pm.ReplaceAt = silentReplaceAt(m, c, class)
+		}
+		in.Machines = append(in.Machines, pm)
+	}
+	return in
+}
+
+// poolMachineState classifies a machine for its pool. A machine that was
+// ever bound counts as bound: a used machine never returns to the idle set.
+// An unbound machine whose guest agent fell silent past heartbeatTimeout is
+// unhealthy like a failed one: nobody should be handed a hung Mac.
+func poolMachineState(m *macvirtv1alpha1.MacMachine) machineState {
+	switch {
+	case !m.DeletionTimestamp.IsZero():
+		return stateTerminating
+	case m.Labels[macvirtv1alpha1.LabelReleased] != "":
+		return stateReleased
+	case m.Spec.ClaimRef != nil:
+		return stateBound
+	case drain.NodeOf(m) != "":
+		return stateDraining
+	case m.Status.Phase == macvirtv1alpha1.MachineFailed, guestFellSilent(m):
+		return stateFailed
+	case state.MachineReady(m):
+		return stateIdle
+	}
+	return stateProvisioning
+}

@@ -1,0 +1,194 @@
+package integration_test
+
+import (
+	"context"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/simulator"
+)
+
+// service gets the claim's Service and EndpointSlice (named like the claim).
+func serviceOf(ns, name string) (*corev1.Service, *discoveryv1.EndpointSlice) {
+	svc, slice := &corev1.Service{}, &discoveryv1.EndpointSlice{}
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	if err := k8sClient.Get(context.Background(), key, svc); err != nil {
+		svc = nil
+	}
+	if err := k8sClient.Get(context.Background(), key, slice); err != nil {
+		slice = nil
+	}
+	return svc, slice
+}
+
+var _ = Describe("A claim's Service", func() {
+	It("has the claim's name, routes to its machine's address, offers Screen Sharing when the class does, and is what the Secret names", func() {
+		DeferCleanup(startOperator())
+		class := newClass(func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Access.ScreenSharing = true
+			c.Spec.Tenancy.AllowedAccessTypes = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessNodePort}
+		})
+		pool, poolNS := newPool(class.Name, 1, 2)
+		startGuests(poolNS)
+		tenant := newNamespace()
+		k := key(newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) {
+			c.GenerateName, c.Name = "", "build"
+			c.Spec.PoolName, c.Spec.Access.Type = pool.Name, macvirtv1alpha1.AccessNodePort
+		}))
+		Eventually(claimPhase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
+		Eventually(claimCondition(k, macvirtv1alpha1.ConditionServiceReady)).WithTimeout(timeout).Should(HaveField("Status", metav1.ConditionTrue))
+		c := getClaim(k)
+		podIP := simulator.IPAddressFor(poolNS, c.Status.MachineRef.Name)
+
+		svc, slice := serviceOf(tenant, "build")
+		Expect(svc).NotTo(BeNil())
+		Expect(svc.Spec.Type).To(Equal(corev1.ServiceTypeNodePort))
+		Expect(svc.Spec.Selector).To(BeEmpty(), "the Mac's pod is in another namespace: the operator keeps the endpoints")
+		Expect(svc.Spec.Ports).To(ConsistOf(
+			And(HaveField("Name", "ssh"), HaveField("Port", int32(22)), HaveField("NodePort", Not(BeZero()))),
+			And(HaveField("Name", "vnc"), HaveField("Port", int32(5900)))))
+		Expect(metav1.IsControlledBy(svc, c)).To(BeTrue())
+		Expect(slice).NotTo(BeNil())
+		Expect(slice.Labels).To(HaveKeyWithValue(discoveryv1.LabelServiceName, "build"))
+		Expect(slice.Endpoints).To(ConsistOf(And(HaveField("Addresses", ConsistOf(podIP)),
+			HaveField("Conditions.Ready", HaveValue(BeTrue())), HaveField("NodeName", HaveValue(Equal(c.Status.Machine.NodeName))))))
+
+		var nodePort int32
+		for _, p := range svc.Spec.Ports {
+			if p.Name == "ssh" {
+				nodePort = p.NodePort
+			}
+		}
+		host := "build." + tenant + ".svc"
+		Expect(c.Status.Connection).To(And(HaveField("Host", host), HaveField("Address", podIP), HaveField("VNCPort", int32(5900)),
+			HaveField("External", HaveValue(HaveField("SSHPort", nodePort)))))
+		secret := &corev1.Secret{}
+		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: tenant, Name: c.Status.ConnectionSecretName}, secret)).To(Succeed())
+		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte(host)), HaveKeyWithValue("address", []byte(podIP)),
+			HaveKeyWithValue("vnc-port", []byte("5900")), HaveKey("external-port"),
+			HaveKeyWithValue("known_hosts", []byte(host+","+podIP+" "+testHostKey+"\n"))))
+
+		By("the bound machine lets in its claim's namespace and, exposed by a NodePort, the outside; the idle one nobody")
+		Eventually(func(g Gomega) {
+			np := &networkingv1.NetworkPolicy{}
+			g.Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: poolNS, Name: c.Status.MachineRef.Name}, np)).To(Succeed())
+			g.Expect(np.Spec.PodSelector.MatchLabels).To(Equal(map[string]string{macvirtv1alpha1.LabelMachine: c.Status.MachineRef.Name}))
+			g.Expect(np.Spec.PolicyTypes).To(ConsistOf(networkingv1.PolicyTypeIngress))
+			g.Expect(np.Spec.Ingress).To(HaveLen(1))
+			g.Expect(np.Spec.Ingress[0].Ports).To(ConsistOf(HaveField("Port.IntVal", int32(22)), HaveField("Port.IntVal", int32(5900))))
+			g.Expect(np.Spec.Ingress[0].From).To(ConsistOf(
+				HaveField("NamespaceSelector.MatchLabels", Equal(map[string]string{corev1.LabelMetadataName: tenant})),
+				HaveField("IPBlock.CIDR", "0.0.0.0/0"), HaveField("IPBlock.CIDR", "::/0")))
+		}).WithTimeout(timeout).Should(Succeed())
+		Eventually(func(g Gomega) {
+			var machines macvirtv1alpha1.MacMachineList
+			g.Expect(k8sClient.List(context.Background(), &machines, client.InNamespace(poolNS))).To(Succeed())
+			idle := 0
+			for _, m := range machines.Items {
+				if m.Spec.ClaimRef != nil {
+					continue
+				}
+				np := &networkingv1.NetworkPolicy{}
+				g.Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: poolNS, Name: m.Name}, np)).To(Succeed())
+				g.Expect(np.Spec.Ingress).To(BeEmpty(), "an idle machine lets nobody in")
+				g.Expect(np.Spec.PolicyTypes).To(ConsistOf(networkingv1.PolicyTypeIngress))
+				idle++
+			}
+			g.Expect(idle).To(BeNumerically(">=", 1))
+		}).WithTimeout(timeout).Should(Succeed())
+	})
+
+	Context("of hand-made Ready machines (only the claim controller runs)", func() {
+		var class *macvirtv1alpha1.MacClass
+		var pool *macvirtv1alpha1.MacPool
+		var tenant string
+		BeforeEach(func() {
+			DeferCleanup(startOperator(claimsOnly))
+			class = newClass(func(c *macvirtv1alpha1.MacClass) {
+				c.Spec.Tenancy.AllowedAccessTypes = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessLoadBalancer}
+			})
+			pool, _ = newPool(class.Name, 0, 4, func(p *macvirtv1alpha1.MacPool) { p.Spec.Paused = true })
+			readyIdleMachines(pool, class, 1)
+			m := &macvirtv1alpha1.MacMachine{}
+			Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: pool.Spec.Namespace, Name: pool.Name + "-0"}, m)).To(Succeed())
+			m.Status.Addresses, m.Status.NodeName = []string{"10.244.0.5"}, "apple-1"
+			Expect(k8sClient.Status().Update(context.Background(), m)).To(Succeed())
+			tenant = newNamespace()
+		})
+
+		It("follows the machine to another node and address", func() {
+			k := key(newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) { c.GenerateName, c.Name, c.Spec.PoolName = "", "ci", pool.Name }))
+			Eventually(func(g Gomega) {
+				_, slice := serviceOf(tenant, "ci")
+				g.Expect(slice).NotTo(BeNil())
+				g.Expect(slice.Endpoints).To(ConsistOf(And(HaveField("Addresses", ConsistOf("10.244.0.5")), HaveField("NodeName", HaveValue(Equal("apple-1"))))))
+			}).WithTimeout(timeout).Should(Succeed())
+			By("its instance restarts on another node")
+			m := getMachine(types.NamespacedName{Namespace: pool.Spec.Namespace, Name: getClaim(k).Status.MachineRef.Name})
+			m.Status.Addresses, m.Status.NodeName = []string{"10.244.3.7"}, "apple-2"
+			Expect(k8sClient.Status().Update(context.Background(), m)).To(Succeed())
+			Eventually(func(g Gomega) {
+				_, slice := serviceOf(tenant, "ci")
+				g.Expect(slice.Endpoints).To(ConsistOf(And(HaveField("Addresses", ConsistOf("10.244.3.7")), HaveField("NodeName", HaveValue(Equal("apple-2"))))))
+				g.Expect(getClaimWith(g, k).Status.Connection).To(HaveField("Address", "10.244.3.7"))
+			}).WithTimeout(timeout).Should(Succeed())
+		})
+
+		It("reports a load balancer's address, once it has one", func() {
+			k := key(newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) {
+				c.GenerateName, c.Name, c.Spec.PoolName, c.Spec.Access.Type = "", "lb", pool.Name, macvirtv1alpha1.AccessLoadBalancer
+			}))
+			var svc *corev1.Service
+			Eventually(func(g Gomega) {
+				svc, _ = serviceOf(tenant, "lb")
+				g.Expect(svc).NotTo(BeNil())
+			}).WithTimeout(timeout).Should(Succeed())
+			Expect(svc.Spec.Type).To(Equal(corev1.ServiceTypeLoadBalancer))
+			By("the cloud's load balancer controller gives it an address")
+			svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.7"}}
+			Expect(k8sClient.Status().Update(context.Background(), svc)).To(Succeed())
+			Eventually(func(g Gomega) {
+				g.Expect(getClaimWith(g, k).Status.Connection).To(HaveField("External",
+					HaveValue(And(HaveField("Address", "203.0.113.7"), HaveField("SSHPort", int32(22))))))
+			}).WithTimeout(timeout).Should(Succeed())
+		})
+
+		It("is ClusterIP, saying why, when the claim asks for an access type its class does not allow", func() {
+			k := key(newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) {
+				c.GenerateName, c.Name, c.Spec.PoolName, c.Spec.Access.Type = "", "np", pool.Name, macvirtv1alpha1.AccessNodePort
+			}))
+			Eventually(claimCondition(k, macvirtv1alpha1.ConditionServiceReady)).WithTimeout(timeout).Should(And(
+				HaveField("Reason", macvirtv1alpha1.ReasonAccessTypeNotAllowed), HaveField("Message", ContainSubstring("allowedAccessTypes"))))
+			svc, _ := serviceOf(tenant, "np")
+			Expect(svc.Spec.Type).To(Equal(corev1.ServiceTypeClusterIP))
+		})
+
+		It("leaves a tenant's own Service of its name alone, and says so", func() {
+			mine := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: tenant},
+				Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "pg", Port: 5432}}, Selector: map[string]string{"app": "db"}}}
+			Expect(k8sClient.Create(context.Background(), mine)).To(Succeed())
+			k := key(newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) { c.GenerateName, c.Name, c.Spec.PoolName = "", "db", pool.Name }))
+			Eventually(claimCondition(k, macvirtv1alpha1.ConditionServiceReady)).WithTimeout(timeout).Should(And(
+				HaveField("Status", metav1.ConditionFalse), HaveField("Reason", macvirtv1alpha1.ReasonServiceConflict)))
+			Eventually(claimPhase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady), "reachable at its address all the same")
+			got := &corev1.Service{}
+			Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(mine), got)).To(Succeed())
+			Expect(got.Spec.Ports).To(ConsistOf(HaveField("Name", "pg")))
+			Expect(got.Spec.Selector).To(HaveKeyWithValue("app", "db"))
+			Expect(got.OwnerReferences).To(BeEmpty())
+			Expect(getClaim(k).Status.Connection.Host).To(BeEmpty())
+			Expect(strings.Contains(meta.FindStatusCondition(getClaim(k).Status.Conditions, macvirtv1alpha1.ConditionServiceReady).Message,
+				"Service "+tenant+"/db exists and is not controlled by this claim")).To(BeTrue())
+		})
+	})
+})

@@ -1,0 +1,227 @@
+package integration_test
+
+import (
+	"context"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/simulator"
+)
+
+var _ = Describe("Pools and claims", func() {
+	BeforeEach(func() { DeferCleanup(startOperator()) })
+
+	It("keep warm machines, bind a claim to one, make it Ready with a connection Secret, and refill", func() {
+		class := newClass()
+		pool, poolNS := newPool(class.Name, 2, 4)
+		startGuests(poolNS)
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(
+			HaveField("Idle", int32(2)), HaveField("Conditions", ContainElement(HaveField("Status", metav1.ConditionTrue)))))
+
+		tenant := newNamespace()
+		claim := newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name })
+		k := key(claim)
+		Eventually(claimPhase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
+		c := getClaim(k)
+		Expect(c.Status.MachineRef.Namespace).To(Equal(poolNS))
+		// The address is the virt-launcher pod's, as KubeVirt reports it;
+		// never the one the guest sees behind masquerade (10.0.2.2), which
+		// the guests here report, as real ones do.
+		podIP := simulator.IPAddressFor(poolNS, c.Status.MachineRef.Name)
+		host := claim.Name + "." + tenant + ".svc"
+		Expect(c.Status.Connection).To(Equal(&macvirtv1alpha1.ClaimConnection{Host: host, ServiceName: claim.Name, Address: podIP,
+			SSHPort: 22, HostKeys: []string{testHostKey}}))
+		Expect(c.Status.BoundAt).NotTo(BeNil())
+		secret := &corev1.Secret{}
+		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: tenant, Name: c.Status.ConnectionSecretName}, secret)).To(Succeed())
+		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte(host)), HaveKeyWithValue("address", []byte(podIP)),
+			HaveKeyWithValue("port", []byte("22")), HaveKey("user"),
+			HaveKeyWithValue("known_hosts", []byte(host+","+podIP+" "+testHostKey+"\n"))))
+		Expect(secret.OwnerReferences).To(ConsistOf(HaveField("UID", claim.UID)))
+
+		m := getMachine(types.NamespacedName{Namespace: poolNS, Name: c.Status.MachineRef.Name})
+		Expect(m.Spec.ClaimRef.UID).To(Equal(claim.UID))
+		Expect(m.OwnerReferences).To(BeEmpty(), "a bound machine is no longer owned by its pool")
+
+		By("refilling the pool behind the claim")
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(HaveField("Idle", int32(2)), HaveField("Bound", int32(1))))
+
+		By("releasing with reclaimPolicy Delete: the machine is stopped gracefully and deleted")
+		Expect(k8sClient.Delete(context.Background(), c)).To(Succeed())
+		mk := key(m)
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(context.Background(), mk, &macvirtv1alpha1.MacMachine{}))
+		}).WithTimeout(timeout).Should(BeTrue())
+		Expect(stopRequestsFor(mk)).To(HaveLen(1))
+	})
+
+	It("refill behind a bind when maxMachines is unset: the cap is twice idle", func() {
+		class := newClass()
+		pool, poolNS := newPool(class.Name, 1, 0, func(p *macvirtv1alpha1.MacPool) { p.Spec.MaxMachines = nil })
+		startGuests(poolNS)
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(
+			HaveField("Idle", int32(1)), HaveField("MaxMachines", int32(2))))
+
+		claim := newClaim(newNamespace(), func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name })
+		Eventually(claimPhase(key(claim))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(
+			HaveField("Idle", int32(1)), HaveField("Bound", int32(1)), HaveField("Machines", int32(2))),
+			"a pool that only says how many to keep warm keeps them warm after a bind")
+	})
+
+	It("keep a Retained machine, released, stopped gracefully with its disks, and outside the pool's cap", func() {
+		class := newClass()
+		pool, poolNS := newPool(class.Name, 1, 1)
+		startGuests(poolNS)
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(HaveField("Idle", int32(1)))
+		claim := newClaim(newNamespace(), func(c *macvirtv1alpha1.MacClaim) {
+			c.Spec.ClassName = class.Name
+			c.Spec.ReclaimPolicy = macvirtv1alpha1.ReclaimRetain
+		})
+		Eventually(claimPhase(key(claim))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
+		mk := types.NamespacedName{Namespace: poolNS, Name: getClaim(key(claim)).Status.MachineRef.Name}
+		Expect(k8sClient.Delete(context.Background(), claim)).To(Succeed())
+		Eventually(func(g Gomega) map[string]string { return getMachineWith(g, mk).Labels }).WithTimeout(timeout).
+			Should(HaveKeyWithValue(macvirtv1alpha1.LabelReleased, "true"))
+		Eventually(phase(mk)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineStopped))
+		Expect(stopRequestsFor(mk)).To(HaveLen(1), "stopped through the stop subresource, gracefully")
+		Expect(ownedBy(mk)(Default)).To(HaveField("DataVolumes", 2), "disks kept")
+		Expect(getMachine(mk).DeletionTimestamp.IsZero()).To(BeTrue())
+		By("the released machine is counted apart, and the pool refills even at maxMachines 1")
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(And(HaveField("Idle", int32(1)), HaveField("Bound", int32(0)),
+			HaveField("Released", int32(1)), HaveField("Machines", int32(1))))
+	})
+
+	It("keep a Retain claim waiting where the class forbids Retain or its namespace holds too many released machines", func() {
+		forbid, allow := false, true
+		strict := newClass(func(c *macvirtv1alpha1.MacClass) { c.Spec.Tenancy.AllowRetain = &forbid })
+		ns := newNamespace()
+		refused := newClaim(ns, func(c *macvirtv1alpha1.MacClaim) {
+			c.Spec.ClassName, c.Spec.ReclaimPolicy = strict.Name, macvirtv1alpha1.ReclaimRetain
+		})
+		Eventually(claimCondition(key(refused), macvirtv1alpha1.ConditionReady)).WithTimeout(timeout).Should(And(
+			HaveField("Reason", macvirtv1alpha1.ReasonRetainNotAllowed), HaveField("Message", ContainSubstring("allowRetain"))))
+
+		one := int32(1)
+		bounded := newClass(func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Tenancy.AllowRetain, c.Spec.Tenancy.MaxReleasedPerNamespace = &allow, &one
+		})
+		first := newClaim(ns, func(c *macvirtv1alpha1.MacClaim) {
+			c.Spec.ClassName, c.Spec.ReclaimPolicy = bounded.Name, macvirtv1alpha1.ReclaimRetain
+		})
+		Eventually(claimPhase(key(first))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimBound))
+		mk := types.NamespacedName{Namespace: ns, Name: getClaim(key(first)).Status.MachineRef.Name}
+		Expect(k8sClient.Delete(context.Background(), first)).To(Succeed())
+		Eventually(func(g Gomega) map[string]string { return getMachineWith(g, mk).Labels }).WithTimeout(timeout).
+			Should(HaveKeyWithValue(macvirtv1alpha1.LabelReleased, "true"))
+		second := newClaim(ns, func(c *macvirtv1alpha1.MacClaim) {
+			c.Spec.ClassName, c.Spec.ReclaimPolicy = bounded.Name, macvirtv1alpha1.ReclaimRetain
+		})
+		Eventually(claimCondition(key(second), macvirtv1alpha1.ConditionReady)).WithTimeout(timeout).Should(And(
+			HaveField("Reason", macvirtv1alpha1.ReasonTooManyReleased), HaveField("Message", ContainSubstring("maxReleasedPerNamespace"))))
+
+		By("deleting the released machine makes room")
+		Expect(k8sClient.Delete(context.Background(), getMachine(mk))).To(Succeed())
+		Eventually(claimPhase(key(second))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimBound))
+	})
+
+	It("keep a burst of Retain claims within maxReleasedPerNamespace though the cache lags their binds", func() {
+		allow, one := true, int32(1)
+		bounded := newClass(func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Tenancy.AllowRetain, c.Spec.Tenancy.MaxReleasedPerNamespace = &allow, &one
+		})
+		ns := newNamespace()
+		var burst []types.NamespacedName
+		for range 6 {
+			burst = append(burst, key(newClaim(ns, func(c *macvirtv1alpha1.MacClaim) {
+				c.Spec.ClassName, c.Spec.ReclaimPolicy = bounded.Name, macvirtv1alpha1.ReclaimRetain
+			})))
+		}
+		phases := func(g Gomega) map[macvirtv1alpha1.ClaimPhase]int {
+			out := map[macvirtv1alpha1.ClaimPhase]int{}
+			for _, k := range burst {
+				out[getClaimWith(g, k).Status.Phase]++
+			}
+			return out
+		}
+		Eventually(phases).WithTimeout(timeout).Should(And(HaveKeyWithValue(macvirtv1alpha1.ClaimPending, 5), Not(HaveKey(macvirtv1alpha1.ClaimPhase("")))))
+		Consistently(func(g Gomega) []macvirtv1alpha1.MacMachine { return machinesInWith(g, ns) }).WithTimeout(2 * time.Second).Should(HaveLen(1))
+	})
+
+	It("create a pre-bound machine in the claim's namespace when no pool has one idle", func() {
+		class := newClass()
+		ns := newNamespace()
+		startGuests(ns)
+		claim := newClaim(ns, func(c *macvirtv1alpha1.MacClaim) { c.Spec.ClassName = class.Name })
+		Eventually(claimPhase(key(claim))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
+		ms := machinesIn(ns)
+		Expect(ms).To(HaveLen(1))
+		Expect(ms[0].Spec.ClaimRef.UID).To(Equal(claim.UID))
+		Expect(ms[0].OwnerReferences).To(ConsistOf(HaveField("UID", claim.UID)))
+		Expect(k8sClient.Delete(context.Background(), claim)).To(Succeed())
+		Eventually(func(g Gomega) []macvirtv1alpha1.MacMachine { return machinesInWith(g, ns) }).WithTimeout(timeout).Should(BeEmpty())
+	})
+
+	It("leave a claim from a namespace outside allowedNamespaces unbound, saying why", func() {
+		class := newClass(func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Tenancy.AllowedNamespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "ios"}}
+		})
+		ns := newNamespace()
+		claim := newClaim(ns, func(c *macvirtv1alpha1.MacClaim) { c.Spec.ClassName = class.Name })
+		Eventually(claimCondition(key(claim), macvirtv1alpha1.ConditionReady)).WithTimeout(timeout).Should(And(
+			HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", macvirtv1alpha1.ReasonNamespaceNotAllowed),
+			HaveField("Message", And(ContainSubstring(class.Name), ContainSubstring("team=ios")))))
+		Expect(machinesIn(ns)).To(BeEmpty())
+
+		labelNamespace(ns, map[string]string{"team": "ios"})
+		Expect(k8sClient.Delete(context.Background(), claim)).To(Succeed())
+		again := newClaim(ns, func(c *macvirtv1alpha1.MacClaim) { c.Spec.ClassName = class.Name })
+		Eventually(claimPhase(key(again))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimBound))
+	})
+
+	It("never let a claim recreated with the same name inherit the old machine", func() {
+		class := newClass()
+		ns := newNamespace()
+		claim := newClaim(ns, func(c *macvirtv1alpha1.MacClaim) {
+			c.GenerateName, c.Name, c.Spec.ClassName = "", "build", class.Name
+			c.Spec.ReclaimPolicy = macvirtv1alpha1.ReclaimRetain
+		})
+		Eventually(claimPhase(key(claim))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimBound))
+		first := getClaim(key(claim)).Status.MachineRef
+		Expect(k8sClient.Delete(context.Background(), claim)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(context.Background(), key(claim), &macvirtv1alpha1.MacClaim{}))
+		}).WithTimeout(timeout).Should(BeTrue())
+		again := newClaim(ns, func(c *macvirtv1alpha1.MacClaim) { c.GenerateName, c.Name, c.Spec.ClassName = "", "build", class.Name })
+		Eventually(claimPhase(key(again))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimBound))
+		second := getClaim(key(again)).Status.MachineRef
+		Expect(second.UID).NotTo(Equal(first.UID))
+		Eventually(func(g Gomega) map[string]string {
+			return getMachineWith(g, types.NamespacedName{Namespace: ns, Name: first.Name}).Labels
+		}).
+			WithTimeout(timeout).Should(HaveKeyWithValue(macvirtv1alpha1.LabelReleased, "true"))
+	})
+
+	It("mark a claim Lost when its machine disappears, and never re-bind it", func() {
+		class := newClass()
+		pool, poolNS := newPool(class.Name, 2, 4)
+		startGuests(poolNS)
+		Eventually(poolStatus(pool.Name)).WithTimeout(timeout).Should(HaveField("Idle", int32(2)))
+		claim := newClaim(newNamespace(), func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name })
+		Eventually(claimPhase(key(claim))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
+		ref := getClaim(key(claim)).Status.MachineRef
+		Expect(k8sClient.Delete(context.Background(), getMachine(types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}))).To(Succeed())
+		Eventually(claimCondition(key(claim), macvirtv1alpha1.ConditionReady)).WithTimeout(timeout).Should(
+			HaveField("Reason", macvirtv1alpha1.ReasonMachineLost))
+		Expect(claimPhase(key(claim))()).To(Equal(macvirtv1alpha1.ClaimLost))
+		Consistently(func(g Gomega) types.UID { return getClaimWith(g, key(claim)).Status.MachineRef.UID }).WithTimeout(time.Second).Should(Equal(ref.UID))
+	})
+})

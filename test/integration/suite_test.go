@@ -1,0 +1,207 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/macvirt/macvirt/internal/agentserver"
+	"github.com/macvirt/macvirt/internal/operator"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/internal/simulator"
+	"github.com/macvirt/macvirt/internal/testenv"
+)
+
+// The suite runs a real kube-apiserver and etcd with macvirt's CRDs and
+// KubeVirt's and CDI's full CRDs, the KubeVirt/CDI simulator in its own
+// manager, a stand-in of virt-api's stop endpoint, and the operator wired by
+// operator.Setup, which tests stop and start again to prove recovery.
+var (
+	cfg       *rest.Config
+	testEnv   *envtest.Environment
+	scheme    *runtime.Scheme
+	k8sClient client.Client
+	sim       *simulator.Simulator
+	stopAPI   *stopStandIn
+	clock     = &offsetClock{}
+	suiteCtx  context.Context
+	cancelAll context.CancelFunc
+	operators atomic.Int32
+)
+
+func TestIntegration(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Integration Suite")
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	// Every Eventually and Consistently polls the API server at this pace
+	// unless a spec says otherwise (Gomega's default is every 10 ms).
+	SetDefaultEventuallyPollingInterval(interval)
+	SetDefaultConsistentlyPollingInterval(interval)
+	SetDefaultEventuallyTimeout(timeout)
+	suiteCtx, cancelAll = context.WithCancel(context.Background())
+
+	var err error
+	scheme, err = macvirtscheme.New()
+	Expect(err).NotTo(HaveOccurred())
+	// Tests also read CustomResourceDefinitions; the operator does not.
+	Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
+
+	testEnv, cfg, err = testenv.Start(scheme)
+	Expect(err).NotTo(HaveOccurred())
+
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	// Strict field validation: a wrong field name fails instead of being pruned.
+	k8sClient = client.WithFieldValidation(c, metav1.FieldValidationStrict)
+
+	simMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	Expect(err).NotTo(HaveOccurred())
+	sim = simulator.New(simMgr.GetClient(), simulator.Options{
+		StepInterval: 40 * time.Millisecond, StartDelay: 60 * time.Millisecond,
+		ShutdownDelay: 400 * time.Millisecond, CrashLoopBackoff: 100 * time.Millisecond,
+	})
+	Expect(sim.SetupWithManager(simMgr)).To(Succeed())
+	go func() {
+		defer GinkgoRecover()
+		Expect(simMgr.Start(suiteCtx)).To(Succeed())
+	}()
+	stopAPI = newStopStandIn(sim.StopHandler())
+	DeferCleanup(stopAPI.Close)
+	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
+	// The golden images newClass refers to.
+	goldenImages("macvirt-images", "sonoma", "opencore")
+})
+
+// Faults a spec injected into the simulator or the stop stand-in end with
+// it, whether or not the spec cleaned up after itself.
+var _ = AfterEach(func() {
+	sim.ClearAll()
+	stopAPI.failWith.Store(0)
+})
+
+var _ = AfterSuite(func() {
+	cancelAll()
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// operatorNamespace is the namespace the tests' operators run in, where they
+// keep their class snapshots.
+const operatorNamespace = "macvirt-system"
+
+// startOperator runs a fresh operator manager until the returned function
+// is called, which waits for it to stop, or at the latest until the spec
+// ends.
+func startOperator(mods ...func(*operator.Options)) (stop func()) {
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  operator.CacheOptions(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	Expect(err).NotTo(HaveOccurred())
+	opts := operator.Options{
+		Namespace:  operatorNamespace,
+		HookImage:  "ghcr.io/macvirt/macvirt-domain-hook:test",
+		StopConfig: &rest.Config{Host: stopAPI.URL},
+		Clock:      clock,
+		NameSuffix: fmt.Sprintf("-%d", operators.Add(1)),
+		Agent:      agentserver.Address{Endpoint: "https://agent.test:9444", CABundle: []byte("test CA bundle")},
+	}
+	for _, mod := range mods {
+		mod(&opts)
+	}
+	Expect(operator.Setup(mgr, opts)).To(Succeed())
+	ctx, cancel := context.WithCancel(suiteCtx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer GinkgoRecover()
+		defer wg.Done()
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+	// The operator stops when the spec ends, whether or not the spec got
+	// to stop it itself: a spec that fails early must not leave its
+	// operator running into the specs after it.
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	DeferCleanup(stop)
+	return stop
+}
+
+// offsetClock is the real clock moved forward by an offset, so tests can
+// pass a boot or heartbeat timeout without waiting for it.
+type offsetClock struct{ offset atomic.Int64 }
+
+func (c *offsetClock) Now() time.Time                  { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+func (c *offsetClock) Advance(d time.Duration)         { c.offset.Add(int64(d)) }
+func (c *offsetClock) Reset()                          { c.offset.Store(0) }
+
+// stopStandIn serves virt-api's stop endpoint through the simulator, or
+// answers every request with a forced failure while one is set.
+type stopStandIn struct {
+	*httptest.Server
+	failWith atomic.Int32
+}
+
+func newStopStandIn(h http.Handler) *stopStandIn {
+	s := &stopStandIn{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if code := int(s.failWith.Load()); code != 0 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			_, _ = fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"virtualmachines.subresources.kubevirt.io \"x\" is forbidden: User \"system:serviceaccount:macvirt-system:macvirt\" cannot update resource \"virtualmachines/stop\"","reason":"Forbidden","code":%d}`, code)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	return s
+}
+
+// newNamespace creates a namespace for one test and deletes it afterwards.
+func newNamespace() string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "mm-test-"}}
+	Expect(k8sClient.Create(suiteCtx, ns)).To(Succeed())
+	DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), ns) })
+	return ns.Name
+}
