@@ -175,7 +175,9 @@ type MacMachineStatus struct {
 	// provisioning reports disk import progress.
 	// +optional
 	Provisioning *ProvisioningStatus `json:"provisioning,omitempty"`
-	// guest is what the guest agent last reported.
+	// guest is what the guest agent last reported. The operator's agent
+	// endpoint writes it, from each heartbeat it accepts; the machine
+	// controller writes every other field of the status, and never this one.
 	// +optional
 	Guest *GuestStatus `json:"guest,omitempty"`
 	// runningSince is when the current VMI entered the Running phase, as

@@ -17,6 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/agentapi"
@@ -321,5 +322,60 @@ func TestTheAgentsDefaultIntervalIsTheOperatorsDefault(t *testing.T) {
 		if got := agentapi.HeartbeatInterval(timeout); got != want {
 			t.Errorf("HeartbeatInterval(%s) = %s, want %s", timeout, got, want)
 		}
+	}
+}
+
+// The endpoint owns status.guest and nothing else of a machine's status
+// (the machine controller owns the rest): its patch names only guest, so a
+// heartbeat never overwrites the phase or conditions, nor they the
+// heartbeat.
+func TestAHeartbeatWritesStatusGuestOnly(t *testing.T) {
+	h, c := setup(t)
+	m := &macvirtv1alpha1.MacMachine{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "a"}, m); err != nil {
+		t.Fatal(err)
+	}
+	m.Status.Phase = macvirtv1alpha1.MachineBooting
+	m.Status.Conditions = []metav1.Condition{{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionFalse,
+		Reason: macvirtv1alpha1.ReasonBooting, LastTransitionTime: metav1.NewTime(now)}}
+	if err := c.Status().Update(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	var patches [][]byte
+	h.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			data, err := patch.Data(obj)
+			if err != nil {
+				return err
+			}
+			patches = append(patches, data)
+			return cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	clock := clocktesting.NewFakeClock(now)
+	h.Clock = clock
+	for range 2 {
+		if rec := post(h, tokenA, heartbeat("a")); rec.Code != http.StatusOK {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+		clock.Step(10 * time.Second)
+	}
+	if len(patches) != 2 {
+		t.Fatalf("%d status patches; want one per heartbeat", len(patches))
+	}
+	for _, p := range patches {
+		var body map[string]map[string]json.RawMessage
+		if err := json.Unmarshal(p, &body); err != nil {
+			t.Fatalf("patch %s: %v", p, err)
+		}
+		if len(body) != 1 || len(body["status"]) != 1 || body["status"]["guest"] == nil {
+			t.Errorf("patch %s; want status.guest only", p)
+		}
+	}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "a"}, m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Status.Phase != macvirtv1alpha1.MachineBooting || len(m.Status.Conditions) != 1 {
+		t.Errorf("the machine controller's fields changed: phase %q, conditions %+v", m.Status.Phase, m.Status.Conditions)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -179,6 +180,11 @@ func TestComputeMachineStatus(t *testing.T) {
 			}
 			if tc.requeueMax > 0 && got.RequeueAfter <= 0 {
 				t.Errorf("no requeue for a timeout no watch reports")
+			}
+			// status.guest is the agent endpoint's: the machine's status
+			// write, a merge patch from the copy read, leaves it as it was.
+			if !equality.Semantic.DeepEqual(got.Status.Guest, tc.obs.Machine.Status.Guest) {
+				t.Errorf("status.guest = %+v, want it as read: %+v", got.Status.Guest, tc.obs.Machine.Status.Guest)
 			}
 		})
 	}
