@@ -26,7 +26,7 @@ COPY . .
 # the docker BUILDPLATFORM arg will be linux/arm64 when for Apple x86 it will be linux/amd64. Therefore,
 # by leaving it empty we can ensure that the container and binary shipped on it will have the same platform.
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath \
-    -ldflags "${HOOK_IMG:+-X github.com/macvirt/macvirt/internal/operator.DefaultHookImage=${HOOK_IMG}}" -o manager ./cmd
+    -ldflags "${HOOK_IMG:+-X github.com/macvirt/macvirt/internal/domainhook/install.DefaultImage=${HOOK_IMG}}" -o manager ./cmd
 
 # Use distroless as minimal base image to package the manager binary
 # Refer to https://github.com/GoogleContainerTools/distroless for more details

@@ -12,8 +12,8 @@ KUBEVIRT_VERSION ?= v1.9.0
 # KUBEVIRT_HOOK_VERSIONS are the KubeVirt releases whose sidecar-shim a
 # release builds a hook image on, one per supported minor: HOOK_IMG for
 # KUBEVIRT_VERSION's minor, HOOK_IMG-kubevirt<minor> for the others (the
-# operator picks by the cluster's KubeVirt: internal/operator/hookimage.go,
-# whose HookKubeVirtMinors a test holds to this list).
+# operator picks by the cluster's KubeVirt: internal/domainhook/install/image.go,
+# whose KubeVirtMinors a test holds to this list).
 KUBEVIRT_HOOK_VERSIONS ?= v1.7.0 v1.8.0 $(KUBEVIRT_VERSION)
 kubevirt-minor = $(word 1,$(subst ., ,$(1:v%=%))).$(word 2,$(subst ., ,$(1:v%=%)))
 # HOOK_IMAGES_BY_KUBEVIRT is <minor>=<image> for each minor other than
@@ -23,7 +23,7 @@ hook-image-for = $(HOOK_IMG)-kubevirt$(call kubevirt-minor,$(1))
 HOOK_IMAGES_BY_KUBEVIRT ?= $(strip $(foreach v,$(HOOK_OTHER_VERSIONS),$(call kubevirt-minor,$(v))=$(call hook-image-for,$(v))))
 # The manager defaults --hook-image to HOOK_IMG. (Not LDFLAGS: that one is
 # often exported with C linker flags.)
-GO_LDFLAGS ?= -X github.com/macvirt/macvirt/internal/operator.DefaultHookImage=$(HOOK_IMG)
+GO_LDFLAGS ?= -X github.com/macvirt/macvirt/internal/domainhook/install.DefaultImage=$(HOOK_IMG)
 # KUBERNETES_VERSION is the version of the envtest binaries built by hack/envtest.
 KUBERNETES_VERSION ?= v1.37.2
 # YEAR is written into generated file headers; fixed so regeneration is stable.
@@ -77,8 +77,8 @@ domain-fixtures: ## Regenerate the domain hook's KubeVirt domain XML fixtures fr
 golden: ## Rewrite the render goldens, the domain XML made from them, the domain-hook goldens, the Plugin transports' domains and the Argo CD checks' upstream layout (review the diff!).
 	go test ./internal/render/ -run '^TestGoldenRenderings$$' -update
 	hack/domainxml/generate.sh
-	go test ./internal/domainhook/ -run '^(TestGoldenDomains|TestPluginVariantsFile)$$' -update
-	go test ./internal/hookplugin/ -run '^TestShippedManifests$$' -update
+	go test ./internal/domainhook/hook/ -run '^(TestGoldenDomains|TestPluginVariantsFile)$$' -update
+	go test ./internal/domainhook/install/ -run '^TestShippedManifests$$' -update
 	go test ./test/argocd/ -run '^TestUpstreamLayoutIsCurrent$$' -update
 	hack/domainxml/generate.sh plugins
 
@@ -100,7 +100,7 @@ test: manifests generate fmt vet envtest kustomize ## Run every test layer: unit
 FUZZTIME ?= 30s
 FUZZ_TARGETS ?= ./internal/webhook/v1alpha1:FuzzMacClass ./internal/webhook/v1alpha1:FuzzMacPool \
 	./internal/webhook/v1alpha1:FuzzMacClaim ./internal/webhook/v1alpha1:FuzzMacMachine \
-	./internal/domainhook:FuzzApply ./internal/agentserver:FuzzDecodeHeartbeat
+	./internal/domainhook/hook:FuzzApply ./internal/agentserver:FuzzDecodeHeartbeat
 
 .PHONY: fuzz
 fuzz: ## Fuzz every target for FUZZTIME each (default 30s).

@@ -88,7 +88,7 @@ func TestDefaultAgentEndpoint(t *testing.T) {
 // TestHookImageIsSetAtBuildTime: the Makefile and the Dockerfile build
 // HOOK_IMG in as the hook image of --hook-image's default choice.
 func TestHookImageIsSetAtBuildTime(t *testing.T) {
-	bin := testenv.Build(t, "-ldflags", "-X github.com/macvirt/macvirt/internal/operator.DefaultHookImage=registry.example/hook:v9")
+	bin := testenv.Build(t, "-ldflags", "-X github.com/macvirt/macvirt/internal/domainhook/install.DefaultImage=registry.example/hook:v9")
 	out, _ := exec.Command(bin, "--help").CombinedOutput() //nolint:gosec // the binary just built.
 	if !strings.Contains(string(out), `else registry.example/hook:v9 (KubeVirt `) {
 		t.Errorf("--help does not show the hook image built in:\n%s", out)

@@ -45,7 +45,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/macvirt/macvirt/internal/agentserver"
-	"github.com/macvirt/macvirt/internal/hookplugin"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
+	"github.com/macvirt/macvirt/internal/domainhook/install"
 	"github.com/macvirt/macvirt/internal/localwebhook"
 	"github.com/macvirt/macvirt/internal/operator"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
@@ -88,10 +89,10 @@ func main() {
 	flag.StringVar(&hookImage, "hook-image", "",
 		"The domain-hook image: KubeVirt's hook sidecar next to every macOS VM (--domain-hook=sidecar), "+
 			"or the Plugin's sidecar (--domain-hook=plugin-sidecar). When empty, the image built for the cluster's "+
-			"KubeVirt minor: $"+operator.RelatedImageHookEnv+"_KUBEVIRT_<major>_<minor> or $"+operator.RelatedImageHookEnv+
-			" when set (OLM sets them, by digest), else "+operator.DefaultHookImage+" (KubeVirt "+operator.HookKubeVirtMinor+
-			") or its -kubevirt<minor> tag for KubeVirt "+operator.HookKubeVirtMinors+".")
-	flag.StringVar(&domainHook, "domain-hook", string(hookplugin.TransportAuto),
+			"KubeVirt minor: $"+install.RelatedImageEnv+"_KUBEVIRT_<major>_<minor> or $"+install.RelatedImageEnv+
+			" when set (OLM sets them, by digest), else "+install.DefaultImage+" (KubeVirt "+install.KubeVirtMinor+
+			") or its -kubevirt<minor> tag for KubeVirt "+install.KubeVirtMinors+".")
+	flag.StringVar(&domainHook, "domain-hook", string(contract.TransportAuto),
 		"How the macOS domain settings reach libvirt: plugin-cel (a KubeVirt Plugin of CEL hooks, KubeVirt 1.9+), "+
 			"plugin-sidecar (a Plugin whose hook is the --hook-image sidecar, KubeVirt 1.9+ on Kubernetes 1.36+), "+
 			"sidecar (KubeVirt's hook sidecar, Sidecar feature gate), or auto: plugin-cel where KubeVirt serves "+
@@ -264,7 +265,7 @@ func main() {
 	} else {
 		setupLog.Info("Guest-agent endpoint disabled: no address or no certificate; machines will not become Ready")
 	}
-	transport, err := hookplugin.ParseTransport(domainHook)
+	transport, err := contract.ParseTransport(domainHook)
 	if err != nil {
 		setupLog.Error(err, "Invalid flag")
 		os.Exit(1)

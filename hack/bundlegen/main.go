@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/blang/semver/v4"
+	"github.com/macvirt/macvirt/internal/domainhook/install"
 	"github.com/operator-framework/api/pkg/lib/version"
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -42,8 +43,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
-
-	"github.com/macvirt/macvirt/internal/operator"
 )
 
 // webhookCertDir is where OLM mounts the webhook serving certificate; the
@@ -740,15 +739,15 @@ func (o options) hookImagesByKubeVirt() ([]hookImage, error) {
 }
 
 // hookImageEnv is the manager's RELATED_IMAGE_* variables of the hook
-// images (internal/operator.ChooseHookImage reads them).
+// images (internal/domainhook/install.ChooseImage reads them).
 func (o options) hookImageEnv() ([]corev1.EnvVar, error) {
 	byKubeVirt, err := o.hookImagesByKubeVirt()
 	if err != nil {
 		return nil, err
 	}
-	env := []corev1.EnvVar{{Name: operator.RelatedImageHookEnv, Value: o.HookImage}}
+	env := []corev1.EnvVar{{Name: install.RelatedImageEnv, Value: o.HookImage}}
 	for _, h := range byKubeVirt {
-		env = append(env, corev1.EnvVar{Name: operator.RelatedImageHookEnvFor(h.minor), Value: h.image})
+		env = append(env, corev1.EnvVar{Name: install.RelatedImageEnvFor(h.minor), Value: h.image})
 	}
 	return env, nil
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the domain hook's input fixtures: for every golden rendering in
 # internal/render/testdata, the libvirt domain XML KubeVirt's virt-launcher
-# would hand the hook (internal/domainhook/testdata/kubevirt/*.domain.xml).
+# would hand the hook (internal/domainhook/hook/testdata/kubevirt/*.domain.xml).
 #
 # It compiles a large part of kubevirt.io/kubevirt (about two minutes on two
 # cores with a cold build cache, seconds after that); the two modules of that
@@ -13,7 +13,7 @@ set -euo pipefail
 
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo_root="$(cd "${script_dir}/../.." && pwd)"
-out_dir="${repo_root}/internal/domainhook/testdata/kubevirt"
+out_dir="${repo_root}/internal/domainhook/hook/testdata/kubevirt"
 # What virt-api's admission and virt-controller's virt-launcher pod make of
 # each rendering (the render tests check the macOS slot reaches the pod).
 launcher_dir="${repo_root}/internal/render/testdata/launcher"
@@ -27,12 +27,12 @@ fixtures() {
 
 # The Plugin transports ("generate.sh plugins"): KubeVirt's CEL pipeline and
 # its gRPC client against the hook binary, for every variant the domain
-# hook's tests wrote (internal/domainhook/testdata/plugin/variants.yaml;
+# hook's tests wrote (internal/domainhook/hook/testdata/plugin/variants.yaml;
 # make golden writes it after the fixtures, then runs this).
-variants="${repo_root}/internal/domainhook/testdata/plugin/variants.yaml"
+variants="${repo_root}/internal/domainhook/hook/testdata/plugin/variants.yaml"
 
 plugins() {
-	plugin_dir="${repo_root}/internal/domainhook/testdata/plugin"
+	plugin_dir="${repo_root}/internal/domainhook/hook/testdata/plugin"
 	tmp="$(mktemp -d)"
 	trap 'rm -rf "${tmp}"' EXIT
 	(cd "${repo_root}" && go build -o "${tmp}/onDefineDomain" ./cmd/domain-hook)

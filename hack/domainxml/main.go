@@ -1,7 +1,7 @@
 // Command domainxml writes, for each KubeVirt VirtualMachine given, the
 // libvirt domain XML that KubeVirt's virt-launcher hands to a hook sidecar's
 // OnDefineDomain when the VirtualMachine starts. The XML files are the input
-// fixtures of the domain-hook tests (internal/domainhook/testdata/kubevirt).
+// fixtures of the domain-hook tests (internal/domainhook/hook/testdata/kubevirt).
 //
 // Usage, from hack/domainxml (generate.sh runs it over internal/render/testdata):
 //
@@ -130,7 +130,7 @@ func main() {
 	out := flag.String("out", "", "directory to write the domain XML files into (required)")
 	base := flag.String("base", "", "directory the input paths named in the generated files are relative to (default: the Git work tree of each input)")
 	launcherDir := flag.String("launcher", "", "directory to write, per input, what virt-api's admission and virt-controller's virt-launcher pod say (optional)")
-	variants := flag.String("plugin-variants", "", "instead: apply the Plugin of each variant in this file (internal/domainhook/testdata/plugin/variants.yaml) to the domain of its rendering, see plugins.go")
+	variants := flag.String("plugin-variants", "", "instead: apply the Plugin of each variant in this file (internal/domainhook/hook/testdata/plugin/variants.yaml) to the domain of its rendering, see plugins.go")
 	renderDir := flag.String("renderings", "", "with -plugin-variants: the directory of the renderings the variants name")
 	hookBinary := flag.String("hook-binary", "", "with -plugin-variants: macvirt's hook binary, run as the Plugin's sidecar")
 	flag.Usage = func() {

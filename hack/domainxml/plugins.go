@@ -2,7 +2,7 @@ package main
 
 // The -plugin-variants mode proves the KubeVirt Plugin transports of the
 // macOS domain settings with KubeVirt's own code. For each variant of
-// internal/domainhook/testdata/plugin/variants.yaml it makes the VMI and the
+// internal/domainhook/hook/testdata/plugin/variants.yaml it makes the VMI and the
 // domain of the variant's rendering as the fixtures are made, gives the VMI
 // the variant's annotations, and writes two domains:
 //
@@ -17,7 +17,7 @@ package main
 //     (pkg/virt-launcher/virtwrap/plugins/sidecar.go) sends, read back the
 //     way sidecarHookApplier does.
 //
-// internal/domainhook's tests compare both with the golden domains.
+// internal/domainhook/hook's tests compare both with the golden domains.
 
 import (
 	"bytes"

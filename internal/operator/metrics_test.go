@@ -17,6 +17,7 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/agentserver"
 	"github.com/macvirt/macvirt/internal/controller/metrics"
+	"github.com/macvirt/macvirt/internal/domainhook/install"
 	"github.com/macvirt/macvirt/internal/testenv"
 )
 
@@ -36,7 +37,8 @@ func operatorCollectors(t *testing.T) []prometheus.Collector {
 	}
 	cs := metrics.Collectors(fake.NewClientBuilder().WithScheme(s).Build())
 	cs = append(cs, agentserver.Collectors()...)
-	return append(cs, domainHookReady, monitoringObjectsReady)
+	cs = append(cs, install.Collectors()...)
+	return append(cs, monitoringObjectsReady)
 }
 
 var descRE = regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)

@@ -52,7 +52,10 @@ func TestMonitoringObjectsAgainstAnAPIServer(t *testing.T) {
 	t.Cleanup(func() { _ = env.Stop() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	opts := mapper(t, cfg)
+	opts, err := testenv.DynamicClientOptions(cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, err := client.New(cfg, *opts)
 	if err != nil {
 		t.Fatal(err)

@@ -34,17 +34,12 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/metrics"
 	"github.com/macvirt/macvirt/internal/controller/nodeslots"
 	"github.com/macvirt/macvirt/internal/controller/pool"
-	"github.com/macvirt/macvirt/internal/hookplugin"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
+	"github.com/macvirt/macvirt/internal/domainhook/install"
 	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/vmstop"
 	webhookv1alpha1 "github.com/macvirt/macvirt/internal/webhook/v1alpha1"
 )
-
-// DefaultHookImage is the domain-hook sidecar image used when none is set.
-// The Makefile sets it to its HOOK_IMG when it builds the manager
-// (-ldflags -X), in a binary and in the image, so an install that names no
-// --hook-image runs the hook built alongside it.
-var DefaultHookImage = "ghcr.io/macvirt/macvirt-domain-hook:v0.1.0"
 
 // DefaultNamespace is the operator's namespace when none is set: the one
 // config/default installs it in.
@@ -60,12 +55,12 @@ type Options struct {
 	// --domain-hook flag); auto when empty: a KubeVirt Plugin of CEL hooks
 	// where KubeVirt serves the Plugin kind, KubeVirt's hook sidecar
 	// elsewhere.
-	DomainHook hookplugin.Transport
+	DomainHook contract.Transport
 	// HookImage is the domain-hook image: KubeVirt's hook sidecar on every
 	// VM, or the Plugin's sidecar (plugin-sidecar). When empty, the one for
-	// the cluster's KubeVirt minor (ChooseHookImage).
+	// the cluster's KubeVirt minor (install.ChooseImage).
 	HookImage string
-	// LookupEnv reads the RELATED_IMAGE_* variables ChooseHookImage looks
+	// LookupEnv reads the RELATED_IMAGE_* variables install.ChooseImage looks
 	// at (os.LookupEnv in the manager); none are read when nil.
 	LookupEnv func(string) (string, bool)
 	// MonitoringObjects has the operator write its ServiceMonitor and alerts
@@ -153,26 +148,26 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		// Its own budget: a KubeVirt CR that does not yet report its
 		// version (a fresh install) is read again for a little while.
 		versionCtx, cancelVersion := context.WithTimeout(context.Background(), 15*time.Second)
-		kubevirtVersion, err = WaitForKubeVirtVersion(versionCtx, hookClient, time.Second)
+		kubevirtVersion, err = install.WaitForKubeVirtVersion(versionCtx, hookClient, time.Second)
 		cancelVersion()
 		if err != nil {
 			mgr.GetLogger().Info("The cluster's KubeVirt version is unknown", "reason", err.Error())
 		}
 	}
 	resolveCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	hookChoice := ChooseHookImage(opts.HookImage, opts.LookupEnv, kubevirtVersion)
+	hookChoice := install.ChooseImage(opts.HookImage, opts.LookupEnv, kubevirtVersion)
 	mgr.GetLogger().Info("Domain-hook image", "image", hookChoice.Image, "why", hookChoice.Why, "mayNotSuitKubeVirt", hookChoice.Warning)
 	hookImage := hookChoice.Image
-	hookOpts := hookplugin.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath}
-	transport, err := ResolveDomainHook(resolveCtx, mgr.GetRESTMapper(), hookClient, opts.DomainHook, hookOpts)
+	hookOpts := install.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath}
+	transport, err := install.Resolve(resolveCtx, mgr.GetRESTMapper(), hookClient, opts.DomainHook, hookOpts)
 	cancel()
 	if err != nil {
 		return err
 	}
 	mgr.GetLogger().Info("Domain-hook transport", "asked", opts.DomainHook, "transport", transport)
-	var hookObjects *DomainHookObjects
+	var hookObjects *install.Objects
 	if opts.runs(MachineController) {
-		hookObjects = &DomainHookObjects{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Transport: transport,
+		hookObjects = &install.Objects{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Transport: transport,
 			Options: hookOpts, Log: mgr.GetLogger().WithName("domain-hook")}
 		if err := mgr.Add(hookObjects); err != nil {
 			return err

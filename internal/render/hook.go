@@ -5,30 +5,29 @@ import (
 	"fmt"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/hookconfig"
-	"github.com/macvirt/macvirt/internal/hookplugin"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
 )
 
 // HookConfig is the domain-hook configuration of a machine: everything
 // KubeVirt cannot express, taken from the class and the machine's identity.
-func HookConfig(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine, opts Options) (*hookconfig.Config, error) {
+func HookConfig(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine, opts Options) (*contract.Config, error) {
 	hw := class.Spec.EffectiveHardware()
 	if m.Spec.SMBIOS == nil {
 		return nil, fmt.Errorf("machine %s/%s has no spec.smbios identity yet", m.Namespace, m.Name)
 	}
-	cfg := &hookconfig.Config{
-		Version: hookconfig.Version,
-		CPU:     hookconfig.CPU{Model: string(hw.CPUModel)},
-		NIC:     hookconfig.NIC{Model: string(hw.NICModel)},
-		SMC:     hookconfig.SMC{Mode: string(hw.SMC.Mode)},
-		SMBIOS: hookconfig.SMBIOS{
-			Manufacturer: hookconfig.AppleManufacturer,
+	cfg := &contract.Config{
+		Version: contract.Version,
+		CPU:     contract.CPU{Model: string(hw.CPUModel)},
+		NIC:     contract.NIC{Model: string(hw.NICModel)},
+		SMC:     contract.SMC{Mode: string(hw.SMC.Mode)},
+		SMBIOS: contract.SMBIOS{
+			Manufacturer: contract.AppleManufacturer,
 			Product:      hw.SMBIOS.ProductName,
 			Serial:       m.Spec.SMBIOS.SerialNumber,
 			BoardSerial:  m.Spec.SMBIOS.BoardSerial,
 			UUID:         m.Spec.SMBIOS.UUID,
 		},
-		Display:     hookconfig.Display{Model: string(hw.Display.Model)},
+		Display:     contract.Display{Model: string(hw.Display.Model)},
 		USBKeyboard: true,
 		Emulator:    opts.EmulatorPath,
 	}
@@ -56,7 +55,7 @@ type hookSidecar struct {
 // transport the operator runs with, so switching transports restarts no VM.
 // The machine controller also keeps an existing VM's annotations right for
 // the operator's transport with it.
-func HookAnnotations(cfg *hookconfig.Config, opts Options) (map[string]string, error) {
+func HookAnnotations(cfg *contract.Config, opts Options) (map[string]string, error) {
 	encoded, err := cfg.Marshal()
 	if err != nil {
 		return nil, err
@@ -65,20 +64,20 @@ func HookAnnotations(cfg *hookconfig.Config, opts Options) (map[string]string, e
 	if err != nil {
 		return nil, err
 	}
-	out[hookconfig.Annotation] = encoded
-	if opts.DomainHook != hookplugin.TransportSidecar && opts.DomainHook != "" {
+	out[contract.Annotation] = encoded
+	if opts.DomainHook != contract.TransportSidecar && opts.DomainHook != "" {
 		return out, nil
 	}
 	if opts.HookImage == "" {
 		return nil, fmt.Errorf("no domain-hook image configured: set the operator's --hook-image flag")
 	}
 	sidecars, err := json.Marshal([]hookSidecar{{
-		Args:  []string{"--version", hookconfig.HookAPIVersion},
+		Args:  []string{"--version", contract.HookAPIVersion},
 		Image: opts.HookImage,
 	}})
 	if err != nil {
-		return nil, fmt.Errorf("encoding %s: %w", hookconfig.SidecarsAnnotation, err)
+		return nil, fmt.Errorf("encoding %s: %w", contract.SidecarsAnnotation, err)
 	}
-	out[hookconfig.SidecarsAnnotation] = string(sidecars)
+	out[contract.SidecarsAnnotation] = string(sidecars)
 	return out, nil
 }

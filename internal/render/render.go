@@ -13,14 +13,14 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/agentapi"
-	"github.com/macvirt/macvirt/internal/hookplugin"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
 )
 
 // Options carry the operator-wide settings that are not part of a class.
 type Options struct {
 	// DomainHook is the transport of the macOS domain settings, resolved
 	// (never auto); "" is KubeVirt's hook sidecar.
-	DomainHook hookplugin.Transport
+	DomainHook contract.Transport
 	// HookImage is the domain-hook sidecar image; required for KubeVirt's
 	// hook sidecar transport.
 	HookImage string

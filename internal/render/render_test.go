@@ -12,7 +12,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
 	"github.com/macvirt/macvirt/internal/render"
 )
 
@@ -25,9 +25,9 @@ func renderOK(t *testing.T, class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.
 	return vm, dvs
 }
 
-func hookConfigOf(t *testing.T, vm *kubevirtv1.VirtualMachine) *hookconfig.Config {
+func hookConfigOf(t *testing.T, vm *kubevirtv1.VirtualMachine) *contract.Config {
 	t.Helper()
-	cfg, err := hookconfig.Parse(vm.Spec.Template.ObjectMeta.Annotations[hookconfig.Annotation])
+	cfg, err := contract.Parse(vm.Spec.Template.ObjectMeta.Annotations[contract.Annotation])
 	if err != nil {
 		t.Fatalf("hook annotation does not parse: %v", err)
 	}
@@ -138,14 +138,14 @@ func TestHookConfigCarriesTheOSKOnlyInAppleSMCMode(t *testing.T) {
 	opts := testOptions
 	opts.OSK = "test-osk-value"
 	vm, _ := renderOK(t, testClass(), testMachine(), opts)
-	g.Expect(hookConfigOf(t, vm).SMC).To(Equal(hookconfig.SMC{Mode: "VirtualSMC"}))
+	g.Expect(hookConfigOf(t, vm).SMC).To(Equal(contract.SMC{Mode: "VirtualSMC"}))
 
 	apple := testClass(func(c *macvirtv1alpha1.MacClass) {
 		c.Spec.Hardware.SMC = macvirtv1alpha1.SMCSpec{Mode: macvirtv1alpha1.SMCModeAppleSMC,
 			OSKSecretRef: &macvirtv1alpha1.SecretKeyRef{Namespace: "macvirt-system", Name: "osk", Key: "osk"}}
 	})
 	vm, _ = renderOK(t, apple, testMachine(), opts)
-	g.Expect(hookConfigOf(t, vm).SMC).To(Equal(hookconfig.SMC{Mode: "AppleSMC", OSK: "test-osk-value"}))
+	g.Expect(hookConfigOf(t, vm).SMC).To(Equal(contract.SMC{Mode: "AppleSMC", OSK: "test-osk-value"}))
 
 	_, _, err := render.VirtualMachine(apple, testMachine(), testOptions)
 	g.Expect(err).To(MatchError(ContainSubstring("smc.osk")))
@@ -160,8 +160,8 @@ func TestHookConfigCarriesIdentityDisplayAndEmulator(t *testing.T) {
 		c.Spec.Hardware.SMBIOS.ProductName = "MacPro7,1"
 	}), testMachine(), opts)
 	cfg := hookConfigOf(t, vm)
-	g.Expect(cfg.Version).To(Equal(hookconfig.Version))
-	g.Expect(cfg.SMBIOS).To(Equal(hookconfig.SMBIOS{Manufacturer: "Apple Inc.", Product: "MacPro7,1",
+	g.Expect(cfg.Version).To(Equal(contract.Version))
+	g.Expect(cfg.SMBIOS).To(Equal(contract.SMBIOS{Manufacturer: "Apple Inc.", Product: "MacPro7,1",
 		Serial: "C02XK1ZJHX87", BoardSerial: "C02123ABCDEHX87FG", UUID: "5B3E8F7A-2C41-4D9E-8F0A-1B2C3D4E5F60"}))
 	g.Expect(cfg.Display.Model).To(Equal("vmware-svga"))
 	g.Expect(cfg.USBKeyboard).To(BeTrue())

@@ -14,6 +14,8 @@ import (
 
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -80,4 +82,19 @@ func KustomizeBuild(dir string) ([]byte, error) {
 		return nil, fmt.Errorf("kustomize build %s: %w\n%s", dir, err, stderr.String())
 	}
 	return out, nil
+}
+
+// DynamicClientOptions are client options with scheme and a RESTMapper
+// that discovers kinds as they are served, for tests that install CRDs
+// while they run.
+func DynamicClientOptions(cfg *rest.Config, scheme *kruntime.Scheme) (*client.Options, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m, err := apiutil.NewDynamicRESTMapper(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	return &client.Options{Scheme: scheme, Mapper: m}, nil
 }

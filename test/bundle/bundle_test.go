@@ -29,8 +29,8 @@ import (
 	"k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/yaml"
 
+	"github.com/macvirt/macvirt/internal/domainhook/install"
 	"github.com/macvirt/macvirt/internal/monitoring"
-	"github.com/macvirt/macvirt/internal/operator"
 	"github.com/macvirt/macvirt/internal/testenv"
 )
 
@@ -595,8 +595,8 @@ func TestImagesAreNamedOnce(t *testing.T) {
 	}
 	manager := vars["IMAGE_REGISTRY"] + "/macvirt-manager:v" + vars["VERSION"]
 	hook := vars["IMAGE_REGISTRY"] + "/macvirt-domain-hook:v" + vars["VERSION"]
-	if operator.DefaultHookImage != hook {
-		t.Errorf("operator.DefaultHookImage is %s, the Makefile's HOOK_IMG %s", operator.DefaultHookImage, hook)
+	if install.DefaultImage != hook {
+		t.Errorf("install.DefaultImage is %s, the Makefile's HOOK_IMG %s", install.DefaultImage, hook)
 	}
 	csv := loadBundle(t).CSV
 	if csv.Annotations["containerImage"] != manager {
@@ -612,22 +612,22 @@ func TestImagesAreNamedOnce(t *testing.T) {
 	if kubevirt == nil || hookVersions == nil {
 		t.Fatal("the Makefile sets no KUBEVIRT_VERSION v<x.y.z> or KUBEVIRT_HOOK_VERSIONS")
 	}
-	if operator.HookKubeVirtMinor != kubevirt[1] {
-		t.Errorf("operator.HookKubeVirtMinor is %s, the Makefile's KUBEVIRT_VERSION's minor %s", operator.HookKubeVirtMinor, kubevirt[1])
+	if install.KubeVirtMinor != kubevirt[1] {
+		t.Errorf("install.KubeVirtMinor is %s, the Makefile's KUBEVIRT_VERSION's minor %s", install.KubeVirtMinor, kubevirt[1])
 	}
 	var minors []string
 	for _, v := range strings.Fields(strings.ReplaceAll(hookVersions[1], "$(KUBEVIRT_VERSION)", "v"+kubevirt[1]+".0")) {
 		minors = append(minors, strings.Join(strings.Split(strings.TrimPrefix(v, "v"), ".")[:2], "."))
 	}
-	if got := strings.Join(minors, ","); operator.HookKubeVirtMinors != got {
-		t.Errorf("operator.HookKubeVirtMinors is %s, the Makefile's KUBEVIRT_HOOK_VERSIONS give %s", operator.HookKubeVirtMinors, got)
+	if got := strings.Join(minors, ","); install.KubeVirtMinors != got {
+		t.Errorf("install.KubeVirtMinors is %s, the Makefile's KUBEVIRT_HOOK_VERSIONS give %s", install.KubeVirtMinors, got)
 	}
 	want := []string{manager, hook}
-	wantEnv := map[string]string{operator.RelatedImageHookEnv: hook}
+	wantEnv := map[string]string{install.RelatedImageEnv: hook}
 	for _, m := range minors {
-		if m != operator.HookKubeVirtMinor {
-			want = append(want, operator.HookImageTagFor(hook, m))
-			wantEnv[operator.RelatedImageHookEnvFor(m)] = operator.HookImageTagFor(hook, m)
+		if m != install.KubeVirtMinor {
+			want = append(want, install.ImageTagFor(hook, m))
+			wantEnv[install.RelatedImageEnvFor(m)] = install.ImageTagFor(hook, m)
 		}
 	}
 	var related []string
@@ -830,11 +830,11 @@ func TestDockerfiles(t *testing.T) {
 			t.Errorf("Dockerfile.hook lacks %q", want)
 		}
 	}
-	if !strings.Contains(manager, "ARG HOOK_IMG") || !strings.Contains(manager, "internal/operator.DefaultHookImage=${HOOK_IMG}") {
+	if !strings.Contains(manager, "ARG HOOK_IMG") || !strings.Contains(manager, "internal/domainhook/install.DefaultImage=${HOOK_IMG}") {
 		t.Error("Dockerfile does not build HOOK_IMG in as the manager's default hook image")
 	}
 	mk := read(t, "Makefile")
-	for _, want := range []string{"KUBEVIRT_VERSION ?= " + kubevirt[1], "internal/operator.DefaultHookImage=$(HOOK_IMG)",
+	for _, want := range []string{"KUBEVIRT_VERSION ?= " + kubevirt[1], "internal/domainhook/install.DefaultImage=$(HOOK_IMG)",
 		"build --build-arg HOOK_IMG=$(HOOK_IMG) -t $(IMG) .",
 		"build --build-arg SIDECAR_SHIM_IMAGE=quay.io/kubevirt/sidecar-shim:$(KUBEVIRT_VERSION) -f Dockerfile.hook -t $(HOOK_IMG) .",
 		"build -f bundle.Dockerfile -t $(BUNDLE_IMG) .", `go build -ldflags "$(GO_LDFLAGS)" -o bin/manager ./cmd`} {

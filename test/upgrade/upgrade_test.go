@@ -38,7 +38,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
 	"github.com/macvirt/macvirt/internal/sandbox"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/testenv"
@@ -324,7 +324,7 @@ func withoutHookAnnotations(vm *unstructured.Unstructured) (string, error) {
 	}
 	var hook []string
 	for k, v := range annotations {
-		if hookconfig.IsDomainHookAnnotation(k) {
+		if contract.IsDomainHookAnnotation(k) {
 			hook = append(hook, k+"="+v)
 			delete(annotations, k)
 		}

@@ -10,7 +10,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
-	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
 	"github.com/macvirt/macvirt/internal/render"
 )
 
@@ -45,11 +45,11 @@ func (r *Reconciler) holdForDomainHook(o *machineObservation) bool {
 // whether they changed. A template without that annotation was not
 // rendered by macvirt and is left alone.
 func hookAnnotationsFor(have map[string]string, opts render.Options) (map[string]string, bool, error) {
-	raw, ok := have[hookconfig.Annotation]
+	raw, ok := have[contract.Annotation]
 	if !ok {
 		return have, false, nil
 	}
-	cfg, err := hookconfig.Parse(raw)
+	cfg, err := contract.Parse(raw)
 	if err != nil {
 		return have, false, err
 	}
@@ -59,7 +59,7 @@ func hookAnnotationsFor(have map[string]string, opts render.Options) (map[string
 	}
 	next := map[string]string{}
 	for k, v := range have {
-		if !hookconfig.IsDomainHookAnnotation(k) {
+		if !contract.IsDomainHookAnnotation(k) {
 			next[k] = v
 		}
 	}

@@ -16,15 +16,14 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/controllertest"
-	"github.com/macvirt/macvirt/internal/hookconfig"
-	"github.com/macvirt/macvirt/internal/hookconfig/hookconfigtest"
-	"github.com/macvirt/macvirt/internal/hookplugin"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
+	"github.com/macvirt/macvirt/internal/domainhook/contract/contracttest"
 	"github.com/macvirt/macvirt/internal/render"
 )
 
 func hookTestConfig(t *testing.T) string {
 	t.Helper()
-	raw, err := hookconfigtest.Config().Marshal()
+	raw, err := contracttest.Config().Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,35 +32,35 @@ func hookTestConfig(t *testing.T) string {
 
 func TestHookAnnotationsFollowTheTransport(t *testing.T) {
 	raw := hookTestConfig(t)
-	sidecar := render.Options{DomainHook: hookplugin.TransportSidecar, HookImage: "hook:1"}
-	cel := render.Options{DomainHook: hookplugin.TransportPluginCEL}
+	sidecar := render.Options{DomainHook: contract.TransportSidecar, HookImage: "hook:1"}
+	cel := render.Options{DomainHook: contract.TransportPluginCEL}
 	// A VM an operator before the Plugin transports rendered: the JSON and
 	// the hook sidecar, no flat values.
-	old := map[string]string{hookconfig.Annotation: raw, hookconfig.SidecarsAnnotation: `[{"args":["--version","v1alpha3"],"image":"hook:1"}]`,
+	old := map[string]string{contract.Annotation: raw, contract.SidecarsAnnotation: `[{"args":["--version","v1alpha3"],"image":"hook:1"}]`,
 		"someone.example/note": "kept"}
 
 	next, changed, err := hookAnnotationsFor(old, cel)
 	if err != nil || !changed {
 		t.Fatalf("sidecar VM under plugin-cel: changed=%v err=%v", changed, err)
 	}
-	if _, ok := next[hookconfig.SidecarsAnnotation]; ok {
+	if _, ok := next[contract.SidecarsAnnotation]; ok {
 		t.Error("the hook sidecar stays under plugin-cel: the Sidecar gate could not be turned off")
 	}
-	if next[hookconfig.AnnotationCPUModel] != "Haswell-noTSX" || next[hookconfig.AnnotationSystemPrefix+"serial"] != "C02XK1ZJHX87" ||
-		next[hookconfig.Annotation] != raw || next["someone.example/note"] != "kept" {
+	if next[contract.AnnotationCPUModel] != "Haswell-noTSX" || next[contract.AnnotationSystemPrefix+"serial"] != "C02XK1ZJHX87" ||
+		next[contract.Annotation] != raw || next["someone.example/note"] != "kept" {
 		t.Errorf("annotations under plugin-cel: %v", next)
 	}
 	if _, again, _ := hookAnnotationsFor(next, cel); again {
 		t.Error("annotations already right for plugin-cel changed again")
 	}
 	back, changed, err := hookAnnotationsFor(next, sidecar)
-	if err != nil || !changed || back[hookconfig.SidecarsAnnotation] == "" || back[hookconfig.AnnotationCPUModel] == "" {
+	if err != nil || !changed || back[contract.SidecarsAnnotation] == "" || back[contract.AnnotationCPUModel] == "" {
 		t.Errorf("plugin-cel VM under sidecar: changed=%v err=%v %v", changed, err, back)
 	}
 	if got, changed, _ := hookAnnotationsFor(map[string]string{"a": "b"}, cel); changed || got["a"] != "b" {
 		t.Error("a template macvirt did not render was changed")
 	}
-	if _, _, err := hookAnnotationsFor(map[string]string{hookconfig.Annotation: "{"}, cel); err == nil {
+	if _, _, err := hookAnnotationsFor(map[string]string{contract.Annotation: "{"}, cel); err == nil {
 		t.Error("a malformed configuration was taken")
 	}
 }
@@ -73,8 +72,8 @@ func sidecarVM(t *testing.T, strategy kubevirtv1.VirtualMachineRunStrategy) *kub
 	v.Name, v.Namespace = "m", "ns"
 	v.Spec.RunStrategy = &strategy
 	v.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
-	v.Spec.Template.ObjectMeta.Annotations = map[string]string{hookconfig.Annotation: hookTestConfig(t),
-		hookconfig.SidecarsAnnotation: `[{"image":"hook:1"}]`}
+	v.Spec.Template.ObjectMeta.Annotations = map[string]string{contract.Annotation: hookTestConfig(t),
+		contract.SidecarsAnnotation: `[{"image":"hook:1"}]`}
 	return v
 }
 
@@ -82,7 +81,7 @@ func TestAVMGetsTheTransportsAnnotationsWithoutARestart(t *testing.T) {
 	always := kubevirtv1.RunStrategyAlways
 	v := sidecarVM(t, always)
 	c := fake.NewClientBuilder().WithScheme(controllertest.Scheme(t)).WithObjects(v).Build()
-	r := &Reconciler{Client: c, Render: render.Options{DomainHook: hookplugin.TransportPluginCEL}}
+	r := &Reconciler{Client: c, Render: render.Options{DomainHook: contract.TransportPluginCEL}}
 	o := &machineObservation{Machine: machine(), VM: v.DeepCopy()}
 	if proceed, err := r.ensureDomainHookAnnotations(context.Background(), o); !proceed || err != nil {
 		t.Fatalf("proceed=%v err=%v", proceed, err)
@@ -92,7 +91,7 @@ func TestAVMGetsTheTransportsAnnotationsWithoutARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := got.Spec.Template.ObjectMeta.Annotations
-	if _, ok := a[hookconfig.SidecarsAnnotation]; ok || a[hookconfig.AnnotationVideoModel] != "vga" || *got.Spec.RunStrategy != always {
+	if _, ok := a[contract.SidecarsAnnotation]; ok || a[contract.AnnotationVideoModel] != "vga" || *got.Spec.RunStrategy != always {
 		t.Errorf("VM after the patch: annotations %v, runStrategy %s", a, *got.Spec.RunStrategy)
 	}
 }
@@ -152,7 +151,7 @@ func TestAVMWhoseTemplateWasNotUpdatedIsNotStarted(t *testing.T) {
 			return apierrors.NewForbidden(kubevirtv1.Resource("virtualmachines"), "m", errors.New("a policy freezes VM templates"))
 		},
 	}).Build()
-	r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(8), Render: render.Options{DomainHook: hookplugin.TransportPluginCEL},
+	r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(8), Render: render.Options{DomainHook: contract.TransportPluginCEL},
 		DomainHook: func() error { return nil }}
 	o := &machineObservation{Machine: machine(), Class: class(), VM: v.DeepCopy()}
 	if proceed, err := r.ensureDomainHookAnnotations(context.Background(), o); !proceed || err != nil {

@@ -1,4 +1,4 @@
-package hookconfig
+package contract
 
 import (
 	"fmt"
@@ -10,8 +10,8 @@ import (
 // This file turns a Config into the values that reach libvirt and QEMU:
 // the -cpu, -smbios type=2 and -device isa-applesmc arguments, the libvirt
 // NIC and video models, and the SMBIOS system entries. Every transport of
-// the domain settings uses them: internal/domainhook.Apply (the sidecar
-// transports) and the CEL of the KubeVirt Plugin (internal/hookplugin),
+// the domain settings uses them: internal/hook.Apply (the sidecar
+// transports) and the CEL of the KubeVirt Plugin (internal/domainhook/install),
 // which reads them from the VMI annotations PluginAnnotations returns.
 
 // cpuFlags are the -cpu properties each supported model needs. Every model

@@ -1,4 +1,4 @@
-package hookplugin
+package install
 
 import (
 	"reflect"
@@ -9,7 +9,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
 )
 
 // The NIC hook rebuilds each interface field by field; a field it does not
@@ -40,15 +40,15 @@ func TestTransports(t *testing.T) {
 	for _, tc := range []struct {
 		flag   string
 		served bool
-		want   Transport
+		want   contract.Transport
 	}{
-		{"auto", true, TransportPluginCEL},
-		{"auto", false, TransportSidecar},
-		{"plugin-cel", false, TransportPluginCEL},
-		{"plugin-sidecar", true, TransportPluginSidecar},
-		{"sidecar", true, TransportSidecar},
+		{"auto", true, contract.TransportPluginCEL},
+		{"auto", false, contract.TransportSidecar},
+		{"plugin-cel", false, contract.TransportPluginCEL},
+		{"plugin-sidecar", true, contract.TransportPluginSidecar},
+		{"sidecar", true, contract.TransportSidecar},
 	} {
-		tr, err := ParseTransport(tc.flag)
+		tr, err := contract.ParseTransport(tc.flag)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,14 +56,14 @@ func TestTransports(t *testing.T) {
 			t.Errorf("%s with the Plugin kind served=%v resolves to %s, want %s", tc.flag, tc.served, got, tc.want)
 		}
 	}
-	if _, err := ParseTransport("cel"); err == nil || !strings.Contains(err.Error(), "auto, plugin-cel, plugin-sidecar, sidecar") {
+	if _, err := contract.ParseTransport("cel"); err == nil || !strings.Contains(err.Error(), "auto, plugin-cel, plugin-sidecar, sidecar") {
 		t.Errorf("an unknown transport: %v, want an error listing the transports", err)
 	}
 }
 
 func TestCELPluginSelectsMacvirtVMIsAndOwnsTheEmulatorPath(t *testing.T) {
 	p := CELPlugin(Options{})
-	if !strings.Contains(p.Spec.Condition, `"`+hookconfig.Annotation+`" in`) || p.Spec.FailureStrategy != "Fail" {
+	if !strings.Contains(p.Spec.Condition, `"`+contract.Annotation+`" in`) || p.Spec.FailureStrategy != "Fail" {
 		t.Errorf("condition %q, failure strategy %q", p.Spec.Condition, p.Spec.FailureStrategy)
 	}
 	for _, h := range p.Spec.DomainHooks {

@@ -1,17 +1,19 @@
-// Package hookplugin describes the macOS domain settings as a KubeVirt
-// Plugin (plugin.kubevirt.io/v1alpha1, KubeVirt 1.9's Plugins feature gate):
+// Package install is what the operator does to install its domain hook:
+// it chooses the transport the cluster supports (Resolve) and the hook
+// image for the cluster's KubeVirt (ChooseImage), and writes and keeps the
+// transport's objects (Objects). It describes the macOS domain settings as
+// a KubeVirt Plugin (plugin.kubevirt.io/v1alpha1, KubeVirt 1.9's Plugins feature gate):
 // either as CEL domain hooks that virt-launcher evaluates itself, or as a
 // domain hook served by macvirt's hook binary in a sidecar container that a
 // MutatingAdmissionPolicy adds to macvirt's virt-launcher pods.
 //
 // The CEL reads each machine's values from the VMI annotations
-// hookconfig.PluginAnnotations writes, and writes the same domain as
-// internal/domainhook.Apply: the tests compare both on every golden
+// contract.PluginAnnotations writes, and writes the same domain as
+// internal/domainhook/hook.Apply: the tests compare both on every golden
 // variant with KubeVirt's own evaluator (hack/domainxml).
-package hookplugin
+package install
 
 import (
-	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -20,59 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	pluginv1alpha1 "kubevirt.io/api/plugin/v1alpha1"
 
-	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
 )
-
-// Transport is how the macOS settings reach the libvirt domain.
-type Transport string
-
-const (
-	// TransportPluginCEL is a Plugin of CEL domain hooks: no image, no
-	// sidecar, nothing but KubeVirt's Plugins feature gate.
-	TransportPluginCEL Transport = "plugin-cel"
-	// TransportPluginSidecar is a Plugin whose domain hook is macvirt's
-	// hook binary, serving MutateDomain in a sidecar container.
-	TransportPluginSidecar Transport = "plugin-sidecar"
-	// TransportSidecar is KubeVirt's hook sidecar (sidecar-shim), behind
-	// the Sidecar feature gate, for KubeVirt before 1.9.
-	TransportSidecar Transport = "sidecar"
-	// TransportAuto picks plugin-cel where the Plugin kind is served and
-	// sidecar elsewhere.
-	TransportAuto Transport = "auto"
-)
-
-// Transports are the values of the operator's --domain-hook flag.
-var Transports = []Transport{TransportAuto, TransportPluginCEL, TransportPluginSidecar, TransportSidecar}
-
-// ParseTransport reads a --domain-hook value.
-func ParseTransport(s string) (Transport, error) {
-	for _, t := range Transports {
-		if string(t) == s {
-			return t, nil
-		}
-	}
-	names := make([]string, len(Transports))
-	for i, t := range Transports {
-		names[i] = string(t)
-	}
-	return "", fmt.Errorf("--domain-hook %q is not a transport; use one of %s", s, strings.Join(names, ", "))
-}
-
-// Resolve turns auto into the transport the cluster supports: a Plugin of
-// CEL hooks where KubeVirt serves the Plugin kind, which needs no sidecar,
-// no image and no Sidecar feature gate; KubeVirt's hook sidecar elsewhere.
-func (t Transport) Resolve(pluginServed bool) Transport {
-	if t != TransportAuto {
-		return t
-	}
-	if pluginServed {
-		return TransportPluginCEL
-	}
-	return TransportSidecar
-}
-
-// IsPlugin says whether the transport needs the Plugin kind.
-func (t Transport) IsPlugin() bool { return t == TransportPluginCEL || t == TransportPluginSidecar }
 
 const (
 	// Name is the Plugin's name, and the directory of its socket.
@@ -122,13 +73,13 @@ func quotedList(items []string) string {
 }
 
 // qemuValueRE matches a QEMU option value whose commas are all doubled
-// (hookconfig.QEMUValue), so an annotation cannot add an option.
+// (contract.QEMUValue), so an annotation cannot add an option.
 const qemuValueRE = `([^,]|,,)+`
 
 // Patterns the CEL checks the annotation values against.
 var (
 	boardRE    = `^type=2,manufacturer=` + qemuValueRE + `,product=` + qemuValueRE + `,serial=` + qemuValueRE + `$`
-	appleSMCRE = `^(` + hookconfig.NoAppleSMC + `|isa-applesmc,osk=` + qemuValueRE + `)$`
+	appleSMCRE = `^(` + contract.NoAppleSMC + `|isa-applesmc,osk=` + qemuValueRE + `)$`
 	// anyRE is a one-line value that is not empty (libvirtxml escapes it).
 	anyRE = `^.+$`
 )
@@ -160,14 +111,14 @@ func valid(key, pattern string) string {
 // the hook configuration annotation, so a VMI that lacks any of the Plugin's
 // own values fails instead of starting without them.
 func celCondition() string {
-	return "has(vmi.ObjectMeta.Annotations) && " + hasAnn(hookconfig.Annotation)
+	return "has(vmi.ObjectMeta.Annotations) && " + hasAnn(contract.Annotation)
 }
 
 // cpuArgs is a CEL map literal from cpu.model to the -cpu value.
 func cpuArgs() string {
 	var entries []string
-	for _, m := range hookconfig.CPUModels() {
-		arg, _ := hookconfig.CPUArg(m)
+	for _, m := range contract.CPUModels() {
+		arg, _ := contract.CPUArg(m)
 		entries = append(entries, strconv.Quote(m)+": "+strconv.Quote(arg))
 	}
 	return "{" + strings.Join(entries, ", ") + "}"
@@ -180,12 +131,12 @@ func arg(value string) string { return "DomainQEMUCommandlineArg{Value: " + valu
 // the hooks a fresh domain on every start; the condition leaves a domain
 // that already has a -cpu argument alone, so a second run adds nothing.
 func qemuArgsHook() pluginv1alpha1.DomainHook {
-	smc := hookconfig.AnnotationAppleSMC
+	smc := contract.AnnotationAppleSMC
 	expr := "Domain{QEMUCommandline: DomainQEMUCommandline{Args: " +
 		"(has(domainSpec.QEMUCommandline) ? domainSpec.QEMUCommandline.Args : []) + [" +
-		arg(`"-cpu"`) + ", " + arg(cpuArgs()+"["+valid(hookconfig.AnnotationCPUModel, oneOf(hookconfig.CPUModels()...))+"]") + ", " +
-		arg(`"-smbios"`) + ", " + arg(valid(hookconfig.AnnotationBoard, boardRE)) + "] + " +
-		"(" + valid(smc, appleSMCRE) + " == " + strconv.Quote(hookconfig.NoAppleSMC) + " ? [] : [" +
+		arg(`"-cpu"`) + ", " + arg(cpuArgs()+"["+valid(contract.AnnotationCPUModel, oneOf(contract.CPUModels()...))+"]") + ", " +
+		arg(`"-smbios"`) + ", " + arg(valid(contract.AnnotationBoard, boardRE)) + "] + " +
+		"(" + valid(smc, appleSMCRE) + " == " + strconv.Quote(contract.NoAppleSMC) + " ? [] : [" +
 		arg(`"-device"`) + ", " + arg(valid(smc, appleSMCRE)) + "])}}"
 	return pluginv1alpha1.DomainHook{
 		Condition: `!(has(domainSpec.QEMUCommandline) && domainSpec.QEMUCommandline.Args.exists(a, a.Value == "-cpu"))`,
@@ -215,7 +166,7 @@ func keep(obj, field string) string {
 // nicHook gives every interface the NIC model macOS has a driver for,
 // keeping its MAC, PCI address and KubeVirt's wiring.
 func nicHook() pluginv1alpha1.DomainHook {
-	nic := valid(hookconfig.AnnotationNICModel, oneOf("vmxnet3", "e1000-82545em", hookconfig.KeepNICModel))
+	nic := valid(contract.AnnotationNICModel, oneOf("vmxnet3", "e1000-82545em", contract.KeepNICModel))
 	var fields []string
 	for _, f := range interfaceFields {
 		if directFields[f] {
@@ -227,7 +178,7 @@ func nicHook() pluginv1alpha1.DomainHook {
 	fields = append(fields, "Model: DomainInterfaceModel{Type: "+nic+"}")
 	expr := "Domain{Devices: DomainDeviceList{Interfaces: size(domainSpec.Devices.Interfaces) == 0 ? " +
 		"[DomainInterface{Model: DomainInterfaceModel{Type: " + fail("the domain has no network interface to give the NIC model to") + "}}] : " +
-		"domainSpec.Devices.Interfaces.map(i, " + nic + " == " + strconv.Quote(hookconfig.KeepNICModel) + " || has(i.Model) && i.Model.Type == " + nic +
+		"domainSpec.Devices.Interfaces.map(i, " + nic + " == " + strconv.Quote(contract.KeepNICModel) + " || has(i.Model) && i.Model.Type == " + nic +
 		" ? i : DomainInterface{" + strings.Join(fields, ", ") + "})}}"
 	return pluginv1alpha1.DomainHook{CEL: &pluginv1alpha1.CELDomainHook{Expression: expr}}
 }
@@ -240,10 +191,10 @@ const nonEmpty = `(e.Value != "" || e.File != "")`
 // (libvirt's schema refuses them).
 func smbiosHook() pluginv1alpha1.DomainHook {
 	var owned []string
-	for _, name := range hookconfig.SystemEntryNames {
-		value := valid(hookconfig.AnnotationSystemPrefix+name, anyRE)
+	for _, name := range contract.SystemEntryNames {
+		value := valid(contract.AnnotationSystemPrefix+name, anyRE)
 		if name == "family" {
-			value = strconv.Quote(hookconfig.SMBIOSFamily)
+			value = strconv.Quote(contract.SMBIOSFamily)
 		}
 		owned = append(owned, "DomainSysInfoEntry{Name: "+strconv.Quote(name)+", Value: "+value+"}")
 	}
@@ -255,7 +206,7 @@ func smbiosHook() pluginv1alpha1.DomainHook {
 	smbios := "DomainSysInfoSMBIOS{" + strings.Join([]string{
 		section("BIOS", "DomainSysInfoBIOS"),
 		"System: DomainSysInfoSystem{Entry: (has(s.SMBIOS.System) ? s.SMBIOS.System.Entry.filter(e, " + nonEmpty +
-			" && !(e.Name in " + quotedList(hookconfig.SystemEntryNames) + ")) : []) + " + ownedList + "}",
+			" && !(e.Name in " + quotedList(contract.SystemEntryNames) + ")) : []) + " + ownedList + "}",
 		"BaseBoard: s.SMBIOS.BaseBoard.filter(b, b.Entry.exists(e, " + nonEmpty + ")).map(b, DomainSysInfoBaseBoard{Entry: b.Entry.filter(e, " + nonEmpty + ")})",
 		section("Chassis", "DomainSysInfoChassis"),
 		"Processor: s.SMBIOS.Processor", "Memory: s.SMBIOS.Memory", keep("s.SMBIOS", "OEMStrings"),
@@ -270,7 +221,7 @@ func smbiosHook() pluginv1alpha1.DomainHook {
 // controller KubeVirt created for the tablet, and fails without one.
 func keyboardHook() pluginv1alpha1.DomainHook {
 	return pluginv1alpha1.DomainHook{
-		Condition: valid(hookconfig.AnnotationUSBKeyboard, oneOf("true", "false")) + ` == "true" && ` +
+		Condition: valid(contract.AnnotationUSBKeyboard, oneOf("true", "false")) + ` == "true" && ` +
 			`!domainSpec.Devices.Inputs.exists(i, i.Type == "keyboard" && i.Bus == "usb")`,
 		CEL: &pluginv1alpha1.CELDomainHook{
 			Expression: `Domain{Devices: DomainDeviceList{Inputs: domainSpec.Devices.Inputs + ` +
@@ -284,7 +235,7 @@ func keyboardHook() pluginv1alpha1.DomainHook {
 // videoHook sets the model of every video card, keeping its heads, video
 // RAM and address.
 func videoHook() pluginv1alpha1.DomainHook {
-	v := valid(hookconfig.AnnotationVideoModel, oneOf("vga", "vmvga"))
+	v := valid(contract.AnnotationVideoModel, oneOf("vga", "vmvga"))
 	expr := "Domain{Devices: DomainDeviceList{Videos: size(domainSpec.Devices.Videos) == 0 ? " +
 		"[DomainVideo{Model: DomainVideoModel{Type: " + v + ", Heads: 1u}}] : " +
 		"domainSpec.Devices.Videos.map(d, d.Model.Type == " + v + " ? d : DomainVideo{Model: DomainVideoModel{Type: " + v +
@@ -330,7 +281,7 @@ func CELPlugin(opts Options) *pluginv1alpha1.Plugin {
 func SidecarPlugin() *pluginv1alpha1.Plugin {
 	p := newPlugin()
 	p.Spec = pluginv1alpha1.PluginSpec{
-		Condition:       "has(vmi.ObjectMeta.Annotations) && " + hasAnn(hookconfig.Annotation),
+		Condition:       "has(vmi.ObjectMeta.Annotations) && " + hasAnn(contract.Annotation),
 		FailureStrategy: pluginv1alpha1.FailureStrategyFail,
 		DomainHooks: []pluginv1alpha1.DomainHook{{
 			Sidecar: &pluginv1alpha1.SidecarDomainHook{SocketPath: SocketPath},
@@ -340,3 +291,7 @@ func SidecarPlugin() *pluginv1alpha1.Plugin {
 	}
 	return p
 }
+
+// InjectionPolicyName names the MutatingAdmissionPolicy (and its binding)
+// that adds the hook sidecar to macvirt's virt-launcher pods.
+const InjectionPolicyName = "macvirt-domain-hook-sidecar"

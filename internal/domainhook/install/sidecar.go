@@ -1,4 +1,4 @@
-package hookplugin
+package install
 
 import (
 	"fmt"
@@ -10,10 +10,6 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
-
-// InjectionPolicyName names the MutatingAdmissionPolicy (and its binding)
-// that adds the hook sidecar to macvirt's virt-launcher pods.
-const InjectionPolicyName = "macvirt-domain-hook-sidecar"
 
 // HookBinary is where the hook image installs macvirt's hook
 // (Dockerfile.hook: KubeVirt's sidecar-shim calls it as onDefineDomain).

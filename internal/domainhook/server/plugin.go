@@ -1,5 +1,6 @@
-// Package hookserver serves internal/domainhook.Apply as KubeVirt's plugin
-// domain hook: the gRPC service kubevirt.hooks.plugins.v1alpha1.DomainHookService
+// Package server is how the hook image serves internal/domainhook/hook's
+// Apply: as the onDefineDomain command KubeVirt's sidecar-shim runs (Run),
+// or as KubeVirt's plugin domain hook, the gRPC service kubevirt.hooks.plugins.v1alpha1.DomainHookService
 // (pkg/hooks/plugins/v1alpha1/api.proto in kubevirt.io/kubevirt v1.9.0) on
 // a unix socket, which virt-launcher calls with MutateDomain for every
 // Plugin domain hook of the sidecar kind.
@@ -9,7 +10,7 @@
 // module graph in macvirt's. The field numbers are the proto's; the tests
 // speak the proto from an independent encoding, and hack/domainxml calls the
 // server with KubeVirt's own generated client.
-package hookserver
+package server
 
 import (
 	"context"
@@ -25,7 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/macvirt/macvirt/internal/domainhook"
+	"github.com/macvirt/macvirt/internal/domainhook/hook"
 )
 
 // ServiceName and MethodName are the proto's names.
@@ -161,7 +162,7 @@ type Codec struct{}
 func (Codec) Marshal(v any) ([]byte, error) {
 	m, ok := v.(message)
 	if !ok {
-		return nil, fmt.Errorf("hookserver: cannot encode %T", v)
+		return nil, fmt.Errorf("domain hook server: cannot encode %T", v)
 	}
 	return m.Marshal(), nil
 }
@@ -170,7 +171,7 @@ func (Codec) Marshal(v any) ([]byte, error) {
 func (Codec) Unmarshal(data []byte, v any) error {
 	m, ok := v.(message)
 	if !ok {
-		return fmt.Errorf("hookserver: cannot decode into %T", v)
+		return fmt.Errorf("domain hook server: cannot decode into %T", v)
 	}
 	return m.Unmarshal(data)
 }
@@ -195,12 +196,12 @@ func MutateDomain(req *MutateDomainRequest, opts Options) (*MutateDomainResponse
 	if req.DomainType != "" && req.DomainType != DomainTypeLibvirt {
 		return nil, status.Errorf(codes.InvalidArgument, "domain_type %q is not supported; macvirt's hook mutates libvirt domains", req.DomainType)
 	}
-	cfg, err := domainhook.ConfigFromVMI(req.VMI)
+	cfg, err := hook.ConfigFromVMI(req.VMI)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	cfg.Emulator = opts.EmulatorPath
-	out, err := domainhook.Apply(string(req.Domain), cfg)
+	out, err := hook.Apply(string(req.Domain), cfg)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

@@ -1,16 +1,16 @@
-// Package domainhook applies to a libvirt domain, as KubeVirt's virt-launcher
+// Package hook is the domain hook, as it ships in the hook image: it applies to a libvirt domain, as KubeVirt's virt-launcher
 // defines it, the macOS settings KubeVirt cannot express: the CPU model with
 // the vendor and flags macOS checks, the Apple SMC device in AppleSMC mode,
 // the SMBIOS system and board identity, a NIC model macOS has a driver for,
 // a USB keyboard, the video card, and optionally another QEMU binary.
 //
 // Apply is pure and idempotent, and independent of how the domain arrives:
-// cmd/domain-hook calls it from KubeVirt's sidecar-shim (onDefineDomain) and
-// from a KubeVirt Plugin's MutateDomain (internal/hookserver). The Plugin's
-// CEL transport (internal/hookplugin) writes the same domain; the tests
+// internal/domainhook/server calls it from KubeVirt's sidecar-shim
+// (onDefineDomain) and from a KubeVirt Plugin's MutateDomain. The Plugin's
+// CEL transport (internal/domainhook/install) writes the same domain; the tests
 // prove it with KubeVirt's own evaluator. It owns only
 // what it sets; everything else KubeVirt put in the domain is kept.
-package domainhook
+package hook
 
 import (
 	"encoding/json"
@@ -21,14 +21,14 @@ import (
 
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
 )
 
 // Apply returns domainXML with cfg applied. Malformed XML, an invalid
 // configuration or a domain the settings cannot be applied to (no network
 // interface, no USB controller) is an error naming what is wrong; there is
 // never a partial result.
-func Apply(domainXML string, cfg *hookconfig.Config) (string, error) {
+func Apply(domainXML string, cfg *contract.Config) (string, error) {
 	if cfg == nil {
 		return "", errors.New("no domain-hook configuration")
 	}
@@ -42,7 +42,7 @@ func Apply(domainXML string, cfg *hookconfig.Config) (string, error) {
 	if d.Devices == nil {
 		return "", errors.New("the domain has no <devices>")
 	}
-	for _, step := range []func(*libvirtxml.Domain, *hookconfig.Config) error{
+	for _, step := range []func(*libvirtxml.Domain, *contract.Config) error{
 		applyCommandline, applyNIC, applySMBIOS, applyKeyboard, applyVideo,
 	} {
 		if err := step(d, cfg); err != nil {
@@ -60,7 +60,7 @@ func Apply(domainXML string, cfg *hookconfig.Config) (string, error) {
 }
 
 // ConfigFromVMI reads the hook configuration from the VMI's annotation.
-func ConfigFromVMI(vmiJSON []byte) (*hookconfig.Config, error) {
+func ConfigFromVMI(vmiJSON []byte) (*contract.Config, error) {
 	var vmi struct {
 		Metadata struct {
 			Name        string            `json:"name"`
@@ -71,12 +71,12 @@ func ConfigFromVMI(vmiJSON []byte) (*hookconfig.Config, error) {
 	if err := json.Unmarshal(vmiJSON, &vmi); err != nil {
 		return nil, fmt.Errorf("parsing the VMI JSON: %w", err)
 	}
-	raw, ok := vmi.Metadata.Annotations[hookconfig.Annotation]
+	raw, ok := vmi.Metadata.Annotations[contract.Annotation]
 	if !ok {
 		return nil, fmt.Errorf("VMI %s/%s has no %s annotation: it was not rendered by macvirt, or the annotation was removed",
-			vmi.Metadata.Namespace, vmi.Metadata.Name, hookconfig.Annotation)
+			vmi.Metadata.Namespace, vmi.Metadata.Name, contract.Annotation)
 	}
-	return hookconfig.Parse(raw)
+	return contract.Parse(raw)
 }
 
 // ownedArg says whether a -flag value pair on the QEMU command line is one
@@ -96,8 +96,8 @@ func ownedArg(flag, value string) bool {
 // applyCommandline sets the -cpu, -smbios type=2 and (AppleSMC) -device
 // isa-applesmc arguments, keeping every other argument and environment
 // variable in the domain.
-func applyCommandline(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
-	cpu, err := hookconfig.CPUArg(cfg.CPU.Model)
+func applyCommandline(d *libvirtxml.Domain, cfg *contract.Config) error {
+	cpu, err := contract.CPUArg(cfg.CPU.Model)
 	if err != nil {
 		return err
 	}
@@ -132,8 +132,8 @@ func applyCommandline(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
 // applyNIC rewrites every interface's model, keeping its MAC, PCI address,
 // target and everything else KubeVirt wired. Options of KubeVirt's virtio
 // driver do not apply to other models and are dropped with it.
-func applyNIC(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
-	model, err := hookconfig.LibvirtNICModel(cfg.NIC.Model)
+func applyNIC(d *libvirtxml.Domain, cfg *contract.Config) error {
+	model, err := contract.LibvirtNICModel(cfg.NIC.Model)
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func applyNIC(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
 // applySMBIOS writes the system identity into the domain's SMBIOS sysinfo
 // and makes the guest read it. libvirt refuses a sysinfo UUID that differs
 // from the domain's, so a mismatch is an error, never a silent change.
-func applySMBIOS(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
+func applySMBIOS(d *libvirtxml.Domain, cfg *contract.Config) error {
 	if d.UUID != "" && !strings.EqualFold(d.UUID, cfg.SMBIOS.UUID) {
 		return fmt.Errorf("smbios.uuid %s differs from the domain's UUID %s (the VMI's spec.domain.firmware.uuid); libvirt would refuse it",
 			cfg.SMBIOS.UUID, d.UUID)
@@ -181,7 +181,7 @@ func applySMBIOS(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
 	// CEL, which can only filter and append, writes the same domain).
 	var entries []libvirtxml.DomainSysInfoEntry
 	for _, e := range smbios.System.Entry {
-		if !slices.Contains(hookconfig.SystemEntryNames, e.Name) {
+		if !slices.Contains(contract.SystemEntryNames, e.Name) {
 			entries = append(entries, e)
 		}
 	}
@@ -233,7 +233,7 @@ func dropEmptySMBIOS(s *libvirtxml.DomainSysInfoSMBIOS) {
 
 // applyKeyboard adds a USB keyboard (macOS has no PS/2 driver) on the USB
 // controller KubeVirt created for the tablet.
-func applyKeyboard(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
+func applyKeyboard(d *libvirtxml.Domain, cfg *contract.Config) error {
 	if !cfg.USBKeyboard {
 		return nil
 	}
@@ -257,8 +257,8 @@ func applyKeyboard(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
 
 // applyVideo sets the model of every video card (KubeVirt makes one),
 // keeping its heads and video RAM and the card's other settings.
-func applyVideo(d *libvirtxml.Domain, cfg *hookconfig.Config) error {
-	model, err := hookconfig.LibvirtVideoModel(cfg.Display.Model)
+func applyVideo(d *libvirtxml.Domain, cfg *contract.Config) error {
+	model, err := contract.LibvirtVideoModel(cfg.Display.Model)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package operator
+package install
 
 import (
 	"context"
@@ -15,13 +15,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/macvirt/macvirt/internal/hookplugin"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 )
 
 // The loop reports in macvirt_domain_hook_ready whether its last write
 // succeeded, and retries a refused one until it goes through.
-func TestDomainHookObjectsReportRefusalsAndRetry(t *testing.T) {
+func TestObjectsReportRefusalsAndRetry(t *testing.T) {
 	s, err := macvirtscheme.New()
 	if err != nil {
 		t.Fatal(err)
@@ -42,8 +42,8 @@ func TestDomainHookObjectsReportRefusalsAndRetry(t *testing.T) {
 			return c.Create(ctx, obj, opts...)
 		},
 	}).Build()
-	gauge := domainHookReady.WithLabelValues(string(hookplugin.TransportPluginCEL))
-	d := &DomainHookObjects{Client: c, Reader: c, Transport: hookplugin.TransportPluginCEL, Log: testr.New(t), Resync: time.Hour}
+	gauge := domainHookReady.WithLabelValues(string(contract.TransportPluginCEL))
+	d := &Objects{Client: c, Reader: c, Transport: contract.TransportPluginCEL, Log: testr.New(t), Resync: time.Hour}
 	if err := d.Ensure(context.Background()); err == nil || !strings.Contains(err.Error(), "frozen by the platform team") {
 		t.Fatalf("a refused create: %v, want the API server's words", err)
 	}
@@ -69,7 +69,7 @@ func TestDomainHookObjectsReportRefusalsAndRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &pluginv1alpha1.Plugin{}
-	if err := c.Get(context.Background(), client.ObjectKey{Name: hookplugin.Name}, p); err != nil {
+	if err := c.Get(context.Background(), client.ObjectKey{Name: Name}, p); err != nil {
 		t.Errorf("the Plugin was not written after the refusal ended: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/macvirt/macvirt/internal/domainhook"
-	"github.com/macvirt/macvirt/internal/hookconfig/hookconfigtest"
+	"github.com/macvirt/macvirt/internal/domainhook/contract/contracttest"
+	"github.com/macvirt/macvirt/internal/domainhook/hook"
 )
 
 // rawCodec hands gRPC the bytes the test encoded itself, so the client
@@ -77,7 +77,7 @@ func TestPluginSocketServesMutateDomain(t *testing.T) {
 	done := make(chan int, 1)
 	const emulator = "/opt/qemu/bin/qemu-system-x86_64"
 	go func() {
-		done <- run(ctx, []string{"--plugin-socket", socket, "--emulator-path", emulator}, &bytes.Buffer{}, &stderr)
+		done <- Run(ctx, []string{"--plugin-socket", socket, "--emulator-path", emulator}, &bytes.Buffer{}, &stderr)
 	}()
 	defer func() {
 		cancel()
@@ -113,11 +113,11 @@ func TestPluginSocketServesMutateDomain(t *testing.T) {
 		return resp, err
 	}
 
-	domain, err := os.ReadFile(filepath.Join("..", "..", "internal", "domainhook", "testdata", "kubevirt", "default.domain.xml"))
+	domain, err := os.ReadFile(filepath.Join("..", "hook", "testdata", "kubevirt", "default.domain.xml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := hookconfigtest.Config()
+	cfg := contracttest.Config()
 	// A VMI's own emulator is ignored: the sidecar's flag wins.
 	cfg.Emulator = "/usr/local/bin/my-own-qemu"
 	vmi := vmiJSON(t, cfg)
@@ -126,7 +126,7 @@ func TestPluginSocketServesMutateDomain(t *testing.T) {
 		t.Fatalf("MutateDomain: %v", err)
 	}
 	cfg.Emulator = emulator
-	want, err := domainhook.Apply(string(domain), cfg)
+	want, err := hook.Apply(string(domain), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestPluginSocketTakesNoOtherArguments(t *testing.T) {
 		"--emulator-path /x --vmi {} --domain <domain/>": "--emulator-path goes with --plugin-socket",
 	} {
 		var stderr bytes.Buffer
-		if code := run(context.Background(), strings.Fields(args), &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), want) {
+		if code := Run(context.Background(), strings.Fields(args), &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), want) {
 			t.Errorf("%s: exit %d, stderr %q", args, code, stderr.String())
 		}
 	}

@@ -1,4 +1,4 @@
-package domainhook
+package hook
 
 import (
 	"crypto/sha256"
@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/hookconfig"
-	"github.com/macvirt/macvirt/internal/hookconfig/hookconfigtest"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
+	"github.com/macvirt/macvirt/internal/domainhook/contract/contracttest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files from Apply's output")
@@ -26,27 +26,27 @@ const appleOSK = "ourhardworkbythesewordsguardedpleasedontsteal(c)AppleComputerI
 
 // baseConfig is the configuration of the rendered default class; its UUID
 // is the one of every fixture's domain.
-func baseConfig() *hookconfig.Config { return hookconfigtest.Config() }
+func baseConfig() *contract.Config { return contracttest.Config() }
 
 // variants are the golden cases: every CPU model, NIC model, SMC mode and
 // display, and the emulator override, each applied to a KubeVirt domain.
 var variants = []struct {
 	name    string
 	fixture string
-	mutate  func(*hookconfig.Config)
+	mutate  func(*contract.Config)
 }{
-	{"haswell-vmxnet3-virtualsmc-vga", "default", func(*hookconfig.Config) {}},
-	{"penryn-e1000", "default", func(c *hookconfig.Config) {
+	{"haswell-vmxnet3-virtualsmc-vga", "default", func(*contract.Config) {}},
+	{"penryn-e1000", "default", func(c *contract.Config) {
 		c.CPU.Model, c.NIC.Model = "Penryn", "e1000-82545em"
 	}},
-	{"skylake-virtio", "virtio-penryn-http", func(c *hookconfig.Config) {
+	{"skylake-virtio", "virtio-penryn-http", func(c *contract.Config) {
 		c.CPU.Model, c.NIC.Model = "Skylake-Client-noTSX-IBRS", "virtio"
 	}},
-	{"host-passthrough", "e1000-host-passthrough-stopped", func(c *hookconfig.Config) {
+	{"host-passthrough", "e1000-host-passthrough-stopped", func(c *contract.Config) {
 		c.CPU.Model, c.NIC.Model = "host-passthrough", "e1000-82545em"
 	}},
-	{"applesmc-vmware-svga-emulator", "applesmc-vmware-svga", func(c *hookconfig.Config) {
-		c.SMC = hookconfig.SMC{Mode: "AppleSMC", OSK: appleOSK}
+	{"applesmc-vmware-svga-emulator", "applesmc-vmware-svga", func(c *contract.Config) {
+		c.SMC = contract.SMC{Mode: "AppleSMC", OSK: appleOSK}
 		c.Display.Model = "vmware-svga"
 		c.Emulator = "/opt/qemu/bin/qemu-system-x86_64"
 	}},
@@ -58,20 +58,20 @@ var variants = []struct {
 func releaseVariants() []struct {
 	name    string
 	fixture string
-	mutate  func(*hookconfig.Config)
+	mutate  func(*contract.Config)
 } {
 	var out []struct {
 		name    string
 		fixture string
-		mutate  func(*hookconfig.Config)
+		mutate  func(*contract.Config)
 	}
 	for _, r := range slices.Sorted(maps.Keys(macvirtv1alpha1.MacOSReleases)) {
 		info := macvirtv1alpha1.MacOSReleases[r]
 		out = append(out, struct {
 			name    string
 			fixture string
-			mutate  func(*hookconfig.Config)
-		}{"macos-" + string(r), "macos-" + string(r), func(c *hookconfig.Config) {
+			mutate  func(*contract.Config)
+		}{"macos-" + string(r), "macos-" + string(r), func(c *contract.Config) {
 			c.CPU.Model, c.NIC.Model, c.SMBIOS.Product = string(info.CPUModel), string(info.NICModel), info.ProductName
 		}})
 	}
@@ -90,7 +90,7 @@ func fixture(t testing.TB, name string) string {
 }
 
 // applyVariant applies the base configuration, changed by mutate, to a fixture.
-func applyVariant(t *testing.T, fixtureName string, mutate func(*hookconfig.Config)) (*hookconfig.Config, string) {
+func applyVariant(t *testing.T, fixtureName string, mutate func(*contract.Config)) (*contract.Config, string) {
 	t.Helper()
 	cfg := baseConfig()
 	mutate(cfg)
@@ -182,7 +182,7 @@ func TestFixturesAreFromTheCurrentRenderings(t *testing.T) {
 	}
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".domain.xml")
-		rendering, err := os.ReadFile(filepath.Join("..", "render", "testdata", name+".yaml")) //nolint:gosec // a fixture name of this package.
+		rendering, err := os.ReadFile(filepath.Join("..", "..", "render", "testdata", name+".yaml")) //nolint:gosec // a fixture name of this package.
 		if err != nil {
 			t.Errorf("%s has no rendering: %v", f, err)
 			continue
@@ -202,7 +202,7 @@ func TestFixturesAreFromTheCurrentRenderings(t *testing.T) {
 func TestReleaseVariantsAreWhatTheRendererAsksFor(t *testing.T) {
 	for _, v := range releaseVariants() {
 		t.Run(v.name, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join("..", "render", "testdata", v.fixture+".yaml"))
+			raw, err := os.ReadFile(filepath.Join("..", "..", "render", "testdata", v.fixture+".yaml"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -211,7 +211,7 @@ func TestReleaseVariantsAreWhatTheRendererAsksFor(t *testing.T) {
 			if err := yaml.Unmarshal([]byte(first), vm); err != nil {
 				t.Fatal(err)
 			}
-			rendered, err := hookconfig.Parse(vm.Spec.Template.ObjectMeta.Annotations[hookconfig.Annotation])
+			rendered, err := contract.Parse(vm.Spec.Template.ObjectMeta.Annotations[contract.Annotation])
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package operator
+package install
 
 import (
 	"context"
@@ -15,82 +15,82 @@ import (
 
 // The domain-hook image is KubeVirt's sidecar-shim with macvirt's hook in
 // it, and the shim must come from the cluster's KubeVirt minor version. A
-// release builds one hook image per minor of HookKubeVirtMinors: HOOK_IMG
-// for HookKubeVirtMinor, and HOOK_IMG-kubevirt<minor> for the others. The
+// release builds one hook image per minor of KubeVirtMinors: HOOK_IMG
+// for KubeVirtMinor, and HOOK_IMG-kubevirt<minor> for the others. The
 // Makefile sets both variables from its KUBEVIRT_VERSION and
 // KUBEVIRT_MINORS (-ldflags -X).
 var (
-	// HookKubeVirtMinor is the KubeVirt minor DefaultHookImage is built for.
-	HookKubeVirtMinor = "1.9"
-	// HookKubeVirtMinors are the KubeVirt minors a release has hook images
+	// KubeVirtMinor is the KubeVirt minor DefaultImage is built for.
+	KubeVirtMinor = "1.9"
+	// KubeVirtMinors are the KubeVirt minors a release has hook images
 	// for, comma-separated.
-	HookKubeVirtMinors = "1.7,1.8,1.9"
+	KubeVirtMinors = "1.7,1.8,1.9"
 )
 
-// RelatedImageHookEnv names the environment variable with the domain-hook
-// image for the KubeVirt minor HookKubeVirtMinor; RelatedImageHookEnvFor
+// RelatedImageEnv names the environment variable with the domain-hook
+// image for the KubeVirt minor KubeVirtMinor; RelatedImageEnvFor
 // names the one for another minor. OLM's CSV sets them, by digest, next to
 // relatedImages, so a disconnected cluster's mirror rewrites them
 // (RELATED_IMAGE_* is the convention OLM and its mirroring tools follow).
-const RelatedImageHookEnv = "RELATED_IMAGE_DOMAIN_HOOK"
+const RelatedImageEnv = "RELATED_IMAGE_DOMAIN_HOOK"
 
-// RelatedImageHookEnvFor is RelatedImageHookEnv for a KubeVirt minor such as
+// RelatedImageEnvFor is RelatedImageEnv for a KubeVirt minor such as
 // "1.8": RELATED_IMAGE_DOMAIN_HOOK_KUBEVIRT_1_8.
-func RelatedImageHookEnvFor(minor string) string {
-	return RelatedImageHookEnv + "_KUBEVIRT_" + strings.ReplaceAll(minor, ".", "_")
+func RelatedImageEnvFor(minor string) string {
+	return RelatedImageEnv + "_KUBEVIRT_" + strings.ReplaceAll(minor, ".", "_")
 }
 
-// HookImageTagFor is the hook image of a KubeVirt minor, from the image of
-// HookKubeVirtMinor: the same name with -kubevirt<minor> after its tag.
-func HookImageTagFor(image, minor string) string {
-	if minor == HookKubeVirtMinor {
+// ImageTagFor is the hook image of a KubeVirt minor, from the image of
+// KubeVirtMinor: the same name with -kubevirt<minor> after its tag.
+func ImageTagFor(image, minor string) string {
+	if minor == KubeVirtMinor {
 		return image
 	}
 	return image + "-kubevirt" + minor
 }
 
-// HookImageChoice is the domain-hook image the operator runs, and why.
-type HookImageChoice struct {
+// ImageChoice is the domain-hook image the operator runs, and why.
+type ImageChoice struct {
 	Image string
 	Why   string
 	// Warning is set when the image may not suit the cluster's KubeVirt.
 	Warning bool
 }
 
-// ChooseHookImage picks the domain-hook image. An explicit one (the
+// ChooseImage picks the domain-hook image. An explicit one (the
 // --hook-image flag) wins. Otherwise the image for the cluster's KubeVirt
 // minor (kubevirtVersion, as the KubeVirt CR's observedKubeVirtVersion
-// says; empty when unknown): from RelatedImageHookEnvFor(minor) when set,
-// from RelatedImageHookEnv for HookKubeVirtMinor, and else the tag
-// HookImageTagFor derives from DefaultHookImage. A KubeVirt minor without
+// says; empty when unknown): from RelatedImageEnvFor(minor) when set,
+// from RelatedImageEnv for KubeVirtMinor, and else the tag
+// ImageTagFor derives from DefaultImage. A KubeVirt minor without
 // a hook image gets the default one, with a warning.
-func ChooseHookImage(explicit string, lookupEnv func(string) (string, bool), kubevirtVersion string) HookImageChoice {
+func ChooseImage(explicit string, lookupEnv func(string) (string, bool), kubevirtVersion string) ImageChoice {
 	if explicit != "" {
-		return HookImageChoice{Image: explicit, Why: "--hook-image"}
+		return ImageChoice{Image: explicit, Why: "--hook-image"}
 	}
 	if lookupEnv == nil {
 		lookupEnv = func(string) (string, bool) { return "", false }
 	}
-	fallback := func(why string, warn bool) HookImageChoice {
-		if img, ok := lookupEnv(RelatedImageHookEnv); ok && img != "" {
-			return HookImageChoice{Image: img, Why: why + "; $" + RelatedImageHookEnv, Warning: warn}
+	fallback := func(why string, warn bool) ImageChoice {
+		if img, ok := lookupEnv(RelatedImageEnv); ok && img != "" {
+			return ImageChoice{Image: img, Why: why + "; $" + RelatedImageEnv, Warning: warn}
 		}
-		return HookImageChoice{Image: DefaultHookImage, Why: why + "; the built-in default", Warning: warn}
+		return ImageChoice{Image: DefaultImage, Why: why + "; the built-in default", Warning: warn}
 	}
 	minor, ok := kubevirtMinor(kubevirtVersion)
 	switch {
 	case !ok:
-		return fallback(fmt.Sprintf("KubeVirt's version is unknown (%q); the image for KubeVirt %s", kubevirtVersion, HookKubeVirtMinor), true)
-	case minor == HookKubeVirtMinor:
+		return fallback(fmt.Sprintf("KubeVirt's version is unknown (%q); the image for KubeVirt %s", kubevirtVersion, KubeVirtMinor), true)
+	case minor == KubeVirtMinor:
 		return fallback("KubeVirt "+kubevirtVersion, false)
-	case !slices.Contains(strings.Split(HookKubeVirtMinors, ","), minor):
+	case !slices.Contains(strings.Split(KubeVirtMinors, ","), minor):
 		return fallback(fmt.Sprintf("no hook image is built for KubeVirt %s (only %s); the image for KubeVirt %s, "+
-			"whose sidecar-shim may not speak to this virt-launcher: set --hook-image", minor, HookKubeVirtMinors, HookKubeVirtMinor), true)
+			"whose sidecar-shim may not speak to this virt-launcher: set --hook-image", minor, KubeVirtMinors, KubeVirtMinor), true)
 	}
-	if img, ok := lookupEnv(RelatedImageHookEnvFor(minor)); ok && img != "" {
-		return HookImageChoice{Image: img, Why: "KubeVirt " + kubevirtVersion + "; $" + RelatedImageHookEnvFor(minor)}
+	if img, ok := lookupEnv(RelatedImageEnvFor(minor)); ok && img != "" {
+		return ImageChoice{Image: img, Why: "KubeVirt " + kubevirtVersion + "; $" + RelatedImageEnvFor(minor)}
 	}
-	return HookImageChoice{Image: HookImageTagFor(DefaultHookImage, minor), Why: "KubeVirt " + kubevirtVersion + "; the built-in default's tag for it"}
+	return ImageChoice{Image: ImageTagFor(DefaultImage, minor), Why: "KubeVirt " + kubevirtVersion + "; the built-in default's tag for it"}
 }
 
 // kubevirtMinor is "1.8" of "v1.8.2" (or "1.8.2", or "v1.8.0-rc.1").
@@ -149,3 +149,9 @@ func WaitForKubeVirtVersion(ctx context.Context, c client.Reader, interval time.
 		}
 	}
 }
+
+// DefaultImage is the domain-hook sidecar image used when none is set.
+// The Makefile sets it to its HOOK_IMG when it builds the manager
+// (-ldflags -X), in a binary and in the image, so an install that names no
+// --hook-image runs the hook built alongside it.
+var DefaultImage = "ghcr.io/macvirt/macvirt-domain-hook:v0.1.0"

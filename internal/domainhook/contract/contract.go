@@ -1,8 +1,12 @@
-// Package hookconfig defines the versioned configuration that the operator
-// writes into a VirtualMachine's template annotation and the domain-hook
-// sidecar reads back. It is the one contract between render and the hook, so
-// both import this package instead of keeping their own copies.
-package hookconfig
+// Package contract is the one contract between the operator and its domain
+// hook: the versioned configuration the operator renders into a VM
+// template's annotations and the hook reads back, the flat annotations the
+// Plugin's CEL reads, the settings both sides turn it into, and the
+// transports that carry it. The operator (internal/render, the machine
+// controller, internal/domainhook/install) and the hook image
+// (internal/domainhook/hook and server) both import it, and it imports no
+// API type, so the hook image stays free of them.
+package contract
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package operator
+package install
 
 import (
 	"context"
@@ -16,12 +16,11 @@ import (
 	"k8s.io/utils/ptr"
 	pluginv1alpha1 "kubevirt.io/api/plugin/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/hookplugin"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/testenv"
 )
@@ -32,15 +31,11 @@ func mapper(t *testing.T, cfg *rest.Config) *client.Options {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc, err := rest.HTTPClientFor(cfg)
+	opts, err := testenv.DynamicClientOptions(cfg, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := apiutil.NewDynamicRESTMapper(cfg, hc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &client.Options{Scheme: s, Mapper: m}
+	return opts
 }
 
 // TestDomainHookTransportsAgainstAnAPIServer runs the transport choice and
@@ -62,12 +57,12 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 
 	// A KubeVirt before 1.9: no Plugin kind.
 	opts := mapper(t, cfg)
-	for flag, want := range map[hookplugin.Transport]string{
-		"": "sidecar", hookplugin.TransportAuto: "sidecar", hookplugin.TransportSidecar: "sidecar",
-		hookplugin.TransportPluginCEL:     "error: needs KubeVirt's Plugin kind",
-		hookplugin.TransportPluginSidecar: "error: needs KubeVirt's Plugin kind",
+	for flag, want := range map[contract.Transport]string{
+		"": "sidecar", contract.TransportAuto: "sidecar", contract.TransportSidecar: "sidecar",
+		contract.TransportPluginCEL:     "error: needs KubeVirt's Plugin kind",
+		contract.TransportPluginSidecar: "error: needs KubeVirt's Plugin kind",
 	} {
-		got, err := ResolveDomainHook(ctx, opts.Mapper, nil, flag, hookplugin.Options{})
+		got, err := Resolve(ctx, opts.Mapper, nil, flag, Options{})
 		if err != nil {
 			if !strings.HasPrefix(want, "error: ") || !strings.Contains(err.Error(), strings.TrimPrefix(want, "error: ")) {
 				t.Errorf("--domain-hook=%q without the Plugin kind: %v, want %s", flag, err, want)
@@ -92,34 +87,34 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 	// With the Plugins gate off, virt-api refuses to create Plugins; a
 	// policy stands in for it, with its message.
 	gateOff := refusal(t, c, "kubevirt-plugins-gate", admissionregistrationv1.Create, gateOffMessage)
-	var got hookplugin.Transport
+	var got contract.Transport
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if got, err = ResolveDomainHook(ctx, opts.Mapper, c, hookplugin.TransportAuto, hookplugin.Options{}); err != nil || got == hookplugin.TransportSidecar {
+		if got, err = Resolve(ctx, opts.Mapper, c, contract.TransportAuto, Options{}); err != nil || got == contract.TransportSidecar {
 			break
 		}
 	}
-	if err != nil || got != hookplugin.TransportSidecar {
+	if err != nil || got != contract.TransportSidecar {
 		t.Fatalf("auto with the Plugin kind but the gate off: %s, %v; want sidecar", got, err)
 	}
-	if _, err := ResolveDomainHook(ctx, opts.Mapper, c, hookplugin.TransportPluginCEL, hookplugin.Options{}); err == nil ||
+	if _, err := Resolve(ctx, opts.Mapper, c, contract.TransportPluginCEL, Options{}); err == nil ||
 		!strings.Contains(err.Error(), "needs KubeVirt's Plugins feature gate, which is off") {
 		t.Errorf("plugin-cel with the gate off: %v", err)
 	}
-	if err := (&DomainHookObjects{Client: c, Reader: c, Transport: hookplugin.TransportPluginCEL, Log: testr.New(t)}).Ensure(ctx); err == nil ||
+	if err := (&Objects{Client: c, Reader: c, Transport: contract.TransportPluginCEL, Log: testr.New(t)}).Ensure(ctx); err == nil ||
 		!strings.Contains(err.Error(), "Plugins feature gate is off") {
 		t.Errorf("Ensure with the gate off: %v", err)
 	}
 	gateOff()
 
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if got, err = ResolveDomainHook(ctx, opts.Mapper, c, hookplugin.TransportAuto, hookplugin.Options{}); err != nil || got == hookplugin.TransportPluginCEL {
+		if got, err = Resolve(ctx, opts.Mapper, c, contract.TransportAuto, Options{}); err != nil || got == contract.TransportPluginCEL {
 			break
 		}
 	}
-	if err != nil || got != hookplugin.TransportPluginCEL {
+	if err != nil || got != contract.TransportPluginCEL {
 		t.Fatalf("auto with the Plugin kind and the gate on: %s, %v; want plugin-cel", got, err)
 	}
-	if got, err := ResolveDomainHook(ctx, opts.Mapper, c, hookplugin.TransportPluginSidecar, hookplugin.Options{}); err != nil || got != hookplugin.TransportPluginSidecar {
+	if got, err := Resolve(ctx, opts.Mapper, c, contract.TransportPluginSidecar, Options{}); err != nil || got != contract.TransportPluginSidecar {
 		t.Fatalf("plugin-sidecar on a Kubernetes serving MutatingAdmissionPolicy v1: %s, %v", got, err)
 	}
 	image := "registry.example/macvirt-domain-hook@sha256:0123"
@@ -132,30 +127,30 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 			return cl.Update(ctx, obj, opts...)
 		},
 	})
-	objects := func(tr hookplugin.Transport) *DomainHookObjects {
-		return &DomainHookObjects{Client: counting, Reader: c, Transport: tr, Log: testr.New(t),
-			Options: hookplugin.Options{HookImage: image, EmulatorPath: "/opt/qemu/bin/qemu-system-x86_64"}}
+	objects := func(tr contract.Transport) *Objects {
+		return &Objects{Client: counting, Reader: c, Transport: tr, Log: testr.New(t),
+			Options: Options{HookImage: image, EmulatorPath: "/opt/qemu/bin/qemu-system-x86_64"}}
 	}
 	plugin := func() (*pluginv1alpha1.Plugin, error) {
 		p := &pluginv1alpha1.Plugin{}
-		return p, c.Get(ctx, client.ObjectKey{Name: hookplugin.Name}, p)
+		return p, c.Get(ctx, client.ObjectKey{Name: Name}, p)
 	}
 
 	// plugin-cel: the Plugin, as KubeVirt's CRD stores it, and written once.
-	if err := objects(hookplugin.TransportPluginCEL).Ensure(ctx); err != nil {
+	if err := objects(contract.TransportPluginCEL).Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
 	p, err := plugin()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := hookplugin.CELPlugin(hookplugin.Options{EmulatorPath: "/opt/qemu/bin/qemu-system-x86_64"})
+	want := CELPlugin(Options{EmulatorPath: "/opt/qemu/bin/qemu-system-x86_64"})
 	if len(p.Spec.DomainHooks) != len(want.Spec.DomainHooks) || p.Spec.Condition != want.Spec.Condition ||
 		p.Spec.DomainHooks[0].CEL.Expression != want.Spec.DomainHooks[0].CEL.Expression {
 		t.Errorf("stored Plugin %+v", p.Spec)
 	}
 	updates = 0
-	if err := objects(hookplugin.TransportPluginCEL).Ensure(ctx); err != nil {
+	if err := objects(contract.TransportPluginCEL).Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if updates != 0 {
@@ -166,7 +161,7 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 	if err := c.Update(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	if err := objects(hookplugin.TransportPluginCEL).Ensure(ctx); err != nil {
+	if err := objects(contract.TransportPluginCEL).Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if p, _ = plugin(); len(p.Spec.DomainHooks) != len(want.Spec.DomainHooks) {
@@ -174,18 +169,18 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 	}
 
 	// plugin-sidecar: the policy, its binding, and the Plugin's one sidecar hook.
-	if err := objects(hookplugin.TransportPluginSidecar).Ensure(ctx); err != nil {
+	if err := objects(contract.TransportPluginSidecar).Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if p, _ = plugin(); len(p.Spec.DomainHooks) != 1 || p.Spec.DomainHooks[0].Sidecar == nil {
 		t.Errorf("plugin-sidecar left the Plugin %+v", p.Spec)
 	}
 	pol := &admissionregistrationv1.MutatingAdmissionPolicy{}
-	if err := c.Get(ctx, client.ObjectKey{Name: hookplugin.InjectionPolicyName}, pol); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Name: InjectionPolicyName}, pol); err != nil {
 		t.Fatal(err)
 	}
 	updates = 0
-	if err := objects(hookplugin.TransportPluginSidecar).Ensure(ctx); err != nil {
+	if err := objects(contract.TransportPluginSidecar).Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if updates != 0 {
@@ -204,7 +199,7 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name, Labels: labels},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "compute", Image: "virt-launcher"}}}}
 		if socketVolume {
-			p.Spec.Volumes = []corev1.Volume{{Name: hookplugin.SocketVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+			p.Spec.Volumes = []corev1.Volume{{Name: SocketVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 		}
 		return p
 	}
@@ -214,7 +209,7 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 			t.Fatalf("dry-run create of %s: %v", p.Name, err)
 		}
 		for i := range p.Spec.Containers {
-			if p.Spec.Containers[i].Name == hookplugin.SidecarContainer {
+			if p.Spec.Containers[i].Name == SidecarContainer {
 				return &p.Spec.Containers[i]
 			}
 		}
@@ -227,8 +222,8 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 	if injected == nil {
 		t.Fatal("the policy added no sidecar to a macvirt virt-launcher pod within 60 s")
 	}
-	if injected.Image != image || strings.Join(injected.Command, " ") != hookplugin.HookBinary+" --plugin-socket "+hookplugin.SocketPath+" --emulator-path /opt/qemu/bin/qemu-system-x86_64" ||
-		len(injected.VolumeMounts) != 1 || injected.VolumeMounts[0].SubPath != hookplugin.Name || injected.VolumeMounts[0].MountPath != hookplugin.SocketDir ||
+	if injected.Image != image || strings.Join(injected.Command, " ") != HookBinary+" --plugin-socket "+SocketPath+" --emulator-path /opt/qemu/bin/qemu-system-x86_64" ||
+		len(injected.VolumeMounts) != 1 || injected.VolumeMounts[0].SubPath != Name || injected.VolumeMounts[0].MountPath != SocketDir ||
 		!ptr.Deref(injected.SecurityContext.RunAsNonRoot, false) || injected.Resources.Limits.Cpu().String() != "50m" {
 		t.Errorf("injected sidecar %+v", injected)
 	}
@@ -246,11 +241,11 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 	frozen := refusal(t, c, "no-plugin-updates", admissionregistrationv1.Update, "plugins are frozen by the platform team")
 	var refused error
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if refused = objects(hookplugin.TransportPluginCEL).Ensure(ctx); refused != nil {
+		if refused = objects(contract.TransportPluginCEL).Ensure(ctx); refused != nil {
 			break
 		}
 		// Not loaded yet: the write went through; make the next one an update again.
-		if err := objects(hookplugin.TransportPluginSidecar).Ensure(ctx); err != nil {
+		if err := objects(contract.TransportPluginSidecar).Ensure(ctx); err != nil {
 			refused = err
 			break
 		}
@@ -264,7 +259,7 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 	// under the name stays.
 	var removed error
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if removed = objects(hookplugin.TransportSidecar).Ensure(ctx); removed == nil {
+		if removed = objects(contract.TransportSidecar).Ensure(ctx); removed == nil {
 			break
 		}
 	}
@@ -274,15 +269,15 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 	if _, err := plugin(); !apierrors.IsNotFound(err) {
 		t.Errorf("the Plugin is still there: %v", err)
 	}
-	if err := c.Get(ctx, client.ObjectKey{Name: hookplugin.InjectionPolicyName}, pol); !apierrors.IsNotFound(err) {
+	if err := c.Get(ctx, client.ObjectKey{Name: InjectionPolicyName}, pol); !apierrors.IsNotFound(err) {
 		t.Errorf("the policy is still there: %v", err)
 	}
-	foreign := &pluginv1alpha1.Plugin{ObjectMeta: metav1.ObjectMeta{Name: hookplugin.Name},
+	foreign := &pluginv1alpha1.Plugin{ObjectMeta: metav1.ObjectMeta{Name: Name},
 		Spec: pluginv1alpha1.PluginSpec{DomainHooks: []pluginv1alpha1.DomainHook{{CEL: &pluginv1alpha1.CELDomainHook{Expression: "Domain{}"}}}}}
 	if err := c.Create(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
-	if err := objects(hookplugin.TransportSidecar).Ensure(ctx); err != nil {
+	if err := objects(contract.TransportSidecar).Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := plugin(); err != nil {
@@ -290,7 +285,7 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 	}
 	// ... and not overwritten either: the plugin transport says why it
 	// cannot go on.
-	if err := objects(hookplugin.TransportPluginCEL).Ensure(ctx); err == nil || !strings.Contains(err.Error(), "macvirt did not make it") {
+	if err := objects(contract.TransportPluginCEL).Ensure(ctx); err == nil || !strings.Contains(err.Error(), "macvirt did not make it") {
 		t.Errorf("plugin-cel over a Plugin macvirt did not make: %v", err)
 	}
 	if p, _ := plugin(); len(p.Spec.DomainHooks) != 1 {

@@ -1,4 +1,4 @@
-package domainhook
+package hook
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ import (
 
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
 )
 
 // These tests hand the golden domains to the real libvirt and QEMU. They
@@ -228,7 +228,7 @@ func TestLibvirtTurnsGoldenDomainsIntoTheExpectedQEMUArguments(t *testing.T) {
 	}
 }
 
-func checkNativeArgs(t *testing.T, transport, name string, mutate func(*hookconfig.Config)) {
+func checkNativeArgs(t *testing.T, transport, name string, mutate func(*contract.Config)) {
 	cfg := baseConfig()
 	mutate(cfg)
 	argv := nativeArgs(t, domainFile(transport, name))

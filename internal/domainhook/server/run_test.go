@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -9,21 +9,21 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/macvirt/macvirt/internal/hookconfig"
-	"github.com/macvirt/macvirt/internal/hookconfig/hookconfigtest"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
+	"github.com/macvirt/macvirt/internal/domainhook/contract/contracttest"
 )
 
 func TestOnDefineDomain(t *testing.T) {
-	domain, err := os.ReadFile(filepath.Join("..", "..", "internal", "domainhook", "testdata", "kubevirt", "default.domain.xml"))
+	domain, err := os.ReadFile(filepath.Join("..", "hook", "testdata", "kubevirt", "default.domain.xml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := hookconfigtest.Config()
+	cfg := contracttest.Config()
 	cfg.CPU.Model = "Penryn"
 	vmi := vmiJSON(t, cfg)
 
 	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), []string{"--vmi", string(vmi), "--domain", string(domain)}, &stdout, &stderr); code != 0 {
+	if code := Run(context.Background(), []string{"--vmi", string(vmi), "--domain", string(domain)}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	if !strings.HasPrefix(stdout.String(), "<domain") || !strings.Contains(stdout.String(), "Penryn,vendor=GenuineIntel") || stderr.Len() != 0 {
@@ -44,7 +44,7 @@ func TestOnDefineDomain(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			if code := run(context.Background(), tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.want) || stdout.Len() != 0 {
+			if code := Run(context.Background(), tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.want) || stdout.Len() != 0 {
 				t.Errorf("exit %d (want %d), stderr %q (want %q), stdout %q", code, tc.code, stderr.String(), tc.want, stdout.String())
 			}
 		})
@@ -52,14 +52,14 @@ func TestOnDefineDomain(t *testing.T) {
 }
 
 // vmiJSON is a VMI carrying cfg in its annotation, as virt-launcher sends it.
-func vmiJSON(t *testing.T, cfg *hookconfig.Config) []byte {
+func vmiJSON(t *testing.T, cfg *contract.Config) []byte {
 	t.Helper()
 	raw, err := cfg.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
 	vmi, err := json.Marshal(map[string]any{"metadata": map[string]any{"name": "m", "namespace": "ns",
-		"annotations": map[string]string{hookconfig.Annotation: raw}}})
+		"annotations": map[string]string{contract.Annotation: raw}}})
 	if err != nil {
 		t.Fatal(err)
 	}

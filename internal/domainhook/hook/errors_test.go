@@ -1,11 +1,11 @@
-package domainhook
+package hook
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
 
-	"github.com/macvirt/macvirt/internal/hookconfig"
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
 )
 
 // smallDomain is a hand-written domain with what Apply needs and a few
@@ -61,19 +61,19 @@ func TestApplyKeepsWhatItDoesNotOwn(t *testing.T) {
 func TestApplyRefusesWhatItCannotApply(t *testing.T) {
 	tests := map[string]struct {
 		domain string
-		mutate func(*hookconfig.Config)
+		mutate func(*contract.Config)
 		want   string
 	}{
 		"malformed XML":          {"<domain><devices>", nil, "parsing the domain XML"},
 		"not a domain":           {"<network></network>", nil, "parsing the domain XML"},
 		"no devices":             {`<domain type="kvm"><name>x</name></domain>`, nil, "has no <devices>"},
-		"unknown CPU model":      {smallDomain, func(c *hookconfig.Config) { c.CPU.Model = "Zen4" }, `cpu.model "Zen4" is not supported`},
-		"unknown NIC model":      {smallDomain, func(c *hookconfig.Config) { c.NIC.Model = "rtl8139" }, `nic.model "rtl8139" is not supported`},
-		"unknown SMC mode":       {smallDomain, func(c *hookconfig.Config) { c.SMC.Mode = "FakeSMC" }, `smc.mode "FakeSMC" is not supported`},
-		"unknown display":        {smallDomain, func(c *hookconfig.Config) { c.Display.Model = "cirrus" }, `display.model "cirrus" is not supported`},
-		"AppleSMC without OSK":   {smallDomain, func(c *hookconfig.Config) { c.SMC.Mode = "AppleSMC" }, "smc.osk (AppleSMC mode) is required"},
-		"missing serial":         {smallDomain, func(c *hookconfig.Config) { c.SMBIOS.Serial = "" }, "smbios.serial is required"},
-		"UUID of another domain": {smallDomain, func(c *hookconfig.Config) { c.SMBIOS.UUID = "00000000-0000-4000-8000-000000000000" }, "differs from the domain's UUID"},
+		"unknown CPU model":      {smallDomain, func(c *contract.Config) { c.CPU.Model = "Zen4" }, `cpu.model "Zen4" is not supported`},
+		"unknown NIC model":      {smallDomain, func(c *contract.Config) { c.NIC.Model = "rtl8139" }, `nic.model "rtl8139" is not supported`},
+		"unknown SMC mode":       {smallDomain, func(c *contract.Config) { c.SMC.Mode = "FakeSMC" }, `smc.mode "FakeSMC" is not supported`},
+		"unknown display":        {smallDomain, func(c *contract.Config) { c.Display.Model = "cirrus" }, `display.model "cirrus" is not supported`},
+		"AppleSMC without OSK":   {smallDomain, func(c *contract.Config) { c.SMC.Mode = "AppleSMC" }, "smc.osk (AppleSMC mode) is required"},
+		"missing serial":         {smallDomain, func(c *contract.Config) { c.SMBIOS.Serial = "" }, "smbios.serial is required"},
+		"UUID of another domain": {smallDomain, func(c *contract.Config) { c.SMBIOS.UUID = "00000000-0000-4000-8000-000000000000" }, "differs from the domain's UUID"},
 		"no interface": {strings.Replace(smallDomain, smallDomain[strings.Index(smallDomain, "<interface"):strings.Index(smallDomain, "</interface>")+len("</interface>")], "", 1),
 			nil, "no network interface"},
 		"no USB controller": {strings.Replace(smallDomain, `<controller type="usb" index="0" model="qemu-xhci"></controller>`, `<controller type="usb" index="0" model="none"></controller>`, 1),
@@ -112,7 +112,7 @@ func TestConfigFromVMI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ConfigFromVMI(vmiJSON(t, map[string]string{hookconfig.Annotation: raw}))
+	cfg, err := ConfigFromVMI(vmiJSON(t, map[string]string{contract.Annotation: raw}))
 	if err != nil || cfg.SMBIOS.Serial != "C02XK1ZJHX87" {
 		t.Fatalf("config %+v, err %v", cfg, err)
 	}
@@ -122,9 +122,9 @@ func TestConfigFromVMI(t *testing.T) {
 	}{
 		"malformed JSON":      {[]byte(`{"metadata":`), "parsing the VMI JSON"},
 		"no annotation":       {vmiJSON(t, nil), "VMI ns/m has no macvirt.io/domain-hook annotation"},
-		"unknown version":     {vmiJSON(t, map[string]string{hookconfig.Annotation: strings.Replace(raw, `"v1"`, `"v9"`, 1)}), `version "v9"`},
-		"unknown field":       {vmiJSON(t, map[string]string{hookconfig.Annotation: strings.Replace(raw, `{`, `{"extra":1,`, 1)}), "unknown field"},
-		"annotation not JSON": {vmiJSON(t, map[string]string{hookconfig.Annotation: "cpu=Penryn"}), "decoding macvirt.io/domain-hook"},
+		"unknown version":     {vmiJSON(t, map[string]string{contract.Annotation: strings.Replace(raw, `"v1"`, `"v9"`, 1)}), `version "v9"`},
+		"unknown field":       {vmiJSON(t, map[string]string{contract.Annotation: strings.Replace(raw, `{`, `{"extra":1,`, 1)}), "unknown field"},
+		"annotation not JSON": {vmiJSON(t, map[string]string{contract.Annotation: "cpu=Penryn"}), "decoding macvirt.io/domain-hook"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := ConfigFromVMI(tc.vmi); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -146,7 +146,7 @@ func FuzzApply(f *testing.F) {
 	f.Add("<domain><devices><interface type='user'/></devices></domain>", raw)
 	f.Add(smallDomain, `{"version":"v1","smc":{"mode":"AppleSMC","osk":"a,b"}}`)
 	f.Fuzz(func(t *testing.T, domain, config string) {
-		cfg, err := ConfigFromVMI(vmiJSON(t, map[string]string{hookconfig.Annotation: config}))
+		cfg, err := ConfigFromVMI(vmiJSON(t, map[string]string{contract.Annotation: config}))
 		if err != nil {
 			return
 		}
