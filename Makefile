@@ -100,7 +100,7 @@ test: manifests generate fmt vet envtest kustomize ## Run every test layer: unit
 FUZZTIME ?= 30s
 FUZZ_TARGETS ?= ./internal/webhook/v1alpha1:FuzzMacClass ./internal/webhook/v1alpha1:FuzzMacPool \
 	./internal/webhook/v1alpha1:FuzzMacClaim ./internal/webhook/v1alpha1:FuzzMacMachine \
-	./internal/domainhook/hook:FuzzApply ./internal/agentserver:FuzzDecodeHeartbeat
+	./internal/domainhook/hook:FuzzApply ./internal/guestagent/endpoint:FuzzDecodeHeartbeat
 
 .PHONY: fuzz
 fuzz: ## Fuzz every target for FUZZTIME each (default 30s).

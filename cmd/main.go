@@ -44,10 +44,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/macvirt/macvirt/internal/agentserver"
+	"github.com/macvirt/macvirt/internal/devserve"
 	"github.com/macvirt/macvirt/internal/domainhook/contract"
 	"github.com/macvirt/macvirt/internal/domainhook/install"
-	"github.com/macvirt/macvirt/internal/localwebhook"
+	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
 	"github.com/macvirt/macvirt/internal/operator"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	// +kubebuilder:scaffold:imports
@@ -163,20 +163,20 @@ func main() {
 	}
 
 	webhookServer := webhook.NewServer(webhookServerOptions)
-	var local *localwebhook.Server
+	var local *devserve.Server
 	if localWebhooks {
 		manifests, err := os.ReadFile(webhookManifests) //nolint:gosec // a path the developer passes on the command line.
 		if err != nil {
 			setupLog.Error(err, "Failed to read the webhook configurations; run from the repository root or set --webhook-manifests")
 			os.Exit(1)
 		}
-		local, err = localwebhook.Prepare(localwebhook.Options{Host: localWebhookHost, Port: webhookPort, Manifests: manifests})
+		local, err = devserve.Prepare(devserve.Options{Host: localWebhookHost, Port: webhookPort, Manifests: manifests})
 		if err != nil {
 			setupLog.Error(err, "Failed to prepare the local webhook server")
 			os.Exit(1)
 		}
 		webhookServer = local.WebhookServer(webhook.Options{TLSOpts: webhookTLSOpts})
-		setupLog.Info("Serving admission webhooks locally", "url", local.URL(), "configurations", localwebhook.NamePrefix+"*")
+		setupLog.Info("Serving admission webhooks locally", "url", local.URL(), "configurations", devserve.NamePrefix+"*")
 	}
 
 	// Metrics endpoint is enabled in 'config/default/kustomization.yaml'. The Metrics options configure the server.
@@ -253,9 +253,9 @@ func main() {
 		setupLog.Error(err, "Failed to configure the guest-agent endpoint")
 		os.Exit(1)
 	}
-	var agentHandler *agentserver.Handler
+	var agentHandler *endpoint.Handler
 	if agentServer != nil {
-		agentHandler = &agentserver.Handler{Client: mgr.GetClient()}
+		agentHandler = &endpoint.Handler{Client: mgr.GetClient()}
 		agentServer.Handler = agentHandler
 		agentServer.TLSOpts = tlsOpts
 		if err := mgr.Add(agentServer); err != nil {
@@ -280,7 +280,7 @@ func main() {
 		os.Exit(1)
 	}
 	if local != nil {
-		if err := mgr.Add(&localwebhook.Registrar{Server: local, Client: mgr.GetClient(),
+		if err := mgr.Add(&devserve.Registrar{Server: local, Client: mgr.GetClient(),
 			Started: func() bool { return mgr.GetWebhookServer().StartedChecker()(nil) == nil }}); err != nil {
 			setupLog.Error(err, "Failed to set up the local webhook registration")
 			os.Exit(1)
@@ -315,9 +315,9 @@ func main() {
 // the cluster (--local-webhooks) it shares the local webhook certificate and
 // listens on that host; in the cluster it uses --agent-cert-path, or the
 // webhook certificate, whose directory also holds ca.crt.
-func agentEndpointConfig(addr, endpoint, certPath, webhookCertPath string, local *localwebhook.Server,
-	localHost string) (agentserver.Address, *agentserver.Server, error) {
-	opts := agentserver.Address{Endpoint: endpoint}
+func agentEndpointConfig(addr, agentURL, certPath, webhookCertPath string, local *devserve.Server,
+	localHost string) (endpoint.Address, *endpoint.Server, error) {
+	opts := endpoint.Address{Endpoint: agentURL}
 	if addr == "0" {
 		return opts, nil, nil
 	}
@@ -327,7 +327,7 @@ func agentEndpointConfig(addr, endpoint, certPath, webhookCertPath string, local
 			return opts, nil, fmt.Errorf("--agent-bind-address %q: %w", addr, err)
 		}
 		if port == "" || port == "0" {
-			p, err := localwebhook.FreePort(localHost)
+			p, err := devserve.FreePort(localHost)
 			if err != nil {
 				return opts, nil, err
 			}
@@ -335,7 +335,7 @@ func agentEndpointConfig(addr, endpoint, certPath, webhookCertPath string, local
 		}
 		hostPort := net.JoinHostPort(localHost, port)
 		opts.Endpoint, opts.CABundle = "https://"+hostPort, local.CABundle
-		return opts, &agentserver.Server{Addr: hostPort, CertDir: local.CertDir}, nil
+		return opts, &endpoint.Server{Addr: hostPort, CertDir: local.CertDir}, nil
 	}
 	if certPath == "" {
 		certPath = webhookCertPath
@@ -343,12 +343,12 @@ func agentEndpointConfig(addr, endpoint, certPath, webhookCertPath string, local
 	if certPath == "" {
 		return opts, nil, nil
 	}
-	ca, serverName, err := agentTrust(certPath, endpoint)
+	ca, serverName, err := agentTrust(certPath, agentURL)
 	if err != nil {
 		return opts, nil, err
 	}
 	opts.CABundle, opts.ServerName = ca, serverName
-	return opts, &agentserver.Server{Addr: addr, CertDir: certPath}, nil
+	return opts, &endpoint.Server{Addr: addr, CertDir: certPath}, nil
 }
 
 // operatorNamespace is the namespace the operator runs in: $POD_NAMESPACE
@@ -371,7 +371,7 @@ func defaultAgentEndpoint(namespace string) string {
 // tls.crt and tls.key) the serving certificate itself. When that
 // certificate does not name the endpoint's host (OLM's names the webhook
 // Service), agents check it against the first name it has instead.
-func agentTrust(certPath, endpoint string) (ca []byte, serverName string, err error) {
+func agentTrust(certPath, agentURL string) (ca []byte, serverName string, err error) {
 	crt, err := os.ReadFile(filepath.Join(certPath, "tls.crt")) //nolint:gosec // a directory the deployment names.
 	if err != nil {
 		return nil, "", fmt.Errorf("reading the agent endpoint's certificate: %w", err)
@@ -391,9 +391,9 @@ func agentTrust(certPath, endpoint string) (ca []byte, serverName string, err er
 	if err != nil {
 		return nil, "", fmt.Errorf("parsing the agent endpoint's certificate: %w", err)
 	}
-	u, err := url.Parse(endpoint)
+	u, err := url.Parse(agentURL)
 	if err != nil || u.Scheme != "https" || u.Hostname() == "" {
-		return nil, "", fmt.Errorf("--agent-endpoint %q is not an https:// URL", endpoint)
+		return nil, "", fmt.Errorf("--agent-endpoint %q is not an https:// URL", agentURL)
 	}
 	if leaf.VerifyHostname(u.Hostname()) == nil {
 		return ca, "", nil

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/localwebhook"
+	"github.com/macvirt/macvirt/internal/devserve"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/testenv"
 )
@@ -58,7 +58,7 @@ func TestLocalWebhooks(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	agentPort, err := localwebhook.FreePort("127.0.0.1")
+	agentPort, err := devserve.FreePort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,12 +142,12 @@ func TestLocalWebhooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range mutating.Items {
-		if strings.HasPrefix(m.Name, localwebhook.NamePrefix) {
+		if strings.HasPrefix(m.Name, devserve.NamePrefix) {
 			t.Errorf("%s left behind", m.Name)
 		}
 	}
 	for _, v := range validating.Items {
-		if strings.HasPrefix(v.Name, localwebhook.NamePrefix) {
+		if strings.HasPrefix(v.Name, devserve.NamePrefix) {
 			t.Errorf("%s left behind", v.Name)
 		}
 	}

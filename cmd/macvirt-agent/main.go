@@ -13,7 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/macvirt/macvirt/internal/agent"
+	"github.com/macvirt/macvirt/internal/guestagent/agent"
 )
 
 func main() {

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/macvirt/macvirt/internal/agent"
-	"github.com/macvirt/macvirt/internal/agentapi"
+	"github.com/macvirt/macvirt/internal/guestagent/agent"
+	"github.com/macvirt/macvirt/internal/guestagent/protocol"
 )
 
 // darwin finds the config disk under /Volumes and asks macOS's own tools.
@@ -23,8 +23,8 @@ type darwin struct{}
 func newPlatform() (agent.Platform, error) { return darwin{}, nil }
 
 func (darwin) ConfigDir() (string, error) {
-	dir := filepath.Join("/Volumes", agentapi.ConfigVolumeLabel)
-	if _, err := os.Stat(filepath.Join(dir, agentapi.KeyToken)); err != nil {
+	dir := filepath.Join("/Volumes", protocol.ConfigVolumeLabel)
+	if _, err := os.Stat(filepath.Join(dir, protocol.KeyToken)); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return "", nil
 		}
@@ -64,7 +64,7 @@ func (darwin) Facts() (agent.Facts, error) {
 		return f, err
 	}
 	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.IsGlobalUnicast() && len(f.IPAddresses) < agentapi.MaxIPAddresses {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.IsGlobalUnicast() && len(f.IPAddresses) < protocol.MaxIPAddresses {
 			f.IPAddresses = append(f.IPAddresses, ipn.IP.String())
 		}
 	}

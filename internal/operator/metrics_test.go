@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/agentserver"
 	"github.com/macvirt/macvirt/internal/controller/metrics"
 	"github.com/macvirt/macvirt/internal/domainhook/install"
+	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
 	"github.com/macvirt/macvirt/internal/testenv"
 )
 
@@ -36,7 +36,7 @@ func operatorCollectors(t *testing.T) []prometheus.Collector {
 		t.Fatal(err)
 	}
 	cs := metrics.Collectors(fake.NewClientBuilder().WithScheme(s).Build())
-	cs = append(cs, agentserver.Collectors()...)
+	cs = append(cs, endpoint.Collectors()...)
 	cs = append(cs, install.Collectors()...)
 	return append(cs, monitoringObjectsReady)
 }

@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/agentserver"
 	"github.com/macvirt/macvirt/internal/classhistory"
 	"github.com/macvirt/macvirt/internal/controller/claim"
 	"github.com/macvirt/macvirt/internal/controller/class"
@@ -36,6 +35,7 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/pool"
 	"github.com/macvirt/macvirt/internal/domainhook/contract"
 	"github.com/macvirt/macvirt/internal/domainhook/install"
+	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
 	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/vmstop"
 	webhookv1alpha1 "github.com/macvirt/macvirt/internal/webhook/v1alpha1"
@@ -87,14 +87,14 @@ type Options struct {
 	ConnectionResync time.Duration
 	// Agent is the guest-agent endpoint written into every machine's
 	// config disk.
-	Agent agentserver.Address
+	Agent endpoint.Address
 	// AgentListeningSince reports when that endpoint began to listen (the
 	// agent server's ListeningSince); the operator's start when nil.
 	AgentListeningSince func() time.Time
 	// AgentHandler, when set, is the guest-agent endpoint's handler; Setup
 	// has it find a machine's class as the machine controller does, so an
 	// agent's heartbeat interval suits the timeout its machine is held to.
-	AgentHandler *agentserver.Handler
+	AgentHandler *endpoint.Handler
 	// Webhooks registers the admission webhooks with the manager's webhook
 	// server (cmd/main.go does; the controller tests run without them).
 	Webhooks bool

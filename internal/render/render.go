@@ -12,8 +12,8 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/agentapi"
 	"github.com/macvirt/macvirt/internal/domainhook/contract"
+	"github.com/macvirt/macvirt/internal/guestagent/protocol"
 )
 
 // Options carry the operator-wide settings that are not part of a class.
@@ -168,7 +168,7 @@ func volumes(m *macvirtv1alpha1.MacMachine) []kubevirtv1.Volume {
 		{Name: SystemVolume, VolumeSource: kubevirtv1.VolumeSource{
 			DataVolume: &kubevirtv1.DataVolumeSource{Name: SystemDataVolumeName(m)}}},
 		{Name: AgentConfigVolume, VolumeSource: kubevirtv1.VolumeSource{
-			Secret: &kubevirtv1.SecretVolumeSource{SecretName: AgentSecretName(m), VolumeLabel: agentapi.ConfigVolumeLabel}}},
+			Secret: &kubevirtv1.SecretVolumeSource{SecretName: AgentSecretName(m), VolumeLabel: protocol.ConfigVolumeLabel}}},
 	}
 }
 

@@ -38,8 +38,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/agentserver"
-	"github.com/macvirt/macvirt/internal/localwebhook"
+	"github.com/macvirt/macvirt/internal/devserve"
+	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
 	"github.com/macvirt/macvirt/internal/operator"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/simulator"
@@ -191,7 +191,7 @@ type System struct {
 	opCfg     *rest.Config
 	scheme    *runtime.Scheme
 	admin     client.Client
-	local     *localwebhook.Server
+	local     *devserve.Server
 	agentAddr string
 	stopURL   string
 	// simStopped receives when the simulator's manager returns.
@@ -279,12 +279,12 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 		stopAPI.Close()
 		return nil, err
 	}
-	local, err := localwebhook.Prepare(localwebhook.Options{Manifests: manifests})
+	local, err := devserve.Prepare(devserve.Options{Manifests: manifests})
 	if err != nil {
 		stopAPI.Close()
 		return nil, err
 	}
-	agentPort, err := localwebhook.FreePort(local.Host)
+	agentPort, err := devserve.FreePort(local.Host)
 	if err != nil {
 		stopAPI.Close()
 		local.Close()
@@ -337,14 +337,14 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 	if err != nil {
 		return err
 	}
-	agentHandler := &agentserver.Handler{Client: mgr.GetClient()}
-	agentServer := &agentserver.Server{Addr: s.agentAddr, CertDir: s.local.CertDir, Handler: agentHandler}
+	agentHandler := &endpoint.Handler{Client: mgr.GetClient()}
+	agentServer := &endpoint.Server{Addr: s.agentAddr, CertDir: s.local.CertDir, Handler: agentHandler}
 	suffix := ""
 	if s.operators > 1 {
 		suffix = fmt.Sprintf("-%d", s.operators)
 	}
 	err = operator.Setup(mgr, operator.Options{Webhooks: true, StopConfig: &rest.Config{Host: s.stopURL},
-		Agent:               agentserver.Address{Endpoint: s.AgentEndpoint, CABundle: s.CABundle},
+		Agent:               endpoint.Address{Endpoint: s.AgentEndpoint, CABundle: s.CABundle},
 		AgentHandler:        agentHandler,
 		AgentListeningSince: agentServer.ListeningSince,
 		HookImage:           opts.HookImage,
@@ -353,7 +353,7 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 		err = mgr.Add(agentServer)
 	}
 	if err == nil {
-		err = mgr.Add(&localwebhook.Registrar{Server: s.local, Client: s.admin,
+		err = mgr.Add(&devserve.Registrar{Server: s.local, Client: s.admin,
 			Started: func() bool { return mgr.GetWebhookServer().StartedChecker()(nil) == nil }})
 	}
 	if err != nil {

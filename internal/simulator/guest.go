@@ -15,13 +15,13 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/macvirt/macvirt/internal/agent"
-	"github.com/macvirt/macvirt/internal/agentapi"
+	"github.com/macvirt/macvirt/internal/guestagent/agent"
+	"github.com/macvirt/macvirt/internal/guestagent/protocol"
 )
 
 // Simulated macOS guests. With Options.Guests, every Running instance that
 // carries a macvirt agent config disk (a secret volume labelled
-// agentapi.ConfigVolumeLabel) gets a guest that boots for GuestBootDelay and
+// protocol.ConfigVolumeLabel) gets a guest that boots for GuestBootDelay and
 // then runs the real agent's protocol code against the endpoint its config
 // Secret names, until the instance stops running. So the operator sees the
 // same heartbeats it would from macOS.
@@ -81,7 +81,7 @@ func (s *Simulator) syncGuest(key types.NamespacedName, vmi *kubevirtv1.VirtualM
 // configSecret is the Secret of the instance's agent config disk, if any.
 func configSecret(vmi *kubevirtv1.VirtualMachineInstance) string {
 	for _, v := range vmi.Spec.Volumes {
-		if v.Secret != nil && v.Secret.VolumeLabel == agentapi.ConfigVolumeLabel {
+		if v.Secret != nil && v.Secret.VolumeLabel == protocol.ConfigVolumeLabel {
 			return v.Secret.SecretName
 		}
 	}
@@ -175,8 +175,8 @@ func (s *Simulator) guestConfig(ctx context.Context, vmi *kubevirtv1.VirtualMach
 		return nil, err
 	}
 	d := secret.Data
-	return &agent.Config{Endpoint: string(d[agentapi.KeyEndpoint]), CABundle: d[agentapi.KeyCABundle], Token: string(d[agentapi.KeyToken]),
-		Namespace: string(d[agentapi.KeyNamespace]), Machine: string(d[agentapi.KeyMachine])}, nil
+	return &agent.Config{Endpoint: string(d[protocol.KeyEndpoint]), CABundle: d[protocol.KeyCABundle], Token: string(d[protocol.KeyToken]),
+		Namespace: string(d[protocol.KeyNamespace]), Machine: string(d[protocol.KeyMachine])}, nil
 }
 
 // guestHostKey is the public half of guestHostSigner, as the agent reports

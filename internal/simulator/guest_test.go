@@ -14,20 +14,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/macvirt/macvirt/internal/agentapi"
+	"github.com/macvirt/macvirt/internal/guestagent/protocol"
 )
 
 // endpoint records the heartbeats it receives and answers like the
 // operator would.
 type endpoint struct {
 	mu    sync.Mutex
-	seen  []agentapi.Heartbeat
+	seen  []protocol.Heartbeat
 	auths []string
 }
 
 func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	hb, err := agentapi.DecodeHeartbeat(r.Body)
-	if err != nil || r.URL.Path != agentapi.HeartbeatPath {
+	hb, err := protocol.DecodeHeartbeat(r.Body)
+	if err != nil || r.URL.Path != protocol.HeartbeatPath {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
@@ -36,13 +36,13 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.auths = append(e.auths, r.Header.Get("Authorization"))
 	e.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(agentapi.DesiredState{Hostname: hb.Machine.Name, SSHUser: "admin", HeartbeatIntervalSeconds: 1})
+	_ = json.NewEncoder(w).Encode(protocol.DesiredState{Hostname: hb.Machine.Name, SSHUser: "admin", HeartbeatIntervalSeconds: 1})
 }
 
-func (e *endpoint) heartbeats() []agentapi.Heartbeat {
+func (e *endpoint) heartbeats() []protocol.Heartbeat {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]agentapi.Heartbeat(nil), e.seen...)
+	return append([]protocol.Heartbeat(nil), e.seen...)
 }
 
 var _ = Describe("A simulated guest", func() {
@@ -53,18 +53,18 @@ var _ = Describe("A simulated guest", func() {
 		DeferCleanup(srv.Close)
 		ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 		create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mac-agent"}, StringData: map[string]string{
-			agentapi.KeyEndpoint: srv.URL, agentapi.KeyCABundle: string(ca), agentapi.KeyToken: "the-token",
-			agentapi.KeyNamespace: ns, agentapi.KeyMachine: "mac"}})
+			protocol.KeyEndpoint: srv.URL, protocol.KeyCABundle: string(ca), protocol.KeyToken: "the-token",
+			protocol.KeyNamespace: ns, protocol.KeyMachine: "mac"}})
 		vm := newVM(ns, "mac")
 		spec := &vm.Spec.Template.Spec
 		spec.Domain.Devices.Disks = append(spec.Domain.Devices.Disks, kubevirtv1.Disk{Name: "agent-config",
 			DiskDevice: kubevirtv1.DiskDevice{CDRom: &kubevirtv1.CDRomTarget{Bus: kubevirtv1.DiskBusSATA}}})
 		spec.Volumes = append(spec.Volumes, kubevirtv1.Volume{Name: "agent-config", VolumeSource: kubevirtv1.VolumeSource{
-			Secret: &kubevirtv1.SecretVolumeSource{SecretName: "mac-agent", VolumeLabel: agentapi.ConfigVolumeLabel}}})
+			Secret: &kubevirtv1.SecretVolumeSource{SecretName: "mac-agent", VolumeLabel: protocol.ConfigVolumeLabel}}})
 		create(vm)
 
 		Eventually(ep.heartbeats).WithTimeout(30 * time.Second).Should(ContainElement(And(
-			HaveField("Machine", agentapi.MachineRef{Namespace: ns, Name: "mac"}),
+			HaveField("Machine", protocol.MachineRef{Namespace: ns, Name: "mac"}),
 			HaveField("OSBuild", "23F79"),
 			HaveField("SSHHostKeys", HaveExactElements(HavePrefix("ssh-ed25519 "))))))
 		ep.mu.Lock()

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/macvirt/macvirt/internal/agentapi"
+	"github.com/macvirt/macvirt/internal/guestagent/protocol"
 )
 
 // The simulated guest's sshd (Options.Network). A macOS guest runs sshd with
@@ -37,7 +37,7 @@ type guestSSHD struct {
 }
 
 // update takes what the operator last sent the guest.
-func (d *guestSSHD) update(state agentapi.DesiredState, hostname string) {
+func (d *guestSSHD) update(state protocol.DesiredState, hostname string) {
 	keys := map[string]bool{}
 	for _, k := range state.SSHAuthorizedKeys {
 		if pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k)); err == nil {

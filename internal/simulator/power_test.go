@@ -30,7 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/macvirt/macvirt/internal/agentapi"
+	"github.com/macvirt/macvirt/internal/guestagent/protocol"
 	"github.com/macvirt/macvirt/internal/simulator"
 )
 
@@ -41,12 +41,12 @@ func vmWithGuest(ns, name string, ep *endpoint) {
 	DeferCleanup(srv.Close)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 	create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-agent"}, StringData: map[string]string{
-		agentapi.KeyEndpoint: srv.URL, agentapi.KeyCABundle: string(ca), agentapi.KeyToken: "the-token",
-		agentapi.KeyNamespace: ns, agentapi.KeyMachine: name}})
+		protocol.KeyEndpoint: srv.URL, protocol.KeyCABundle: string(ca), protocol.KeyToken: "the-token",
+		protocol.KeyNamespace: ns, protocol.KeyMachine: name}})
 	vm := newVM(ns, name)
 	spec := &vm.Spec.Template.Spec
 	spec.Volumes = append(spec.Volumes, kubevirtv1.Volume{Name: "agent-config", VolumeSource: kubevirtv1.VolumeSource{
-		Secret: &kubevirtv1.SecretVolumeSource{SecretName: name + "-agent", VolumeLabel: agentapi.ConfigVolumeLabel}}})
+		Secret: &kubevirtv1.SecretVolumeSource{SecretName: name + "-agent", VolumeLabel: protocol.ConfigVolumeLabel}}})
 	create(vm)
 }
 
@@ -130,7 +130,7 @@ var _ = Describe("The guest's power", func() {
 		Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
 
 		sim.Clear(fault)
-		Eventually(func() []agentapi.Heartbeat { return ep.heartbeats()[silentFrom:] }).WithTimeout(timeout).Should(
+		Eventually(func() []protocol.Heartbeat { return ep.heartbeats()[silentFrom:] }).WithTimeout(timeout).Should(
 			ContainElement(HaveField("BootTime", BeTemporally(">", firstBoot))))
 	})
 })

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/agent"
-	"github.com/macvirt/macvirt/internal/agentserver"
+	"github.com/macvirt/macvirt/internal/guestagent/agent"
+	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
 	"github.com/macvirt/macvirt/internal/render"
 )
 
@@ -39,7 +39,7 @@ var _ = Describe("The guest agent", func() {
 	}
 
 	It("makes a booting machine Ready, loses Ready when silent, and receives its claim's keys once bound", func() {
-		srv := httptest.NewTLSServer(&agentserver.Handler{Client: k8sClient, Clock: clock})
+		srv := httptest.NewTLSServer(&endpoint.Handler{Client: k8sClient, Clock: clock})
 		DeferCleanup(srv.Close)
 		ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 

@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/agentapi"
-	"github.com/macvirt/macvirt/internal/agentserver"
+	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
+	"github.com/macvirt/macvirt/internal/guestagent/protocol"
 	"github.com/macvirt/macvirt/internal/render"
 )
 
@@ -22,7 +22,7 @@ import (
 var _ = Describe("Issuing the guest agent's token", func() {
 	var (
 		ns   string
-		opts = agentserver.Address{Endpoint: "https://agent.test:9444", CABundle: []byte("test CA bundle")}
+		opts = endpoint.Address{Endpoint: "https://agent.test:9444", CABundle: []byte("test CA bundle")}
 	)
 	BeforeEach(func() { ns = newNamespace() })
 
@@ -42,17 +42,17 @@ var _ = Describe("Issuing the guest agent's token", func() {
 		// lagging cache or a second operator replica would have it.
 		stale := getMachine(k)
 
-		Expect(agentserver.IssueToken(ctx, k8sClient, getMachine(k), opts)).To(BeTrue())
+		Expect(endpoint.IssueToken(ctx, k8sClient, getMachine(k), opts)).To(BeTrue())
 		issued, hash := mounted(k)
 		Expect(hash).To(HaveLen(64))
-		Expect(agentapi.HashToken(string(issued.Data[agentapi.KeyToken]))).To(Equal(hash))
+		Expect(protocol.HashToken(string(issued.Data[protocol.KeyToken]))).To(Equal(hash))
 
-		_, err := agentserver.IssueToken(ctx, k8sClient, stale, opts)
+		_, err := endpoint.IssueToken(ctx, k8sClient, stale, opts)
 		Expect(apierrors.IsConflict(err)).To(BeTrue(), "the second writer's stale copy loses the optimistic lock, got %v", err)
 
 		secret, recorded := mounted(k)
 		Expect(recorded).To(Equal(hash), "the first writer's hash stays recorded")
-		Expect(agentapi.HashToken(string(secret.Data[agentapi.KeyToken]))).To(Equal(recorded),
+		Expect(protocol.HashToken(string(secret.Data[protocol.KeyToken]))).To(Equal(recorded),
 			"the Secret the VM mounts holds the token whose hash the machine records")
 		Expect(secret.ResourceVersion).To(Equal(issued.ResourceVersion), "a Secret whose hash is recorded is never written again")
 
@@ -65,7 +65,7 @@ var _ = Describe("Issuing the guest agent's token", func() {
 		}
 
 		By("a writer with a fresh copy finds the token issued and writes nothing")
-		Expect(agentserver.IssueToken(ctx, k8sClient, getMachine(k), opts)).To(BeTrue())
+		Expect(endpoint.IssueToken(ctx, k8sClient, getMachine(k), opts)).To(BeTrue())
 		Expect(k8sClient.List(ctx, secrets, client.InNamespace(ns), client.MatchingLabels{macvirtv1alpha1.LabelMachine: k.Name})).To(Succeed())
 		Expect(secrets.Items).To(HaveLen(2))
 	})
@@ -75,12 +75,12 @@ var _ = Describe("Issuing the guest agent's token", func() {
 		k := key(newMachine(ns, "sonoma"))
 		crashing := newFaultyClient(k8sClient)
 		crashing.crashAfter = 1 // the Secret is written, the machine's patch is not
-		_, err := agentserver.IssueToken(ctx, crashing, getMachine(k), opts)
+		_, err := endpoint.IssueToken(ctx, crashing, getMachine(k), opts)
 		Expect(err).To(MatchError(ContainSubstring("simulated operator crash")))
 		Expect(getMachine(k).Annotations).NotTo(HaveKey(macvirtv1alpha1.AnnotationAgentTokenHash))
 
-		Expect(agentserver.IssueToken(ctx, k8sClient, getMachine(k), opts)).To(BeTrue())
+		Expect(endpoint.IssueToken(ctx, k8sClient, getMachine(k), opts)).To(BeTrue())
 		secret, hash := mounted(k)
-		Expect(agentapi.HashToken(string(secret.Data[agentapi.KeyToken]))).To(Equal(hash))
+		Expect(protocol.HashToken(string(secret.Data[protocol.KeyToken]))).To(Equal(hash))
 	})
 })

@@ -14,7 +14,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/state"
-	"github.com/macvirt/macvirt/internal/identity"
+	"github.com/macvirt/macvirt/internal/smbios"
 )
 
 // The indexed fields.
@@ -63,7 +63,7 @@ func Register(ctx context.Context, idx client.FieldIndexer) error {
 			}
 			return nil
 		}},
-		{&macvirtv1alpha1.MacMachine{}, identity.Field, identity.IndexValues},
+		{&macvirtv1alpha1.MacMachine{}, smbios.Field, smbios.IndexValues},
 		{&macvirtv1alpha1.MacMachine{}, MachineRetainedFor, func(o client.Object) []string {
 			m := o.(*macvirtv1alpha1.MacMachine)
 			if ref := m.Spec.ClaimRef; ref != nil && state.Retains(m) && m.DeletionTimestamp.IsZero() {

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/agentserver"
 	"github.com/macvirt/macvirt/internal/classhistory"
 	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
 	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/vmstop"
 	corev1 "k8s.io/api/core/v1"
@@ -45,7 +45,7 @@ type Reconciler struct {
 	// nor started while it returns an error.
 	DomainHook func() error
 	// Agent is what machines' agent config disks say about the endpoint.
-	Agent agentserver.Address
+	Agent endpoint.Address
 	// Clock is the time source for boot and heartbeat timeouts.
 	Clock clock.PassiveClock
 	// ListeningSince reports when the agent endpoint began to listen (zero

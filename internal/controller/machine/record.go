@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/identity"
 	"github.com/macvirt/macvirt/internal/render"
+	"github.com/macvirt/macvirt/internal/smbios"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -39,7 +39,7 @@ func (r *Reconciler) ensureIdentity(ctx context.Context, o *machineObservation) 
 	if m.Spec.SMBIOS == nil {
 		// The admission webhook normally generated it; this covers machines
 		// admitted while the webhook was unavailable.
-		id, err := identity.NewUnique(ctx, r.Client, o.Class.Spec.EffectiveHardware().SMBIOS.ProductName)
+		id, err := smbios.NewUnique(ctx, r.Client, o.Class.Spec.EffectiveHardware().SMBIOS.ProductName)
 		if err != nil {
 			return false, err
 		}

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/localwebhook"
+	"github.com/macvirt/macvirt/internal/devserve"
 )
 
 var objectCount atomic.Int32
@@ -467,7 +467,7 @@ var _ = Describe("With the webhook server down", func() {
 		}
 
 		// Configurations like the live ones, pointed at a port nobody serves.
-		dead, err := localwebhook.Prepare(localwebhook.Options{Manifests: manifests, NamePrefix: "macvirt-down-"})
+		dead, err := devserve.Prepare(devserve.Options{Manifests: manifests, NamePrefix: "macvirt-down-"})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(dead.Close)
 		Expect(dead.Install(suiteCtx, k8sClient)).To(Succeed())

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/identity"
+	"github.com/macvirt/macvirt/internal/smbios"
 )
 
 func TestDefaultMacClassSetsEveryDocumentedDefault(t *testing.T) {
@@ -116,7 +116,7 @@ func TestDefaultMacMachineGeneratesTheIdentityOnce(t *testing.T) {
 	var asked []string
 	gen := func(product string) (macvirtv1alpha1.MachineSMBIOS, error) {
 		asked = append(asked, product)
-		return identity.New(product, nil)
+		return smbios.New(product, nil)
 	}
 	if err := DefaultMacMachine(m, "MacPro7,1", gen); err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestDefaultMacMachineUsesTheDefaultProductWithoutAClass(t *testing.T) {
 	var got string
 	err := DefaultMacMachine(minimalMachine(), "", func(p string) (macvirtv1alpha1.MachineSMBIOS, error) {
 		got = p
-		return identity.New(p, nil)
+		return smbios.New(p, nil)
 	})
 	if err != nil || got != "iMacPro1,1" {
 		t.Errorf("product %q, err %v; want iMacPro1,1", got, err)

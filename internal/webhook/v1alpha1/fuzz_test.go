@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/identity"
+	"github.com/macvirt/macvirt/internal/smbios"
 )
 
 // The fuzz targets decode arbitrary JSON into each kind, as the webhooks
@@ -133,7 +133,7 @@ func FuzzMacMachine(f *testing.F) {
 	withID := minimalMachine()
 	withID.Spec.SMBIOS = &macvirtv1alpha1.MachineSMBIOS{SerialNumber: "C02XK1ZDHX87", BoardSerial: "short", UUID: "x"}
 	seed(f, minimalMachine(), withID, &macvirtv1alpha1.MacMachine{})
-	gen := func(p string) (macvirtv1alpha1.MachineSMBIOS, error) { return identity.New(p, nil) }
+	gen := func(p string) (macvirtv1alpha1.MachineSMBIOS, error) { return smbios.New(p, nil) }
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := &macvirtv1alpha1.MacMachine{}
 		if json.Unmarshal(data, m) != nil {

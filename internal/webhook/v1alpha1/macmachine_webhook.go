@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/identity"
+	"github.com/macvirt/macvirt/internal/smbios"
 )
 
 // The mutating webhook matches CREATE only (it draws the SMBIOS identity).
@@ -85,7 +85,7 @@ func (w *machineWebhook) ValidateCreate(ctx context.Context, m *macvirtv1alpha1.
 		}
 	}
 	if m.Spec.SMBIOS != nil {
-		if env.SMBIOSUsers, err = identity.Users(ctx, w.lookup.cache, *m.Spec.SMBIOS,
+		if env.SMBIOSUsers, err = smbios.Users(ctx, w.lookup.cache, *m.Spec.SMBIOS,
 			types.NamespacedName{Namespace: m.Namespace, Name: m.Name}); err != nil {
 			return nil, err
 		}

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/identity"
+	"github.com/macvirt/macvirt/internal/smbios"
 )
 
 // Why each webhook fails the way it does when the operator is unavailable
@@ -117,6 +117,6 @@ func invalid(kind, name string, errs field.ErrorList) error {
 // newIdentity draws an SMBIOS identity unused by the machines the cache knows.
 func (l *lookup) newIdentity(ctx context.Context) IdentityFunc {
 	return func(product string) (macvirtv1alpha1.MachineSMBIOS, error) {
-		return identity.NewUnique(ctx, l.cache, product)
+		return smbios.NewUnique(ctx, l.cache, product)
 	}
 }

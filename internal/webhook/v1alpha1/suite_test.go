@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/macvirt/macvirt/internal/controller/index"
-	"github.com/macvirt/macvirt/internal/localwebhook"
+	"github.com/macvirt/macvirt/internal/devserve"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/testenv"
 )
@@ -64,7 +64,7 @@ var _ = BeforeSuite(func() {
 
 	manifests, err = os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "webhook", "manifests.yaml"))
 	Expect(err).NotTo(HaveOccurred())
-	local, err := localwebhook.Prepare(localwebhook.Options{Manifests: manifests})
+	local, err := devserve.Prepare(devserve.Options{Manifests: manifests})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(local.Close)
 
@@ -83,7 +83,7 @@ var _ = BeforeSuite(func() {
 	operatorUser, err = Identity(suiteCtx, c)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(Setup(mgr, Options{OperatorUser: operatorUser})).To(Succeed())
-	Expect(mgr.Add(&localwebhook.Registrar{Server: local, Client: mgr.GetClient(),
+	Expect(mgr.Add(&devserve.Registrar{Server: local, Client: mgr.GetClient(),
 		Started: func() bool { return mgr.GetWebhookServer().StartedChecker()(nil) == nil }})).To(Succeed())
 	stopped := make(chan struct{})
 	go func() {

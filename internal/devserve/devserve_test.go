@@ -1,4 +1,4 @@
-package localwebhook
+package devserve
 
 import (
 	"crypto/tls"

@@ -1,9 +1,9 @@
-// Package agentserver is the operator's side of the guest-agent protocol
-// (internal/agentapi): an HTTPS handler that authenticates a machine's
+// Package endpoint is the operator's side of the guest-agent protocol
+// (internal/guestagent/protocol): an HTTPS handler that authenticates a machine's
 // heartbeat by its token, records it in the MacMachine's status.guest, and
 // answers with what the agent should apply. Anything it refuses gets a 4xx
 // and writes nothing.
-package agentserver
+package endpoint
 
 import (
 	"context"
@@ -27,8 +27,8 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/agentapi"
 	"github.com/macvirt/macvirt/internal/classhistory"
+	"github.com/macvirt/macvirt/internal/guestagent/protocol"
 	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
@@ -65,31 +65,31 @@ const unauthorized = "unknown machine or wrong token"
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
-	case r.URL.Path != agentapi.HeartbeatPath:
-		writeError(w, http.StatusNotFound, agentapi.ReasonUnsupported, "no such endpoint; this server speaks "+agentapi.HeartbeatPath)
+	case r.URL.Path != protocol.HeartbeatPath:
+		writeError(w, http.StatusNotFound, protocol.ReasonUnsupported, "no such endpoint; this server speaks "+protocol.HeartbeatPath)
 		return
 	case r.Method != http.MethodPost:
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, agentapi.ReasonMethodNotAllowed, "use POST")
+		writeError(w, http.StatusMethodNotAllowed, protocol.ReasonMethodNotAllowed, "use POST")
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		writeError(w, http.StatusUnsupportedMediaType, agentapi.ReasonUnsupported, "the body must be application/json")
+		writeError(w, http.StatusUnsupportedMediaType, protocol.ReasonUnsupported, "the body must be application/json")
 		return
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || token == "" {
-		writeError(w, http.StatusUnauthorized, agentapi.ReasonUnauthorized, "send the machine's token as Authorization: Bearer <token>")
+		writeError(w, http.StatusUnauthorized, protocol.ReasonUnauthorized, "send the machine's token as Authorization: Bearer <token>")
 		return
 	}
-	hb, err := agentapi.DecodeHeartbeat(http.MaxBytesReader(w, r.Body, agentapi.MaxBodyBytes))
+	hb, err := protocol.DecodeHeartbeat(http.MaxBytesReader(w, r.Body, protocol.MaxBodyBytes))
 	var tooLarge *http.MaxBytesError
 	switch {
-	case errors.Is(err, agentapi.ErrTooLarge) || errors.As(err, &tooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, agentapi.ReasonTooLarge, agentapi.ErrTooLarge.Error())
+	case errors.Is(err, protocol.ErrTooLarge) || errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, protocol.ReasonTooLarge, protocol.ErrTooLarge.Error())
 		return
 	case err != nil:
-		writeError(w, http.StatusBadRequest, agentapi.ReasonMalformed, err.Error())
+		writeError(w, http.StatusBadRequest, protocol.ReasonMalformed, err.Error())
 		return
 	}
 	ctx := r.Context()
@@ -97,30 +97,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := &macvirtv1alpha1.MacMachine{}
 	if err := h.Client.Get(ctx, key, m); err != nil {
 		if apierrors.IsNotFound(err) {
-			writeError(w, http.StatusUnauthorized, agentapi.ReasonUnauthorized, unauthorized)
+			writeError(w, http.StatusUnauthorized, protocol.ReasonUnauthorized, unauthorized)
 			return
 		}
-		writeError(w, http.StatusInternalServerError, agentapi.ReasonInternal, "reading the machine failed; retry")
+		writeError(w, http.StatusInternalServerError, protocol.ReasonInternal, "reading the machine failed; retry")
 		return
 	}
 	want := m.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash]
-	if want == "" || subtle.ConstantTimeCompare([]byte(want), []byte(agentapi.HashToken(token))) != 1 {
-		writeError(w, http.StatusUnauthorized, agentapi.ReasonUnauthorized, unauthorized)
+	if want == "" || subtle.ConstantTimeCompare([]byte(want), []byte(protocol.HashToken(token))) != 1 {
+		writeError(w, http.StatusUnauthorized, protocol.ReasonUnauthorized, unauthorized)
 		return
 	}
 	if now := time.Now(); !h.limiter(key, now).AllowN(now, 1) {
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, agentapi.ReasonRateLimited, "heartbeats too frequent; wait for the interval the last reply gave")
+		writeError(w, http.StatusTooManyRequests, protocol.ReasonRateLimited, "heartbeats too frequent; wait for the interval the last reply gave")
 		return
 	}
 	if err := h.record(ctx, m, hb); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "recording a heartbeat", "machine", key)
-		writeError(w, http.StatusInternalServerError, agentapi.ReasonInternal, "recording the heartbeat failed; retry")
+		writeError(w, http.StatusInternalServerError, protocol.ReasonInternal, "recording the heartbeat failed; retry")
 		return
 	}
 	state, err := h.desiredState(ctx, m)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, agentapi.ReasonInternal, "reading the desired state failed; retry")
+		writeError(w, http.StatusInternalServerError, protocol.ReasonInternal, "reading the desired state failed; retry")
 		return
 	}
 	heartbeats.WithLabelValues(resultAccepted).Inc()
@@ -179,7 +179,7 @@ func (h *Handler) limiter(key types.NamespacedName, now time.Time) *rate.Limiter
 }
 
 // record writes the heartbeat into status.guest.
-func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb *agentapi.Heartbeat) error {
+func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb *protocol.Heartbeat) error {
 	now := metav1.NewTime(h.now())
 	before := m.DeepCopy()
 	g := &macvirtv1alpha1.GuestStatus{
@@ -197,8 +197,8 @@ func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb 
 // desiredState is the bound claim's keys, the machine's name as hostname,
 // and an interval a quarter of the heartbeatTimeout the machine is held to
 // (5s to 60s).
-func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachine) (*agentapi.DesiredState, error) {
-	state := &agentapi.DesiredState{Hostname: m.Name, SSHUser: agentapi.DefaultSSHUser, SSHAuthorizedKeys: []string{}}
+func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachine) (*protocol.DesiredState, error) {
+	state := &protocol.DesiredState{Hostname: m.Name, SSHUser: protocol.DefaultSSHUser, SSHAuthorizedKeys: []string{}}
 	timeout := macvirtv1alpha1.DefaultHeartbeatTimeout
 	classes := h.Classes
 	if classes.Classes == nil {
@@ -211,7 +211,7 @@ func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachin
 	if res.Class != nil {
 		timeout = res.Class.Spec.Lifecycle.HeartbeatTimeoutOrDefault()
 	}
-	state.HeartbeatIntervalSeconds = int(agentapi.HeartbeatInterval(timeout) / time.Second)
+	state.HeartbeatIntervalSeconds = int(protocol.HeartbeatInterval(timeout) / time.Second)
 	if ref := m.Spec.ClaimRef; ref != nil {
 		claim := &macvirtv1alpha1.MacClaim{}
 		err := h.Client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, claim)
@@ -266,5 +266,5 @@ func writeError(w http.ResponseWriter, code int, reason, msg string) {
 	heartbeats.WithLabelValues(reason).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(agentapi.Error{Reason: reason, Message: msg})
+	_ = json.NewEncoder(w).Encode(protocol.Error{Reason: reason, Message: msg})
 }

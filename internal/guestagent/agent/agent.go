@@ -1,6 +1,6 @@
 // Package agent is the guest agent's logic, free of anything macOS-specific
 // so that it runs and is tested on Linux: it reads the config disk, sends
-// heartbeats (internal/agentapi v1) with backoff and jitter, and applies the
+// heartbeats (internal/guestagent/protocol v1) with backoff and jitter, and applies the
 // desired state. What differs per OS (where the disk is mounted, the OS
 // version, addresses, writing authorized_keys for a user) is behind Platform.
 package agent
@@ -25,7 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/macvirt/macvirt/internal/agentapi"
+	"github.com/macvirt/macvirt/internal/guestagent/protocol"
 )
 
 // Version is the agent's version, set at build time.
@@ -51,8 +51,8 @@ func ReadConfig(dir string) (*Config, error) {
 		return strings.TrimSpace(string(b)), nil
 	}
 	c := &Config{}
-	for key, dst := range map[string]*string{agentapi.KeyEndpoint: &c.Endpoint, agentapi.KeyToken: &c.Token,
-		agentapi.KeyNamespace: &c.Namespace, agentapi.KeyMachine: &c.Machine} {
+	for key, dst := range map[string]*string{protocol.KeyEndpoint: &c.Endpoint, protocol.KeyToken: &c.Token,
+		protocol.KeyNamespace: &c.Namespace, protocol.KeyMachine: &c.Machine} {
 		v, err := read(key)
 		if err != nil {
 			return nil, err
@@ -62,13 +62,13 @@ func ReadConfig(dir string) (*Config, error) {
 		}
 		*dst = v
 	}
-	ca, err := read(agentapi.KeyCABundle)
+	ca, err := read(protocol.KeyCABundle)
 	if err != nil {
 		return nil, err
 	}
 	c.CABundle = []byte(ca)
-	if _, err := os.Stat(filepath.Join(dir, agentapi.KeyServerName)); err == nil {
-		if c.ServerName, err = read(agentapi.KeyServerName); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, protocol.KeyServerName)); err == nil {
+		if c.ServerName, err = read(protocol.KeyServerName); err != nil {
 			return nil, err
 		}
 	}
@@ -124,7 +124,7 @@ func NewClient(cfg *Config) (*Client, error) {
 // StatusError is a refusal by the operator.
 type StatusError struct {
 	Code int
-	Body agentapi.Error
+	Body protocol.Error
 }
 
 func (e *StatusError) Error() string {
@@ -137,17 +137,17 @@ func (e *StatusError) Retryable() bool {
 }
 
 // Heartbeat sends one heartbeat and returns the desired state.
-func (c *Client) Heartbeat(ctx context.Context, facts Facts) (*agentapi.DesiredState, error) {
-	body, err := json.Marshal(agentapi.Heartbeat{
-		Machine:      agentapi.MachineRef{Namespace: c.cfg.Namespace, Name: c.cfg.Machine},
+func (c *Client) Heartbeat(ctx context.Context, facts Facts) (*protocol.DesiredState, error) {
+	body, err := json.Marshal(protocol.Heartbeat{
+		Machine:      protocol.MachineRef{Namespace: c.cfg.Namespace, Name: c.cfg.Machine},
 		AgentVersion: Version, OSVersion: facts.OSVersion, OSBuild: facts.OSBuild, Hostname: facts.Hostname,
 		BootTime: facts.BootTime, IPAddresses: facts.IPAddresses, SSHHostKeys: facts.SSHHostKeys,
-		ApplyError: truncate(facts.ApplyError, agentapi.MaxApplyErrorBytes),
+		ApplyError: truncate(facts.ApplyError, protocol.MaxApplyErrorBytes),
 	})
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.cfg.Endpoint, "/")+agentapi.HeartbeatPath, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.cfg.Endpoint, "/")+protocol.HeartbeatPath, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func (c *Client) Heartbeat(ctx context.Context, facts Facts) (*agentapi.DesiredS
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, agentapi.MaxBodyBytes*8))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, protocol.MaxBodyBytes*8))
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +167,7 @@ func (c *Client) Heartbeat(ctx context.Context, facts Facts) (*agentapi.DesiredS
 		_ = json.Unmarshal(raw, &se.Body)
 		return nil, se
 	}
-	state := &agentapi.DesiredState{}
+	state := &protocol.DesiredState{}
 	if err := json.Unmarshal(raw, state); err != nil {
 		return nil, fmt.Errorf("decoding the operator's reply: %w", err)
 	}
@@ -282,7 +282,7 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 	var cfg *Config
 	failures := 0
 	applyErr := ""
-	interval := agentapi.DefaultHeartbeatInterval
+	interval := protocol.DefaultHeartbeatInterval
 	wait := time.Duration(0)
 	for {
 		select {
@@ -302,7 +302,7 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 				}
 			}
 		}
-		var state *agentapi.DesiredState
+		var state *protocol.DesiredState
 		var facts Facts
 		if err == nil {
 			if facts, err = p.Facts(); err == nil {
@@ -345,7 +345,7 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 // apply makes the desired state true on the guest: the SSH keys first (a
 // tenant's access must not wait on anything else), then the hostname, when
 // it differs from the one the heartbeat reported.
-func apply(p Platform, facts Facts, state *agentapi.DesiredState) error {
+func apply(p Platform, facts Facts, state *protocol.DesiredState) error {
 	path, err := p.AuthorizedKeysPath(state.SSHUser)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package agentserver
+package endpoint
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/agentapi"
+	"github.com/macvirt/macvirt/internal/guestagent/protocol"
 )
 
 // Address is what every machine's agent config disk says about the
@@ -65,16 +65,16 @@ func IssueToken(ctx context.Context, c client.Client, m *macvirtv1alpha1.MacMach
 		return false, fmt.Errorf("drawing the agent token: %w", err)
 	}
 	token := hex.EncodeToString(raw)
-	hash := agentapi.HashToken(token)
+	hash := protocol.HashToken(token)
 	data := map[string]string{
-		agentapi.KeyEndpoint:  addr.Endpoint,
-		agentapi.KeyCABundle:  string(addr.CABundle),
-		agentapi.KeyToken:     token,
-		agentapi.KeyNamespace: m.Namespace,
-		agentapi.KeyMachine:   m.Name,
+		protocol.KeyEndpoint:  addr.Endpoint,
+		protocol.KeyCABundle:  string(addr.CABundle),
+		protocol.KeyToken:     token,
+		protocol.KeyNamespace: m.Namespace,
+		protocol.KeyMachine:   m.Name,
 	}
 	if addr.ServerName != "" {
-		data[agentapi.KeyServerName] = addr.ServerName
+		data[protocol.KeyServerName] = addr.ServerName
 	}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{

@@ -1,8 +1,8 @@
-// Package agentapi is version 1 of the protocol between macvirt's guest
+// Package protocol is version 1 of the protocol between macvirt's guest
 // agent, inside macOS, and the operator: the one place both sides take the
 // paths, limits, JSON bodies and the layout of the agent's config disk
 // from. docs/guest-agent.md describes it for people.
-package agentapi
+package protocol
 
 import (
 	"bytes"

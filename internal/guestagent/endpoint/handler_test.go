@@ -1,4 +1,4 @@
-package agentserver
+package endpoint
 
 import (
 	"bytes"
@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/agentapi"
 	"github.com/macvirt/macvirt/internal/classhistory"
+	"github.com/macvirt/macvirt/internal/guestagent/protocol"
 	"github.com/macvirt/macvirt/internal/render"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 )
@@ -38,7 +38,7 @@ var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 func machine(name, token string) *macvirtv1alpha1.MacMachine {
 	return &macvirtv1alpha1.MacMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a",
-			Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: agentapi.HashToken(token)}},
+			Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: protocol.HashToken(token)}},
 		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "sonoma"},
 	}
 }
@@ -79,7 +79,7 @@ func setup(t *testing.T) (*Handler, client.Client) {
 }
 
 func heartbeat(name string) []byte {
-	b, _ := json.Marshal(agentapi.Heartbeat{Machine: agentapi.MachineRef{Namespace: "team-a", Name: name}, AgentVersion: "1.0.0",
+	b, _ := json.Marshal(protocol.Heartbeat{Machine: protocol.MachineRef{Namespace: "team-a", Name: name}, AgentVersion: "1.0.0",
 		OSVersion: "14.5", OSBuild: "23F79", Hostname: "mac", BootTime: now.Add(-time.Hour), IPAddresses: []string{"10.0.2.2"},
 		SSHHostKeys: []string{hostKey}})
 	return b
@@ -90,7 +90,7 @@ const hostKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE0Ow6DQP+//k6m8zioktAbUb0S
 
 // post sends a heartbeat body with a token.
 func post(h http.Handler, token string, body []byte) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodPost, agentapi.HeartbeatPath, bytes.NewReader(body))
+	req := httptest.NewRequest(http.MethodPost, protocol.HeartbeatPath, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -115,7 +115,7 @@ func TestHeartbeatIsRecordedAndAnsweredWithTheDesiredState(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
-	var state agentapi.DesiredState
+	var state protocol.DesiredState
 	if err := json.Unmarshal(rec.Body.Bytes(), &state); err != nil {
 		t.Fatal(err)
 	}
@@ -133,16 +133,16 @@ func TestHeartbeatIsRecordedAndAnsweredWithTheDesiredState(t *testing.T) {
 		t.Errorf("machine b: %d %s", rec.Code, rec.Body)
 	}
 	// A token good for b is no good for a; the refusal is counted.
-	refused := testutil.ToFloat64(heartbeats.WithLabelValues(agentapi.ReasonUnauthorized))
+	refused := testutil.ToFloat64(heartbeats.WithLabelValues(protocol.ReasonUnauthorized))
 	if rec := post(h, tokenB, heartbeat("a")); rec.Code != http.StatusUnauthorized {
 		t.Errorf("machine a with b's token: %d %s", rec.Code, rec.Body)
 	}
-	if got := testutil.ToFloat64(heartbeats.WithLabelValues(agentapi.ReasonUnauthorized)); got != refused+1 {
+	if got := testutil.ToFloat64(heartbeats.WithLabelValues(protocol.ReasonUnauthorized)); got != refused+1 {
 		t.Errorf("macvirt_agent_heartbeats_total{result=Unauthorized} went from %v to %v, want one more", refused, got)
 	}
 	// Machine e, in a namespace that is neither the claim's nor a pool's,
 	// gets no keys though the claim names it.
-	body, _ := json.Marshal(agentapi.Heartbeat{Machine: agentapi.MachineRef{Namespace: "evil", Name: "e"}, AgentVersion: "1.0.0"})
+	body, _ := json.Marshal(protocol.Heartbeat{Machine: protocol.MachineRef{Namespace: "evil", Name: "e"}, AgentVersion: "1.0.0"})
 	if rec := post(h, tokenE, body); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"sshAuthorizedKeys":[]`) {
 		t.Errorf("machine e, made by hand in another namespace, was answered %d %s", rec.Code, rec.Body)
 	}
@@ -179,7 +179,7 @@ func TestIntervalFollowsTheMachinesRevision(t *testing.T) {
 	}
 	interval := func() int {
 		rec := post(h, tokenA, heartbeat("a"))
-		var state agentapi.DesiredState
+		var state protocol.DesiredState
 		if err := json.Unmarshal(rec.Body.Bytes(), &state); rec.Code != http.StatusOK || err != nil {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
@@ -197,29 +197,29 @@ func TestIntervalFollowsTheMachinesRevision(t *testing.T) {
 }
 
 func TestRejectionsWriteNothing(t *testing.T) {
-	oversized := []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"` + strings.Repeat("x", agentapi.MaxBodyBytes) + `"}`)
+	oversized := []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"` + strings.Repeat("x", protocol.MaxBodyBytes) + `"}`)
 	tests := map[string]struct {
 		method, path, token, contentType string
 		body                             []byte
 		code                             int
 		reason                           string
 	}{
-		"unknown machine":              {"POST", agentapi.HeartbeatPath, tokenA, "application/json", heartbeat("nope"), 401, agentapi.ReasonUnauthorized},
-		"wrong token":                  {"POST", agentapi.HeartbeatPath, "guessed", "application/json", heartbeat("a"), 401, agentapi.ReasonUnauthorized},
-		"another machine's token":      {"POST", agentapi.HeartbeatPath, tokenB, "application/json", heartbeat("a"), 401, agentapi.ReasonUnauthorized},
-		"no token":                     {"POST", agentapi.HeartbeatPath, "", "application/json", heartbeat("a"), 401, agentapi.ReasonUnauthorized},
-		"oversized body":               {"POST", agentapi.HeartbeatPath, tokenA, "application/json", oversized, 413, agentapi.ReasonTooLarge},
-		"malformed JSON":               {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":`), 400, agentapi.ReasonMalformed},
-		"unknown field":                {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","root":true}`), 400, agentapi.ReasonMalformed},
-		"trailing data":                {"POST", agentapi.HeartbeatPath, tokenA, "application/json", append(heartbeat("a"), []byte(`{}`)...), 400, agentapi.ReasonMalformed},
-		"a host key that is not a key": {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["ssh-ed25519 bm90IGEga2V5"]}`), 400, agentapi.ReasonMalformed},
-		"nine host keys":               {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["` + strings.Repeat(hostKey+`","`, 8) + hostKey + `"]}`), 400, agentapi.ReasonMalformed},
-		"a host key with a comment":    {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["` + hostKey + ` root@mac"]}`), 400, agentapi.ReasonMalformed},
-		"not an IP address":            {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","ipAddresses":["evil"]}`), 400, agentapi.ReasonMalformed},
-		"no agent version":             {"POST", agentapi.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"}}`), 400, agentapi.ReasonMalformed},
-		"wrong content type":           {"POST", agentapi.HeartbeatPath, tokenA, "text/plain", heartbeat("a"), 415, agentapi.ReasonUnsupported},
-		"GET":                          {"GET", agentapi.HeartbeatPath, tokenA, "application/json", nil, 405, agentapi.ReasonMethodNotAllowed},
-		"unknown path":                 {"POST", "/v2/heartbeat", tokenA, "application/json", heartbeat("a"), 404, agentapi.ReasonUnsupported},
+		"unknown machine":              {"POST", protocol.HeartbeatPath, tokenA, "application/json", heartbeat("nope"), 401, protocol.ReasonUnauthorized},
+		"wrong token":                  {"POST", protocol.HeartbeatPath, "guessed", "application/json", heartbeat("a"), 401, protocol.ReasonUnauthorized},
+		"another machine's token":      {"POST", protocol.HeartbeatPath, tokenB, "application/json", heartbeat("a"), 401, protocol.ReasonUnauthorized},
+		"no token":                     {"POST", protocol.HeartbeatPath, "", "application/json", heartbeat("a"), 401, protocol.ReasonUnauthorized},
+		"oversized body":               {"POST", protocol.HeartbeatPath, tokenA, "application/json", oversized, 413, protocol.ReasonTooLarge},
+		"malformed JSON":               {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":`), 400, protocol.ReasonMalformed},
+		"unknown field":                {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","root":true}`), 400, protocol.ReasonMalformed},
+		"trailing data":                {"POST", protocol.HeartbeatPath, tokenA, "application/json", append(heartbeat("a"), []byte(`{}`)...), 400, protocol.ReasonMalformed},
+		"a host key that is not a key": {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["ssh-ed25519 bm90IGEga2V5"]}`), 400, protocol.ReasonMalformed},
+		"nine host keys":               {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["` + strings.Repeat(hostKey+`","`, 8) + hostKey + `"]}`), 400, protocol.ReasonMalformed},
+		"a host key with a comment":    {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["` + hostKey + ` root@mac"]}`), 400, protocol.ReasonMalformed},
+		"not an IP address":            {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","ipAddresses":["evil"]}`), 400, protocol.ReasonMalformed},
+		"no agent version":             {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"}}`), 400, protocol.ReasonMalformed},
+		"wrong content type":           {"POST", protocol.HeartbeatPath, tokenA, "text/plain", heartbeat("a"), 415, protocol.ReasonUnsupported},
+		"GET":                          {"GET", protocol.HeartbeatPath, tokenA, "application/json", nil, 405, protocol.ReasonMethodNotAllowed},
+		"unknown path":                 {"POST", "/v2/heartbeat", tokenA, "application/json", heartbeat("a"), 404, protocol.ReasonUnsupported},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -231,7 +231,7 @@ func TestRejectionsWriteNothing(t *testing.T) {
 			}
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
-			var e agentapi.Error
+			var e protocol.Error
 			if rec.Code != tc.code || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Reason != tc.reason {
 				t.Errorf("got %d %s, want %d %s", rec.Code, rec.Body, tc.code, tc.reason)
 			}
@@ -260,11 +260,11 @@ func FuzzDecodeHeartbeat(f *testing.F) {
 	f.Add([]byte(`{"machine":{"namespace":"n","name":"m"},"agentVersion":"1","ipAddresses":["::1","10.0.0.1"],"bootTime":"2026-01-01T00:00:00Z"}`))
 	f.Add([]byte(`{"machine":{}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		hb, err := agentapi.DecodeHeartbeat(bytes.NewReader(body))
+		hb, err := protocol.DecodeHeartbeat(bytes.NewReader(body))
 		if err != nil {
 			return
 		}
-		if len(body) > agentapi.MaxBodyBytes || hb.Machine.Name == "" || hb.AgentVersion == "" || len(hb.IPAddresses) > agentapi.MaxIPAddresses {
+		if len(body) > protocol.MaxBodyBytes || hb.Machine.Name == "" || hb.AgentVersion == "" || len(hb.IPAddresses) > protocol.MaxIPAddresses {
 			t.Fatalf("accepted a heartbeat outside the limits: %q", body)
 		}
 	})
@@ -315,11 +315,11 @@ func TestLimitersOfIdleMachinesAreForgotten(t *testing.T) {
 // The interval an agent assumes before its first answer is the one the
 // operator gives under the default heartbeatTimeout.
 func TestTheAgentsDefaultIntervalIsTheOperatorsDefault(t *testing.T) {
-	if got := agentapi.HeartbeatInterval(macvirtv1alpha1.DefaultHeartbeatTimeout); got != agentapi.DefaultHeartbeatInterval {
-		t.Errorf("HeartbeatInterval(default heartbeatTimeout) = %s, agentapi.DefaultHeartbeatInterval = %s", got, agentapi.DefaultHeartbeatInterval)
+	if got := protocol.HeartbeatInterval(macvirtv1alpha1.DefaultHeartbeatTimeout); got != protocol.DefaultHeartbeatInterval {
+		t.Errorf("HeartbeatInterval(default heartbeatTimeout) = %s, protocol.DefaultHeartbeatInterval = %s", got, protocol.DefaultHeartbeatInterval)
 	}
 	for timeout, want := range map[time.Duration]time.Duration{10 * time.Second: 5 * time.Second, time.Minute: 15 * time.Second, time.Hour: time.Minute} {
-		if got := agentapi.HeartbeatInterval(timeout); got != want {
+		if got := protocol.HeartbeatInterval(timeout); got != want {
 			t.Errorf("HeartbeatInterval(%s) = %s, want %s", timeout, got, want)
 		}
 	}

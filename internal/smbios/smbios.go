@@ -1,8 +1,8 @@
-// Package identity generates the per-machine SMBIOS identity macOS sees: a
+// Package smbios generates the per-machine SMBIOS identity macOS sees: a
 // system serial number and a logic board serial in Apple's formats, and a
 // system UUID. It is generated once per machine and then never changes, so
 // macOS keeps its activation and iCloud-free device identity across reboots.
-package identity
+package smbios
 
 import (
 	"crypto/rand"

@@ -1,13 +1,15 @@
-// Package localwebhook serves macvirt's admission webhooks from a process
-// outside the cluster (make run, the sandbox, the integration tests), so
-// objects get the same defaults and the same refusals as in the cluster.
+// Package devserve serves the operator for development, from a process
+// outside the cluster (make run, the sandbox, the integration tests): its
+// admission webhooks, so objects get the same defaults and the same
+// refusals as in the cluster, and the certificate its guest-agent endpoint
+// serves with.
 //
 // It generates a throw-away CA and a serving certificate for the address
 // the API server reaches this process at, and registers the webhook
 // configurations generated from the markers (config/webhook/manifests.yaml)
 // with each webhook's clientConfig pointed at that address instead of the
 // in-cluster Service. They are removed again when the process stops.
-package localwebhook
+package devserve
 
 import (
 	"bytes"

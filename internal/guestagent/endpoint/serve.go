@@ -1,4 +1,4 @@
-package agentserver
+package endpoint
 
 import (
 	"context"
