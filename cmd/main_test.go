@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -150,5 +151,15 @@ func TestLocalWebhooks(t *testing.T) {
 		if strings.HasPrefix(v.Name, devserve.NamePrefix) {
 			t.Errorf("%s left behind", v.Name)
 		}
+	}
+}
+
+// TestHookImageIsSetAtBuildTime: the Makefile and the Dockerfile build
+// HOOK_IMG in as the hook image of --hook-image's default choice.
+func TestHookImageIsSetAtBuildTime(t *testing.T) {
+	bin := testenv.Build(t, "-ldflags", "-X github.com/macvirt/macvirt/internal/domainhook/install.DefaultImage=registry.example/hook:v9")
+	out, _ := exec.Command(bin, "--help").CombinedOutput() //nolint:gosec // the binary just built.
+	if !strings.Contains(string(out), `else registry.example/hook:v9 (KubeVirt `) {
+		t.Errorf("--help does not show the hook image built in:\n%s", out)
 	}
 }

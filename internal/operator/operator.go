@@ -1,30 +1,26 @@
-// Package operator wires macvirt's controllers into a controller-runtime
-// manager. cmd/main.go and the integration tests call the same Setup, so
-// the tests exercise the wiring that ships.
+// Package operator composes macvirt's operator: one controller-runtime
+// manager with its cache, metrics and probe servers, the admission
+// webhooks, the guest-agent endpoint, the domain hook's installation and
+// the controllers. cmd/main.go, the sandbox, the integration tests and the
+// bench all build it with New, so they run the composition that ships.
 package operator
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
-	"net/http"
-	"slices"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/classhistory"
 	"github.com/macvirt/macvirt/internal/controller/claim"
 	"github.com/macvirt/macvirt/internal/controller/class"
@@ -33,95 +29,145 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/metrics"
 	"github.com/macvirt/macvirt/internal/controller/nodeslots"
 	"github.com/macvirt/macvirt/internal/controller/pool"
-	"github.com/macvirt/macvirt/internal/domainhook/contract"
-	"github.com/macvirt/macvirt/internal/domainhook/install"
+	"github.com/macvirt/macvirt/internal/devserve"
 	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
-	"github.com/macvirt/macvirt/internal/render"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/vmstop"
 	webhookv1alpha1 "github.com/macvirt/macvirt/internal/webhook/v1alpha1"
 )
 
-// DefaultNamespace is the operator's namespace when none is set: the one
-// config/default installs it in.
-const DefaultNamespace = "macvirt-system"
-
-// Options configure the operator.
-type Options struct {
-	// Namespace is the namespace the operator runs in, where it keeps its
-	// class snapshots (DefaultNamespace when empty). Its RBAC grants it
-	// controllerrevisions and Secrets there only.
-	Namespace string
-	// DomainHook is the transport of the macOS domain settings (the
-	// --domain-hook flag); auto when empty: a KubeVirt Plugin of CEL hooks
-	// where KubeVirt serves the Plugin kind, KubeVirt's hook sidecar
-	// elsewhere.
-	DomainHook contract.Transport
-	// HookImage is the domain-hook image: KubeVirt's hook sidecar on every
-	// VM, or the Plugin's sidecar (plugin-sidecar). When empty, the one for
-	// the cluster's KubeVirt minor (install.ChooseImage).
-	HookImage string
-	// LookupEnv reads the RELATED_IMAGE_* variables install.ChooseImage looks
-	// at (os.LookupEnv in the manager); none are read when nil.
-	LookupEnv func(string) (string, bool)
-	// MonitoringObjects has the operator write its ServiceMonitor and alerts
-	// into Namespace where the cluster serves those kinds (MonitoringObjects;
-	// the OLM bundle turns it on).
-	MonitoringObjects bool
-	// EmulatorPath optionally overrides the node's QEMU binary.
-	EmulatorPath string
-	// StopConfig is where the stop subresource is called; the manager's
-	// API server when nil. Tests point it at a stand-in of virt-api.
-	StopConfig *rest.Config
-	// Clock is the time source; the real clock when nil.
-	Clock clock.PassiveClock
-	// Controllers selects the controllers to run; all when empty. Tests run
-	// a subset (for example only claims, against hand-made machines).
-	Controllers []Controller
-	// WrapClient, when set, wraps the manager's client for the controllers
-	// (tests inject conflicts and stale lists with it).
-	WrapClient func(client.Client) client.Client
-	// ClaimWorkers is the number of claims bound in parallel (default 16).
-	ClaimWorkers int
-	// ConnectionResync is how often Ready claims' connection Secrets are
-	// applied again (claim.DefaultConnectionResync when zero).
-	ConnectionResync time.Duration
-	// Agent is the guest-agent endpoint written into every machine's
-	// config disk.
-	Agent endpoint.Address
-	// AgentListeningSince reports when that endpoint began to listen (the
-	// agent server's ListeningSince); the operator's start when nil.
-	AgentListeningSince func() time.Time
-	// AgentHandler, when set, is the guest-agent endpoint's handler; Setup
-	// has it find a machine's class as the machine controller does, so an
-	// agent's heartbeat interval suits the timeout its machine is held to.
-	AgentHandler *endpoint.Handler
-	// Webhooks registers the admission webhooks with the manager's webhook
-	// server (cmd/main.go does; the controller tests run without them).
-	Webhooks bool
-	// NameSuffix is appended to controller names so several managers can run
-	// in one process (tests).
-	NameSuffix string
+// Operator is the composed operator, ready to Start.
+type Operator struct {
+	mgr ctrl.Manager
+	// ownDev is the dev server New prepared, closed when the operator stops.
+	ownDev *devserve.Server
 }
 
-// Controller names one of the operator's controllers.
-type Controller string
+// Manager is the operator's manager (tests read its cache).
+func (o *Operator) Manager() ctrl.Manager { return o.mgr }
 
-// The operator's controllers.
-const (
-	MachineController Controller = "machine"
-	ClassController   Controller = "class"
-	PoolController    Controller = "pool"
-	ClaimController   Controller = "claim"
-	// NodeController advertises the macOS slots of Apple-hardware nodes.
-	NodeController Controller = "node"
-)
-
-func (o Options) runs(c Controller) bool {
-	return len(o.Controllers) == 0 || slices.Contains(o.Controllers, c)
+// Start runs the operator until ctx ends.
+func (o *Operator) Start(ctx context.Context) error {
+	err := o.mgr.Start(ctx)
+	o.ownDev.Close()
+	return err
 }
 
-// Setup registers macvirt's controllers and metrics with mgr.
-func Setup(mgr ctrl.Manager, opts Options) error {
+// New composes the operator against the API server of cfg. ctx bounds the
+// reads it makes first (each within startupTimeout): what KubeVirt's
+// version and features are, and who the operator is. Nothing of opts is
+// changed.
+func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error) {
+	log := ctrl.Log.WithName("setup")
+	scheme, err := macvirtscheme.New()
+	if err != nil {
+		return nil, err
+	}
+	var tlsOpts []func(*tls.Config)
+	if !opts.EnableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	op := &Operator{}
+	dev := opts.DevServing
+	var devServer *devserve.Server
+	if dev != nil {
+		if devServer = dev.Server; devServer == nil {
+			port := opts.WebhookPort
+			if devServer, err = devserve.Prepare(devserve.Options{Host: dev.Host, Port: port, Manifests: dev.Manifests}); err != nil {
+				return nil, fmt.Errorf("preparing to serve the webhooks locally: %w", err)
+			}
+			op.ownDev = devServer
+		}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  CacheOptions(),
+		Metrics:                metricsOptions(&opts, tlsOpts),
+		WebhookServer:          webhookServer(&opts, devServer, tlsOpts),
+		HealthProbeBindAddress: orOff(opts.ProbeAddr),
+		LeaderElection:         opts.LeaderElection,
+		LeaderElectionID:       "macvirt.io",
+	})
+	if err != nil {
+		op.ownDev.Close()
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	op.mgr = mgr
+	if err := compose(ctx, mgr, &opts, devServer, tlsOpts, log); err != nil {
+		op.ownDev.Close()
+		return nil, err
+	}
+	if devServer != nil {
+		log.Info("Serving admission webhooks locally", "url", devServer.URL(), "configurations", devserve.NamePrefix+"*")
+	}
+	return op, nil
+}
+
+// compose adds everything the operator runs to mgr.
+func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve.Server, tlsOpts []func(*tls.Config), log logr.Logger) error {
+	namespace := opts.namespace()
+	hook, err := setUpDomainHook(ctx, mgr, opts)
+	if err != nil {
+		return err
+	}
+	if opts.MonitoringObjects {
+		if err := mgr.Add(&MonitoringObjects{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Namespace: namespace,
+			Log: mgr.GetLogger().WithName("monitoring")}); err != nil {
+			return err
+		}
+	}
+	if err := index.Register(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	agent, agentServer, err := agentEndpoint(opts, dev)
+	if err != nil {
+		return fmt.Errorf("configuring the guest-agent endpoint: %w", err)
+	}
+	var snapshots client.Reader
+	if opts.runs(MachineController) || agentServer != nil {
+		if snapshots, err = snapshotCache(mgr, namespace); err != nil {
+			return err
+		}
+	}
+	var listeningSince func() time.Time
+	if agentServer != nil {
+		agentServer.Handler = &endpoint.Handler{Client: mgr.GetClient(),
+			Classes: classhistory.Resolver{Snapshots: snapshots, Namespace: namespace}}
+		agentServer.TLSOpts = tlsOpts
+		if err := mgr.Add(agentServer); err != nil {
+			return fmt.Errorf("adding the guest-agent endpoint: %w", err)
+		}
+		listeningSince = agentServer.ListeningSince
+	} else {
+		log.Info("Guest-agent endpoint disabled: no address or no certificate; machines will not become Ready")
+	}
+	if err := setUpControllers(mgr, opts, controllerDeps{hook: hook, agent: agent, listeningSince: listeningSince, snapshots: snapshots}); err != nil {
+		return err
+	}
+	if opts.Webhooks {
+		if err := setUpWebhooks(ctx, mgr, opts, dev); err != nil {
+			return err
+		}
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding the health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding the ready check: %w", err)
+	}
+	return metrics.Register(mgr.GetCache())
+}
+
+// controllerDeps is what the controllers get beside the options.
+type controllerDeps struct {
+	hook           domainHook
+	agent          endpoint.Address
+	listeningSince func() time.Time
+	snapshots      client.Reader
+}
+
+// setUpControllers registers the controllers opts runs.
+func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 	stopCfg := opts.StopConfig
 	if stopCfg == nil {
 		stopCfg = mgr.GetConfig()
@@ -130,70 +176,18 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if opts.ClaimWorkers <= 0 {
-		opts.ClaimWorkers = 16
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
 	}
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
+	workers := opts.ClaimWorkers
+	if workers <= 0 {
+		workers = 16
 	}
-	if opts.Namespace == "" {
-		opts.Namespace = DefaultNamespace
-	}
-	hookClient, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
-	if err != nil {
-		return fmt.Errorf("a client to choose the domain-hook transport: %w", err)
-	}
-	var kubevirtVersion string
-	if opts.HookImage == "" {
-		// Its own budget: a KubeVirt CR that does not yet report its
-		// version (a fresh install) is read again for a little while.
-		versionCtx, cancelVersion := context.WithTimeout(context.Background(), 15*time.Second)
-		kubevirtVersion, err = install.WaitForKubeVirtVersion(versionCtx, hookClient, time.Second)
-		cancelVersion()
-		if err != nil {
-			mgr.GetLogger().Info("The cluster's KubeVirt version is unknown", "reason", err.Error())
-		}
-	}
-	resolveCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	hookChoice := install.ChooseImage(opts.HookImage, opts.LookupEnv, kubevirtVersion)
-	mgr.GetLogger().Info("Domain-hook image", "image", hookChoice.Image, "why", hookChoice.Why, "mayNotSuitKubeVirt", hookChoice.Warning)
-	hookImage := hookChoice.Image
-	hookOpts := install.Options{HookImage: hookImage, EmulatorPath: opts.EmulatorPath}
-	transport, err := install.Resolve(resolveCtx, mgr.GetRESTMapper(), hookClient, opts.DomainHook, hookOpts)
-	cancel()
-	if err != nil {
-		return err
-	}
-	mgr.GetLogger().Info("Domain-hook transport", "asked", opts.DomainHook, "transport", transport)
-	var hookObjects *install.Objects
-	if opts.runs(MachineController) {
-		hookObjects = &install.Objects{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Transport: transport,
-			Options: hookOpts, Log: mgr.GetLogger().WithName("domain-hook")}
-		if err := mgr.Add(hookObjects); err != nil {
-			return err
-		}
-	}
-	if opts.MonitoringObjects {
-		if err := mgr.Add(&MonitoringObjects{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Namespace: opts.Namespace,
-			Log: mgr.GetLogger().WithName("monitoring")}); err != nil {
-			return err
-		}
-	}
-	if err := index.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
-		return err
-	}
+	namespace := opts.namespace()
 	c := mgr.GetClient()
 	if opts.WrapClient != nil {
 		c = opts.WrapClient(c)
-	}
-	var snapshots client.Reader
-	if opts.runs(MachineController) || opts.AgentHandler != nil {
-		if snapshots, err = snapshotCache(mgr, opts.Namespace); err != nil {
-			return err
-		}
-	}
-	if opts.AgentHandler != nil {
-		opts.AgentHandler.Classes = classhistory.Resolver{Snapshots: snapshots, Namespace: opts.Namespace}
 	}
 	setups := []struct {
 		name  Controller
@@ -203,14 +197,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return (&machine.Reconciler{
 				Client:         c,
 				APIReader:      mgr.GetAPIReader(),
-				Classes:        classhistory.Resolver{Classes: c, Snapshots: snapshots, Namespace: opts.Namespace},
+				Classes:        classhistory.Resolver{Classes: c, Snapshots: d.snapshots, Namespace: namespace},
 				Recorder:       mgr.GetEventRecorder("macvirt-machine-controller"),
 				Stopper:        stopper,
-				Render:         render.Options{DomainHook: transport, HookImage: hookImage, EmulatorPath: opts.EmulatorPath},
-				DomainHook:     hookObjects.Ready,
-				Agent:          opts.Agent,
-				ListeningSince: opts.AgentListeningSince,
-				Clock:          opts.Clock,
+				Render:         d.hook.render,
+				DomainHook:     d.hook.ready,
+				Agent:          d.agent,
+				ListeningSince: d.listeningSince,
+				Clock:          clk,
 				ControllerName: "macmachine" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},
@@ -218,14 +212,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return (&class.Reconciler{
 				Client:         c,
 				APIReader:      mgr.GetAPIReader(),
-				Namespace:      opts.Namespace,
+				Namespace:      namespace,
 				ControllerName: "macclass" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},
 		{PoolController, func() error {
 			return (&pool.Reconciler{
 				Client:         c,
-				Clock:          opts.Clock,
+				Clock:          clk,
 				Recorder:       mgr.GetEventRecorder("macvirt-pool-controller"),
 				ControllerName: "macpool" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
@@ -235,8 +229,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 				Client:                  c,
 				APIReader:               mgr.GetAPIReader(),
 				Recorder:                mgr.GetEventRecorder("macvirt-claim-controller"),
-				Clock:                   opts.Clock,
-				MaxConcurrentReconciles: opts.ClaimWorkers,
+				Clock:                   clk,
+				MaxConcurrentReconciles: workers,
 				ConnectionResync:        opts.ConnectionResync,
 				ControllerName:          "macclaim" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
@@ -257,86 +251,75 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return fmt.Errorf("setting up the %s controller: %w", s.name, err)
 		}
 	}
-	if opts.Webhooks {
-		user, err := operatorUser(mgr)
-		if err != nil {
-			return err
-		}
-		if err := webhookv1alpha1.Setup(mgr, webhookv1alpha1.Options{EmulatorOverride: opts.EmulatorPath != "", OperatorUser: user}); err != nil {
-			return err
-		}
-	}
-	return metrics.Register(mgr.GetCache())
-}
-
-// CacheOptions is how the operator's manager caches: Services and
-// EndpointSlices only when they carry macvirt.io/claim (each claim's own),
-// NetworkPolicies only when they carry macvirt.io/machine (each machine's
-// own), not every one of the cluster. A manager made without them works, caching
-// all of them.
-func CacheOptions() cache.Options {
-	req, err := labels.NewRequirement(macvirtv1alpha1.LabelClaim, selection.Exists, nil)
-	if err != nil {
-		panic(err) // a constant key: cannot fail
-	}
-	sel := labels.NewSelector().Add(*req)
-	machineReq, err := labels.NewRequirement(macvirtv1alpha1.LabelMachine, selection.Exists, nil)
-	if err != nil {
-		panic(err) // a constant key: cannot fail
-	}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Service{}:             {Label: sel},
-		&discoveryv1.EndpointSlice{}:  {Label: sel},
-		&networkingv1.NetworkPolicy{}: {Label: labels.NewSelector().Add(*machineReq)},
-	}}
+	return nil
 }
 
 // Every authenticated user may already create SelfSubjectReviews
 // (system:basic-user); the rule says so where the operator's rules are read.
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=selfsubjectreviews,verbs=create
 
-// operatorUser asks the API server which user the manager's requests arrive
-// under, for the machine webhook to tell the operator's writes from others'.
-func operatorUser(mgr ctrl.Manager) (string, error) {
+// setUpWebhooks registers the admission webhooks, which tell the
+// operator's writes from others' by the user its requests arrive as, and,
+// when dev serving, the registration of their configurations.
+func setUpWebhooks(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve.Server) error {
 	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
 	if err != nil {
-		return "", fmt.Errorf("a client to learn the operator's identity: %w", err)
+		return fmt.Errorf("a client to learn the operator's identity: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return webhookv1alpha1.Identity(ctx, c)
+	idCtx, cancel := context.WithTimeout(ctx, startupTimeout)
+	user, err := webhookv1alpha1.Identity(idCtx, c)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if err := webhookv1alpha1.Setup(mgr, webhookv1alpha1.Options{EmulatorOverride: opts.EmulatorPath != "", OperatorUser: user}); err != nil {
+		return err
+	}
+	started := mgr.GetWebhookServer().StartedChecker()
+	if err := mgr.AddReadyzCheck("webhook", started); err != nil {
+		return fmt.Errorf("adding the webhook ready check: %w", err)
+	}
+	if dev == nil {
+		return nil
+	}
+	registrar := mgr.GetClient()
+	if opts.DevServing.Registrar != nil {
+		registrar = opts.DevServing.Registrar
+	}
+	return mgr.Add(&devserve.Registrar{Server: dev, Client: registrar, Started: func() bool { return started(nil) == nil }})
 }
 
-// snapshotCache is a cache of the class snapshots in the operator's
-// namespace, started with the manager's caches. Machines of a deleted or
-// changed class read their snapshot on every reconcile and every heartbeat;
-// the manager's own cache cannot hold them, as it watches cluster-wide and
-// the operator may read controllerrevisions in its own namespace only.
-func snapshotCache(mgr ctrl.Manager, namespace string) (client.Reader, error) {
-	tracked, err := labels.NewRequirement(macvirtv1alpha1.LabelClassRevision, selection.Exists, nil)
-	if err != nil {
-		return nil, fmt.Errorf("selecting class snapshots: %w", err)
+// metricsOptions is the metrics server opts asks for: HTTPS behind
+// authentication and authorization when secure, with the certificate given
+// or one generated (fine for development, not for production).
+func metricsOptions(opts *Options, tlsOpts []func(*tls.Config)) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: orOff(opts.MetricsAddr), SecureServing: opts.SecureMetrics, TLSOpts: tlsOpts}
+	if opts.SecureMetrics {
+		m.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	c, err := cluster.New(mgr.GetConfig(), func(o *cluster.Options) {
-		o.Scheme = mgr.GetScheme()
-		o.HTTPClient = mgr.GetHTTPClient()
-		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mgr.GetRESTMapper(), nil }
-		o.Cache = cache.Options{
-			DefaultNamespaces:           map[string]cache.Config{namespace: {}},
-			DefaultLabelSelector:        labels.NewSelector().Add(*tracked),
-			ReaderFailOnMissingInformer: true,
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("creating the class snapshot cache: %w", err)
+	if c := opts.MetricsCert; c.Dir != "" {
+		m.CertDir, m.CertName, m.KeyName = c.Dir, c.CertName, c.KeyName
 	}
-	// Registered now, so the manager waits for it to sync before it starts
-	// the controllers, instead of a reconcile waiting on its first read.
-	if _, err := c.GetCache().GetInformer(context.Background(), &appsv1.ControllerRevision{}); err != nil {
-		return nil, fmt.Errorf("watching class snapshots: %w", err)
+	return m
+}
+
+// webhookServer serves the webhooks on opts' port with its certificate
+// (reloaded when it changes), or as the dev server does.
+func webhookServer(opts *Options, dev *devserve.Server, tlsOpts []func(*tls.Config)) webhook.Server {
+	if dev != nil {
+		return dev.WebhookServer(webhook.Options{TLSOpts: tlsOpts})
 	}
-	if err := mgr.Add(c); err != nil {
-		return nil, fmt.Errorf("adding the class snapshot cache: %w", err)
+	w := webhook.Options{TLSOpts: tlsOpts, Port: opts.WebhookPort}
+	if c := opts.WebhookCert; c.Dir != "" {
+		w.CertDir, w.CertName, w.KeyName = c.Dir, c.CertName, c.KeyName
 	}
-	return c.GetCache(), nil
+	return webhook.NewServer(w)
+}
+
+// orOff is addr, or "0" (controller-runtime's "no server") when empty.
+func orOff(addr string) string {
+	if addr == "" {
+		return "0"
+	}
+	return addr
 }

@@ -7,7 +7,6 @@
 package sandbox
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -27,19 +26,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/yaml"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/devserve"
-	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
 	"github.com/macvirt/macvirt/internal/operator"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/simulator"
@@ -332,39 +327,27 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 		return errors.New("an operator is running; StopOperator first")
 	}
 	s.operators++
-	mgr, err := ctrl.NewManager(s.opCfg, ctrl.Options{Scheme: s.scheme, Cache: operator.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0", WebhookServer: s.local.WebhookServer(webhook.Options{})})
-	if err != nil {
-		return err
-	}
-	agentHandler := &endpoint.Handler{Client: mgr.GetClient()}
-	agentServer := &endpoint.Server{Addr: s.agentAddr, CertDir: s.local.CertDir, Handler: agentHandler}
 	suffix := ""
 	if s.operators > 1 {
 		suffix = fmt.Sprintf("-%d", s.operators)
 	}
-	err = operator.Setup(mgr, operator.Options{Webhooks: true, StopConfig: &rest.Config{Host: s.stopURL},
-		Agent:               endpoint.Address{Endpoint: s.AgentEndpoint, CABundle: s.CABundle},
-		AgentHandler:        agentHandler,
-		AgentListeningSince: agentServer.ListeningSince,
-		HookImage:           opts.HookImage,
-		NameSuffix:          suffix})
-	if err == nil {
-		err = mgr.Add(agentServer)
-	}
-	if err == nil {
-		err = mgr.Add(&devserve.Registrar{Server: s.local, Client: s.admin,
-			Started: func() bool { return mgr.GetWebhookServer().StartedChecker()(nil) == nil }})
-	}
+	// The dev server and the agent's address outlive each operator, as the
+	// Services in front of an operator's pod do.
+	op, err := operator.New(ctx, s.opCfg, operator.Options{Webhooks: true, StopConfig: &rest.Config{Host: s.stopURL},
+		DevServing: &operator.DevServing{Server: s.local, Registrar: s.admin},
+		Agent:      operator.AgentEndpoint{Addr: s.agentAddr},
+		HookImage:  opts.HookImage,
+		NameSuffix: suffix})
 	if err != nil {
 		return err
 	}
+	mgr := op.Manager()
 	opCtx, cancel := context.WithCancel(ctx)
 	run := &operatorRun{cancel: cancel, stopped: make(chan struct{})}
 	s.operator = run
 	go func() {
 		defer close(run.stopped)
-		if err := mgr.Start(opCtx); err != nil {
+		if err := op.Start(opCtx); err != nil {
 			ctrl.Log.Error(err, "sandbox operator stopped")
 		}
 	}()
@@ -452,40 +435,6 @@ func ApplySamples(ctx context.Context, c client.Client, machines int32) error {
 		}
 	}
 	return nil
-}
-
-func readObjects(path string, scheme *runtime.Scheme) ([]client.Object, error) {
-	f, err := os.Open(path) //nolint:gosec // the repository's own samples.
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	var out []client.Object
-	r := utilyaml.NewYAMLReader(bufio.NewReader(f))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if strings.TrimSpace(string(doc)) == "" {
-			continue
-		}
-		var tm metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &tm); err != nil {
-			return nil, err
-		}
-		obj, err := scheme.New(tm.GroupVersionKind())
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if err := yaml.UnmarshalStrict(doc, obj); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		out = append(out, obj.(client.Object))
-	}
 }
 
 // watch shows claims and machines until ctx ends or, with UntilReady, the

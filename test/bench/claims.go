@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -59,15 +58,12 @@ func benchClaims(ctx context.Context, cfg *rest.Config, c client.Client, n int) 
 	}
 
 	writes := &writeCounter{}
-	mgr, err := managerFor(cfg)
+	op, err := operator.New(ctx, cfg, operator.Options{NameSuffix: fmt.Sprintf("-%d", n), Controllers: []operator.Controller{operator.ClaimController}, ClaimWorkers: benchWorkers,
+		WrapClient: func(inner client.Client) client.Client { return &countingClient{Client: inner, writes: writes} }})
 	if err != nil {
 		return result{}, err
 	}
-	if err := operator.Setup(mgr, operator.Options{NameSuffix: fmt.Sprintf("-%d", n), Controllers: []operator.Controller{operator.ClaimController}, ClaimWorkers: benchWorkers,
-		WrapClient: func(inner client.Client) client.Client { return &countingClient{Client: inner, writes: writes} }}); err != nil {
-		return result{}, err
-	}
-	stop, err := startManager(ctx, mgr)
+	stop, err := startOperator(ctx, op)
 	if err != nil {
 		return result{}, err
 	}
@@ -267,14 +263,15 @@ func readyMachine(ctx context.Context, c client.Client, class *macvirtv1alpha1.M
 	return c.Status().Update(ctx, m)
 }
 
-// startManager starts mgr and waits for its caches and for the informers
+// startOperator starts op and waits for its caches and for the informers
 // its controllers watch; stop ends it and waits until it has returned, so
 // nothing is still syncing when the API server goes away (which
 // controller-runtime reports as errors with stack traces).
-func startManager(ctx context.Context, mgr ctrl.Manager) (stop func(), err error) {
+func startOperator(ctx context.Context, op *operator.Operator) (stop func(), err error) {
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
+	go func() { done <- op.Start(mctx) }()
+	mgr := op.Manager()
 	stop = func() {
 		cancel()
 		select {

@@ -34,9 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/macvirt/macvirt/internal/operator"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/testenv"
 )
@@ -329,13 +327,4 @@ func parallel(n int, f func(int) error) error {
 		return err
 	}
 	return nil
-}
-
-func managerFor(cfg *rest.Config) (ctrl.Manager, error) {
-	scheme, err := macvirtscheme.New()
-	if err != nil {
-		return nil, err
-	}
-	// Cached as the operator caches (its Services and EndpointSlices only).
-	return ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Cache: operator.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 }

@@ -72,20 +72,18 @@ func memoryOf(kubeconfig, ns string) error {
 		return err
 	}
 	base := heapInUse()
-	mgr, err := managerFor(cfg)
+	ctx := context.Background()
+	op, err := operator.New(ctx, cfg, operator.Options{NameSuffix: "-memory", Controllers: []operator.Controller{
+		operator.ClaimController, operator.PoolController, operator.ClassController}})
 	if err != nil {
 		return err
 	}
-	if err := operator.Setup(mgr, operator.Options{NameSuffix: "-memory", Controllers: []operator.Controller{
-		operator.ClaimController, operator.PoolController, operator.ClassController}}); err != nil {
-		return err
-	}
-	ctx := context.Background()
 	// Not stopped: the process ends once it has printed, and its manager
 	// with it.
-	if _, err := startManager(ctx, mgr); err != nil {
+	if _, err := startOperator(ctx, op); err != nil {
 		return err
 	}
+	mgr := op.Manager()
 	var list macvirtv1alpha1.MacMachineList
 	if err := mgr.GetCache().List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return err

@@ -49,8 +49,8 @@ import (
 
 // The suite runs a real kube-apiserver and etcd with macvirt's CRDs and
 // KubeVirt's and CDI's full CRDs, the KubeVirt/CDI simulator in its own
-// manager, a stand-in of virt-api's stop endpoint, and the operator wired by
-// operator.Setup, which tests stop and start again to prove recovery.
+// manager, a stand-in of virt-api's stop endpoint, and the operator composed
+// by operator.New, which tests stop and start again to prove recovery.
 var (
 	cfg       *rest.Config
 	testEnv   *envtest.Environment
@@ -132,32 +132,26 @@ const operatorNamespace = "macvirt-system"
 // is called, which waits for it to stop, or at the latest until the spec
 // ends.
 func startOperator(mods ...func(*operator.Options)) (stop func()) {
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  operator.CacheOptions(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
-	Expect(err).NotTo(HaveOccurred())
 	opts := operator.Options{
 		Namespace:  operatorNamespace,
 		HookImage:  "ghcr.io/macvirt/macvirt-domain-hook:test",
 		StopConfig: &rest.Config{Host: stopAPI.URL},
 		Clock:      clock,
 		NameSuffix: fmt.Sprintf("-%d", operators.Add(1)),
-		Agent:      endpoint.Address{Endpoint: "https://agent.test:9444", CABundle: []byte("test CA bundle")},
+		Agent:      operator.AgentEndpoint{Address: &endpoint.Address{Endpoint: "https://agent.test:9444", CABundle: []byte("test CA bundle")}},
 	}
 	for _, mod := range mods {
 		mod(&opts)
 	}
-	Expect(operator.Setup(mgr, opts)).To(Succeed())
+	op, err := operator.New(suiteCtx, cfg, opts)
+	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(suiteCtx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer GinkgoRecover()
 		defer wg.Done()
-		Expect(mgr.Start(ctx)).To(Succeed())
+		Expect(op.Start(ctx)).To(Succeed())
 	}()
 	// The operator stops when the spec ends, whether or not the spec got
 	// to stop it itself: a spec that fails early must not leave its

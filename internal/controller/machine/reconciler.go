@@ -30,7 +30,7 @@ type Reconciler struct {
 	APIReader client.Reader
 	// Classes finds the class a machine is made of: its live class, or the
 	// snapshot of its revision once the class changed or went. Its
-	// snapshot reader should be a cache (operator.Setup makes one): bound
+	// snapshot reader should be a cache (operator.New makes one): bound
 	// machines of an old revision read theirs on every reconcile. Reads
 	// classes through Client when unset, and no snapshots.
 	Classes classhistory.Resolver

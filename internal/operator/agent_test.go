@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"crypto/ecdsa"
@@ -9,13 +9,10 @@ import (
 	"encoding/pem"
 	"math/big"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/macvirt/macvirt/internal/testenv"
 )
 
 // writeCert writes a self-signed tls.crt for names into a new directory.
@@ -82,15 +79,5 @@ func TestDefaultAgentEndpoint(t *testing.T) {
 		if got := defaultAgentEndpoint(ns); got != want {
 			t.Errorf("defaultAgentEndpoint(%q) = %q, want %q", ns, got, want)
 		}
-	}
-}
-
-// TestHookImageIsSetAtBuildTime: the Makefile and the Dockerfile build
-// HOOK_IMG in as the hook image of --hook-image's default choice.
-func TestHookImageIsSetAtBuildTime(t *testing.T) {
-	bin := testenv.Build(t, "-ldflags", "-X github.com/macvirt/macvirt/internal/domainhook/install.DefaultImage=registry.example/hook:v9")
-	out, _ := exec.Command(bin, "--help").CombinedOutput() //nolint:gosec // the binary just built.
-	if !strings.Contains(string(out), `else registry.example/hook:v9 (KubeVirt `) {
-		t.Errorf("--help does not show the hook image built in:\n%s", out)
 	}
 }
