@@ -41,6 +41,7 @@ func newClass(mods ...func(*macvirtv1alpha1.MacClass)) *macvirtv1alpha1.MacClass
 		m(c)
 	}
 	Expect(k8sClient.Create(context.Background(), c)).To(Succeed())
+	trackClass(c.Name)
 	return c
 }
 

@@ -65,6 +65,7 @@ var (
 )
 
 func TestIntegration(t *testing.T) {
+	testenv.NeedsAPIServer(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Integration Suite")
 }
@@ -111,10 +112,12 @@ var _ = BeforeSuite(func() {
 })
 
 // Faults a spec injected into the simulator or the stop stand-in end with
-// it, whether or not the spec cleaned up after itself.
+// it, whether or not the spec cleaned up after itself; then its objects go
+// (sweepSpec), while its operator still runs.
 var _ = AfterEach(func() {
 	sim.ClearAll()
 	stopAPI.failWith.Store(0)
+	sweepSpec()
 })
 
 var _ = AfterSuite(func() {
@@ -196,6 +199,7 @@ func newStopStandIn(h http.Handler) *stopStandIn {
 func newNamespace() string {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "mm-test-"}}
 	Expect(k8sClient.Create(suiteCtx, ns)).To(Succeed())
+	trackNamespace(ns.Name)
 	DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), ns) })
 	return ns.Name
 }
