@@ -95,6 +95,10 @@ test: manifests generate fmt vet envtest kustomize ## Run every test layer: unit
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 20m -coverprofile cover.out
 	cd hack/helmcheck && go test ./... -count=1
 
+.PHONY: test-unit
+test-unit: kustomize ## Run the unit tests alone: no API server, libvirt or QEMU (go test -short; make test runs those too).
+	go test -short ./... -count=1
+
 # FUZZTIME is how long `make fuzz` runs each target; `make test` runs
 # only their seed corpora.
 FUZZTIME ?= 30s

@@ -40,6 +40,7 @@ func monitoringCRD(plural, kind string) *apiextensionsv1.CustomResourceDefinitio
 // refusal shows in the API server's words and in the gauge, and then the
 // objects are written, and written back after an edit.
 func TestMonitoringObjectsAgainstAnAPIServer(t *testing.T) {
+	testenv.NeedsAPIServer(t)
 	s, err := macvirtscheme.New()
 	if err != nil {
 		t.Fatal(err)

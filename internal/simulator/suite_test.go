@@ -63,6 +63,7 @@ var (
 )
 
 func TestSimulator(t *testing.T) {
+	testenv.NeedsAPIServer(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Simulator Suite")
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"testing"
 
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -97,4 +98,13 @@ func DynamicClientOptions(cfg *rest.Config, scheme *kruntime.Scheme) (*client.Op
 		return nil, err
 	}
 	return &client.Options{Scheme: scheme, Mapper: m}, nil
+}
+
+// NeedsAPIServer skips t in the unit run (go test -short, make test-unit),
+// which starts no API server; make test runs it.
+func NeedsAPIServer(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts an API server: make test runs it, make test-unit (-short) does not")
+	}
 }

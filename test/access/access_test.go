@@ -34,6 +34,7 @@ import (
 )
 
 func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
+	testenv.NeedsAPIServer(t)
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	scheme, err := macvirtscheme.New()
 	if err != nil {

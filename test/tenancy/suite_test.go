@@ -53,6 +53,7 @@ const (
 var tenants = map[string]string{"alice": "team-a", "bob": "team-b", "mallory": "evil"}
 
 func TestTenancy(t *testing.T) {
+	testenv.NeedsAPIServer(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Tenancy Suite")
 }

@@ -61,6 +61,7 @@ var kinds = []schema.GroupVersionKind{
 }
 
 func TestAnOperatorUpgradeLosesNothingAndRestartsNoMac(t *testing.T) {
+	testenv.NeedsAPIServer(t)
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	baseline, err := latestBaseline()
 	if err != nil {

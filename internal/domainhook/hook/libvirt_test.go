@@ -38,6 +38,9 @@ func unavailable(t *testing.T, reason any) {
 
 func requireTool(t *testing.T, name string) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts libvirtd and QEMU: make test runs it, make test-unit (-short) does not")
+	}
 	path, err := exec.LookPath(name)
 	if err != nil {
 		unavailable(t, fmt.Sprintf("%s not found; install libvirt-clients, libvirt-daemon, libvirt-daemon-driver-qemu, qemu-system-x86 and ovmf", name))

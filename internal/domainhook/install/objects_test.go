@@ -43,6 +43,7 @@ func mapper(t *testing.T, cfg *rest.Config) *client.Options {
 // 1.9's Plugin CRD installed half-way, and the sidecar's admission policy
 // acting on pods.
 func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
+	testenv.NeedsAPIServer(t)
 	s, err := macvirtscheme.New()
 	if err != nil {
 		t.Fatal(err)

@@ -46,6 +46,7 @@ var (
 )
 
 func TestWebhooks(t *testing.T) {
+	testenv.NeedsAPIServer(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Webhook Suite")
 }
