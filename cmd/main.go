@@ -106,7 +106,7 @@ func main() {
 	}
 	opts.DomainHook = transport
 	if *localWebhooks {
-		configs, err := os.ReadFile(*manifests) //nolint:gosec // a path the developer passes on the command line.
+		configs, err := os.ReadFile(*manifests)
 		if err != nil {
 			fail(err, "Failed to read the webhook configurations; run from the repository root or set --webhook-manifests")
 		}

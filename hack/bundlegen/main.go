@@ -28,7 +28,6 @@ import (
 	"strings"
 
 	"github.com/blang/semver/v4"
-	"github.com/macvirt/macvirt/internal/domainhook/install"
 	"github.com/operator-framework/api/pkg/lib/version"
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -43,6 +42,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/macvirt/macvirt/internal/domainhook/install"
 )
 
 // webhookCertDir is where OLM mounts the webhook serving certificate; the

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -18,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
 
 // CacheOptions is how the operator's manager caches: Services and

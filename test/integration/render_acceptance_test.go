@@ -8,11 +8,12 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/macvirt/macvirt/internal/testenv"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/macvirt/macvirt/internal/testenv"
 )
 
 // The golden renderings of internal/render are what the operator creates;

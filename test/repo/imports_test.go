@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -120,7 +118,10 @@ func violations(deps map[string][]string, rules []importRule) []string {
 // package it depends on, as go list says.
 func moduleDeps(t *testing.T) map[string][]string {
 	t.Helper()
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command, to list the packages: %v", err)
+	}
 	cmd := exec.Command(gobin, "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...") //nolint:gosec // the toolchain running this test.
 	cmd.Dir = testenv.RepoRoot()
 	var stderr bytes.Buffer

@@ -4,15 +4,16 @@ import (
 	"context"
 	"fmt"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/controller/base"
-	"github.com/macvirt/macvirt/internal/controller/index"
-	"github.com/macvirt/macvirt/internal/controller/metrics"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/controller/index"
+	"github.com/macvirt/macvirt/internal/controller/metrics"
 )
 
 // findBound finds the machine bound to the claim: the one its status names,

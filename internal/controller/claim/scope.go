@@ -3,9 +3,10 @@ package claim
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // claimScope is what one reconcile of a claim observed and decided.

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/controller/base"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/base"
 )
 
 // ensureConnectionSecret answers: does the claim's connection Secret hold
@@ -31,8 +32,9 @@ func (r *Reconciler) ensureConnectionSecret(ctx context.Context, s *claimScope) 
 	now := r.Clock.Now()
 	key := client.ObjectKeyFromObject(c)
 	clashed := meta.IsStatusConditionFalse(c.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady)
-	if conn == nil || !((c.Status.ConnectionSecretName == "" && !clashed) || !equality.Semantic.DeepEqual(c.Status.Connection, conn) ||
-		r.connectionDue(key, now)) {
+	due := (c.Status.ConnectionSecretName == "" && !clashed) || !equality.Semantic.DeepEqual(c.Status.Connection, conn) ||
+		r.connectionDue(key, now)
+	if conn == nil || !due {
 		return true, nil
 	}
 	conflict, err := r.applyConnectionSecret(ctx, c, conn)

@@ -4,14 +4,15 @@ import (
 	"fmt"
 	"sync"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/controller/base"
-	"github.com/macvirt/macvirt/internal/controller/drain"
-	"github.com/macvirt/macvirt/internal/controller/metrics"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/controller/drain"
+	"github.com/macvirt/macvirt/internal/controller/metrics"
 )
 
 // forgetKilled drops the killed instance the watch kept for the machine

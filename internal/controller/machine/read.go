@@ -3,13 +3,14 @@ package machine
 import (
 	"context"
 
-	"github.com/macvirt/macvirt/internal/controller/base"
-	"github.com/macvirt/macvirt/internal/render"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/render"
 )
 
 // observeDiskSources reads the DataSource of each DataVolume CDI has not

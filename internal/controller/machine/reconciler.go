@@ -6,12 +6,6 @@ import (
 	"sync"
 	"time"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/classhistory"
-	"github.com/macvirt/macvirt/internal/controller/base"
-	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
-	"github.com/macvirt/macvirt/internal/render"
-	"github.com/macvirt/macvirt/internal/vmstop"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
@@ -19,6 +13,13 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/classhistory"
+	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
+	"github.com/macvirt/macvirt/internal/render"
+	"github.com/macvirt/macvirt/internal/vmstop"
 )
 
 // Reconciler turns a MacMachine into a KubeVirt VirtualMachine and

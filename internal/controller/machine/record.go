@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/render"
-	"github.com/macvirt/macvirt/internal/smbios"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/render"
+	"github.com/macvirt/macvirt/internal/smbios"
 )
 
 // ensureFinalizer answers: will the machine's deletion wait for a graceful

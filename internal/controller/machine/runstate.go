@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/macvirt/macvirt/internal/render"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/macvirt/macvirt/internal/render"
 )
 
 // defaultGracePeriodSeconds is used to stop a VM whose template carries no

@@ -6,9 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/controller/controllertest"
-	"github.com/macvirt/macvirt/internal/controller/index"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/controllertest"
+	"github.com/macvirt/macvirt/internal/controller/index"
 )
 
 func TestARefusedSlotsWriteIsSaidOnTheNodeInTheAPIServersWords(t *testing.T) {

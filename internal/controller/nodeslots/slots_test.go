@@ -3,12 +3,13 @@ package nodeslots
 import (
 	"testing"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
 
 func TestComputeNodeSlots(t *testing.T) {

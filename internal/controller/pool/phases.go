@@ -5,16 +5,17 @@ import (
 	"errors"
 	"fmt"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/controller/base"
-	"github.com/macvirt/macvirt/internal/controller/metrics"
-	"github.com/macvirt/macvirt/internal/controller/slots"
-	"github.com/macvirt/macvirt/internal/render"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/controller/metrics"
+	"github.com/macvirt/macvirt/internal/controller/slots"
+	"github.com/macvirt/macvirt/internal/render"
 )
 
 // loadPoolClass answers: does the pool's class exist? Without it the pool

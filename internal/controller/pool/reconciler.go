@@ -3,11 +3,12 @@ package pool
 import (
 	"fmt"
 
-	"github.com/macvirt/macvirt/internal/controller/base"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/macvirt/macvirt/internal/controller/base"
 )
 
 // Reconciler keeps a pool's idle target of warm machines, never more

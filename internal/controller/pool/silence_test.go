@@ -4,8 +4,9 @@ import (
 	"testing"
 	"time"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/macvirt/macvirt/internal/domainhook/contract"
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -18,6 +17,8 @@ import (
 	pluginv1alpha1 "kubevirt.io/api/plugin/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
 )
 
 // The Plugin and, for the plugin-sidecar transport, the admission policy

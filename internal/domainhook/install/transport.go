@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/macvirt/macvirt/internal/domainhook/contract"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	pluginv1alpha1 "kubevirt.io/api/plugin/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/macvirt/macvirt/internal/domainhook/contract"
 )
 
 // The kinds the transports write: KubeVirt's Plugin, and the admission
