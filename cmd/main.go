@@ -31,6 +31,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/macvirt/macvirt/internal/domainhook/contract"
 	"github.com/macvirt/macvirt/internal/domainhook/install"
@@ -44,7 +45,7 @@ func main() {
 	opts := operator.Options{Namespace: os.Getenv("POD_NAMESPACE"), LookupEnv: os.LookupEnv, Webhooks: true}
 	fs := flag.CommandLine
 	fs.StringVar(&opts.Agent.Addr, "agent-bind-address", ":9444",
-		"The address the guest-agent endpoint listens on (HTTPS). Set to 0 to disable it.")
+		"The address the guest-agent endpoint listens on (HTTPS). Set to 0, or empty, to disable it.")
 	fs.StringVar(&opts.Agent.URL, "agent-endpoint", "",
 		"The URL guest agents reach the agent endpoint at, written into every machine's config disk; "+
 			"https://macvirt-agent.<namespace>.svc when empty, the namespace from $POD_NAMESPACE (default "+operator.DefaultNamespace+").")
@@ -100,6 +101,11 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
 
+	if opts.MetricsAddr == "" {
+		// An empty address is controller-runtime's default, as it always
+		// was here (operator.Options reads "" as no server).
+		opts.MetricsAddr = metricsserver.DefaultBindAddress
+	}
 	transport, err := contract.ParseTransport(*domainHook)
 	if err != nil {
 		fail(err, "Invalid flag")

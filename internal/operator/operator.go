@@ -106,6 +106,10 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 // compose adds everything the operator runs to mgr.
 func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve.Server, tlsOpts []func(*tls.Config), log logr.Logger) error {
 	namespace := opts.namespace()
+	agent, agentServer, err := agentEndpoint(opts, dev)
+	if err != nil {
+		return fmt.Errorf("configuring the guest-agent endpoint: %w", err)
+	}
 	hook, err := setUpDomainHook(ctx, mgr, opts)
 	if err != nil {
 		return err
@@ -118,10 +122,6 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 	}
 	if err := index.Register(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
-	}
-	agent, agentServer, err := agentEndpoint(opts, dev)
-	if err != nil {
-		return fmt.Errorf("configuring the guest-agent endpoint: %w", err)
 	}
 	var snapshots client.Reader
 	if opts.runs(MachineController) || agentServer != nil {

@@ -99,12 +99,17 @@ func MayServe(m *macvirtv1alpha1.MacMachine, namespace string, pool *macvirtv1al
 // when the class allows it (spec.tenancy.allowedAccessTypes). A type the
 // class does not allow is refused: the admission webhook refuses the claim
 // with the Refusal, and a claim admitted before its class changed gets
-// ClusterIP, saying why. Without a class, ClusterIP and no refusal. The
-// claim's Service and its machine's NetworkPolicy both follow this one
-// decision.
+// ClusterIP, saying why. Without a class, ClusterIP, refusing any other
+// type asked for. The claim's Service and its machine's NetworkPolicy both
+// follow this one decision.
 func Access(class *macvirtv1alpha1.MacClass, asked macvirtv1alpha1.AccessType) (macvirtv1alpha1.AccessType, *Refusal) {
 	if class == nil {
-		return macvirtv1alpha1.AccessClusterIP, nil
+		if asked == "" || asked == macvirtv1alpha1.AccessClusterIP {
+			return macvirtv1alpha1.AccessClusterIP, nil
+		}
+		return macvirtv1alpha1.AccessClusterIP, &Refusal{macvirtv1alpha1.ReasonAccessTypeNotAllowed, fmt.Sprintf(
+			"spec.access.type %s needs a MacClass that allows it, and the claim's MacClass does not exist; ask an admin", asked),
+			"spec.access.type"}
 	}
 	want := asked
 	if want == "" {

@@ -85,7 +85,7 @@ func TestAccess(t *testing.T) {
 		"asked, and allowed":                 {macvirtv1alpha1.AccessClusterIP, class(macvirtv1alpha1.AccessNodePort, macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessNodePort), macvirtv1alpha1.AccessClusterIP, false},
 		"asked, not allowed":                 {macvirtv1alpha1.AccessLoadBalancer, class(""), macvirtv1alpha1.AccessClusterIP, true},
 		"a default the class does not allow": {"", class(macvirtv1alpha1.AccessLoadBalancer), macvirtv1alpha1.AccessClusterIP, true},
-		"no class":                           {macvirtv1alpha1.AccessNodePort, nil, macvirtv1alpha1.AccessClusterIP, false},
+		"no class":                           {macvirtv1alpha1.AccessNodePort, nil, macvirtv1alpha1.AccessClusterIP, true},
 	} {
 		got, refusal := Access(tc.class, tc.asks)
 		if got != tc.want {

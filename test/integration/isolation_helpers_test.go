@@ -7,6 +7,10 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -14,19 +18,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/classhistory"
 )
 
 // Specs must not see each other's objects. envtest runs no namespace
 // controller and no garbage collector, so a deleted namespace keeps what is
 // in it, and every later operator would list, reconcile and (for a VM that
 // still wants to run) schedule it: a spec under load then waits behind the
-// work of the specs before it, or finds their VMs on its nodes. So each
-// spec's objects go with it: after the spec, the pools that fill its
-// namespaces, then the claims, machines, VMs, instances and DataVolumes in
-// them are deleted and their finalizers cleared, as an admin clears a
-// namespace whose controllers are gone (the graceful stop is under test in
-// the specs, not here), and the classes it made; the spec fails if they do
-// not go.
+// work of the specs before it, or finds their VMs on its nodes. So what
+// each spec made goes with it, after everything else of the spec has run
+// (its own graceful deletions, the lifting of its faults, its operator's
+// stop): the pools that fill its namespaces, then the claims, machines,
+// VMs, instances, DataVolumes, Services, EndpointSlices, NetworkPolicies
+// and Secrets in them are deleted and their finalizers cleared, as an
+// admin clears a namespace whose controllers are gone, and the classes it
+// made go with their snapshots. The spec fails if they do not go.
 
 // specObjects are the namespaces and classes the running spec made.
 var specObjects struct {
@@ -54,7 +60,8 @@ const sweepTimeout = 30 * time.Second
 // they are deleted.
 var sweptKinds = []client.ObjectList{
 	&macvirtv1alpha1.MacClaimList{}, &macvirtv1alpha1.MacMachineList{}, &kubevirtv1.VirtualMachineList{},
-	&kubevirtv1.VirtualMachineInstanceList{}, &cdiv1.DataVolumeList{},
+	&kubevirtv1.VirtualMachineInstanceList{}, &cdiv1.DataVolumeList{}, &corev1.ServiceList{}, &discoveryv1.EndpointSliceList{},
+	&networkingv1.NetworkPolicyList{}, &corev1.SecretList{},
 }
 
 // sweepSpec deletes what the spec made and waits until it is gone.
@@ -103,5 +110,7 @@ func sweepSpec() {
 		class := &macvirtv1alpha1.MacClass{}
 		class.Name = name
 		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, class))).To(Succeed())
+		Expect(k8sClient.DeleteAllOf(ctx, &appsv1.ControllerRevision{}, client.InNamespace(operatorNamespace),
+			client.MatchingLabels{macvirtv1alpha1.LabelClass: classhistory.ClassLabel(name)})).To(Succeed())
 	}
 }

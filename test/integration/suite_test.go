@@ -111,13 +111,18 @@ var _ = BeforeSuite(func() {
 	goldenImages("macvirt-images", "sonoma", "opencore")
 })
 
+// What a spec made goes after everything else of it, its own deletions
+// and its operator's stop included (sweepSpec): registered first, this
+// cleanup runs last.
+var _ = BeforeEach(func() {
+	DeferCleanup(sweepSpec)
+})
+
 // Faults a spec injected into the simulator or the stop stand-in end with
-// it, whether or not the spec cleaned up after itself; then its objects go
-// (sweepSpec), while its operator still runs.
+// it, whether or not the spec cleaned up after itself.
 var _ = AfterEach(func() {
 	sim.ClearAll()
 	stopAPI.failWith.Store(0)
-	sweepSpec()
 })
 
 var _ = AfterSuite(func() {

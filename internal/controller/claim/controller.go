@@ -2,6 +2,7 @@ package claim
 
 import (
 	"context"
+	"errors"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -72,7 +73,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			// from it could unbind a bound claim on paper. Retry instead.
 			return
 		}
-		if err := r.patchClaimStatus(ctx, s); err != nil && reterr == nil {
+		if err := r.patchClaimStatus(ctx, s); err != nil && (reterr == nil || s.secret != nil && errors.Is(reterr, s.secret.refused)) {
+			// A status write that failed after a refused Secret speaks for
+			// the reconcile: a conflict is looked at again soon, quietly.
 			reterr = err
 		}
 		// A Secret's connection is remembered as applied only once the
