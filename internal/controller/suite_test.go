@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package integration_test
+package controller_test
 
 import (
 	"context"
@@ -64,10 +64,10 @@ var (
 	operators atomic.Int32
 )
 
-func TestIntegration(t *testing.T) {
+func TestControllers(t *testing.T) {
 	testenv.NeedsAPIServer(t)
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "Integration Suite")
+	RunSpecs(t, "Controller Suite")
 }
 
 var _ = BeforeSuite(func() {

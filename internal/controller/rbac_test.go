@@ -1,4 +1,4 @@
-package integration_test
+package controller_test
 
 import (
 	"context"
