@@ -80,6 +80,13 @@ type MacClaimSpec struct {
 	// +listType=atomic
 	// +optional
 	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitempty"`
+
+	// bootstrap is work the guest agent does on the Mac once it is bound
+	// (files, a script, its environment), after the class's own; once per
+	// binding. Immutable. The Secrets and ConfigMaps it names must be in
+	// the claim's namespace and readable by whoever creates the claim.
+	// +optional
+	Bootstrap *Bootstrap `json:"bootstrap,omitempty"`
 }
 
 // ClaimAccess says how a claim's machine is exposed.
@@ -191,6 +198,13 @@ type MacClaimStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// bootstrap is what became of each part of the bootstrap (the class's,
+	// then the claim's), while the claim is bound.
+	// +kubebuilder:validation:MaxItems=2
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Bootstrap []BootstrapPartStatus `json:"bootstrap,omitempty"`
 }
 
 // MacClaim is a tenant's request for one Mac; it binds to one MacMachine
@@ -208,6 +222,7 @@ type MacClaimStatus struct {
 // +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.status.connection.address`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Bootstrap",type=string,JSONPath=`.status.conditions[?(@.type=="BootstrapSucceeded")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type MacClaim struct {
 	metav1.TypeMeta `json:",inline"`

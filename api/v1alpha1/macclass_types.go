@@ -297,6 +297,24 @@ type TenancySpec struct {
 	// +listType=set
 	// +optional
 	AllowedAccessTypes []AccessType `json:"allowedAccessTypes,omitempty"`
+
+	// allowTenantBootstrap lets claims of this class carry their own
+	// spec.bootstrap (the default). The class's own bootstrap runs either
+	// way.
+	// +kubebuilder:default=true
+	// +optional
+	AllowTenantBootstrap *bool `json:"allowTenantBootstrap,omitempty"`
+
+	// allowRootBootstrap lets a claim's bootstrap run as root, or place
+	// files owned by root. Off by default: a claim's script runs as the
+	// login user.
+	// +optional
+	AllowRootBootstrap bool `json:"allowRootBootstrap,omitempty"`
+}
+
+// TenantBootstrapAllowed reports whether claims may carry a bootstrap.
+func (t TenancySpec) TenantBootstrapAllowed() bool {
+	return t.AllowTenantBootstrap == nil || *t.AllowTenantBootstrap
 }
 
 // AccessType is how a claim's Service exposes its Mac, as a Service's type.
@@ -415,6 +433,13 @@ type MacClassSpec struct {
 	// access says what each claim's Service offers besides SSH.
 	// +optional
 	Access ClassAccess `json:"access,omitempty"`
+
+	// bootstrap is work the guest agent does on every Mac of the class
+	// once it is bound, before the claim's own bootstrap. It is inline
+	// only (a script and literal values; no Secret or ConfigMap, which
+	// would be read in every tenant's namespace) and may run as root.
+	// +optional
+	Bootstrap *Bootstrap `json:"bootstrap,omitempty"`
 }
 
 // MacClassStatus is the observed state of a MacClass.

@@ -146,6 +146,18 @@ type GuestStatus struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	ApplyError string `json:"applyError,omitempty"`
+	// protocolVersion is the guest-agent protocol the agent spoke (v1,
+	// v2); an agent before v2 runs no bootstrap.
+	// +kubebuilder:validation:MaxLength=8
+	// +optional
+	ProtocolVersion string `json:"protocolVersion,omitempty"`
+	// tasks are the bound claim's bootstrap tasks as the agent last
+	// reported them, and a task the operator could not hand over yet (a
+	// Secret it could not read), as Pending with the reason in message.
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	// +optional
+	Tasks []GuestTaskStatus `json:"tasks,omitempty"`
 }
 
 // MacMachineStatus is the observed state of a machine.
