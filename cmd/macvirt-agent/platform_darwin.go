@@ -22,6 +22,9 @@ type darwin struct{}
 
 func newPlatform() (agent.Platform, error) { return darwin{}, nil }
 
+// A macOS agent runs tasks (protocol v2).
+var _ agent.TaskPlatform = darwin{}
+
 func (darwin) ConfigDir() (string, error) {
 	dir := filepath.Join("/Volumes", protocol.ConfigVolumeLabel)
 	if _, err := os.Stat(filepath.Join(dir, protocol.KeyToken)); err != nil {
@@ -111,3 +114,26 @@ func (darwin) Owner(user string) (int, int, error) {
 	}
 	return int(st.Uid), int(st.Gid), nil
 }
+
+// TaskDir keeps the agent's task records and each task's output; the
+// output of a task is <TaskDir>/<id>/run/output.log (docs/bootstrap.md).
+func (darwin) TaskDir() string { return protocol.MacOSTaskDir }
+
+// TaskUser is root, or a user with a home under /Users, owned by its
+// account.
+func (d darwin) TaskUser(name string) (agent.TaskUser, error) {
+	if name == "root" {
+		return agent.TaskUser{Name: name, Home: "/var/root"}, nil
+	}
+	if _, err := d.AuthorizedKeysPath(name); err != nil {
+		return agent.TaskUser{}, err
+	}
+	uid, gid, err := d.Owner(name)
+	if err != nil {
+		return agent.TaskUser{}, err
+	}
+	return agent.TaskUser{Name: name, UID: uid, GID: gid, Home: filepath.Join("/Users", name)}, nil
+}
+
+// TaskPath: files go where the task says.
+func (darwin) TaskPath(path string) string { return path }

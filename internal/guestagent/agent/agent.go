@@ -1,8 +1,10 @@
 // Package agent is the guest agent's logic, free of anything macOS-specific
 // so that it runs and is tested on Linux: it reads the config disk, sends
-// heartbeats (internal/guestagent/protocol v1) with backoff and jitter, and applies the
-// desired state. What differs per OS (where the disk is mounted, the OS
-// version, addresses, writing authorized_keys for a user) is behind Platform.
+// heartbeats (internal/guestagent/protocol v1 and v2) with backoff and jitter, and applies the
+// desired state, and runs the tasks the operator hands it (tasks.go). What
+// differs per OS (where the disk is mounted, the OS version, addresses,
+// writing authorized_keys for a user, users and paths of tasks) is behind
+// Platform and TaskPlatform.
 package agent
 
 import (
@@ -105,6 +107,16 @@ type Platform interface {
 	SetHostname(name string) error
 }
 
+// TaskPlatform is a Platform that runs tasks (protocol v2). An agent
+// whose platform is not one speaks v1 and runs none.
+type TaskPlatform interface {
+	Platform
+	TaskHost
+	// TaskDir is where the agent keeps a directory per task; it must
+	// survive restarts of the agent and of the guest.
+	TaskDir() string
+}
+
 // Client speaks the protocol to the operator.
 type Client struct {
 	cfg  *Config
@@ -136,42 +148,74 @@ func (e *StatusError) Retryable() bool {
 	return e.Code == http.StatusTooManyRequests || e.Code >= 500
 }
 
-// Heartbeat sends one heartbeat and returns the desired state.
+// Heartbeat sends one v1 heartbeat and returns the desired state.
 func (c *Client) Heartbeat(ctx context.Context, facts Facts) (*protocol.DesiredState, error) {
-	body, err := json.Marshal(protocol.Heartbeat{
+	state := &protocol.DesiredState{}
+	if err := c.post(ctx, protocol.HeartbeatPath, c.heartbeat(facts), protocol.MaxBodyBytes*8, state); err != nil {
+		return nil, err
+	}
+	return state, nil
+}
+
+// HeartbeatV2 sends one v2 heartbeat, with the tasks' reports, and returns
+// the desired state and the tasks. An operator from before v2 answers it
+// with a StatusError of code 404 (see SpeaksV1).
+func (c *Client) HeartbeatV2(ctx context.Context, facts Facts, tasks []protocol.TaskReport) (*protocol.DesiredStateV2, error) {
+	state := &protocol.DesiredStateV2{}
+	hb := protocol.HeartbeatV2{Heartbeat: c.heartbeat(facts), Tasks: tasks}
+	if err := c.post(ctx, protocol.HeartbeatPathV2, hb, protocol.MaxAnswerBytesV2, state); err != nil {
+		return nil, err
+	}
+	return state, nil
+}
+
+// SpeaksV1 reports whether err is the answer of an operator that knows no
+// v2 heartbeat.
+func SpeaksV1(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Code == http.StatusNotFound
+}
+
+func (c *Client) heartbeat(facts Facts) protocol.Heartbeat {
+	return protocol.Heartbeat{
 		Machine:      protocol.MachineRef{Namespace: c.cfg.Namespace, Name: c.cfg.Machine},
 		AgentVersion: Version, OSVersion: facts.OSVersion, OSBuild: facts.OSBuild, Hostname: facts.Hostname,
 		BootTime: facts.BootTime, IPAddresses: facts.IPAddresses, SSHHostKeys: facts.SSHHostKeys,
 		ApplyError: truncate(facts.ApplyError, protocol.MaxApplyErrorBytes),
-	})
-	if err != nil {
-		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.cfg.Endpoint, "/")+protocol.HeartbeatPath, bytes.NewReader(body))
+}
+
+// post sends body as JSON to path and decodes an answer of at most limit
+// bytes into out.
+func (c *Client) post(ctx context.Context, path string, body any, limit int64, out any) error {
+	raw, err := json.Marshal(body)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.cfg.Endpoint, "/")+path, bytes.NewReader(raw))
+	if err != nil {
+		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, protocol.MaxBodyBytes*8))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if resp.StatusCode != http.StatusOK {
 		se := &StatusError{Code: resp.StatusCode}
-		_ = json.Unmarshal(raw, &se.Body)
-		return nil, se
+		_ = json.Unmarshal(answer, &se.Body)
+		return se
 	}
-	state := &protocol.DesiredState{}
-	if err := json.Unmarshal(raw, state); err != nil {
-		return nil, fmt.Errorf("decoding the operator's reply: %w", err)
+	if err := json.Unmarshal(answer, out); err != nil {
+		return fmt.Errorf("decoding the operator's reply: %w", err)
 	}
-	return state, nil
+	return nil
 }
 
 // WriteAuthorizedKeys replaces path (<home>/.ssh/authorized_keys) with
@@ -284,11 +328,13 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 	applyErr := ""
 	interval := protocol.DefaultHeartbeatInterval
 	wait := time.Duration(0)
+	v2 := newSpeaker(p, logf)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
+		case <-v2.Changed():
 		}
 		var err error
 		if client == nil {
@@ -307,7 +353,7 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 		if err == nil {
 			if facts, err = p.Facts(); err == nil {
 				facts.ApplyError = applyErr
-				state, err = client.Heartbeat(ctx, facts)
+				state, err = v2.Heartbeat(ctx, client, facts)
 			}
 		}
 		var se *StatusError
