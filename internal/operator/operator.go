@@ -131,7 +131,7 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 	}
 	var listeningSince func() time.Time
 	if agentServer != nil {
-		agentServer.Handler = &endpoint.Handler{Client: mgr.GetClient(),
+		agentServer.Handler = &endpoint.Handler{Client: mgr.GetClient(), Sources: mgr.GetAPIReader(),
 			Classes: classhistory.Resolver{Snapshots: snapshots, Namespace: namespace}}
 		agentServer.TLSOpts = tlsOpts
 		if err := mgr.Add(agentServer); err != nil {

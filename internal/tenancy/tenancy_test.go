@@ -99,3 +99,38 @@ func TestAccess(t *testing.T) {
 		}
 	}
 }
+
+// TestBootstrap is the one decision of what a claim's bootstrap may do.
+func TestBootstrap(t *testing.T) {
+	off := false
+	noTenant := class(func(s *macvirtv1alpha1.TenancySpec) { s.AllowTenantBootstrap = &off })
+	rootOK := class(func(s *macvirtv1alpha1.TenancySpec) { s.AllowRootBootstrap = true })
+	script := &macvirtv1alpha1.Bootstrap{Script: &macvirtv1alpha1.BootstrapScript{Inline: "true"}}
+	asRoot := &macvirtv1alpha1.Bootstrap{User: "root", Script: script.Script}
+	rootFile := &macvirtv1alpha1.Bootstrap{Files: []macvirtv1alpha1.BootstrapFile{{Path: "/etc/x", Owner: "root"}}}
+	cases := map[string]struct {
+		class     *macvirtv1alpha1.MacClass
+		bootstrap *macvirtv1alpha1.Bootstrap
+		field     string // empty: allowed
+	}{
+		"no bootstrap":                          {class(), nil, ""},
+		"a login-user script by default":        {class(), script, ""},
+		"a script where tenants may not":        {noTenant, script, "spec.bootstrap"},
+		"root by default":                       {class(), asRoot, "spec.bootstrap.user"},
+		"a root-owned file by default":          {class(), rootFile, "spec.bootstrap.files[0].owner"},
+		"root where the class allows it":        {rootOK, asRoot, ""},
+		"root file where the class allows":      {rootOK, rootFile, ""},
+		"no class: the controller waits anyway": {nil, asRoot, ""},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := Bootstrap(tc.class, tc.bootstrap)
+			switch {
+			case tc.field == "" && r != nil:
+				t.Fatalf("refused: %+v", r)
+			case tc.field != "" && (r == nil || r.Field != tc.field || r.Reason != ReasonBootstrapNotAllowed):
+				t.Fatalf("got %+v, want a refusal of %s", r, tc.field)
+			}
+		})
+	}
+}

@@ -265,6 +265,7 @@ func (r *Reconciler) patchClaimStatus(ctx context.Context, s *claimScope) error 
 	if oldPhase != st.Phase {
 		r.recordClaimPhase(c)
 	}
+	r.recordBootstrap(c, before.Status.Conditions, st.Conditions)
 	// A refused write and a lost machine have their Warning events already.
 	if reason, note, ok := base.TurnedStalled(before.Status.Conditions, st.Conditions); ok && s.writeFailed == nil && st.Phase != macvirtv1alpha1.ClaimLost {
 		base.RecordEvent(r.Recorder, c, corev1.EventTypeWarning, reason, "Claim", note)
@@ -288,4 +289,26 @@ func (r *Reconciler) recordClaimPhase(c *macvirtv1alpha1.MacClaim) {
 	}
 	reason := "Claim" + string(c.Status.Phase)
 	base.RecordEvent(r.Recorder, c, eventType, reason, "Bind", note)
+}
+
+// recordBootstrap tells of a bootstrap that turned out one way or the
+// other: a Warning event when it failed, timed out or cannot run (an old
+// agent), a Normal one when it succeeded, and the count by result.
+func (r *Reconciler) recordBootstrap(c *macvirtv1alpha1.MacClaim, before, after []metav1.Condition) {
+	now := meta.FindStatusCondition(after, macvirtv1alpha1.ConditionBootstrapSucceeded)
+	if now == nil {
+		return
+	}
+	if was := meta.FindStatusCondition(before, macvirtv1alpha1.ConditionBootstrapSucceeded); was != nil && was.Reason == now.Reason {
+		return
+	}
+	switch now.Reason {
+	case macvirtv1alpha1.ReasonBootstrapSucceeded:
+		base.RecordEvent(r.Recorder, c, corev1.EventTypeNormal, "BootstrapSucceeded", "Bootstrap", now.Message)
+	case macvirtv1alpha1.ReasonBootstrapFailed, macvirtv1alpha1.ReasonBootstrapTimedOut, macvirtv1alpha1.ReasonAgentTooOld:
+		base.RecordEvent(r.Recorder, c, corev1.EventTypeWarning, bootstrapReadyReason(now.Reason), "Bootstrap", now.Message)
+	default:
+		return
+	}
+	metrics.ClaimBootstraps.WithLabelValues(now.Reason).Inc()
 }

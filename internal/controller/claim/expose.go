@@ -34,6 +34,7 @@ func (r *Reconciler) ensureService(ctx context.Context, s *claimScope) (bool, er
 			}
 			class = nil
 		}
+		s.class = class
 	}
 	want := desiredService(s.claim, class)
 	if _, refusal := tenancy.Access(class, s.claim.Spec.Access.Type); refusal != nil {

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/bootstrap"
 	"github.com/macvirt/macvirt/internal/controller/base"
 	"github.com/macvirt/macvirt/internal/controller/drain"
 	"github.com/macvirt/macvirt/internal/controller/state"
@@ -76,6 +77,8 @@ func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatu
 	st.Machine = machineSummary(m)
 	if st.BoundAt == nil {
 		st.BoundAt = &now
+		// What the binding runs is fixed as it is made.
+		st.Bootstrap = bootstrap.Plan(s.class, c)
 	}
 	set(macvirtv1alpha1.ConditionBound, true, macvirtv1alpha1.ReasonBound, fmt.Sprintf("bound to MacMachine %s/%s", m.Namespace, m.Name))
 	if !state.MachineReady(m) {
@@ -104,6 +107,7 @@ func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatu
 		return st
 	}
 	setServiceReady(s, &st)
+	boot, hasBootstrap := setBootstrap(s, &st)
 	if g := m.Status.Guest; g != nil && g.ApplyError != "" {
 		// The Mac runs, but the tenant's keys are not on it: not Ready,
 		// and a human must look at the guest.
@@ -114,6 +118,12 @@ func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatu
 			m.Name, g.ApplyError)}
 		set(macvirtv1alpha1.ConditionReady, false, p.Reason, p.Message)
 		stalled(&p)
+		return st
+	}
+	if hasBootstrap && boot.HoldsReady {
+		st.Phase = macvirtv1alpha1.ClaimBound
+		set(macvirtv1alpha1.ConditionReady, false, bootstrapReadyReason(boot.Reason), fmt.Sprintf(
+			"machine %s is Ready at %s; the claim is Ready once its bootstrap succeeded: %s", m.Name, machineAddress(m), boot.Message))
 		return st
 	}
 	st.Phase = macvirtv1alpha1.ClaimReady
@@ -214,4 +224,35 @@ func machineSummary(m *macvirtv1alpha1.MacMachine) *macvirtv1alpha1.ClaimMachine
 		sum.Progress = p.Progress
 	}
 	return sum
+}
+
+// setBootstrap brings the bootstrap's parts up to date with what the
+// machine's guest agent reported, and sets BootstrapSucceeded from them;
+// ok is false when the binding runs no bootstrap.
+func setBootstrap(s *claimScope, st *macvirtv1alpha1.MacClaimStatus) (bootstrap.Summary, bool) {
+	c, m := s.claim, s.machine
+	st.Bootstrap = bootstrap.Observe(st.Bootstrap, c.UID, m.Status.Guest)
+	version := ""
+	if g := m.Status.Guest; g != nil {
+		version = g.ProtocolVersion
+	}
+	sum, ok := bootstrap.Summarize(st.Bootstrap, version)
+	if !ok {
+		meta.RemoveStatusCondition(&st.Conditions, macvirtv1alpha1.ConditionBootstrapSucceeded)
+		return sum, false
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionBootstrapSucceeded, Status: sum.Status,
+		Reason: sum.Reason, Message: sum.Message, ObservedGeneration: c.Generation})
+	return sum, true
+}
+
+// bootstrapReadyReason is Ready's reason while it waits for the bootstrap:
+// the bootstrap's own reason, named as the bootstrap's where it is a word
+// of its own (Running, Failed, TimedOut).
+func bootstrapReadyReason(reason string) string {
+	switch reason {
+	case macvirtv1alpha1.ReasonBootstrapRunning, macvirtv1alpha1.ReasonBootstrapFailed, macvirtv1alpha1.ReasonBootstrapTimedOut:
+		return "Bootstrap" + reason
+	}
+	return reason
 }

@@ -94,7 +94,7 @@ func (c *machineCollector) Collect(ch chan<- prometheus.Metric) {
 // nodes from reader at scrape time.
 func Collectors(reader client.Reader) []prometheus.Collector {
 	return []prometheus.Collector{MachinePhaseTransitions, &machineCollector{reader: reader}, &slotsCollector{reader: reader},
-		&claimCollector{reader: reader}, PoolMachineOps, PoolMachines, poolIdleTarget, ClaimBindSeconds, ClaimReadySeconds, OrphansDeleted, ForcedPowerOffs, StopFailures,
+		&claimCollector{reader: reader}, PoolMachineOps, PoolMachines, poolIdleTarget, ClaimBindSeconds, ClaimReadySeconds, ClaimBootstraps, OrphansDeleted, ForcedPowerOffs, StopFailures,
 		machineProvisionSeconds, machineBootSeconds}
 }
 
@@ -138,6 +138,13 @@ var ClaimReadySeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 	Help:    "Time from MacClaim creation to its first Ready.",
 	Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600},
 })
+
+// ClaimBootstraps counts claims' bootstraps by how they ended: Succeeded,
+// Failed, TimedOut, or AgentTooOld (the machine's agent runs none).
+var ClaimBootstraps = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "macvirt_claim_bootstraps_total",
+	Help: "MacClaim bootstraps by result: Succeeded, Failed, TimedOut, AgentTooOld.",
+}, []string{"result"})
 
 // machineProvisionSeconds is the time from a machine's creation until it
 // leaves Provisioning with its disks in place.

@@ -48,6 +48,10 @@ type Handler struct {
 	// a stream of API writes.
 	Rate  rate.Limit
 	Burst int
+	// Sources reads the Secrets and ConfigMaps a bootstrap names: the API
+	// server itself (the operator watches no Secret), where the namespace's
+	// admin granted it. Without one, Client reads them.
+	Sources client.Reader
 
 	mu       sync.Mutex
 	limiters map[types.NamespacedName]*rate.Limiter
@@ -64,9 +68,14 @@ const minSweepAt = 1024
 const unauthorized = "unknown machine or wrong token"
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	version := protocol.VersionV2
+	if r.URL.Path == protocol.HeartbeatPath {
+		version = protocol.Version
+	}
 	switch {
-	case r.URL.Path != protocol.HeartbeatPath:
-		writeError(w, http.StatusNotFound, protocol.ReasonUnsupported, "no such endpoint; this server speaks "+protocol.HeartbeatPath)
+	case r.URL.Path != protocol.HeartbeatPath && r.URL.Path != protocol.HeartbeatPathV2:
+		writeError(w, http.StatusNotFound, protocol.ReasonUnsupported,
+			"no such endpoint; this server speaks "+protocol.HeartbeatPathV2+" and "+protocol.HeartbeatPath)
 		return
 	case r.Method != http.MethodPost:
 		w.Header().Set("Allow", http.MethodPost)
@@ -82,7 +91,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, protocol.ReasonUnauthorized, "send the machine's token as Authorization: Bearer <token>")
 		return
 	}
-	hb, err := protocol.DecodeHeartbeat(http.MaxBytesReader(w, r.Body, protocol.MaxBodyBytes))
+	hb, err := decode(w, r, version)
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.Is(err, protocol.ErrTooLarge) || errors.As(err, &tooLarge):
@@ -113,19 +122,37 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, protocol.ReasonRateLimited, "heartbeats too frequent; wait for the interval the last reply gave")
 		return
 	}
-	if err := h.record(ctx, m, hb); err != nil {
+	state, tasks, err := h.desiredState(ctx, m, hb.Tasks)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "reading a machine's desired state", "machine", key)
+		writeError(w, http.StatusInternalServerError, protocol.ReasonInternal, "reading the desired state failed; retry")
+		return
+	}
+	if err := h.record(ctx, m, &hb.Heartbeat, version, tasks); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "recording a heartbeat", "machine", key)
 		writeError(w, http.StatusInternalServerError, protocol.ReasonInternal, "recording the heartbeat failed; retry")
 		return
 	}
-	state, err := h.desiredState(ctx, m)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, protocol.ReasonInternal, "reading the desired state failed; retry")
-		return
-	}
 	heartbeats.WithLabelValues(resultAccepted).Inc()
 	w.Header().Set("Content-Type", "application/json")
+	if version == protocol.Version {
+		_ = json.NewEncoder(w).Encode(state.DesiredState)
+		return
+	}
 	_ = json.NewEncoder(w).Encode(state)
+}
+
+// decode reads a heartbeat of the version; a v1 heartbeat is one with no
+// task reports.
+func decode(w http.ResponseWriter, r *http.Request, version string) (*protocol.HeartbeatV2, error) {
+	if version == protocol.Version {
+		hb, err := protocol.DecodeHeartbeat(http.MaxBytesReader(w, r.Body, protocol.MaxBodyBytes))
+		if err != nil {
+			return nil, err
+		}
+		return &protocol.HeartbeatV2{Heartbeat: *hb}, nil
+	}
+	return protocol.DecodeHeartbeatV2(http.MaxBytesReader(w, r.Body, protocol.MaxBodyBytesV2))
 }
 
 // resultAccepted is the result label of a heartbeat recorded and answered.
@@ -178,13 +205,16 @@ func (h *Handler) limiter(key types.NamespacedName, now time.Time) *rate.Limiter
 	return l
 }
 
-// record writes the heartbeat into status.guest.
-func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb *protocol.Heartbeat) error {
+// record writes the heartbeat into status.guest, with the protocol
+// version it came in and the bound claim's tasks.
+func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb *protocol.Heartbeat, version string,
+	tasks []macvirtv1alpha1.GuestTaskStatus) error {
 	now := metav1.NewTime(h.now())
 	before := m.DeepCopy()
 	g := &macvirtv1alpha1.GuestStatus{
 		AgentVersion: hb.AgentVersion, OSVersion: hb.OSVersion, OSBuild: hb.OSBuild, Hostname: hb.Hostname,
 		LastHeartbeat: &now, IPAddresses: hb.IPAddresses, SSHHostKeys: hb.SSHHostKeys, ApplyError: hb.ApplyError,
+		ProtocolVersion: version, Tasks: tasks,
 	}
 	if !hb.BootTime.IsZero() {
 		bt := metav1.NewTime(hb.BootTime)
@@ -194,11 +224,16 @@ func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb 
 	return h.Client.Status().Patch(ctx, m, client.MergeFrom(before))
 }
 
-// desiredState is the bound claim's keys, the machine's name as hostname,
-// and an interval a quarter of the heartbeatTimeout the machine is held to
-// (5s to 60s).
-func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachine) (*protocol.DesiredState, error) {
-	state := &protocol.DesiredState{Hostname: m.Name, SSHUser: protocol.DefaultSSHUser, SSHAuthorizedKeys: []string{}}
+// desiredState is the bound claim's keys and bootstrap (bootstrap.go),
+// the machine's name as hostname, and an interval a quarter of the
+// heartbeatTimeout the machine is held to (5s to 60s); with the tasks to
+// record in status.guest.
+func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachine, reports []protocol.TaskReport) (
+	*protocol.DesiredStateV2, []macvirtv1alpha1.GuestTaskStatus, error) {
+	answer := &protocol.DesiredStateV2{DesiredState: protocol.DesiredState{Hostname: m.Name, SSHUser: protocol.DefaultSSHUser,
+		SSHAuthorizedKeys: []string{}}}
+	state := &answer.DesiredState
+	var tasks []macvirtv1alpha1.GuestTaskStatus
 	timeout := macvirtv1alpha1.DefaultHeartbeatTimeout
 	classes := h.Classes
 	if classes.Classes == nil {
@@ -206,7 +241,7 @@ func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachin
 	}
 	res, err := classes.Resolve(ctx, m)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if res.Class != nil {
 		timeout = res.Class.Spec.Lifecycle.HeartbeatTimeoutOrDefault()
@@ -219,16 +254,20 @@ func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachin
 		case err == nil && claim.UID == ref.UID && boundTo(claim, m):
 			ok, err := h.mayServe(ctx, m, claim.Namespace)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if ok {
 				state.SSHAuthorizedKeys = append(state.SSHAuthorizedKeys, claim.Spec.SSHAuthorizedKeys...)
+				answer.Binding = string(claim.UID)
+				if answer.Tasks, tasks, err = h.bootstrap(ctx, claim, res.Class, reports); err != nil {
+					return nil, nil, err
+				}
 			}
 		case err != nil && !apierrors.IsNotFound(err):
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return state, nil
+	return answer, tasks, nil
 }
 
 // mayServe reports whether the machine may serve claims of the namespace

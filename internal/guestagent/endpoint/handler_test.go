@@ -219,7 +219,7 @@ func TestRejectionsWriteNothing(t *testing.T) {
 		"no agent version":             {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"}}`), 400, protocol.ReasonMalformed},
 		"wrong content type":           {"POST", protocol.HeartbeatPath, tokenA, "text/plain", heartbeat("a"), 415, protocol.ReasonUnsupported},
 		"GET":                          {"GET", protocol.HeartbeatPath, tokenA, "application/json", nil, 405, protocol.ReasonMethodNotAllowed},
-		"unknown path":                 {"POST", "/v2/heartbeat", tokenA, "application/json", heartbeat("a"), 404, protocol.ReasonUnsupported},
+		"unknown path":                 {"POST", "/v3/heartbeat", tokenA, "application/json", heartbeat("a"), 404, protocol.ReasonUnsupported},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -1,0 +1,104 @@
+package endpoint
+
+import (
+	"context"
+	"errors"
+	"time"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/bootstrap"
+	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/tenancy"
+)
+
+// bootstrap is what a heartbeat of the machine bound to claim gets and
+// records of the claim's bootstrap: the agent's reports of the binding's
+// parts (those of other bindings are dropped), and the part the agent is
+// handed next (bootstrap.Next), once the agent has not reported it yet.
+// A part that cannot be handed over (a Secret the operator may not read,
+// a class that no longer allows it) is recorded as Pending with the reason,
+// and tried again with the next heartbeat. Secrets' values go only into
+// the answer, never into what is recorded.
+func (h *Handler) bootstrap(ctx context.Context, claim *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacClass,
+	reports []protocol.TaskReport) ([]protocol.Task, []macvirtv1alpha1.GuestTaskStatus, error) {
+	parts := claim.Status.Bootstrap
+	if len(parts) == 0 {
+		return nil, nil, nil
+	}
+	byID := map[string]protocol.TaskReport{}
+	for _, r := range reports {
+		byID[r.ID] = r
+	}
+	var recorded []macvirtv1alpha1.GuestTaskStatus
+	for _, p := range parts {
+		if r, ok := byID[bootstrap.TaskID(claim.UID, p.Name)]; ok {
+			recorded = append(recorded, guestTask(r))
+		}
+	}
+	guest := &macvirtv1alpha1.GuestStatus{Tasks: recorded}
+	next, ok := bootstrap.Next(bootstrap.Observe(parts, claim.UID, guest))
+	id := bootstrap.TaskID(claim.UID, next.Name)
+	if _, taken := byID[id]; !ok || taken {
+		return nil, recorded, nil
+	}
+	pending := func(msg string) ([]protocol.Task, []macvirtv1alpha1.GuestTaskStatus, error) {
+		return nil, append(recorded, macvirtv1alpha1.GuestTaskStatus{ID: id, State: macvirtv1alpha1.BootstrapPending,
+			Message: truncate(msg, macvirtv1alpha1.MaxBootstrapMessageBytes)}), nil
+	}
+	spec := bootstrap.Spec(next.Name, class, claim)
+	if spec == nil {
+		return pending("the class's bootstrap was removed after the claim was bound; delete the claim to get a Mac without it")
+	}
+	if next.Name == macvirtv1alpha1.BootstrapPartClaim {
+		if r := tenancy.Bootstrap(class, spec); r != nil {
+			return pending(r.Message)
+		}
+	}
+	reader := h.Sources
+	if reader == nil {
+		reader = h.Client
+	}
+	task, err := bootstrap.Task(ctx, reader, claim.Namespace, id, spec)
+	var unavailable *bootstrap.Unavailable
+	switch {
+	case errors.As(err, &unavailable):
+		return pending(unavailable.Message)
+	case err != nil:
+		return nil, nil, err
+	}
+	return []protocol.Task{task}, recorded, nil
+}
+
+// guestTask is a task report as status.guest records it.
+func guestTask(r protocol.TaskReport) macvirtv1alpha1.GuestTaskStatus {
+	t := macvirtv1alpha1.GuestTaskStatus{ID: r.ID, State: macvirtv1alpha1.BootstrapState(r.State),
+		OutputTail: r.OutputTail, Message: r.Message}
+	if !r.StartedAt.IsZero() {
+		at := metav1.NewTime(r.StartedAt)
+		t.StartedAt = &at
+	}
+	if r.ExitCode != nil {
+		code := int32(*r.ExitCode) //nolint:gosec // exit statuses are small.
+		t.ExitCode = &code
+	}
+	if t.State.Finished() {
+		t.Duration = &metav1.Duration{Duration: msDuration(r.DurationMillis)}
+	}
+	return t
+}
+
+func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
