@@ -6,11 +6,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/tenancy"
 )
+
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 // +kubebuilder:webhook:path=/mutate-macvirt-io-v1alpha1-macclaim,mutating=true,failurePolicy=ignore,sideEffects=None,groups=macvirt.io,resources=macclaims,verbs=create;update,versions=v1alpha1,name=mmacclaim-v1alpha1.macvirt.io,admissionReviewVersions=v1,timeoutSeconds=10
 // +kubebuilder:webhook:path=/validate-macvirt-io-v1alpha1-macclaim,mutating=false,failurePolicy=fail,sideEffects=None,groups=macvirt.io,resources=macclaims,verbs=create;update,versions=v1alpha1,name=vmacclaim-v1alpha1.macvirt.io,admissionReviewVersions=v1,timeoutSeconds=10
@@ -18,6 +21,8 @@ import (
 // claimWebhook defaults and validates MacClaims.
 type claimWebhook struct {
 	lookup *lookup
+	// reviews creates SubjectAccessReviews.
+	reviews client.Client
 }
 
 func (w *claimWebhook) Default(_ context.Context, c *macvirtv1alpha1.MacClaim) error {
@@ -31,7 +36,11 @@ func (w *claimWebhook) ValidateCreate(ctx context.Context, c *macvirtv1alpha1.Ma
 		return nil, err
 	}
 	errs, warns := ValidateMacClaim(c, env)
-	return warns, invalid("MacClaim", c.Name, errs)
+	sourceErrs, err := mayReadSources(ctx, w.reviews, c)
+	if err != nil {
+		return warns, err
+	}
+	return warns, invalid("MacClaim", c.Name, append(errs, sourceErrs...))
 }
 
 // ValidateUpdate checks what may change; the namespace's tenancy was

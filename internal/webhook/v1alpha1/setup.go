@@ -58,7 +58,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacPool{}).
 			WithDefaulter(&poolWebhook{}).WithValidator(&poolWebhook{lookup: l}).Complete(),
 		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacClaim{}).
-			WithDefaulter(&claimWebhook{}).WithValidator(&claimWebhook{lookup: l}).Complete(),
+			WithDefaulter(&claimWebhook{}).WithValidator(&claimWebhook{lookup: l, reviews: mgr.GetClient()}).Complete(),
 		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacMachine{}).
 			WithDefaulter(&machineWebhook{lookup: l}).WithValidator(&machineWebhook{lookup: l, operator: opts.OperatorUser}).Complete(),
 	} {

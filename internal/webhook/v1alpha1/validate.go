@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/equality"
+
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -109,6 +111,7 @@ func ValidateMacClaim(c *macvirtv1alpha1.MacClaim, env ClaimEnv) (field.ErrorLis
 		}
 	}
 	errs = append(errs, validateSSHKeys(spec.Child("sshAuthorizedKeys"), c.Spec.SSHAuthorizedKeys, &warns)...)
+	errs = append(errs, validateClaimBootstrap(c, env.Class)...)
 	return errs, warns
 }
 
@@ -194,6 +197,10 @@ func ValidateMacClaimUpdate(old, c *macvirtv1alpha1.MacClaim) field.ErrorList {
 	if old.Status.MachineRef != nil && reclaimOf(old) != reclaimOf(c) {
 		errs = append(errs, field.Invalid(spec.Child("reclaimPolicy"), c.Spec.ReclaimPolicy, fmt.Sprintf(
 			"cannot change once the claim is bound: MacMachine %s was bound with %s", old.Status.MachineRef.Name, reclaimOf(old))))
+	}
+	if !equality.Semantic.DeepEqual(old.Spec.Bootstrap, c.Spec.Bootstrap) {
+		errs = append(errs, field.Forbidden(spec.Child("bootstrap"),
+			"is immutable: what a Mac runs is fixed when the claim is made; delete the claim and create another"))
 	}
 	var warns []string
 	return append(errs, validateSSHKeys(spec.Child("sshAuthorizedKeys"), c.Spec.SSHAuthorizedKeys, &warns)...)

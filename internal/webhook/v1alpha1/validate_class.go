@@ -80,6 +80,7 @@ func ValidateMacClass(c *macvirtv1alpha1.MacClass, env ClassEnv) (field.ErrorLis
 		errs = append(errs, field.Invalid(spec.Child("access", "defaultType"), t,
 			fmt.Sprintf("must be one of spec.tenancy.allowedAccessTypes %v: add %s there, or pick one of those", s.Tenancy.AccessTypes(), t)))
 	}
+	errs = append(errs, validateBootstrap(spec.Child("bootstrap"), s.Bootstrap, true)...)
 	if sel := s.Tenancy.AllowedNamespaces; sel != nil {
 		errs = append(errs, metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{},
 			spec.Child("tenancy", "allowedNamespaces"))...)
