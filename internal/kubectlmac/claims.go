@@ -127,7 +127,7 @@ func (getCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
 		return 0, nil
 	}
 	w := tabwriter.NewWriter(env.Out, 0, 4, 3, ' ', 0)
-	_, _ = fmt.Fprintln(w, "NAME\tCLASS\tPHASE\tMACHINE\tADDRESS\tREADY\tAGE")
+	_, _ = fmt.Fprintln(w, "NAME\tCLASS\tPHASE\tMACHINE\tADDRESS\tREADY\tBOOTSTRAP\tAGE")
 	for i := range claims {
 		c := &claims[i]
 		machine := "<none>"
@@ -138,8 +138,8 @@ func (getCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
 		if meta.IsStatusConditionTrue(c.Status.Conditions, macvirtv1alpha1.ConditionReady) {
 			ready = "True"
 		}
-		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Spec.ClassName, orNone(string(c.Status.Phase)), machine,
-			orNone(displayAddress(c)), ready, duration.HumanDuration(env.now().Sub(c.CreationTimestamp.Time)))
+		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Spec.ClassName, orNone(string(c.Status.Phase)), machine,
+			orNone(displayAddress(c)), ready, bootstrapColumn(c), duration.HumanDuration(env.now().Sub(c.CreationTimestamp.Time)))
 	}
 	if err := w.Flush(); err != nil {
 		return 1, err
@@ -148,8 +148,27 @@ func (getCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
 		if note := drainNote(&claims[i]); note != "" {
 			_, _ = fmt.Fprintf(env.Out, "\n%s: %s\n", claims[i].Name, note)
 		}
+		if b := meta.FindStatusCondition(claims[i].Status.Conditions, macvirtv1alpha1.ConditionBootstrapSucceeded); b != nil &&
+			b.Status != metav1.ConditionTrue && b.Reason != macvirtv1alpha1.ReasonBootstrapPending && b.Reason != macvirtv1alpha1.ReasonBootstrapRunning {
+			_, _ = fmt.Fprintf(env.Out, "\n%s: bootstrap %s: %s\n", claims[i].Name, b.Reason, b.Message)
+		}
 	}
 	return 0, nil
+}
+
+// bootstrapColumn is the BootstrapSucceeded reason ("<none>" for a claim
+// without a bootstrap), with the exit status of a part that failed.
+func bootstrapColumn(c *macvirtv1alpha1.MacClaim) string {
+	b := meta.FindStatusCondition(c.Status.Conditions, macvirtv1alpha1.ConditionBootstrapSucceeded)
+	if b == nil {
+		return "<none>"
+	}
+	for _, p := range c.Status.Bootstrap {
+		if p.State == macvirtv1alpha1.BootstrapFailed && p.ExitCode != nil {
+			return fmt.Sprintf("%s (exit %d)", b.Reason, *p.ExitCode)
+		}
+	}
+	return b.Reason
 }
 
 // drainNote tells the tenant that their Mac's host is being drained, and

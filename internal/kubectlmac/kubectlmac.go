@@ -47,6 +47,7 @@ const usage = `kubectl mac: claim, reach and release macOS machines (macvirt).
 Usage:
   kubectl mac claim NAME --class CLASS [--pool POOL] [--access TYPE] [--ssh-key FILE] [--wait] [--timeout 30m]
   kubectl mac get [NAME]
+  kubectl mac logs NAME
   kubectl mac wait NAME [--timeout 30m]
   kubectl mac ssh NAME [-i KEY] [--address HOST:PORT] [-- COMMAND...]
   kubectl mac vnc NAME [--open]
@@ -56,6 +57,9 @@ Global flags (before or after the command):
   --kubeconfig FILE   the kubeconfig to use (default: $KUBECONFIG, then ~/.kube/config)
   --context NAME      the kubeconfig context to use
   -n, --namespace NS  the namespace of the claims (default: the context's)
+
+logs prints the end of the output of the claim's bootstrap, as the Mac's
+agent reported it (the values of Secrets masked).
 
 ssh connects with your own key (ssh-agent, or ~/.ssh/id_ed25519, id_ecdsa,
 id_rsa, or -i) as the claim's user, and accepts only a host key that the
@@ -115,6 +119,7 @@ type runner interface {
 var commands = map[string]command{
 	"claim":   {flags: claimFlags},
 	"get":     {flags: func(*flag.FlagSet) runner { return getCmd{} }},
+	"logs":    {flags: func(*flag.FlagSet) runner { return logsCmd{} }},
 	"wait":    {flags: waitFlags},
 	"ssh":     {flags: sshFlags},
 	"vnc":     {flags: vncFlags},

@@ -182,6 +182,9 @@ type System struct {
 	CABundle      []byte
 	// OperatorUser is who the operator's requests arrive as.
 	OperatorUser string
+	// Simulator plays KubeVirt, CDI and the guests; tests inject faults
+	// with it.
+	Simulator *simulator.Simulator
 
 	opCfg     *rest.Config
 	scheme    *runtime.Scheme
@@ -286,7 +289,7 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 		return nil, err
 	}
 	agentAddr := net.JoinHostPort(local.Host, strconv.Itoa(agentPort))
-	sys := &System{AgentEndpoint: "https://" + agentAddr, CABundle: local.CABundle,
+	sys := &System{AgentEndpoint: "https://" + agentAddr, CABundle: local.CABundle, Simulator: sim,
 		opCfg: opCfg, scheme: scheme, admin: admin, local: local, agentAddr: agentAddr,
 		stopURL: stopAPI.URL, stopAPI: stopAPI, simStopped: make(chan struct{})}
 	var c client.Client

@@ -44,6 +44,14 @@ const (
 	// fault ends the reboot: the guest boots for GuestBootDelay and
 	// heartbeats again with a new boot time.
 	GuestReboot FaultKind = "GuestReboot"
+	// GuestAgentV1 makes the guest of a VirtualMachine run an agent from
+	// before protocol v2: it heartbeats on v1 and runs no task.
+	GuestAgentV1 FaultKind = "GuestAgentV1"
+	// GuestAgentRestart stops the guest's agent while the fault is on (no
+	// heartbeats; the tasks it started keep running, in process groups of
+	// their own, as under launchd); clearing it starts a new agent, which
+	// finds what the last one ran in the guest's task directory.
+	GuestAgentRestart FaultKind = "GuestAgentRestart"
 )
 
 // killedWait is how long a killed instance stays Failed before

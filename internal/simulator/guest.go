@@ -3,6 +3,7 @@ package simulator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync"
@@ -100,20 +101,49 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 	// takes the one the operator sends, as the agent's apply does.
 	hostname := goldenHostname
 	sshd, serving := &guestSSHD{}, false
+	disk, err := newGuestDisk(vmi.UID)
+	if err != nil {
+		log.Error(err, "simulated guest has no disk for its tasks")
+		return
+	}
+	defer disk.remove()
+	newTasks := func() *agent.Tasks {
+		return &agent.Tasks{Dir: disk.TaskDir(), Host: disk, Logf: func(f string, args ...any) { log.V(1).Info(fmt.Sprintf(f, args...)) }}
+	}
+	tasks := newTasks()
+	defer func() { tasks.Stop() }()
+	speaker := &agent.Speaker{Tasks: tasks}
+	restarting := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		case <-tasks.Changed():
 		}
 		if s.hasFault(GuestReboot, vmi.Namespace, vmi.Name) {
-			// Rebooting: silent until the fault is cleared, then a new boot.
+			// Rebooting: silent until the fault is cleared, then a new boot,
+			// whose processes are gone.
+			tasks.Stop()
 			rebooting, wait = true, 100*time.Millisecond
 			continue
 		}
 		if rebooting {
 			rebooting, bootedAt, wait = false, time.Now(), s.opts.GuestBootDelay
+			tasks = newTasks()
+			speaker = &agent.Speaker{Tasks: tasks}
 			continue
+		}
+		if s.hasFault(GuestAgentRestart, vmi.Namespace, vmi.Name) {
+			// The agent is down; what it started runs on.
+			restarting, wait = true, 100*time.Millisecond
+			continue
+		}
+		if restarting {
+			restarting, client = false, nil
+			tasks.Forget()
+			tasks = newTasks()
+			speaker = &agent.Speaker{Tasks: tasks}
 		}
 		err := func() error {
 			if client == nil {
@@ -130,7 +160,7 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 			if ip := GuestAddress(vmi); ip != "" {
 				facts.IPAddresses = []string{ip}
 			}
-			state, err := client.Heartbeat(ctx, facts)
+			state, err := s.heartbeat(ctx, vmi, client, speaker, facts)
 			if err != nil {
 				return err
 			}
@@ -162,6 +192,16 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 		}
 		failures = 0
 	}
+}
+
+// heartbeat sends one heartbeat as the guest's agent does: v2 with its
+// tasks' reports, running what the answer hands it; v1 under GuestAgentV1.
+func (s *Simulator) heartbeat(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, client *agent.Client, speaker *agent.Speaker,
+	facts agent.Facts) (*protocol.DesiredState, error) {
+	if s.hasFault(GuestAgentV1, vmi.Namespace, vmi.Name) {
+		return client.Heartbeat(ctx, facts)
+	}
+	return speaker.Heartbeat(ctx, client, facts)
 }
 
 // goldenHostname is the hostname of a simulated guest until the operator

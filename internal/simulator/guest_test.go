@@ -26,8 +26,14 @@ type endpoint struct {
 }
 
 func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != protocol.HeartbeatPath {
+		// As an operator from before protocol v2 answers: the guest then
+		// speaks v1.
+		w.WriteHeader(http.StatusNotFound)
+		return
+	}
 	hb, err := protocol.DecodeHeartbeat(r.Body)
-	if err != nil || r.URL.Path != protocol.HeartbeatPath {
+	if err != nil {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}

@@ -1,0 +1,58 @@
+package simulator
+
+import (
+	"os"
+	"path/filepath"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/macvirt/macvirt/internal/guestagent/agent"
+)
+
+// A simulated guest runs the tasks the operator hands it with the real
+// agent's task runner (agent.Tasks): the script under /bin/sh, its files
+// placed, its environment set, its timeout enforced, once per binding,
+// remembered on the guest's disk across agent restarts. What it does not
+// imitate: macOS's users (every task runs as the simulator's own user, with
+// a home of the user's name in the guest's directory, and no root),
+// permissions and ownership, and launchd. A file's path is taken under the
+// guest's directory, never the host's root.
+
+// guestDisk is a simulated guest's disk: a directory of its own, removed
+// when the guest ends.
+type guestDisk struct{ dir string }
+
+func newGuestDisk(uid types.UID) (*guestDisk, error) {
+	dir, err := os.MkdirTemp("", "macvirt-guest-"+string(uid)+"-")
+	if err != nil {
+		return nil, err
+	}
+	return &guestDisk{dir: dir}, nil
+}
+
+func (d *guestDisk) remove() { _ = os.RemoveAll(d.dir) }
+
+// TaskDir implements agent.TaskPlatform's directory of tasks.
+func (d *guestDisk) TaskDir() string {
+	return filepath.Join(d.dir, "var", "db", "macvirt-agent", "tasks")
+}
+
+// TaskUser is the simulator's own user, with a home named for user.
+func (d *guestDisk) TaskUser(name string) (agent.TaskUser, error) {
+	home := filepath.Join(d.dir, "Users", name)
+	if err := os.MkdirAll(home, 0o750); err != nil {
+		return agent.TaskUser{}, err
+	}
+	return agent.TaskUser{Name: name, UID: os.Getuid(), GID: os.Getgid(), Home: home}, nil
+}
+
+// TaskPath is path under the guest's directory.
+func (d *guestDisk) TaskPath(path string) string {
+	return filepath.Join(d.dir, filepath.Clean("/"+path))
+}
+
+// OutputLog is where a task's whole output is on a simulated guest, as
+// <TaskDir>/<id>/run/output.log is on a Mac.
+func (d *guestDisk) OutputLog(id string) string {
+	return filepath.Join(d.TaskDir(), id, "run", "output.log")
+}
