@@ -7,10 +7,13 @@
 package tenancy_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +44,27 @@ var (
 	admin   client.Client
 	system  *sandbox.System
 	stopAll context.CancelFunc
+	// logs is everything the operator, the simulator and the guests logged.
+	logs syncBuffer
 )
+
+// syncBuffer is a bytes.Buffer many goroutines write.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
 
 // The operator's service account, as config/default names it.
 const (
@@ -59,7 +82,7 @@ func TestTenancy(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	logf.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(GinkgoWriter, &logs)), zap.UseDevMode(true)))
 	SetDefaultEventuallyTimeout(2 * time.Minute)
 	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
 	var err error
@@ -152,14 +175,16 @@ var _ = AfterSuite(func() {
 })
 
 // tenantRoleFiles are the ClusterRoles config/rbac ships for people: all of
-// them but the operator's own and the metrics endpoint's.
+// them but the operator's own, the metrics endpoint's and the one
+// namespaces bind to the operator for bootstraps.
 func tenantRoleFiles() []string {
 	entries, err := os.ReadDir(filepath.Join(testenv.RepoRoot(), "config", "rbac"))
 	Expect(err).NotTo(HaveOccurred())
 	var files []string
 	for _, e := range entries {
 		name := e.Name()
-		if !strings.HasSuffix(name, "_role.yaml") || strings.HasPrefix(name, "leader_election") || strings.HasPrefix(name, "metrics_") {
+		if !strings.HasSuffix(name, "_role.yaml") || strings.HasPrefix(name, "leader_election") || strings.HasPrefix(name, "metrics_") ||
+			strings.HasPrefix(name, "bootstrap_") {
 			continue
 		}
 		files = append(files, name)
