@@ -72,7 +72,7 @@ type Bootstrap struct {
 
 // BootstrapScript is a script's text: inline, or a key of a Secret or a
 // ConfigMap in the claim's namespace. Exactly one is set.
-// +kubebuilder:validation:XValidation:rule="(self.inline != ” ? 1 : 0) + (has(self.secretKeyRef) ? 1 : 0) + (has(self.configMapKeyRef) ? 1 : 0) == 1",message="set exactly one of inline, secretKeyRef and configMapKeyRef"
+// +kubebuilder:validation:XValidation:rule="(has(self.inline) && size(self.inline) > 0 ? 1 : 0) + (has(self.secretKeyRef) ? 1 : 0) + (has(self.configMapKeyRef) ? 1 : 0) == 1",message="set exactly one of inline, secretKeyRef and configMapKeyRef"
 type BootstrapScript struct {
 	// inline is the script's text.
 	// +kubebuilder:validation:MaxLength=65536
@@ -102,7 +102,7 @@ type LocalKeyRef struct {
 // BootstrapEnvVar is one environment variable: a literal value, or a key
 // of a Secret in the claim's namespace (masked in the output the agent
 // reports).
-// +kubebuilder:validation:XValidation:rule="!(has(self.value) && self.value != ” && has(self.secretKeyRef))",message="set value or secretKeyRef, not both"
+// +kubebuilder:validation:XValidation:rule="!(has(self.value) && size(self.value) > 0 && has(self.secretKeyRef))",message="set value or secretKeyRef, not both"
 type BootstrapEnvVar struct {
 	// name of the variable.
 	// +kubebuilder:validation:MinLength=1

@@ -116,24 +116,58 @@ func (darwin) Owner(user string) (int, int, error) {
 }
 
 // TaskDir keeps the agent's task records and each task's output; the
-// output of a task is <TaskDir>/<id>/run/output.log (docs/bootstrap.md).
+// output of a task is <TaskDir>/<id>/output.log (docs/bootstrap.md).
 func (darwin) TaskDir() string { return protocol.MacOSTaskDir }
 
-// TaskUser is root, or a user with a home under /Users, owned by its
-// account.
+// TaskUser is root, or a person's account (uid 501 and up, as macOS
+// numbers them) with its home under /Users, as the directory service says
+// (id(1): uid, primary and supplementary groups).
 func (d darwin) TaskUser(name string) (agent.TaskUser, error) {
-	if name == "root" {
-		return agent.TaskUser{Name: name, Home: "/var/root"}, nil
+	if name == "" || strings.ContainsAny(name, "/.:") {
+		return agent.TaskUser{}, fmt.Errorf("refusing user name %q", name)
 	}
-	if _, err := d.AuthorizedKeysPath(name); err != nil {
-		return agent.TaskUser{}, err
+	ids := func(flag string) ([]int, error) {
+		out, err := exec.Command("/usr/bin/id", flag, name).Output() //nolint:gosec // a checked account name.
+		if err != nil {
+			return nil, fmt.Errorf("id %s %s: %w", flag, name, err)
+		}
+		var n []int
+		for _, f := range strings.Fields(string(out)) {
+			v, err := strconv.Atoi(f)
+			if err != nil {
+				return nil, fmt.Errorf("id %s %s printed %q", flag, name, f)
+			}
+			n = append(n, v)
+		}
+		if len(n) == 0 {
+			return nil, fmt.Errorf("id %s %s printed nothing", flag, name)
+		}
+		return n, nil
 	}
-	uid, gid, err := d.Owner(name)
+	uid, err := ids("-u")
 	if err != nil {
 		return agent.TaskUser{}, err
 	}
-	return agent.TaskUser{Name: name, UID: uid, GID: gid, Home: filepath.Join("/Users", name)}, nil
+	gid, err := ids("-g")
+	if err != nil {
+		return agent.TaskUser{}, err
+	}
+	groups, err := ids("-G")
+	if err != nil {
+		return agent.TaskUser{}, err
+	}
+	if err := agent.CheckAccount(name, uid[0], firstPersonUID); err != nil {
+		return agent.TaskUser{}, err
+	}
+	home := filepath.Join("/Users", name)
+	if name == agent.RootUser {
+		home = "/var/root"
+	}
+	return agent.TaskUser{Name: name, UID: uid[0], GID: gid[0], Groups: groups, Home: home}, nil
 }
+
+// firstPersonUID is the first uid macOS gives a person's account.
+const firstPersonUID = 501
 
 // TaskPath: files go where the task says.
 func (darwin) TaskPath(path string) string { return path }

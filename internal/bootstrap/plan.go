@@ -46,19 +46,23 @@ func TaskID(claimUID types.UID, part string) string { return protocol.TaskID(str
 // Observe is parts with each unfinished part's state as the machine's
 // guest status has it (by task id): what the agent reported, or the
 // endpoint's word on why it could not hand the part over yet (Pending with
-// a message); Pending when neither says anything. A finished part stays as
-// it is: the agent runs a task once, and what it came to does not change.
+// a message). A part the agent took never goes back to Pending: one that
+// ran stays as it was last seen while nothing is reported (it is never
+// handed over again), and a finished one stays as it is.
 func Observe(parts []macvirtv1alpha1.BootstrapPartStatus, claimUID types.UID, guest *macvirtv1alpha1.GuestStatus) []macvirtv1alpha1.BootstrapPartStatus {
 	out := make([]macvirtv1alpha1.BootstrapPartStatus, 0, len(parts))
 	for _, p := range parts {
 		p := *p.DeepCopy()
-		if !p.State.Finished() {
-			fresh := macvirtv1alpha1.BootstrapPartStatus{Name: p.Name, State: macvirtv1alpha1.BootstrapPending, HoldReady: p.HoldReady}
-			if t := reported(guest, TaskID(claimUID, p.Name)); t != nil {
-				fresh.State, fresh.ExitCode, fresh.StartedAt, fresh.Duration = t.State, t.ExitCode, t.StartedAt, t.Duration
-				fresh.OutputTail, fresh.Message = t.OutputTail, t.Message
-			}
-			p = fresh
+		t := reported(guest, TaskID(claimUID, p.Name))
+		switch {
+		case p.State.Finished(), t == nil && p.State == macvirtv1alpha1.BootstrapRunning:
+		case t == nil:
+			p = macvirtv1alpha1.BootstrapPartStatus{Name: p.Name, State: macvirtv1alpha1.BootstrapPending, HoldReady: p.HoldReady}
+		case t.State == macvirtv1alpha1.BootstrapPending && p.State == macvirtv1alpha1.BootstrapRunning:
+			// The endpoint's word cannot undo what the agent said.
+		default:
+			p = macvirtv1alpha1.BootstrapPartStatus{Name: p.Name, State: t.State, HoldReady: p.HoldReady, ExitCode: t.ExitCode,
+				StartedAt: t.StartedAt, Duration: t.Duration, OutputTail: t.OutputTail, Message: t.Message}
 		}
 		out = append(out, p)
 	}

@@ -56,6 +56,10 @@ func TestObserve(t *testing.T) {
 			[]macvirtv1alpha1.BootstrapPartStatus{part("class", "Succeeded")}, guest,
 			[]macvirtv1alpha1.BootstrapPartStatus{part("class", "Succeeded")},
 		},
+		"a part seen running is never pending again": {
+			[]macvirtv1alpha1.BootstrapPartStatus{part("claim", "Running")}, nil,
+			[]macvirtv1alpha1.BootstrapPartStatus{part("claim", "Running")},
+		},
 		"unreported is pending without a stale message": {
 			[]macvirtv1alpha1.BootstrapPartStatus{part("claim", "Pending", func(p *macvirtv1alpha1.BootstrapPartStatus) { p.Message = "old" })}, nil,
 			[]macvirtv1alpha1.BootstrapPartStatus{part("claim", "Pending")},

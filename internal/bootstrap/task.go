@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"fmt"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,7 +40,7 @@ func Task(ctx context.Context, reader client.Reader, namespace, id string, b *ma
 			if err != nil {
 				return t, err
 			}
-			t.Script, t.Mask = string(v), append(t.Mask, string(v))
+			t.Script, t.Mask = string(v), maskText(t.Mask, string(v))
 		case s.ConfigMapKeyRef != nil:
 			v, err := r.value(configMapKind, *s.ConfigMapKeyRef, "script.configMapKeyRef")
 			if err != nil {
@@ -62,7 +63,7 @@ func Task(ctx context.Context, reader client.Reader, namespace, id string, b *ma
 				return t, err
 			}
 			v = string(raw)
-			t.Mask = append(t.Mask, v)
+			t.Mask = maskText(t.Mask, v)
 		}
 		envBytes += len(e.Name) + len(v)
 		t.Env = append(t.Env, protocol.EnvVar{Name: e.Name, Value: v})
@@ -76,7 +77,7 @@ func Task(ctx context.Context, reader client.Reader, namespace, id string, b *ma
 		var err error
 		if f.SecretKeyRef != nil {
 			content, err = r.value(secretKind, *f.SecretKeyRef, fmt.Sprintf("files[%d].secretKeyRef", i))
-			t.Mask = append(t.Mask, string(content))
+			t.Mask = maskText(t.Mask, string(content))
 		} else if f.ConfigMapKeyRef != nil {
 			content, err = r.value(configMapKind, *f.ConfigMapKeyRef, fmt.Sprintf("files[%d].configMapKeyRef", i))
 		}
@@ -94,6 +95,15 @@ func Task(ctx context.Context, reader client.Reader, namespace, id string, b *ma
 		return t, &Unavailable{fmt.Sprintf("the files hold %d bytes, more than the limit of %d", fileBytes, macvirtv1alpha1.MaxBootstrapFileBytes)}
 	}
 	return t, nil
+}
+
+// maskText adds v to the values masked in the output: text only (output
+// is text; a binary value never shows whole in it).
+func maskText(mask []string, v string) []string {
+	if !utf8.ValidString(v) {
+		return mask
+	}
+	return append(mask, v)
 }
 
 const (

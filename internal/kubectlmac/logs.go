@@ -51,6 +51,6 @@ func (logsCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
 			}
 		}
 	}
-	_, _ = fmt.Fprintf(env.Out, "# the whole output is on the Mac, in %s/<task>/run/output.log\n", protocol.MacOSTaskDir)
+	_, _ = fmt.Fprintf(env.Out, "# the whole output is on the Mac, in %s/<task>/output.log\n", protocol.MacOSTaskDir)
 	return 0, nil
 }

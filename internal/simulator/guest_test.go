@@ -29,7 +29,9 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != protocol.HeartbeatPath {
 		// As an operator from before protocol v2 answers: the guest then
 		// speaks v1.
+		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(protocol.Error{Reason: protocol.ReasonUnsupported, Message: "no such endpoint; this server speaks " + protocol.HeartbeatPath})
 		return
 	}
 	hb, err := protocol.DecodeHeartbeat(r.Body)

@@ -50,9 +50,3 @@ func (d *guestDisk) TaskUser(name string) (agent.TaskUser, error) {
 func (d *guestDisk) TaskPath(path string) string {
 	return filepath.Join(d.dir, filepath.Clean("/"+path))
 }
-
-// OutputLog is where a task's whole output is on a simulated guest, as
-// <TaskDir>/<id>/run/output.log is on a Mac.
-func (d *guestDisk) OutputLog(id string) string {
-	return filepath.Join(d.TaskDir(), id, "run", "output.log")
-}

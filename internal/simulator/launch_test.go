@@ -48,6 +48,11 @@ var _ = Describe("VirtualMachine launch", func() {
 	BeforeEach(func() { ns = newNamespace() })
 
 	It("creates the instance at once and holds it Pending while a standalone DataVolume imports", func() {
+		// The import waits for its importer pod until the instance was
+		// seen Pending: at the suite's pace it would end in 200 ms, before
+		// a busy machine's first look.
+		held := simulator.Fault{Kind: simulator.ImporterUnschedulable, Namespace: ns, Name: "disk"}
+		sim.Inject(held)
 		create(newDataVolume(ns, "disk"))
 		create(newVM(ns, "mac", "disk"))
 
@@ -65,6 +70,7 @@ var _ = Describe("VirtualMachine launch", func() {
 			g.Expect(dv.Status.Phase).NotTo(Equal(cdiv1.Succeeded))
 		}).WithTimeout(timeout).Should(Succeed())
 		Expect(printableStatus(ns, "mac")(Default)).To(Equal(kubevirtv1.VirtualMachineStatusProvisioning))
+		sim.Clear(held)
 
 		Eventually(printableStatus(ns, "mac")).WithTimeout(timeout).Should(Equal(kubevirtv1.VirtualMachineStatusRunning))
 		vmi, err := getVMI(ns, "mac")

@@ -15,16 +15,21 @@ const ReasonBootstrapNotAllowed = "BootstrapNotAllowed"
 // run as root, or place files owned by root, only where
 // spec.tenancy.allowRootBootstrap is true. The webhook refuses with it, and
 // the guest-agent endpoint hands nothing over that the class (changed since
-// admission) no longer allows.
+// admission) no longer allows. Without a class (one not made yet, or gone)
+// nothing may act as root.
 func Bootstrap(class *macvirtv1alpha1.MacClass, b *macvirtv1alpha1.Bootstrap) *Refusal {
-	if b == nil || class == nil {
+	if b == nil {
 		return nil
 	}
-	t := class.Spec.Tenancy
+	var t macvirtv1alpha1.TenancySpec
+	name := "(none)"
+	if class != nil {
+		t, name = class.Spec.Tenancy, class.Name
+	}
 	if !t.TenantBootstrapAllowed() {
 		return &Refusal{Reason: ReasonBootstrapNotAllowed, Field: "spec.bootstrap", Message: fmt.Sprintf(
 			"MacClass %s does not let claims carry a bootstrap (spec.tenancy.allowTenantBootstrap is false); "+
-				"remove spec.bootstrap, or ask the class's admin", class.Name)}
+				"remove spec.bootstrap, or ask the class's admin", name)}
 	}
 	if t.AllowRootBootstrap {
 		return nil
@@ -32,7 +37,7 @@ func Bootstrap(class *macvirtv1alpha1.MacClass, b *macvirtv1alpha1.Bootstrap) *R
 	root := func(field string) *Refusal {
 		return &Refusal{Reason: ReasonBootstrapNotAllowed, Field: field, Message: fmt.Sprintf(
 			"MacClass %s does not let a claim's bootstrap act as root (spec.tenancy.allowRootBootstrap is false); "+
-				"use the login user (leave it empty), or ask the class's admin", class.Name)}
+				"use the login user (leave it empty), or ask the class's admin", name)}
 	}
 	if b.User == macvirtv1alpha1.BootstrapRootUser {
 		return root("spec.bootstrap.user")

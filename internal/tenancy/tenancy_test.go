@@ -113,14 +113,15 @@ func TestBootstrap(t *testing.T) {
 		bootstrap *macvirtv1alpha1.Bootstrap
 		field     string // empty: allowed
 	}{
-		"no bootstrap":                          {class(), nil, ""},
-		"a login-user script by default":        {class(), script, ""},
-		"a script where tenants may not":        {noTenant, script, "spec.bootstrap"},
-		"root by default":                       {class(), asRoot, "spec.bootstrap.user"},
-		"a root-owned file by default":          {class(), rootFile, "spec.bootstrap.files[0].owner"},
-		"root where the class allows it":        {rootOK, asRoot, ""},
-		"root file where the class allows":      {rootOK, rootFile, ""},
-		"no class: the controller waits anyway": {nil, asRoot, ""},
+		"no bootstrap":                         {class(), nil, ""},
+		"a login-user script by default":       {class(), script, ""},
+		"a script where tenants may not":       {noTenant, script, "spec.bootstrap"},
+		"root by default":                      {class(), asRoot, "spec.bootstrap.user"},
+		"a root-owned file by default":         {class(), rootFile, "spec.bootstrap.files[0].owner"},
+		"root where the class allows it":       {rootOK, asRoot, ""},
+		"root file where the class allows":     {rootOK, rootFile, ""},
+		"no class: a script as the login user": {nil, script, ""},
+		"no class: nothing as root":            {nil, asRoot, "spec.bootstrap.user"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -173,7 +173,7 @@ func (c *Client) HeartbeatV2(ctx context.Context, facts Facts, tasks []protocol.
 // v2 heartbeat.
 func SpeaksV1(err error) bool {
 	var se *StatusError
-	return errors.As(err, &se) && se.Code == http.StatusNotFound
+	return errors.As(err, &se) && se.Code == http.StatusNotFound && se.Body.Reason == protocol.ReasonUnsupported
 }
 
 func (c *Client) heartbeat(facts Facts) protocol.Heartbeat {

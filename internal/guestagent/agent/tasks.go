@@ -26,18 +26,22 @@ import (
 // record, and either follows the task still running (its process group
 // outlives the agent) or reports it as ended without an exit status.
 //
-// A task's directory, <Dir>/<id>, holds the record (task.json, the agent's
-// alone) and run/, owned by the task's user: the script, the whole output
-// (output.log, which stays on the Mac) and the exit status the shell that
-// runs the script writes when it ends (exit). Files are placed, and the
-// script run, by processes with the user's credentials, so a task can write
-// nowhere its user could not.
+// A task's directory, <Dir>/<id>, is the agent's (the user may enter it,
+// not change it): the record (task.json, the agent's alone), the script
+// (script.sh, the user's to read), the whole output (output.log, the
+// user's, which stays on the Mac) and the exit status the shell that runs
+// the script writes through a descriptor the agent opened (exit). The
+// agent follows no link there. Files are placed, and the script run, by
+// processes with the user's credentials, so a task can write nowhere its
+// user could not.
 
 // TaskUser is the account a task, or a file it places, belongs to.
 type TaskUser struct {
 	Name     string
 	UID, GID int
-	Home     string
+	// Groups are the user's supplementary groups (admin, for sudo).
+	Groups []int
+	Home   string
 }
 
 // TaskHost is what tasks need of the operating system.
@@ -203,16 +207,22 @@ func (t *Tasks) Update(binding string, tasks []protocol.Task) {
 		return
 	}
 	t.load()
-	if binding != t.binding {
+	// Only another claim ends a binding: an answer without one (a machine
+	// released, or briefly not trusted with its claim) stops and forgets
+	// nothing, so the binding's tasks, if it comes back, are not run again.
+	if binding != "" && binding != t.binding {
 		t.binding = binding
 		if err := t.saveBinding(); err != nil {
 			t.logf("recording the binding: %v", err)
 		}
 		t.queue = nil
 		if id := t.running; id != "" && t.records[id].Binding != binding {
-			t.stopRunning(protocol.TaskFailed, "the claim it ran for was released")
+			t.stopRunning(protocol.TaskFailed, "the Mac was bound to another claim")
 		}
 		t.forgetOtherBindings()
+	}
+	if binding == "" {
+		tasks = nil
 	}
 	for _, task := range tasks {
 		if t.records[task.ID] != nil || queued(t.queue, task.ID) || !validTaskID(task.ID) {
@@ -270,7 +280,7 @@ func (t *Tasks) load() {
 	}
 	t.loaded = true
 	t.records = map[string]*taskRecord{}
-	if raw, err := os.ReadFile(filepath.Join(t.Dir, bindingFile)); err == nil {
+	if raw, err := readOwn(filepath.Join(t.Dir, bindingFile), 256); err == nil {
 		t.binding = strings.TrimSpace(string(raw))
 	}
 	entries, err := os.ReadDir(t.Dir)
@@ -278,7 +288,7 @@ func (t *Tasks) load() {
 		t.logf("reading the task records in %s: %v", t.Dir, err)
 	}
 	for _, e := range entries {
-		raw, err := os.ReadFile(filepath.Join(t.Dir, e.Name(), "task.json"))
+		raw, err := readOwn(filepath.Join(t.Dir, e.Name(), taskFile), 1<<20)
 		if err != nil {
 			continue
 		}
@@ -293,7 +303,7 @@ func (t *Tasks) load() {
 		switch {
 		case !t.sameBoot(rec.Boot):
 			t.finish(rec, protocol.TaskFailed, nil, "the Mac restarted while it ran; a task runs once and is not run again")
-		case !processGroupAlive(rec.PID):
+		case !processAlive(rec.PID):
 			if code, ok := t.exitStatus(rec); ok {
 				t.finishExited(rec, code)
 			} else {
@@ -339,7 +349,11 @@ func (t *Tasks) start(task protocol.Task) {
 	rec := &taskRecord{ID: task.ID, Binding: t.binding, StartedAt: t.now(), Boot: t.Boot, TimeoutSeconds: task.TimeoutSeconds,
 		Mask: task.Mask, State: protocol.TaskRunning}
 	t.records[task.ID] = rec
-	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // run/ inside is the user's; the record is 0600.
+	if err := os.MkdirAll(t.Dir, 0o711); err != nil { //nolint:gosec // the task's user enters it to run its script.
+		t.finish(rec, protocol.TaskFailed, nil, "making the task directory: "+err.Error())
+		return
+	}
+	if err := os.Mkdir(dir, 0o711); err != nil { //nolint:gosec // the task's user enters it to run its script.
 		t.finish(rec, protocol.TaskFailed, nil, "making its directory: "+err.Error())
 		return
 	}
@@ -369,15 +383,8 @@ func (t *Tasks) start(task protocol.Task) {
 // launch places the files and starts the script in a process group of its
 // own, as its user.
 func (t *Tasks) launch(task protocol.Task, dir string) (*exec.Cmd, error) {
-	user, err := t.Host.TaskUser(task.User)
+	user, err := t.user(task.User)
 	if err != nil {
-		return nil, fmt.Errorf("the task's user %q: %w", task.User, err)
-	}
-	run := filepath.Join(dir, "run")
-	if err := os.Mkdir(run, 0o700); err != nil {
-		return nil, fmt.Errorf("making %s: %w", run, err)
-	}
-	if err := chownAs(run, user); err != nil {
 		return nil, err
 	}
 	for _, f := range task.Files {
@@ -385,15 +392,30 @@ func (t *Tasks) launch(task protocol.Task, dir string) (*exec.Cmd, error) {
 			return nil, err
 		}
 	}
-	script := filepath.Join(run, "script.sh")
-	if err := writeAs(script, []byte(task.Script), 0o700, user); err != nil {
+	// The directory is the agent's: the user cannot put a link or a pipe
+	// where the agent reads or writes. The script is the user's to read
+	// (the shell opens it as the user), the output the user's to write (the
+	// shell's standard output and error are a file the agent opened), and
+	// the exit status is written through a descriptor the agent opened, so
+	// an agent that restarts while the script runs still learns it.
+	script, err := createIn(dir, scriptFile, []byte(task.Script), 0o500, user)
+	if err != nil {
 		return nil, fmt.Errorf("writing the script: %w", err)
 	}
-	// The shell that runs the script records its exit status, so an agent
-	// that restarts while the script runs still learns it.
-	const wrapper = `/bin/sh "$1" >>"$2" 2>&1 </dev/null; s=$?; echo "$s" >"$3.tmp" && mv -f "$3.tmp" "$3"; exit "$s"`
-	cmd := exec.Command("/bin/sh", "-c", wrapper, "macvirt-task", script, //nolint:gosec // the operator's task, run as its user.
-		filepath.Join(run, "output.log"), filepath.Join(run, "exit"))
+	_ = script.Close()
+	out, err := createIn(dir, outputFile, nil, 0o600, user)
+	if err != nil {
+		return nil, fmt.Errorf("making the output file: %w", err)
+	}
+	defer func() { _ = out.Close() }()
+	exit, err := createIn(dir, exitFile, nil, 0o600, TaskUser{UID: os.Geteuid(), GID: os.Getegid()})
+	if err != nil {
+		return nil, fmt.Errorf("making the exit-status file: %w", err)
+	}
+	defer func() { _ = exit.Close() }()
+	const wrapper = `/bin/sh "$1" 3>&- </dev/null; s=$?; echo "$s" >&3; exit "$s"`
+	cmd := exec.Command("/bin/sh", "-c", wrapper, "macvirt-task", filepath.Join(dir, scriptFile)) //nolint:gosec // the operator's task, run as its user.
+	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = out, out, []*os.File{exit}
 	cmd.Dir = user.Home
 	cmd.Env = taskEnv(task, user)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -403,6 +425,67 @@ func (t *Tasks) launch(task protocol.Task, dir string) (*exec.Cmd, error) {
 	}
 	return cmd, nil
 }
+
+// The files of a task's directory.
+const (
+	taskFile   = "task.json"
+	scriptFile = "script.sh"
+	outputFile = "output.log"
+	exitFile   = "exit"
+)
+
+// createIn creates dir/name, which must not exist, without following a
+// link, writes content, and gives it to user with mode.
+func createIn(dir, name string, content []byte, mode os.FileMode, user TaskUser) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600) //nolint:gosec // the agent's own directory.
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Write(content); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	if os.Geteuid() == 0 && (user.UID != 0 || user.GID != 0) {
+		if err := f.Chown(user.UID, user.GID); err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+	}
+	if err := f.Chmod(mode); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// user looks a task's user up.
+func (t *Tasks) user(name string) (TaskUser, error) {
+	u, err := t.Host.TaskUser(name)
+	if err != nil {
+		return TaskUser{}, fmt.Errorf("the user %q: %w", name, err)
+	}
+	return u, nil
+}
+
+// CheckAccount is what a TaskHost of real accounts holds a task's user
+// to: only "root" is uid 0 (the operator decides who may ask for it), and
+// any other name is a person's account (uid minUID or more), never a
+// system account or root under another name (on a volume that ignores
+// case, /Users/shared is root's /Users/Shared).
+func CheckAccount(name string, uid, minUID int) error {
+	switch {
+	case name == RootUser && uid == 0:
+		return nil
+	case name == RootUser:
+		return fmt.Errorf("refusing the user root: it is uid %d, not 0", uid)
+	case uid < minUID:
+		return fmt.Errorf("refusing the user %q: it is uid %d, a system account (a task runs as root only as \"root\", or as a person's account, uid %d or more)", name, uid, minUID)
+	}
+	return nil
+}
+
+// RootUser is the one name a task runs as uid 0 under.
+const RootUser = "root"
 
 // taskEnv is the script's environment: the user's basics, then the task's.
 func taskEnv(task protocol.Task, user TaskUser) []string {
@@ -423,9 +506,9 @@ func (t *Tasks) place(f protocol.File, defaultOwner string) error {
 	if owner == "" {
 		owner = defaultOwner
 	}
-	user, err := t.Host.TaskUser(owner)
+	user, err := t.user(owner)
 	if err != nil {
-		return fmt.Errorf("the owner %q of %s: %w", owner, f.Path, err)
+		return fmt.Errorf("the owner of %s: %w", f.Path, err)
 	}
 	if !filepath.IsAbs(f.Path) || filepath.Clean(f.Path) != f.Path {
 		return fmt.Errorf("refusing the file path %q: it must be absolute and clean", f.Path)
@@ -450,8 +533,13 @@ func (t *Tasks) follow(rec *taskRecord, cmd *exec.Cmd, stop chan stopRequest) {
 	if cmd != nil {
 		go func() { _ = cmd.Wait(); close(done) }()
 	} else {
+		// Not the agent's child: follow the shell that runs the script
+		// (what it left running in the background is not the task).
 		go func() {
-			for processGroupAlive(rec.PID) {
+			for processAlive(rec.PID) {
+				if _, ok := t.exitStatus(rec); ok {
+					break
+				}
 				time.Sleep(taskPoll)
 			}
 			close(done)
@@ -519,23 +607,42 @@ func killGroup(pgid int, done <-chan struct{}) {
 	<-done
 }
 
-// processGroupAlive reports whether the process group pgid has a process.
-func processGroupAlive(pgid int) bool {
-	if pgid <= 0 {
+// processAlive reports whether process pid exists.
+func processAlive(pid int) bool {
+	if pid <= 0 {
 		return false
 	}
-	err := syscall.Kill(-pgid, 0)
+	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-// exitStatus is the status the task's shell recorded.
+// exitStatus is the status the task's shell recorded, read from the
+// agent's own file: a regular file, no link, a few bytes.
 func (t *Tasks) exitStatus(rec *taskRecord) (int, bool) {
-	raw, err := os.ReadFile(filepath.Join(t.Dir, rec.ID, "run", "exit"))
+	raw, err := readOwn(filepath.Join(t.Dir, rec.ID, exitFile), 16)
 	if err != nil {
 		return 0, false
 	}
 	code, err := strconv.Atoi(strings.TrimSpace(string(raw)))
 	return code, err == nil
+}
+
+// readOwn reads at most limit bytes of a regular file of the agent's
+// directory, following no link.
+func readOwn(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0) //nolint:gosec // the agent's own directory.
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	return io.ReadAll(io.LimitReader(f, limit))
 }
 
 func (t *Tasks) finishExited(rec *taskRecord, code int) {
@@ -561,13 +668,13 @@ func (t *Tasks) finish(rec *taskRecord, state protocol.TaskState, code *int, mes
 // tail is the end of the task's output, masked, at most
 // MaxOutputTailBytes, starting at a line when it can.
 func (t *Tasks) tail(rec *taskRecord) string {
-	f, err := os.Open(filepath.Join(t.Dir, rec.ID, "run", "output.log"))
+	f, err := os.OpenFile(filepath.Join(t.Dir, rec.ID, outputFile), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return ""
 	}
 	defer func() { _ = f.Close() }()
 	info, err := f.Stat()
-	if err != nil {
+	if err != nil || !info.Mode().IsRegular() {
 		return ""
 	}
 	offset := max(info.Size()-outputWindow, 0)
@@ -633,7 +740,7 @@ func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
 const bindingFile = ".binding"
 
 func (t *Tasks) saveBinding() error {
-	if err := os.MkdirAll(t.Dir, 0o755); err != nil { //nolint:gosec // task directories are made private below it.
+	if err := os.MkdirAll(t.Dir, 0o711); err != nil { //nolint:gosec // the task's user enters it to run its script.
 		return err
 	}
 	return writeSynced(t.Dir, bindingFile, []byte(t.binding))
@@ -645,7 +752,7 @@ func (t *Tasks) save(rec *taskRecord) error {
 	if err != nil {
 		return err
 	}
-	return writeSynced(filepath.Join(t.Dir, rec.ID), "task.json", raw)
+	return writeSynced(filepath.Join(t.Dir, rec.ID), taskFile, raw)
 }
 
 // writeSynced replaces dir/name with raw: a temporary file, synced, renamed
@@ -677,26 +784,6 @@ func writeSynced(dir, name string, raw []byte) error {
 	return nil
 }
 
-// writeAs writes a file owned by user.
-func writeAs(path string, content []byte, mode os.FileMode, user TaskUser) error {
-	if err := os.WriteFile(path, content, mode); err != nil {
-		return err
-	}
-	return chownAs(path, user)
-}
-
-// chownAs gives path to user when the agent may (it runs as root in
-// macOS; a simulated guest runs tasks as its own user).
-func chownAs(path string, user TaskUser) error {
-	if os.Geteuid() != 0 || (user.UID == os.Geteuid() && user.GID == os.Getegid()) {
-		return nil
-	}
-	if err := os.Lchown(path, user.UID, user.GID); err != nil {
-		return fmt.Errorf("giving %s to %s: %w", path, user.Name, err)
-	}
-	return nil
-}
-
 // setCredential runs cmd as user when that is not the agent's own user.
 func setCredential(cmd *exec.Cmd, user TaskUser) {
 	if user.UID == os.Geteuid() && user.GID == os.Getegid() {
@@ -705,5 +792,9 @@ func setCredential(cmd *exec.Cmd, user TaskUser) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(user.UID), Gid: uint32(user.GID)} //nolint:gosec // uids fit.
+	groups := make([]uint32, 0, len(user.Groups))
+	for _, g := range user.Groups {
+		groups = append(groups, uint32(g)) //nolint:gosec // gids fit.
+	}
+	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(user.UID), Gid: uint32(user.GID), Groups: groups} //nolint:gosec // uids fit.
 }

@@ -73,7 +73,7 @@ func TestATaskPlacesItsFilesAndRunsWithItsEnvironmentMasked(t *testing.T) {
 		t.Errorf("placed file: %v %v, want mode 0600", info, err)
 	}
 	// The whole log stays on the guest, unmasked, for the user to read.
-	full, err := os.ReadFile(filepath.Join(dir, "tasks", "claim-1-claim", "run", "output.log")) //nolint:gosec // the test's own file.
+	full, err := os.ReadFile(filepath.Join(dir, "tasks", "claim-1-claim", "output.log")) //nolint:gosec // the test's own file.
 	if err != nil || !strings.Contains(string(full), "token=s3cr3t-value") {
 		t.Errorf("the full log %q (%v) is not the script's output", full, err)
 	}
@@ -209,4 +209,34 @@ func setGrace(t *testing.T, d time.Duration) {
 	old := TaskGrace
 	TaskGrace = d
 	t.Cleanup(func() { TaskGrace = old })
+}
+
+func TestOnlyRootIsUIDZeroAndPeopleAreNotSystemAccounts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		uid  int
+		ok   bool
+	}{
+		{"root", 0, true}, {"admin", 501, true}, {"shared", 0, false}, {"daemon", 1, false}, {"root", 501, false}, {"_www", 70, false},
+	} {
+		if err := CheckAccount(tc.name, tc.uid, 500); (err == nil) != tc.ok {
+			t.Errorf("CheckAccount(%s, %d) = %v, want ok=%v", tc.name, tc.uid, err, tc.ok)
+		}
+	}
+}
+
+func TestAnAnswerWithoutABindingForgetsNothing(t *testing.T) {
+	dir := t.TempDir()
+	count := filepath.Join(dir, "runs")
+	task := protocol.Task{ID: "a-claim", User: "admin", TimeoutSeconds: 30, Script: "echo run >> " + count}
+	tasks := newTasks(t, dir)
+	tasks.Update("a", []protocol.Task{task})
+	waitFor(t, tasks, "a-claim")
+	tasks.Update("", nil)
+	tasks.Update("a", []protocol.Task{task})
+	time.Sleep(200 * time.Millisecond)
+	raw, err := os.ReadFile(count) //nolint:gosec // the test's own file.
+	if err != nil || strings.Count(string(raw), "run") != 1 {
+		t.Fatalf("the script ran %d times (%v), want once", strings.Count(string(raw), "run"), err)
+	}
 }

@@ -2,8 +2,12 @@ package endpoint
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,7 +45,9 @@ func (h *Handler) bootstrap(ctx context.Context, claim *macvirtv1alpha1.MacClaim
 	guest := &macvirtv1alpha1.GuestStatus{Tasks: recorded}
 	next, ok := bootstrap.Next(bootstrap.Observe(parts, claim.UID, guest))
 	id := bootstrap.TaskID(claim.UID, next.Name)
-	if _, taken := byID[id]; !ok || taken {
+	if _, taken := byID[id]; !ok || taken || next.State != macvirtv1alpha1.BootstrapPending {
+		// Nothing to hand over, or a part the agent took (one it no longer
+		// reports is never handed again: it ran, or may have).
 		return nil, recorded, nil
 	}
 	pending := func(msg string) ([]protocol.Task, []macvirtv1alpha1.GuestTaskStatus, error) {
@@ -69,13 +75,22 @@ func (h *Handler) bootstrap(ctx context.Context, claim *macvirtv1alpha1.MacClaim
 	case err != nil:
 		return nil, nil, err
 	}
+	if raw, err := json.Marshal(task); err != nil || len(raw) > maxTaskBytes {
+		return pending(fmt.Sprintf("the bootstrap comes to %d bytes as the agent receives it, more than the %d an answer carries; "+
+			"make its files smaller", len(raw), maxTaskBytes))
+	}
 	return []protocol.Task{task}, recorded, nil
 }
 
-// guestTask is a task report as status.guest records it.
+// maxTaskBytes bounds a task as sent, leaving room in the agent's answer
+// (protocol.MaxAnswerBytesV2) for the rest of it.
+const maxTaskBytes = protocol.MaxAnswerBytesV2 - 512<<10
+
+// guestTask is a task report as status.guest records it, without the
+// control characters (but newlines and tabs) a terminal would act on.
 func guestTask(r protocol.TaskReport) macvirtv1alpha1.GuestTaskStatus {
 	t := macvirtv1alpha1.GuestTaskStatus{ID: r.ID, State: macvirtv1alpha1.BootstrapState(r.State),
-		OutputTail: r.OutputTail, Message: r.Message}
+		OutputTail: printable(r.OutputTail), Message: printable(r.Message)}
 	if !r.StartedAt.IsZero() {
 		at := metav1.NewTime(r.StartedAt)
 		t.StartedAt = &at
@@ -101,4 +116,14 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// printable is s without control characters other than newline and tab.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' || !unicode.IsControl(r) {
+			return r
+		}
+		return -1
+	}, s)
 }

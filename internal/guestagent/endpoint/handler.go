@@ -122,7 +122,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, protocol.ReasonRateLimited, "heartbeats too frequent; wait for the interval the last reply gave")
 		return
 	}
-	state, tasks, err := h.desiredState(ctx, m, hb.Tasks)
+	state, tasks, err := h.desiredState(ctx, m, version, hb.Tasks)
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "reading a machine's desired state", "machine", key)
 		writeError(w, http.StatusInternalServerError, protocol.ReasonInternal, "reading the desired state failed; retry")
@@ -228,7 +228,7 @@ func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb 
 // the machine's name as hostname, and an interval a quarter of the
 // heartbeatTimeout the machine is held to (5s to 60s); with the tasks to
 // record in status.guest.
-func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachine, reports []protocol.TaskReport) (
+func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachine, version string, reports []protocol.TaskReport) (
 	*protocol.DesiredStateV2, []macvirtv1alpha1.GuestTaskStatus, error) {
 	answer := &protocol.DesiredStateV2{DesiredState: protocol.DesiredState{Hostname: m.Name, SSHUser: protocol.DefaultSSHUser,
 		SSHAuthorizedKeys: []string{}}}
@@ -259,8 +259,16 @@ func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachin
 			if ok {
 				state.SSHAuthorizedKeys = append(state.SSHAuthorizedKeys, claim.Spec.SSHAuthorizedKeys...)
 				answer.Binding = string(claim.UID)
-				if answer.Tasks, tasks, err = h.bootstrap(ctx, claim, res.Class, reports); err != nil {
-					return nil, nil, err
+				// The class as it is now: the one the claim's plan was made
+				// from, and the one whose tenancy holds now.
+				class := res.Live
+				if class == nil {
+					class = res.Class
+				}
+				if version != protocol.Version {
+					if answer.Tasks, tasks, err = h.bootstrap(ctx, claim, class, reports); err != nil {
+						return nil, nil, err
+					}
 				}
 			}
 		case err != nil && !apierrors.IsNotFound(err):

@@ -40,6 +40,10 @@ const (
 	MaxTaskMessageBytes = 1024
 )
 
+// MaxDurationMillis bounds a reported duration: longer than the longest
+// timeout a task may have (a day), with room.
+const MaxDurationMillis = 7 * 24 * 3600 * 1000
+
 // HeartbeatV2 is a v1 heartbeat plus the reports of the tasks the agent
 // holds for its current binding.
 type HeartbeatV2 struct {
@@ -78,7 +82,7 @@ type TaskReport struct {
 }
 
 // MacOSTaskDir is where the agent keeps a directory per task in macOS; a
-// task's whole output is <MacOSTaskDir>/<id>/run/output.log.
+// task's whole output is <MacOSTaskDir>/<id>/output.log.
 const MacOSTaskDir = "/var/db/macvirt-agent/tasks"
 
 // MaskText replaces a masked value in reported output.
@@ -166,8 +170,12 @@ func (h *HeartbeatV2) Validate() error {
 			errs = append(errs, fmt.Errorf("tasks[%d].outputTail is longer than %d bytes", i, MaxOutputTailBytes))
 		case len(t.Message) > MaxTaskMessageBytes:
 			errs = append(errs, fmt.Errorf("tasks[%d].message is longer than %d bytes", i, MaxTaskMessageBytes))
-		case t.DurationMillis < 0:
-			errs = append(errs, fmt.Errorf("tasks[%d].durationMillis is negative", i))
+		case t.DurationMillis < 0 || t.DurationMillis > MaxDurationMillis:
+			errs = append(errs, fmt.Errorf("tasks[%d].durationMillis is not between 0 and %d", i, MaxDurationMillis))
+		case t.ExitCode != nil && (*t.ExitCode < 0 || *t.ExitCode > 255):
+			errs = append(errs, fmt.Errorf("tasks[%d].exitCode is not between 0 and 255", i))
+		case t.ExitCode != nil && t.State != TaskSucceeded && t.State != TaskFailed:
+			errs = append(errs, fmt.Errorf("tasks[%d] is %s and has an exit code", i, t.State))
 		}
 	}
 	return errors.Join(errs...)
