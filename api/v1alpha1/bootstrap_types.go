@@ -231,12 +231,10 @@ const MaxBootstrapOutputTailBytes = 4096
 // MaxBootstrapMessageBytes bounds a part's message.
 const MaxBootstrapMessageBytes = 1024
 
-// BootstrapPartStatus is what became of one part of a claim's bootstrap.
-type BootstrapPartStatus struct {
-	// name is the part: class or claim.
-	// +kubebuilder:validation:Enum=class;claim
-	Name string `json:"name"`
-	// state is where the part is.
+// TaskOutcome is where a task (a part of a bootstrap) is and what it came
+// to, as the guest agent reports it.
+type TaskOutcome struct {
+	// state is where the task is.
 	State BootstrapState `json:"state"`
 	// exitCode is the script's exit status, once it exited.
 	// +optional
@@ -248,8 +246,8 @@ type BootstrapPartStatus struct {
 	// +optional
 	Duration *metav1.Duration `json:"duration,omitempty"`
 	// outputTail is the end of its output (standard output and error
-	// together), at most 4096 bytes, with the values of Secrets masked.
-	// The whole log stays on the Mac (docs/bootstrap.md).
+	// together), at most 4096 bytes, with the values of Secrets masked by
+	// the agent. The whole log stays on the Mac (docs/bootstrap.md).
 	// +kubebuilder:validation:MaxLength=4096
 	// +optional
 	OutputTail string `json:"outputTail,omitempty"`
@@ -258,6 +256,14 @@ type BootstrapPartStatus struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Message string `json:"message,omitempty"`
+}
+
+// BootstrapPartStatus is what became of one part of a claim's bootstrap.
+type BootstrapPartStatus struct {
+	// name is the part: class or claim.
+	// +kubebuilder:validation:Enum=class;claim
+	Name        string `json:"name"`
+	TaskOutcome `json:",inline"`
 	// holdReady says the claim is Ready only once this part succeeded.
 	// +optional
 	HoldReady bool `json:"holdReady,omitempty"`
@@ -269,26 +275,8 @@ type BootstrapPartStatus struct {
 type GuestTaskStatus struct {
 	// id is the task's id: the binding and the part.
 	// +kubebuilder:validation:MaxLength=128
-	ID string `json:"id"`
-	// state is where the task is.
-	State BootstrapState `json:"state"`
-	// exitCode is the script's exit status, once it exited.
-	// +optional
-	ExitCode *int32 `json:"exitCode,omitempty"`
-	// startedAt is when it started, by the guest's clock.
-	// +optional
-	StartedAt *metav1.Time `json:"startedAt,omitempty"`
-	// duration is how long it ran, once finished.
-	// +optional
-	Duration *metav1.Duration `json:"duration,omitempty"`
-	// outputTail is the end of its output, masked by the agent.
-	// +kubebuilder:validation:MaxLength=4096
-	// +optional
-	OutputTail string `json:"outputTail,omitempty"`
-	// message says why it failed when no exit status does.
-	// +kubebuilder:validation:MaxLength=1024
-	// +optional
-	Message string `json:"message,omitempty"`
+	ID          string `json:"id"`
+	TaskOutcome `json:",inline"`
 }
 
 // ConditionBootstrapSucceeded is True on a MacClaim once every part of its

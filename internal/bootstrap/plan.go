@@ -19,14 +19,18 @@ import (
 func Plan(class *macvirtv1alpha1.MacClass, claim *macvirtv1alpha1.MacClaim) []macvirtv1alpha1.BootstrapPartStatus {
 	var parts []macvirtv1alpha1.BootstrapPartStatus
 	if class != nil && class.Spec.Bootstrap != nil {
-		parts = append(parts, macvirtv1alpha1.BootstrapPartStatus{Name: macvirtv1alpha1.BootstrapPartClass,
-			State: macvirtv1alpha1.BootstrapPending, HoldReady: class.Spec.Bootstrap.HoldsReady()})
+		parts = append(parts, pending(macvirtv1alpha1.BootstrapPartClass, class.Spec.Bootstrap.HoldsReady()))
 	}
 	if claim.Spec.Bootstrap != nil {
-		parts = append(parts, macvirtv1alpha1.BootstrapPartStatus{Name: macvirtv1alpha1.BootstrapPartClaim,
-			State: macvirtv1alpha1.BootstrapPending, HoldReady: claim.Spec.Bootstrap.HoldsReady()})
+		parts = append(parts, pending(macvirtv1alpha1.BootstrapPartClaim, claim.Spec.Bootstrap.HoldsReady()))
 	}
 	return parts
+}
+
+// pending is a part not taken yet.
+func pending(name string, holdReady bool) macvirtv1alpha1.BootstrapPartStatus {
+	return macvirtv1alpha1.BootstrapPartStatus{Name: name, HoldReady: holdReady,
+		TaskOutcome: macvirtv1alpha1.TaskOutcome{State: macvirtv1alpha1.BootstrapPending}}
 }
 
 // Spec is the bootstrap a part runs: the class's or the claim's.
@@ -57,12 +61,11 @@ func Observe(parts []macvirtv1alpha1.BootstrapPartStatus, claimUID types.UID, gu
 		switch {
 		case p.State.Finished(), t == nil && p.State == macvirtv1alpha1.BootstrapRunning:
 		case t == nil:
-			p = macvirtv1alpha1.BootstrapPartStatus{Name: p.Name, State: macvirtv1alpha1.BootstrapPending, HoldReady: p.HoldReady}
+			p = pending(p.Name, p.HoldReady)
 		case t.State == macvirtv1alpha1.BootstrapPending && p.State == macvirtv1alpha1.BootstrapRunning:
 			// The endpoint's word cannot undo what the agent said.
 		default:
-			p = macvirtv1alpha1.BootstrapPartStatus{Name: p.Name, State: t.State, HoldReady: p.HoldReady, ExitCode: t.ExitCode,
-				StartedAt: t.StartedAt, Duration: t.Duration, OutputTail: t.OutputTail, Message: t.Message}
+			p.TaskOutcome = *t.TaskOutcome.DeepCopy()
 		}
 		out = append(out, p)
 	}

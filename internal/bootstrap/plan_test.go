@@ -11,7 +11,7 @@ import (
 )
 
 func part(name string, state macvirtv1alpha1.BootstrapState, mods ...func(*macvirtv1alpha1.BootstrapPartStatus)) macvirtv1alpha1.BootstrapPartStatus {
-	p := macvirtv1alpha1.BootstrapPartStatus{Name: name, State: state, HoldReady: true}
+	p := macvirtv1alpha1.BootstrapPartStatus{Name: name, TaskOutcome: macvirtv1alpha1.TaskOutcome{State: state}, HoldReady: true}
 	for _, m := range mods {
 		m(&p)
 	}
@@ -37,9 +37,9 @@ func TestPlanRunsTheClassesPartFirstAndOnlyWhatExists(t *testing.T) {
 func TestObserve(t *testing.T) {
 	exit := int32(2)
 	guest := &macvirtv1alpha1.GuestStatus{Tasks: []macvirtv1alpha1.GuestTaskStatus{
-		{ID: "u-class", State: macvirtv1alpha1.BootstrapFailed, ExitCode: &exit, OutputTail: "boom"},
-		{ID: "u-claim", State: macvirtv1alpha1.BootstrapPending, Message: "Secret team-a/x does not exist"},
-		{ID: "old-claim", State: macvirtv1alpha1.BootstrapSucceeded},
+		{ID: "u-class", TaskOutcome: macvirtv1alpha1.TaskOutcome{State: macvirtv1alpha1.BootstrapFailed, ExitCode: &exit, OutputTail: "boom"}},
+		{ID: "u-claim", TaskOutcome: macvirtv1alpha1.TaskOutcome{State: macvirtv1alpha1.BootstrapPending, Message: "Secret team-a/x does not exist"}},
+		{ID: "old-claim", TaskOutcome: macvirtv1alpha1.TaskOutcome{State: macvirtv1alpha1.BootstrapSucceeded}},
 	}}
 	cases := map[string]struct {
 		parts []macvirtv1alpha1.BootstrapPartStatus

@@ -22,7 +22,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -181,7 +180,7 @@ func (c *Client) heartbeat(facts Facts) protocol.Heartbeat {
 		Machine:      protocol.MachineRef{Namespace: c.cfg.Namespace, Name: c.cfg.Machine},
 		AgentVersion: Version, OSVersion: facts.OSVersion, OSBuild: facts.OSBuild, Hostname: facts.Hostname,
 		BootTime: facts.BootTime, IPAddresses: facts.IPAddresses, SSHHostKeys: facts.SSHHostKeys,
-		ApplyError: truncate(facts.ApplyError, protocol.MaxApplyErrorBytes),
+		ApplyError: protocol.Truncate(facts.ApplyError, protocol.MaxApplyErrorBytes),
 	}
 }
 
@@ -418,17 +417,6 @@ func apply(p Platform, facts Facts, state *protocol.DesiredState) error {
 // desired state failed, or stopped failing, so the tenant learns of it
 // without waiting a whole interval.
 var ReportWait = time.Second
-
-// truncate cuts s to at most n bytes, on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
 
 // Token is the bearer token the client sends.
 func (c *Client) Token() string { return c.cfg.Token }

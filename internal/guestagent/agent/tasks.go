@@ -656,7 +656,7 @@ func (t *Tasks) finishExited(rec *taskRecord, code int) {
 // finish records how a task ended, with its output's tail.
 func (t *Tasks) finish(rec *taskRecord, state protocol.TaskState, code *int, message string) {
 	rec.State, rec.ExitCode, rec.FinishedAt = state, code, t.now()
-	rec.Message = truncate(message, protocol.MaxTaskMessageBytes)
+	rec.Message = protocol.Truncate(message, protocol.MaxTaskMessageBytes)
 	rec.OutputTail = t.tail(rec)
 	if err := t.save(rec); err != nil {
 		t.logf("recording the end of task %s: %v", rec.ID, err)

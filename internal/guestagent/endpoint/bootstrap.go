@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -51,8 +50,8 @@ func (h *Handler) bootstrap(ctx context.Context, claim *macvirtv1alpha1.MacClaim
 		return nil, recorded, nil
 	}
 	pending := func(msg string) ([]protocol.Task, []macvirtv1alpha1.GuestTaskStatus, error) {
-		return nil, append(recorded, macvirtv1alpha1.GuestTaskStatus{ID: id, State: macvirtv1alpha1.BootstrapPending,
-			Message: truncate(msg, macvirtv1alpha1.MaxBootstrapMessageBytes)}), nil
+		return nil, append(recorded, macvirtv1alpha1.GuestTaskStatus{ID: id, TaskOutcome: macvirtv1alpha1.TaskOutcome{
+			State: macvirtv1alpha1.BootstrapPending, Message: protocol.Truncate(msg, macvirtv1alpha1.MaxBootstrapMessageBytes)}}), nil
 	}
 	spec := bootstrap.Spec(next.Name, class, claim)
 	if spec == nil {
@@ -89,8 +88,8 @@ const maxTaskBytes = protocol.MaxAnswerBytesV2 - 512<<10
 // guestTask is a task report as status.guest records it, without the
 // control characters (but newlines and tabs) a terminal would act on.
 func guestTask(r protocol.TaskReport) macvirtv1alpha1.GuestTaskStatus {
-	t := macvirtv1alpha1.GuestTaskStatus{ID: r.ID, State: macvirtv1alpha1.BootstrapState(r.State),
-		OutputTail: printable(r.OutputTail), Message: printable(r.Message)}
+	t := macvirtv1alpha1.GuestTaskStatus{ID: r.ID, TaskOutcome: macvirtv1alpha1.TaskOutcome{State: macvirtv1alpha1.BootstrapState(r.State),
+		OutputTail: printable(r.OutputTail), Message: printable(r.Message)}}
 	if !r.StartedAt.IsZero() {
 		at := metav1.NewTime(r.StartedAt)
 		t.StartedAt = &at
@@ -106,17 +105,6 @@ func guestTask(r protocol.TaskReport) macvirtv1alpha1.GuestTaskStatus {
 }
 
 func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
-
-// truncate cuts s to at most n bytes, on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
 
 // printable is s without control characters other than newline and tab.
 func printable(s string) string {

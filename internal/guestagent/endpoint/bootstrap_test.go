@@ -39,9 +39,10 @@ func withBootstrap(t *testing.T, h *Handler, c client.Client) {
 	}
 	claim.Spec.Bootstrap = &macvirtv1alpha1.Bootstrap{Script: &macvirtv1alpha1.BootstrapScript{Inline: "./register --token \"$TOKEN\""},
 		Env: []macvirtv1alpha1.BootstrapEnvVar{{Name: "TOKEN", SecretKeyRef: &macvirtv1alpha1.LocalKeyRef{Name: "runner", Key: "token"}}}}
+	pending := macvirtv1alpha1.TaskOutcome{State: macvirtv1alpha1.BootstrapPending}
 	claim.Status.Bootstrap = []macvirtv1alpha1.BootstrapPartStatus{
-		{Name: macvirtv1alpha1.BootstrapPartClass, State: macvirtv1alpha1.BootstrapPending, HoldReady: true},
-		{Name: macvirtv1alpha1.BootstrapPartClaim, State: macvirtv1alpha1.BootstrapPending, HoldReady: true}}
+		{Name: macvirtv1alpha1.BootstrapPartClass, TaskOutcome: pending, HoldReady: true},
+		{Name: macvirtv1alpha1.BootstrapPartClaim, TaskOutcome: pending, HoldReady: true}}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "runner"}, Data: map[string][]byte{"token": []byte(registrationToken)}}
 	for _, err := range []error{c.Update(ctx, class), c.Update(ctx, claim), c.Create(ctx, secret)} {
 		if err != nil {

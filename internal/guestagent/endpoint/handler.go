@@ -10,6 +10,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"mime"
 	"net/http"
 	"strings"
@@ -95,7 +96,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.Is(err, protocol.ErrTooLarge) || errors.As(err, &tooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, protocol.ReasonTooLarge, protocol.ErrTooLarge.Error())
+		limit := protocol.MaxBodyBytesV2
+		if version == protocol.Version {
+			limit = protocol.MaxBodyBytes
+		}
+		writeError(w, http.StatusRequestEntityTooLarge, protocol.ReasonTooLarge, fmt.Sprintf("the body is larger than %d bytes", limit))
 		return
 	case err != nil:
 		writeError(w, http.StatusBadRequest, protocol.ReasonMalformed, err.Error())

@@ -15,6 +15,7 @@ import (
 	"net"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/crypto/ssh"
 )
@@ -143,27 +144,37 @@ const (
 // DecodeHeartbeat reads one heartbeat strictly: unknown fields, trailing
 // data, a body over MaxBodyBytes and values over the limits are errors.
 func DecodeHeartbeat(r io.Reader) (*Heartbeat, error) {
-	body, err := io.ReadAll(io.LimitReader(r, MaxBodyBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(body) > MaxBodyBytes {
-		return nil, ErrTooLarge
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
 	h := &Heartbeat{}
-	if err := dec.Decode(h); err != nil {
-		return nil, fmt.Errorf("decoding the heartbeat: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("decoding the heartbeat: trailing data after the JSON object")
+	if err := decodeStrict(r, MaxBodyBytes, h); err != nil {
+		return nil, err
 	}
 	return h, h.Validate()
 }
 
-// ErrTooLarge is a body over MaxBodyBytes.
-var ErrTooLarge = fmt.Errorf("the body is larger than %d bytes", MaxBodyBytes)
+// decodeStrict decodes one JSON object of at most limit bytes into v,
+// refusing unknown fields and trailing data.
+func decodeStrict(r io.Reader, limit int, v any) error {
+	body, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if err != nil {
+		return err
+	}
+	if len(body) > limit {
+		return ErrTooLarge
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decoding the heartbeat: %w", err)
+	}
+	if dec.More() {
+		return errors.New("decoding the heartbeat: trailing data after the JSON object")
+	}
+	return nil
+}
+
+// ErrTooLarge is a body over the limit of its version (MaxBodyBytes,
+// MaxBodyBytesV2).
+var ErrTooLarge = errors.New("the body is larger than the protocol allows")
 
 // Validate checks the required values and the limits.
 func (h *Heartbeat) Validate() error {
@@ -223,4 +234,16 @@ func validHostKey(k string) error {
 		return fmt.Errorf("sshHostKeys entry %.64q is not an SSH public key", k)
 	}
 	return nil
+}
+
+// Truncate cuts s to at most n bytes, on a rune boundary: how both sides
+// bound a message.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

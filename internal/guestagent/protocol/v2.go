@@ -1,8 +1,6 @@
 package protocol
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -135,21 +133,9 @@ func TaskID(claimUID, part string) string { return claimUID + "-" + part }
 // DecodeHeartbeatV2 reads one v2 heartbeat as strictly as DecodeHeartbeat
 // reads v1.
 func DecodeHeartbeatV2(r io.Reader) (*HeartbeatV2, error) {
-	body, err := io.ReadAll(io.LimitReader(r, MaxBodyBytesV2+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(body) > MaxBodyBytesV2 {
-		return nil, ErrTooLarge
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
 	h := &HeartbeatV2{}
-	if err := dec.Decode(h); err != nil {
-		return nil, fmt.Errorf("decoding the heartbeat: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("decoding the heartbeat: trailing data after the JSON object")
+	if err := decodeStrict(r, MaxBodyBytesV2, h); err != nil {
+		return nil, err
 	}
 	return h, h.Validate()
 }
