@@ -299,9 +299,9 @@ type TenancySpec struct {
 	AllowedAccessTypes []AccessType `json:"allowedAccessTypes,omitempty"`
 
 	// allowTenantBootstrap lets claims of this class carry their own
-	// spec.bootstrap (the default). The class's own bootstrap runs either
-	// way.
-	// +kubebuilder:default=true
+	// spec.bootstrap; unset allows it. The class's own bootstrap runs
+	// either way. (No schema default: classes stored before this field
+	// existed read back unchanged.)
 	// +optional
 	AllowTenantBootstrap *bool `json:"allowTenantBootstrap,omitempty"`
 

@@ -60,10 +60,6 @@ func DefaultMacClass(c *macvirtv1alpha1.MacClass) {
 		t := true
 		s.Tenancy.AllowRetain = &t
 	}
-	if s.Tenancy.AllowTenantBootstrap == nil {
-		t := true
-		s.Tenancy.AllowTenantBootstrap = &t
-	}
 }
 
 // DefaultMacClassUpdate defaults a class on update. When the update changes
