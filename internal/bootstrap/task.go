@@ -171,7 +171,7 @@ func (r *sources) unreadable(kind string, ref macvirtv1alpha1.LocalKeyRef, field
 		return &Unavailable{fmt.Sprintf("%s: %s %s/%s does not exist", field, kind, r.namespace, ref.Name)}
 	case apierrors.IsForbidden(err):
 		return &Unavailable{fmt.Sprintf("%s: the operator may not read %ss in namespace %s; "+
-			"an admin of the namespace grants it with the RoleBinding in docs/bootstrap.md", field, kind, r.namespace)}
+			"an admin of the namespace grants it with the RoleBinding in docs/bootstrap.md (the API server: %s)", field, kind, r.namespace, err.Error())}
 	}
 	return fmt.Errorf("reading %s %s/%s for %s: %w", kind, r.namespace, ref.Name, field, err)
 }
