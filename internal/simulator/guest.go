@@ -107,31 +107,31 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 		return
 	}
 	defer disk.remove()
-	newTasks := func() *agent.Tasks {
-		return &agent.Tasks{Dir: disk.TaskDir(), Host: disk, Logf: func(f string, args ...any) { log.V(1).Info(fmt.Sprintf(f, args...)) }}
+	// A new agent (at boot, or after a restart) finds its tasks on disk.
+	newAgent := func() *agent.Speaker {
+		return &agent.Speaker{Tasks: &agent.Tasks{Dir: disk.TaskDir(), Host: disk,
+			Logf: func(f string, args ...any) { log.V(1).Info(fmt.Sprintf(f, args...)) }}}
 	}
-	tasks := newTasks()
-	defer func() { tasks.Stop() }()
-	speaker := &agent.Speaker{Tasks: tasks}
+	speaker := newAgent()
+	defer func() { speaker.Tasks.Stop() }()
 	restarting := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
-		case <-tasks.Changed():
+		case <-speaker.Changed():
 		}
 		if s.hasFault(GuestReboot, vmi.Namespace, vmi.Name) {
 			// Rebooting: silent until the fault is cleared, then a new boot,
 			// whose processes are gone.
-			tasks.Stop()
+			speaker.Tasks.Stop()
 			rebooting, wait = true, 100*time.Millisecond
 			continue
 		}
 		if rebooting {
 			rebooting, bootedAt, wait = false, time.Now(), s.opts.GuestBootDelay
-			tasks = newTasks()
-			speaker = &agent.Speaker{Tasks: tasks}
+			speaker = newAgent()
 			continue
 		}
 		if s.hasFault(GuestAgentRestart, vmi.Namespace, vmi.Name) {
@@ -141,9 +141,8 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 		}
 		if restarting {
 			restarting, client = false, nil
-			tasks.Forget()
-			tasks = newTasks()
-			speaker = &agent.Speaker{Tasks: tasks}
+			speaker.Tasks.Forget()
+			speaker = newAgent()
 		}
 		err := func() error {
 			if client == nil {
