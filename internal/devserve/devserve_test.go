@@ -38,8 +38,8 @@ func TestPreparePointsEveryWebhookAtTheLocalServer(t *testing.T) {
 			}
 		}
 	}
-	if webhooks != 8 {
-		t.Errorf("%d webhooks, want 8 (defaulting and validating for four kinds)", webhooks)
+	if webhooks != 9 {
+		t.Errorf("%d webhooks, want 9 (defaulting and validating for four kinds, validating for runner sets)", webhooks)
 	}
 
 	// The serving certificate verifies against the CA for the host.

@@ -52,6 +52,7 @@ Usage:
   kubectl mac ssh NAME [-i KEY] [--address HOST:PORT] [-- COMMAND...]
   kubectl mac vnc NAME [--open]
   kubectl mac release NAME [--wait] [--timeout 10m]
+  kubectl mac runners [RUNNER-SET]
 
 Global flags (before or after the command):
   --kubeconfig FILE   the kubeconfig to use (default: $KUBECONFIG, then ~/.kube/config)
@@ -60,6 +61,9 @@ Global flags (before or after the command):
 
 logs prints the end of the output of the claim's bootstrap, as the Mac's
 agent reported it (the values of Secrets masked).
+
+runners lists the namespace's GitHub Actions runner sets (MacRunnerSets),
+what GitHub asks of each, and each runner with its state and job.
 
 ssh connects with your own key (ssh-agent, or ~/.ssh/id_ed25519, id_ecdsa,
 id_rsa, or -i) as the claim's user, and accepts only a host key that the
@@ -120,6 +124,7 @@ var commands = map[string]command{
 	"claim":   {flags: claimFlags},
 	"get":     {flags: func(*flag.FlagSet) runner { return getCmd{} }},
 	"logs":    {flags: func(*flag.FlagSet) runner { return logsCmd{} }},
+	"runners": {flags: func(*flag.FlagSet) runner { return runnersCmd{} }},
 	"wait":    {flags: waitFlags},
 	"ssh":     {flags: sshFlags},
 	"vnc":     {flags: vncFlags},

@@ -29,6 +29,7 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/metrics"
 	"github.com/macvirt/macvirt/internal/controller/nodeslots"
 	"github.com/macvirt/macvirt/internal/controller/pool"
+	"github.com/macvirt/macvirt/internal/controller/runnerset"
 	"github.com/macvirt/macvirt/internal/devserve"
 	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
@@ -233,6 +234,18 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 				MaxConcurrentReconciles: workers,
 				ConnectionResync:        opts.ConnectionResync,
 				ControllerName:          "macclaim" + opts.NameSuffix,
+			}).SetupWithManager(mgr)
+		}},
+		{RunnerSetController, func() error {
+			rs := opts.RunnerSets
+			return (&runnerset.Reconciler{
+				Client:         c,
+				APIReader:      mgr.GetAPIReader(),
+				Recorder:       mgr.GetEventRecorder("macvirt-runnerset-controller"),
+				Clock:          clk,
+				Listeners:      runnerset.NewListeners(rs.Client, rs.Backoff, rs.MaxBackoff),
+				Resync:         rs.Resync,
+				ControllerName: "macrunnerset" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},
 		{NodeController, func() error {

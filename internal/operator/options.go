@@ -10,6 +10,7 @@ import (
 
 	"github.com/macvirt/macvirt/internal/devserve"
 	"github.com/macvirt/macvirt/internal/domainhook/contract"
+	"github.com/macvirt/macvirt/internal/github"
 	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
 )
 
@@ -82,6 +83,8 @@ type Options struct {
 	// ConnectionResync is how often Ready claims' connection Secrets are
 	// applied again (claim.DefaultConnectionResync when zero).
 	ConnectionResync time.Duration
+	// RunnerSets tunes how runner sets talk to GitHub.
+	RunnerSets RunnerSetOptions
 
 	// What tests and benchmarks change.
 
@@ -100,6 +103,18 @@ type Options struct {
 	// NameSuffix is appended to controller names so several operators can
 	// run in one process.
 	NameSuffix string
+}
+
+// RunnerSetOptions tune the runner sets' GitHub clients and listeners;
+// the zero value is what production uses.
+type RunnerSetOptions struct {
+	// Client tunes retries and timeouts of GitHub requests.
+	Client github.Options
+	// Backoff is the first wait after a listener fails (5 s when zero);
+	// it doubles up to MaxBackoff (5 min when zero).
+	Backoff, MaxBackoff time.Duration
+	// Resync is how often GitHub's runner list is read (15 s when zero).
+	Resync time.Duration
 }
 
 // CertFiles name a serving certificate: the directory and the file names
@@ -150,6 +165,8 @@ const (
 	ClaimController   Controller = "claim"
 	// NodeController advertises the macOS slots of Apple-hardware nodes.
 	NodeController Controller = "node"
+	// RunnerSetController runs GitHub Actions runner sets.
+	RunnerSetController Controller = "runnerset"
 )
 
 func (o *Options) runs(c Controller) bool {

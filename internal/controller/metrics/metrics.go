@@ -95,7 +95,8 @@ func (c *machineCollector) Collect(ch chan<- prometheus.Metric) {
 func Collectors(reader client.Reader) []prometheus.Collector {
 	return []prometheus.Collector{MachinePhaseTransitions, &machineCollector{reader: reader}, &slotsCollector{reader: reader},
 		&claimCollector{reader: reader}, PoolMachineOps, PoolMachines, poolIdleTarget, ClaimBindSeconds, ClaimReadySeconds, ClaimBootstraps, OrphansDeleted, ForcedPowerOffs, StopFailures,
-		machineProvisionSeconds, machineBootSeconds}
+		machineProvisionSeconds, machineBootSeconds,
+		RunnerSetRunners, RunnerSetAssignedJobs, RunnerSetJobsWaiting, RunnerSetQueueWait, RunnerSetCleanups, RunnerSetGitHubErrors}
 }
 
 // Register registers the operator's metrics with controller-runtime's
@@ -317,4 +318,60 @@ func (c *claimCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(claimsDesc, prometheus.GaugeValue, float64(n), phase)
 	}
 	ch <- prometheus.MustNewConstMetric(claimOldestWaitingDesc, prometheus.GaugeValue, oldest.Seconds())
+}
+
+// Runner sets' metrics carry runner_set_namespace and runner_set.
+var runnerSetLabels = []string{"runner_set_namespace", "runner_set"}
+
+// RunnerSetRunners is each runner set's runners by state (pending, idle,
+// running, finishing), as last reconciled.
+var RunnerSetRunners = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "macvirt_runnerset_runners",
+	Help: "MacRunnerSet runners by state: pending (Mac booting or runner not online), idle, running, finishing.",
+}, append(runnerSetLabels, "state"))
+
+// RunnerSetAssignedJobs is GitHub's count of jobs assigned to each set's
+// scale set, waiting or running.
+var RunnerSetAssignedJobs = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "macvirt_runnerset_assigned_jobs",
+	Help: "Jobs GitHub assigned to each MacRunnerSet's scale set, waiting or running (its totalAssignedJobs statistic).",
+}, runnerSetLabels)
+
+// RunnerSetJobsWaiting is how long each set has had, without a break, a
+// job waiting for a runner.
+var RunnerSetJobsWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "macvirt_runnerset_jobs_waiting_seconds",
+	Help: "Seconds since each MacRunnerSet last had no job waiting for a runner (GitHub's assigned jobs above its running ones); 0 while none waits.",
+}, runnerSetLabels)
+
+// RunnerSetQueueWait is the time from a job's assignment to the scale set
+// until a runner took it, as GitHub timed them.
+var RunnerSetQueueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Name:    "macvirt_runnerset_queue_wait_seconds",
+	Help:    "Time from a job's assignment to a MacRunnerSet's scale set until a runner took it (GitHub's scaleSetAssignTime to runnerAssignTime).",
+	Buckets: []float64{1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600},
+}, runnerSetLabels)
+
+// RunnerSetCleanups counts runners a set cleaned up before their job ended
+// it, by why: registration_timeout, job_timeout, mac_lost, surplus, orphan.
+var RunnerSetCleanups = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "macvirt_runnerset_cleanups_total",
+	Help: "Runners a MacRunnerSet removed from GitHub and released early, by reason: registration_timeout, job_timeout, mac_lost, surplus, orphan.",
+}, append(runnerSetLabels, "reason"))
+
+// RunnerSetGitHubErrors counts errors GitHub answered each set's listener
+// and reconciler with, by HTTP status (0: no answer).
+var RunnerSetGitHubErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "macvirt_runnerset_github_errors_total",
+	Help: "Errors from GitHub for each MacRunnerSet, by HTTP status code (0 when GitHub did not answer).",
+}, append(runnerSetLabels, "code"))
+
+// ForgetRunnerSet drops a deleted set's series.
+func ForgetRunnerSet(namespace, name string) {
+	l := prometheus.Labels{"runner_set_namespace": namespace, "runner_set": name}
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
+		RunnerSetRunners, RunnerSetAssignedJobs, RunnerSetJobsWaiting, RunnerSetQueueWait, RunnerSetCleanups, RunnerSetGitHubErrors,
+	} {
+		v.DeletePartialMatch(l)
+	}
 }

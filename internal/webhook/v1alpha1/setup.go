@@ -47,7 +47,7 @@ type Options struct {
 	OperatorUser string
 }
 
-// Setup registers the defaulting and validating webhooks of all four kinds
+// Setup registers the defaulting and validating webhooks of every kind
 // with the manager's webhook server, and the cache index they look up
 // SMBIOS identities by (unless the controllers registered it already).
 func Setup(mgr ctrl.Manager, opts Options) error {
@@ -61,6 +61,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			WithDefaulter(&claimWebhook{}).WithValidator(&claimWebhook{lookup: l, reviews: mgr.GetClient()}).Complete(),
 		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacMachine{}).
 			WithDefaulter(&machineWebhook{lookup: l}).WithValidator(&machineWebhook{lookup: l, operator: opts.OperatorUser}).Complete(),
+		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacRunnerSet{}).
+			WithValidator(&runnerSetWebhook{reviews: mgr.GetClient()}).Complete(),
 	} {
 		if err != nil {
 			return fmt.Errorf("setting up webhooks: %w", err)

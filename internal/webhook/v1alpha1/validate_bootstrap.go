@@ -158,12 +158,19 @@ func bootstrapSources(p *field.Path, b *macvirtv1alpha1.Bootstrap) []sourceRef {
 // what its creator could read. Each source is asked about once.
 func mayReadSources(ctx context.Context, c client.Client, claim *macvirtv1alpha1.MacClaim) (field.ErrorList, error) {
 	refs := bootstrapSources(field.NewPath("spec", "bootstrap"), claim.Spec.Bootstrap)
+	return mayRead(ctx, c, claim.Namespace, refs, "a claim of theirs may not carry it to a Mac")
+}
+
+// mayRead asks, with a SubjectAccessReview of the user making the request,
+// whether that user may get each source in namespace, and refuses those
+// they may not, saying so with consequence.
+func mayRead(ctx context.Context, c client.Client, namespace string, refs []sourceRef, consequence string) (field.ErrorList, error) {
 	if len(refs) == 0 {
 		return nil, nil
 	}
 	req, err := admission.RequestFromContext(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("the admission request carries no user to check the bootstrap's sources for: %w", err)
+		return nil, fmt.Errorf("the admission request carries no user to check the sources for: %w", err)
 	}
 	u := req.UserInfo
 	extra := map[string]authorizationv1.ExtraValue{}
@@ -179,16 +186,16 @@ func mayReadSources(ctx context.Context, c client.Client, claim *macvirtv1alpha1
 		asked[ref.resource+"/"+ref.name] = true
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: claim.Namespace, Verb: "get",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: "get",
 				Resource: ref.resource, Name: ref.name},
 		}}
 		if err := c.Create(ctx, sar); err != nil {
-			return nil, fmt.Errorf("asking whether %s may read %s %s/%s: %w", u.Username, ref.resource, claim.Namespace, ref.name, err)
+			return nil, fmt.Errorf("asking whether %s may read %s %s/%s: %w", u.Username, ref.resource, namespace, ref.name, err)
 		}
 		if !sar.Status.Allowed {
 			errs = append(errs, field.Forbidden(ref.field, fmt.Sprintf(
-				"%s may not get %s %q in namespace %s, so a claim of theirs may not carry it to a Mac; "+
-					"name one they may read, or ask an admin of the namespace", u.Username, strings.TrimSuffix(ref.resource, "s"), ref.name, claim.Namespace)))
+				"%s may not get %s %q in namespace %s, so %s; "+
+					"name one they may read, or ask an admin of the namespace", u.Username, strings.TrimSuffix(ref.resource, "s"), ref.name, namespace, consequence)))
 		}
 	}
 	return errs, nil

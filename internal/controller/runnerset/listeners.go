@@ -1,0 +1,451 @@
+package runnerset
+
+import (
+	"context"
+	"os"
+	"reflect"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/actions/scaleset"
+	"github.com/actions/scaleset/listener"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/metrics"
+	"github.com/macvirt/macvirt/internal/github"
+)
+
+// ListenerConfig is what one set's listener runs with; a change restarts
+// it.
+type ListenerConfig struct {
+	Scope        github.Scope
+	Credentials  github.Credentials
+	ScaleSetName string
+	RunnerGroup  string
+	Labels       []string
+	MaxRunners   int
+}
+
+// Listeners keeps one listener per runner set: a goroutine holding the
+// scale set's message session, long-polling GitHub for its statistics and
+// job messages. It runs under the manager (only on the leader) and closes
+// every session when the operator stops.
+type Listeners struct {
+	// Owner names the sessions this operator opens (its pod's name).
+	Owner string
+	// Client tunes the GitHub clients.
+	Client github.Options
+	// Backoff is the first wait after a failure; it doubles up to MaxBackoff.
+	Backoff, MaxBackoff time.Duration
+	// Events wakes the set's reconcile; the controller watches it.
+	Events chan event.GenericEvent
+
+	mu   sync.Mutex
+	ctx  context.Context
+	stop context.CancelFunc
+	sets map[types.NamespacedName]*setListener
+}
+
+// NewListeners makes the listeners' registry.
+func NewListeners(opts github.Options, backoff, maxBackoff time.Duration) *Listeners {
+	owner, err := os.Hostname()
+	if err != nil || owner == "" {
+		owner = "macvirt"
+	}
+	if backoff <= 0 {
+		backoff = 5 * time.Second
+	}
+	if maxBackoff < backoff {
+		maxBackoff = 5 * time.Minute
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	return &Listeners{Owner: owner, Client: opts, Backoff: backoff, MaxBackoff: maxBackoff,
+		Events: make(chan event.GenericEvent, 1024), ctx: ctx, stop: stop, sets: map[types.NamespacedName]*setListener{}}
+}
+
+// Start blocks until ctx ends, then stops every listener, closing its
+// session so the next leader can open one at once.
+func (l *Listeners) Start(ctx context.Context) error {
+	<-ctx.Done()
+	l.mu.Lock()
+	l.stop()
+	sets := make([]*setListener, 0, len(l.sets))
+	for _, s := range l.sets {
+		sets = append(sets, s)
+	}
+	l.mu.Unlock()
+	for _, s := range sets {
+		<-s.done
+	}
+	return nil
+}
+
+// Ensure runs key's listener with cfg, restarting it when cfg changed.
+func (l *Listeners) Ensure(key types.NamespacedName, cfg ListenerConfig) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s, ok := l.sets[key]; ok {
+		if reflect.DeepEqual(s.cfg, cfg) {
+			return
+		}
+		s.cancel()
+		<-s.done
+	}
+	ctx, cancel := context.WithCancel(l.ctx)
+	s := &setListener{key: key, cfg: cfg, cancel: cancel, done: make(chan struct{}),
+		started: map[string]macvirtv1alpha1.RunnerJob{}, completed: map[string]string{}}
+	l.sets[key] = s
+	go s.run(ctx, l)
+}
+
+// Stop ends key's listener, closing its session.
+func (l *Listeners) Stop(key types.NamespacedName) {
+	l.mu.Lock()
+	s, ok := l.sets[key]
+	delete(l.sets, key)
+	l.mu.Unlock()
+	if ok {
+		s.cancel()
+		<-s.done
+	}
+}
+
+// Demand is what a set's listener learned from GitHub.
+type Demand struct {
+	// Running: a listener runs for the set.
+	Running bool
+	// Client talks to GitHub for the set, once the scale set is known.
+	Client     *github.Client
+	ScaleSetID int
+	// Assigned is GitHub's totalAssignedJobs: jobs waiting or running.
+	Assigned int
+	// Known: Assigned came from the session that is open now.
+	Known bool
+	// Listening: the message session is open and polled.
+	Listening bool
+	// Err is the last error, cleared when a session opens.
+	Err *Problem
+	// Started are jobs GitHub gave the set's runners, by runner name.
+	Started map[string]macvirtv1alpha1.RunnerJob
+	// Completed are the results of jobs that ended, by runner name.
+	Completed map[string]string
+	// WaitingSince is since when, without a break, at least one job
+	// assigned to the scale set has waited for a runner (GitHub's assigned
+	// jobs above its running ones); zero when none waits.
+	WaitingSince time.Time
+	// Runners are the scale set's runners as GitHub listed them last, and
+	// when.
+	Runners   []github.Runner
+	RunnersAt time.Time
+}
+
+// Problem is an error from GitHub, explained, and when it happened.
+type Problem struct {
+	github.Explanation
+	At time.Time
+}
+
+// Demand is a copy of key's demand.
+func (l *Listeners) Demand(key types.NamespacedName) Demand {
+	l.mu.Lock()
+	s, ok := l.sets[key]
+	l.mu.Unlock()
+	if !ok {
+		return Demand{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := Demand{Running: true, Client: s.client, ScaleSetID: s.scaleSetID, Assigned: s.assigned, Known: s.known && s.listening, Listening: s.listening,
+		Started: make(map[string]macvirtv1alpha1.RunnerJob, len(s.started)), Completed: make(map[string]string, len(s.completed)),
+		Runners: s.runners, RunnersAt: s.runnersAt}
+	if s.err != nil {
+		p := *s.err
+		d.Err = &p
+	}
+	for k, v := range s.started {
+		d.Started[k] = v
+	}
+	for k, v := range s.completed {
+		d.Completed[k] = v
+	}
+	d.WaitingSince = s.waitingSince
+	return d
+}
+
+// Forget drops what the listener knows of runners that are gone.
+func (l *Listeners) Forget(key types.NamespacedName, names ...string) {
+	l.mu.Lock()
+	s, ok := l.sets[key]
+	l.mu.Unlock()
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range names {
+		delete(s.started, n)
+		delete(s.completed, n)
+	}
+}
+
+// RecordRunners keeps the runners GitHub listed for key.
+func (l *Listeners) RecordRunners(key types.NamespacedName, runners []github.Runner, at time.Time) {
+	l.mu.Lock()
+	s, ok := l.sets[key]
+	l.mu.Unlock()
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	s.runners, s.runnersAt = runners, at
+	s.mu.Unlock()
+}
+
+// RecordError records an error GitHub answered the reconciler with.
+func (l *Listeners) RecordError(key types.NamespacedName, p Problem) {
+	metrics.RunnerSetGitHubErrors.WithLabelValues(key.Namespace, key.Name, strconv.Itoa(p.StatusCode)).Inc()
+	l.mu.Lock()
+	s, ok := l.sets[key]
+	l.mu.Unlock()
+	if ok {
+		s.mu.Lock()
+		s.err = &p
+		s.mu.Unlock()
+	}
+}
+
+// trigger wakes key's reconcile; a full channel drops the event, as the
+// reconcile requeues itself while runners are active.
+func (l *Listeners) trigger(key types.NamespacedName) {
+	select {
+	case l.Events <- event.GenericEvent{Object: &macvirtv1alpha1.MacRunnerSet{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
+	default:
+	}
+}
+
+// setListener is one set's listener and what it learned.
+type setListener struct {
+	key    types.NamespacedName
+	cfg    ListenerConfig
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu         sync.Mutex
+	client     *github.Client
+	scaleSetID int
+	assigned   int
+	known      bool
+	listening  bool
+	err        *Problem
+	started    map[string]macvirtv1alpha1.RunnerJob
+	completed  map[string]string
+	// waitingSince: see Demand.WaitingSince.
+	waitingSince time.Time
+	runners      []github.Runner
+	runnersAt    time.Time
+}
+
+// sessionRetries is how many times in a row a failed poll is retried on
+// the same session before it is closed and opened again.
+const sessionRetries = 3
+
+// run keeps the set's session until ctx ends, backing off after failures.
+func (s *setListener) run(ctx context.Context, l *Listeners) {
+	defer close(s.done)
+	log := ctrl.Log.WithName("runner-set-listener").WithValues("runnerSet", s.key)
+	backoff := l.Backoff
+	for ctx.Err() == nil {
+		ran, err := s.session(ctx, l, &backoff)
+		if ctx.Err() != nil {
+			return
+		}
+		if ran {
+			backoff = l.Backoff
+		}
+		log.Info("the scale set's listener stopped; retrying", "after", backoff, "error", err.Error())
+		s.fail(err, l)
+		if !sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, l.MaxBackoff)
+	}
+}
+
+// session opens the scale set's message session and polls it, retrying a
+// failed poll on the same session a few times. It reports whether a
+// session was opened.
+func (s *setListener) session(ctx context.Context, l *Listeners, backoff *time.Duration) (bool, error) {
+	c, err := github.New(s.cfg.Scope, s.cfg.Credentials, l.Client)
+	if err != nil {
+		return false, err
+	}
+	id, err := c.EnsureScaleSet(ctx, s.cfg.ScaleSetName, s.cfg.RunnerGroup, s.cfg.Labels)
+	s.mu.Lock()
+	s.client = c
+	if err == nil {
+		s.scaleSetID = id
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	l.trigger(s.key)
+	sess, err := c.Session(ctx, id, l.Owner)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = sess.Close(closeCtx)
+	}()
+	s.mu.Lock()
+	s.listening, s.err = true, nil
+	s.mu.Unlock()
+	l.trigger(s.key)
+	defer func() {
+		s.mu.Lock()
+		s.listening, s.known = false, false
+		s.mu.Unlock()
+	}()
+	var last error
+	for failures := 0; failures < sessionRetries && ctx.Err() == nil; failures++ {
+		sc := &scaler{set: s, l: l}
+		lis, err := listener.New(sess, listener.Config{ScaleSetID: id, MaxRunners: s.cfg.MaxRunners}, listener.WithMetricsRecorder(sc))
+		if err != nil {
+			return true, err
+		}
+		last = lis.Run(ctx, sc)
+		if ctx.Err() != nil {
+			return true, nil
+		}
+		s.fail(last, l)
+		if !sleep(ctx, *backoff) {
+			return true, nil
+		}
+		*backoff = min(2**backoff, l.MaxBackoff)
+	}
+	return true, last
+}
+
+// fail records err as the set's last error from GitHub.
+func (s *setListener) fail(err error, l *Listeners) {
+	if err == nil {
+		return
+	}
+	s.mu.Lock()
+	c := s.client
+	s.mu.Unlock()
+	var e github.Explanation
+	if c != nil {
+		e = c.Explain(err)
+	} else {
+		e = github.Explanation{Message: err.Error()}
+	}
+	l.RecordError(s.key, Problem{Explanation: e, At: time.Now()})
+	l.trigger(s.key)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// scaler takes the listener's messages: GitHub's statistics and jobs.
+type scaler struct {
+	set *setListener
+	l   *Listeners
+}
+
+func (sc *scaler) HandleDesiredRunnerCount(_ context.Context, count int) (int, error) {
+	s := sc.set
+	s.mu.Lock()
+	changed := s.assigned != count || !s.known
+	s.assigned, s.known = count, true
+	s.mu.Unlock()
+	metrics.RunnerSetAssignedJobs.WithLabelValues(s.key.Namespace, s.key.Name).Set(float64(count))
+	if changed {
+		sc.l.trigger(s.key)
+	}
+	return min(count, s.cfg.MaxRunners), nil
+}
+
+// RecordStatistics follows whether jobs wait: GitHub's assigned jobs above
+// its running ones.
+func (sc *scaler) RecordStatistics(st *scaleset.RunnerScaleSetStatistic) {
+	if st == nil {
+		return
+	}
+	s := sc.set
+	s.mu.Lock()
+	switch waiting := st.TotalAssignedJobs > st.TotalRunningJobs; {
+	case waiting && s.waitingSince.IsZero():
+		s.waitingSince = time.Now()
+	case !waiting:
+		s.waitingSince = time.Time{}
+	}
+	since := s.waitingSince
+	s.mu.Unlock()
+	age := 0.0
+	if !since.IsZero() {
+		age = time.Since(since).Seconds()
+	}
+	metrics.RunnerSetJobsWaiting.WithLabelValues(s.key.Namespace, s.key.Name).Set(age)
+}
+
+// RecordJobStarted: the scaler's HandleJobStarted records it.
+func (sc *scaler) RecordJobStarted(*scaleset.JobStarted) {}
+
+// RecordJobCompleted: the scaler's HandleJobCompleted records it.
+func (sc *scaler) RecordJobCompleted(*scaleset.JobCompleted) {}
+
+// RecordDesiredRunners: the status shows it.
+func (sc *scaler) RecordDesiredRunners(int) {}
+
+func (sc *scaler) HandleJobStarted(_ context.Context, j *scaleset.JobStarted) error {
+	s := sc.set
+	if j.RunnerName == "" {
+		return nil
+	}
+	job := macvirtv1alpha1.RunnerJob{ID: j.JobID, DisplayName: j.JobDisplayName, WorkflowRunID: j.WorkflowRunID}
+	if j.OwnerName != "" && j.RepositoryName != "" {
+		job.Repository = j.OwnerName + "/" + j.RepositoryName
+	}
+	started := j.RunnerAssignTime
+	if started.IsZero() {
+		started = time.Now()
+	}
+	t := metav1.NewTime(started)
+	job.StartedAt = &t
+	s.mu.Lock()
+	s.started[j.RunnerName] = job
+	s.mu.Unlock()
+	if !j.ScaleSetAssignTime.IsZero() && !j.RunnerAssignTime.IsZero() {
+		metrics.RunnerSetQueueWait.WithLabelValues(s.key.Namespace, s.key.Name).
+			Observe(j.RunnerAssignTime.Sub(j.ScaleSetAssignTime).Seconds())
+	}
+	sc.l.trigger(s.key)
+	return nil
+}
+
+func (sc *scaler) HandleJobCompleted(_ context.Context, j *scaleset.JobCompleted) error {
+	s := sc.set
+	s.mu.Lock()
+	if j.RunnerName != "" {
+		s.completed[j.RunnerName] = j.Result
+	}
+	s.mu.Unlock()
+	sc.l.trigger(s.key)
+	return nil
+}

@@ -1,0 +1,214 @@
+package runnerset
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+// Why a runner is released before its job ended it; also the cleanups
+// metric's reason.
+const (
+	cleanupRegistrationTimeout = "registration_timeout"
+	cleanupJobTimeout          = "job_timeout"
+	cleanupMacLost             = "mac_lost"
+	cleanupSurplus             = "surplus"
+	cleanupOrphan              = "orphan"
+)
+
+// runnerFacts is what the reconcile knows of one runner: its claim, what
+// GitHub's messages and runner list said, and what its Mac's task did.
+type runnerFacts struct {
+	Name     string
+	Created  time.Time
+	Deleting bool
+	// Bound: the claim holds a Mac.
+	Bound bool
+	// Lost: the claim's Mac is gone (the claim's phase is Lost).
+	Lost bool
+	// Job is the job GitHub gave it, from a message or the claim's record.
+	Job *macvirtv1alpha1.RunnerJob
+	// Result is its job's result when GitHub said the job completed.
+	Result string
+	// TaskEnded is the state of its runner task when the task ended (the
+	// runner exited).
+	TaskEnded macvirtv1alpha1.BootstrapState
+	// Listed: GitHub's last runner list has it; Online and Busy as listed.
+	Listed, Online, Busy bool
+}
+
+// planInput is everything a plan is decided from.
+type planInput struct {
+	Now time.Time
+	// Known: the listener has GitHub's statistics for the current session;
+	// without them nothing is created or released as surplus.
+	Known bool
+	// Assigned is GitHub's totalAssignedJobs.
+	Assigned            int
+	MaxRunners          int
+	MinIdle             int
+	OwnsPool            bool
+	JobTimeout          time.Duration
+	RegistrationTimeout time.Duration
+	Runners             []runnerFacts
+}
+
+// runnerDecision is a runner's state and whether to release it now.
+type runnerDecision struct {
+	macvirtv1alpha1.RunnerStatus
+	// Release: remove its registration from GitHub and delete its claim.
+	Release bool
+	// Cleanup is why it is released early (a cleanup metric reason); empty
+	// when its job (or its runner's exit) ended it.
+	Cleanup string
+	created time.Time
+}
+
+// runnerPlan is what to do.
+type runnerPlan struct {
+	Runners []runnerDecision
+	// Desired is GitHub's assigned jobs up to maxRunners.
+	Desired int
+	// Create is how many runners to add.
+	Create int
+	// WarmIdle is the idle target of the set's own pool.
+	WarmIdle int32
+	// AtMax: more were wanted than maxRunners allows.
+	AtMax                             bool
+	Pending, Idle, Running, Finishing int
+}
+
+// decide is the runner set's one decision: each runner's state, which to
+// release (finished, dead, timed out, or surplus when GitHub wants fewer),
+// how many to create, and the warm pool's idle target. Never more claims
+// than maxRunners exist at once, finishing ones included, and no runner
+// that runs a job is released as surplus.
+func decide(in planInput) runnerPlan {
+	var p runnerPlan
+	p.Runners = make([]runnerDecision, 0, len(in.Runners))
+	for _, r := range in.Runners {
+		p.Runners = append(p.Runners, classify(in, r))
+	}
+	active := 0
+	for _, d := range p.Runners {
+		if d.State != macvirtv1alpha1.RunnerFinishing {
+			active++
+		}
+	}
+	if in.Known {
+		p.Desired = min(in.Assigned, in.MaxRunners)
+		p.AtMax = in.Assigned > in.MaxRunners
+		if surplus := active - p.Desired; surplus > 0 {
+			releaseSurplus(&p, surplus)
+			active -= surplus - remainingSurplus(p, surplus)
+		}
+		if want := p.Desired - active; want > 0 {
+			p.Create = max(0, min(want, in.MaxRunners-len(in.Runners)))
+		}
+	}
+	unbound := p.Create
+	for i, d := range p.Runners {
+		switch d.State {
+		case macvirtv1alpha1.RunnerProvisioning:
+			p.Pending++
+			if !in.Runners[i].Bound {
+				unbound++
+			}
+		case macvirtv1alpha1.RunnerIdle:
+			p.Idle++
+		case macvirtv1alpha1.RunnerRunning:
+			p.Running++
+		default:
+			p.Finishing++
+		}
+	}
+	if in.OwnsPool {
+		p.WarmIdle = int32(min(in.MinIdle+unbound, in.MaxRunners)) //nolint:gosec // at most maxRunners, an int32.
+	}
+	return p
+}
+
+// classify says where one runner is and whether it is done.
+func classify(in planInput, r runnerFacts) runnerDecision {
+	d := runnerDecision{RunnerStatus: macvirtv1alpha1.RunnerStatus{Name: r.Name, Job: r.Job}, created: r.Created}
+	since := func(t time.Time) *metav1.Time { mt := metav1.NewTime(t); return &mt }
+	finish := func(cleanup, msg string) runnerDecision {
+		d.State, d.Message, d.Release, d.Cleanup = macvirtv1alpha1.RunnerFinishing, msg, !r.Deleting, cleanup
+		return d
+	}
+	switch {
+	case r.Deleting:
+		return finish("", "its Mac is being released")
+	case r.Result != "":
+		job := "its job"
+		if r.Job != nil {
+			job = "job " + r.Job.ID
+		}
+		return finish("", fmt.Sprintf("%s completed: %s", job, r.Result))
+	case r.TaskEnded != "":
+		return finish("", fmt.Sprintf("the runner exited (%s)", r.TaskEnded))
+	case r.Lost:
+		return finish(cleanupMacLost, "its Mac was lost")
+	case r.Job != nil || (r.Listed && r.Busy):
+		d.State = macvirtv1alpha1.RunnerRunning
+		if r.Job != nil && r.Job.StartedAt != nil {
+			d.Since = r.Job.StartedAt.DeepCopy()
+			if in.Now.Sub(r.Job.StartedAt.Time) > in.JobTimeout {
+				return finish(cleanupJobTimeout, fmt.Sprintf("job %s ran longer than the set's jobTimeout (%s)", r.Job.ID, in.JobTimeout))
+			}
+		}
+		return d
+	case r.Listed && r.Online:
+		d.State = macvirtv1alpha1.RunnerIdle
+		return d
+	}
+	d.State, d.Since = macvirtv1alpha1.RunnerProvisioning, since(r.Created)
+	switch {
+	case in.Now.Sub(r.Created) > in.RegistrationTimeout:
+		return finish(cleanupRegistrationTimeout, fmt.Sprintf("its runner did not come online within the set's registrationTimeout (%s)", in.RegistrationTimeout))
+	case !r.Bound:
+		d.Message = "waiting for a Mac"
+	default:
+		d.Message = "waiting for GitHub's runner to come online on the Mac"
+	}
+	return d
+}
+
+// releaseSurplus marks up to n runners that run no job for release:
+// those not online first, then idle ones, newest first in each.
+func releaseSurplus(p *runnerPlan, n int) {
+	idx := make([]int, 0, len(p.Runners))
+	for i, d := range p.Runners {
+		if d.State == macvirtv1alpha1.RunnerProvisioning || d.State == macvirtv1alpha1.RunnerIdle {
+			idx = append(idx, i)
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		da, db := p.Runners[idx[a]], p.Runners[idx[b]]
+		if da.State != db.State {
+			return da.State == macvirtv1alpha1.RunnerProvisioning
+		}
+		return da.created.After(db.created)
+	})
+	for _, i := range idx[:min(n, len(idx))] {
+		d := &p.Runners[i]
+		d.State, d.Release, d.Cleanup = macvirtv1alpha1.RunnerFinishing, true, cleanupSurplus
+		d.Message = "GitHub wants fewer runners: released before taking a job"
+	}
+}
+
+// remainingSurplus is how much of n releaseSurplus could not release
+// (runners running jobs are never surplus).
+func remainingSurplus(p runnerPlan, n int) int {
+	released := 0
+	for _, d := range p.Runners {
+		if d.Cleanup == cleanupSurplus {
+			released++
+		}
+	}
+	return n - released
+}
