@@ -136,6 +136,9 @@ func TestAPartWhoseSecretCannotBeReadWaitsSayingWhy(t *testing.T) {
 		!strings.Contains(g.Tasks[1].Message, "may not read Secrets in namespace team-a") {
 		t.Errorf("recorded %+v, want the claim's part Pending saying the operator may not read the Secret", g.Tasks)
 	}
+	if state.HeartbeatIntervalSeconds != 2 {
+		t.Errorf("a part waiting for its source asks the agent back in %d s, want 2 (a runner's JIT Secret follows its claim)", state.HeartbeatIntervalSeconds)
+	}
 }
 
 func TestAClaimsPartAsRootWaitsOnceTheClassNoLongerAllowsIt(t *testing.T) {

@@ -274,6 +274,12 @@ func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachin
 					if answer.Tasks, tasks, err = h.bootstrap(ctx, claim, class, reports); err != nil {
 						return nil, nil, err
 					}
+					if waitingForSource(tasks) {
+						// A source made just after the claim (a runner's JIT
+						// Secret) is taken at the next heartbeat, not a
+						// whole interval later.
+						state.HeartbeatIntervalSeconds = min(state.HeartbeatIntervalSeconds, int(pendingRetry/time.Second))
+					}
 				}
 			}
 		case err != nil && !apierrors.IsNotFound(err):
@@ -281,6 +287,21 @@ func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachin
 		}
 	}
 	return answer, tasks, nil
+}
+
+// pendingRetry is how soon an agent whose next part waits for its source
+// heartbeats again.
+const pendingRetry = 2 * time.Second
+
+// waitingForSource reports whether a part could not be handed over, with
+// the reason recorded.
+func waitingForSource(tasks []macvirtv1alpha1.GuestTaskStatus) bool {
+	for _, t := range tasks {
+		if t.State == macvirtv1alpha1.BootstrapPending && t.Message != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // mayServe reports whether the machine may serve claims of the namespace
