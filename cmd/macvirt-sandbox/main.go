@@ -18,10 +18,18 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/macvirt/macvirt/internal/github/fakegithub"
 	"github.com/macvirt/macvirt/internal/sandbox"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.FakeRunnerArg {
+		// A simulated guest's run.sh: play GitHub's runner for one job.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		code := fakegithub.RunnerMain(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	var opts sandbox.Options
 	var machines int
 	flag.BoolVar(&opts.UntilReady, "until-ready", false, "exit 0 once the sample claim is Ready (non-zero with the reason after --timeout)")
@@ -33,6 +41,8 @@ func main() {
 		"a real cluster's timings with jitter: imports of minutes with progress every 2 s, a minute-long boot, 10 s·n² crash-loop backoff (still scaled by --speed)")
 	flag.Int64Var(&opts.Seed, "seed", time.Now().UnixNano(), "seed of --realistic's jitter; the same seed repeats a run's timings")
 	verbose := flag.Bool("verbose", false, "show the operator's and the simulator's logs")
+	flag.BoolVar(&opts.GitHubFake, "github-fake", false,
+		"run a fake GitHub and a runner set against it, and run one GitHub Actions job on a warm Mac (--until-ready waits for its success too)")
 	flag.StringVar(&opts.TenantKubeconfig, "tenant-kubeconfig", "", "where to write the tenant's kubeconfig, for kubectl mac (a temporary file by default)")
 	// --kubeconfig is registered by controller-runtime; here it says where to
 	// write the sandbox's kubeconfig (a temporary file by default).
@@ -52,6 +62,14 @@ func main() {
 	level := zap.Level(zapLevel(*verbose))
 	ctrl.SetLogger(zap.New(level))
 	opts.Out = os.Stdout
+	if opts.GitHubFake {
+		self, err := os.Executable()
+		if err != nil {
+			_, _ = fmt.Fprintln(os.Stderr, "macvirt-sandbox: finding its own binary for the guests' GitHub runner:", err)
+			os.Exit(1)
+		}
+		opts.RunnerCommand = self
+	}
 	if info, err := os.Stdout.Stat(); err == nil && info.Mode()&os.ModeCharDevice != 0 {
 		opts.Live = true
 	}

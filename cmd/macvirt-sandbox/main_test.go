@@ -49,6 +49,26 @@ func TestSandboxUntilReady(t *testing.T) {
 	t.Logf("sample claim Ready; the sandbox exited after %s", time.Since(start).Round(time.Second))
 }
 
+// TestSandboxRunsAGitHubJob runs the walk-through of docs/github-actions.md:
+// `macvirt-sandbox --until-ready --github-fake` exits 0 only once a job
+// queued on the fake GitHub ran on a warm Mac of the tenant's runner set.
+func TestSandboxRunsAGitHubJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole sandbox")
+	}
+	bin := testenv.Build(t)
+	p := testenv.StartProcess(t, "", sandboxEnv(), bin, "--until-ready", "--github-fake", "--speed", "4", "--timeout", "4m")
+	if err := <-p.Exited(); err != nil {
+		t.Fatalf("macvirt-sandbox --until-ready --github-fake failed: %v\n%s", err, p.Output())
+	}
+	out := p.Output()
+	for _, want := range []string{"github: runner set team-ios/macos listens", "github: queued job", "took the job after", "succeeded on runner macos-"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+}
+
 // TestSandboxServesUntilInterrupted runs the sandbox, lists all four kinds
 // through its kubeconfig the way `kubectl get macvirt -A` does (with kubectl
 // when installed, else through discovery of the macvirt category), then

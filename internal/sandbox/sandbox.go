@@ -35,6 +35,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/devserve"
+	"github.com/macvirt/macvirt/internal/github/fakegithub"
 	"github.com/macvirt/macvirt/internal/operator"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/simulator"
@@ -71,6 +72,13 @@ type Options struct {
 	// Out receives progress; Live redraws a table in place (a terminal).
 	Out  io.Writer
 	Live bool
+	// GitHubFake runs a fake GitHub and a runner set of the tenant's
+	// against it, and runs one job on a warm Mac (docs/github-actions.md);
+	// with UntilReady, the sandbox also waits for that job's success.
+	// RunnerCommand is the program the guests' run.sh execs with
+	// FakeRunnerArg (the sandbox's own binary).
+	GitHubFake    bool
+	RunnerCommand string
 }
 
 // sampleClaim is the claim of config/samples the sandbox waits for.
@@ -120,7 +128,17 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	sys, err := StartSystem(runCtx, cfg, scheme, SystemOptions{Options: opts, Network: true})
+	sysOpts := SystemOptions{Options: opts, Network: true}
+	var gh *fakegithub.Server
+	if opts.GitHubFake {
+		if opts.RunnerCommand == "" {
+			return errors.New("the fake GitHub needs RunnerCommand, the program guests run as GitHub's runner")
+		}
+		gh = fakegithub.New(fakegithub.Options{Tokens: []string{githubFakeToken}})
+		defer gh.Close()
+		sysOpts.GuestFiles = runnerGuestFiles(opts.RunnerCommand)
+	}
+	sys, err := StartSystem(runCtx, cfg, scheme, sysOpts)
 	if err != nil {
 		return err
 	}
@@ -148,11 +166,35 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := WriteTenantKubeconfig(env, TenantUser, TenantNamespace, tenant); err != nil {
 		return err
 	}
+	jobDone := make(chan error, 1)
+	if gh != nil {
+		if err := ApplyRunnerSet(runCtx, c, gh.URL()); err != nil {
+			return err
+		}
+		_, _ = fmt.Fprintf(opts.Out, "fake GitHub at %s: runner set %s (kubectl mac runners -n %s)\n", gh.URL(), sandboxRunnerSet, sandboxRunnerSet.Namespace)
+		go func() {
+			err := runFakeJob(runCtx, c, gh, opts.Out)
+			if err != nil && runCtx.Err() == nil {
+				_, _ = fmt.Fprintf(opts.Out, "github: %v\n", err)
+			}
+			jobDone <- err
+		}()
+	} else {
+		jobDone <- nil
+	}
 	_, _ = fmt.Fprintf(opts.Out, "\nsandbox up in %s\n  kubeconfig: %s\n  try: kubectl --kubeconfig %s get macvirt -A\n       kubectl --kubeconfig %s get macclaim ios-build -o yaml\n"+
 		"  as tenant %s (namespace %s, claims and their Secrets only), with kubectl mac (make kubectl-mac puts it in bin/):\n"+
 		"       export KUBECONFIG=%s PATH=$PWD/bin:$PATH\n       kubectl mac claim demo --class %s --wait\n       kubectl mac ssh demo -- uname -a\n\n",
 		time.Since(start).Round(100*time.Millisecond), kubeconfig, kubeconfig, kubeconfig, TenantUser, TenantNamespace, tenant, TenantClass)
-	return watch(runCtx, c, opts, start)
+	if err := watch(runCtx, c, opts, start); err != nil || !opts.UntilReady {
+		return err
+	}
+	select {
+	case err := <-jobDone:
+		return err
+	case <-time.After(max(time.Minute, opts.Timeout-time.Since(start))):
+		return errors.New("the fake GitHub's job did not complete in time")
+	}
 }
 
 func writeKubeconfig(env *envtest.Environment, path, tmp string) (string, error) {
@@ -200,6 +242,8 @@ type System struct {
 	// apart (controller-runtime refuses a name twice in one process).
 	operators int
 	stopAPI   *httptest.Server
+	// runnerSets is every operator's RunnerSetOptions.
+	runnerSets operator.RunnerSetOptions
 }
 
 // operatorRun is one operator's manager at work.
@@ -232,6 +276,11 @@ type SystemOptions struct {
 	// Network simulates the pod network, node ports and the guests' sshd
 	// (simulator.Options.Network).
 	Network bool
+	// GuestFiles are on every simulated guest's disk from boot
+	// (simulator.Options.GuestFiles): GitHub's runner, for runner sets.
+	GuestFiles map[string]simulator.GuestFile
+	// RunnerSets tunes how every operator's runner sets talk to GitHub.
+	RunnerSets operator.RunnerSetOptions
 }
 
 // StartSystem starts the simulator and the operator until ctx ends, and
@@ -263,6 +312,7 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 	simOpts.Guests = true
 	simOpts.Network = opts.Network
 	simOpts.GarbageCollector = true
+	simOpts.GuestFiles = opts.GuestFiles
 	for i := range opts.AppleNodes {
 		simOpts.Nodes = append(simOpts.Nodes, fmt.Sprintf("apple-node-%d", i+1))
 	}
@@ -291,7 +341,7 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 	agentAddr := net.JoinHostPort(local.Host, strconv.Itoa(agentPort))
 	sys := &System{AgentEndpoint: "https://" + agentAddr, CABundle: local.CABundle, Simulator: sim,
 		opCfg: opCfg, scheme: scheme, admin: admin, local: local, agentAddr: agentAddr,
-		stopURL: stopAPI.URL, stopAPI: stopAPI, simStopped: make(chan struct{})}
+		stopURL: stopAPI.URL, stopAPI: stopAPI, simStopped: make(chan struct{}), runnerSets: opts.RunnerSets}
 	var c client.Client
 	if c, err = client.New(opCfg, client.Options{Scheme: scheme}); err == nil {
 		sys.OperatorUser, err = webhookv1alpha1.Identity(ctx, c)
@@ -340,6 +390,7 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 		DevServing: &operator.DevServing{Server: s.local, Registrar: s.admin},
 		Agent:      operator.AgentEndpoint{Addr: s.agentAddr},
 		HookImage:  opts.HookImage,
+		RunnerSets: s.runnerSets,
 		NameSuffix: suffix})
 	if err != nil {
 		return err

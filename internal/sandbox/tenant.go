@@ -33,12 +33,14 @@ const (
 )
 
 // tenantRoles are the shipped ClusterRoles the tenant is bound to: in its
-// namespace (claims) and cluster-wide (the catalog of classes and pools).
+// namespace (claims and runner sets) and cluster-wide (the catalog of
+// classes and pools).
 var tenantRoles = []struct {
 	file        string
 	clusterWide bool
 }{
 	{"aggregated_claim_editor_role.yaml", false},
+	{"aggregated_runnerset_editor_role.yaml", false},
 	{"aggregated_catalog_viewer_role.yaml", true},
 }
 

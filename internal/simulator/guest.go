@@ -101,7 +101,7 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 	// takes the one the operator sends, as the agent's apply does.
 	hostname := goldenHostname
 	sshd, serving := &guestSSHD{}, false
-	disk, err := newGuestDisk(vmi.UID)
+	disk, err := newGuestDisk(vmi.UID, s.opts.GuestFiles)
 	if err != nil {
 		log.Error(err, "simulated guest has no disk for its tasks")
 		return

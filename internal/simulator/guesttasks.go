@@ -22,12 +22,30 @@ import (
 // when the guest ends.
 type guestDisk struct{ dir string }
 
-func newGuestDisk(uid types.UID) (*guestDisk, error) {
+// GuestFile is a file of a simulated guest's golden image.
+type GuestFile struct {
+	Mode    os.FileMode
+	Content []byte
+}
+
+func newGuestDisk(uid types.UID, files map[string]GuestFile) (*guestDisk, error) {
 	dir, err := os.MkdirTemp("", "macvirt-guest-"+string(uid)+"-")
 	if err != nil {
 		return nil, err
 	}
-	return &guestDisk{dir: dir}, nil
+	d := &guestDisk{dir: dir}
+	for path, f := range files {
+		p := d.TaskPath(path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+			d.remove()
+			return nil, err
+		}
+		if err := os.WriteFile(p, f.Content, f.Mode); err != nil {
+			d.remove()
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 func (d *guestDisk) remove() { _ = os.RemoveAll(d.dir) }

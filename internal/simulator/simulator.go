@@ -72,6 +72,10 @@ type Options struct {
 	// the square of the consecutive failures, up to 30 times the base
 	// (virt-controller: 10 s, capped at 300 s; see crashLoopDelay).
 	CrashLoopBackoff time.Duration
+	// GuestFiles are files every simulated guest's disk holds from its first
+	// boot, as a golden image would carry them (GitHub's runner, say), by
+	// path under the guest's root (Users/admin/actions-runner/run.sh).
+	GuestFiles map[string]GuestFile
 	// Guests runs a simulated macOS guest, speaking the guest agent's real
 	// protocol, in every Running instance with a macvirt agent config disk.
 	Guests bool

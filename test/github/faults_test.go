@@ -1,0 +1,230 @@
+package github_test
+
+import (
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/github/fakegithub"
+	"github.com/macvirt/macvirt/internal/sandbox"
+)
+
+// onDemand: runners' Macs are made on demand from the class, no warm pool.
+func onDemand(max int32) func(*macvirtv1alpha1.MacRunnerSet) {
+	return func(s *macvirtv1alpha1.MacRunnerSet) { s.Spec.MinIdle, s.Spec.MaxRunners = 0, max }
+}
+
+func allCompleted(ids []string) func(Gomega) {
+	return func(g Gomega) {
+		for _, j := range jobsOf(ids) {
+			g.Expect(j.State).To(Equal(fakegithub.JobCompleted), "job %s (%s)", j.ID, j.DisplayName)
+		}
+	}
+}
+
+func claimsOf(s *macvirtv1alpha1.MacRunnerSet) []macvirtv1alpha1.MacClaim {
+	var claims macvirtv1alpha1.MacClaimList
+	Expect(admin.List(ctx, &claims, client.InNamespace(s.Namespace), client.MatchingLabels{macvirtv1alpha1.LabelRunnerSet: s.Name})).To(Succeed())
+	return claims.Items
+}
+
+func deleteSet(s *macvirtv1alpha1.MacRunnerSet) {
+	Expect(client.IgnoreNotFound(admin.Delete(ctx, s))).To(Succeed())
+	Eventually(func() bool {
+		return admin.Get(ctx, client.ObjectKeyFromObject(s), &macvirtv1alpha1.MacRunnerSet{}) != nil
+	}).Should(BeTrue(), "the set goes once its runners are released")
+	Eventually(func() []fakegithub.ScaleSetView { return scaleSetsNamed(s.EffectiveScaleSetName()) }).Should(BeEmpty())
+}
+
+func eventReasons(s *macvirtv1alpha1.MacRunnerSet) string {
+	var events corev1.EventList
+	Expect(admin.List(ctx, &events, client.InNamespace(s.Namespace))).To(Succeed())
+	var out []string
+	for _, e := range events.Items {
+		if e.InvolvedObject.Name == s.Name {
+			out = append(out, e.Reason+": "+e.Message)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+var _ = Describe("A runner set under faults", func() {
+	It("goes on after its operator is killed mid-burst, waiting out the session the dead operator left open", func() {
+		ns := team("restart")
+		cw := watchClaims(ns, "restart")
+		set := runnerSet(ns, "restart", onDemand(3))
+		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonListening))
+		ids := queue("restart", 6, 4*time.Second)
+		Eventually(func() int32 { return getSet(set).Status.Running }).Should(BeNumerically(">=", 1))
+
+		By("killing the operator: its session is never closed")
+		gh.DropSessionCloses(true)
+		system.StopOperator()
+		gh.DropSessionCloses(false)
+		Expect(gh.Sessions()).NotTo(BeEmpty(), "the dead operator's session is still open on GitHub")
+		Expect(system.StartOperator(ctx, sandbox.OperatorOptions{})).To(Succeed())
+		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonSessionConflict),
+			"GitHub answers 409 while the old session lives, and the set says so")
+		Expect(getSet(set).Status.LastGitHubError.StatusCode).To(Equal(int32(409)))
+		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonListening), "once it expired")
+		Eventually(allCompleted(ids)).WithTimeout(4 * time.Minute).Should(Succeed())
+		expectOneJobPerMac(ids, cw)
+		expectNothingLeft(set, cw)
+		peak, _, _, _ := cw.peak()
+		Expect(peak).To(BeNumerically("<=", 3))
+		deleteSet(set)
+	})
+
+	It("waits out a minute of 5xx from GitHub, saying so, and runs the jobs after", func() {
+		ns := team("outage")
+		cw := watchClaims(ns, "outage")
+		set := runnerSet(ns, "outage", onDemand(3))
+		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonListening))
+		gh.FailFor(time.Minute, 503)
+		ids := queue("outage", 3, 2*time.Second)
+		Eventually(func(g Gomega) {
+			s := getSet(set)
+			g.Expect(s.Status.LastGitHubError).NotTo(BeNil())
+			g.Expect(s.Status.LastGitHubError.StatusCode).To(Equal(int32(503)))
+			g.Expect(meta.FindStatusCondition(s.Status.Conditions, macvirtv1alpha1.ConditionReady).Reason).To(Equal(macvirtv1alpha1.ReasonGitHubUnavailable))
+		}).Should(Succeed())
+		Eventually(allCompleted(ids)).WithTimeout(4 * time.Minute).Should(Succeed())
+		expectOneJobPerMac(ids, cw)
+		expectNothingLeft(set, cw)
+		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonListening))
+		deleteSet(set)
+	})
+
+	It("releases the Mac of a job cancelled while the Mac boots, and removes its runner", func() {
+		ns := team("cancel")
+		cw := watchClaims(ns, "cancel")
+		set := runnerSet(ns, "cancel", onDemand(2))
+		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonListening))
+		ids := queue("cancel", 1, time.Minute)
+		Eventually(func() []macvirtv1alpha1.MacClaim { return claimsOf(set) }).Should(HaveLen(1))
+		Expect(gh.CancelJob(ids[0])).To(Succeed())
+		expectNothingLeft(set, cw)
+		j, _ := gh.Job(ids[0])
+		Expect(j.Result).To(Equal("canceled"))
+		Expect(j.RunnerName).To(BeEmpty(), "no runner ran it")
+		deleteSet(set)
+	})
+
+	It("runs a re-assigned job once, on one fresh Mac", func() {
+		ns := team("reassign")
+		cw := watchClaims(ns, "reassign")
+		set := runnerSet(ns, "reassign", onDemand(2))
+		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonListening))
+		ids := queue("reassign", 1, 2*time.Second)
+		Eventually(func() fakegithub.JobState { j, _ := gh.Job(ids[0]); return j.State }).Should(Equal(fakegithub.JobAssigned))
+		Expect(gh.Reassign(ids[0])).To(Succeed())
+		Eventually(allCompleted(ids)).Should(Succeed())
+		j, _ := gh.Job(ids[0])
+		Expect(j.Attempts).To(Equal(2))
+		expectOneJobPerMac(ids, cw)
+		expectNothingLeft(set, cw)
+		deleteSet(set)
+	})
+
+	It("cleans up a runner that never comes online, a job past its timeout and a Mac that dies mid-job", func() {
+		ns := team("cleanup")
+		cw := watchClaims(ns, "hung")
+		By("a runner that never comes online")
+		hung := runnerSet(ns, "hung", onDemand(1), func(s *macvirtv1alpha1.MacRunnerSet) {
+			s.Spec.Runner.Directory = "hung-runner"
+			s.Spec.RegistrationTimeout = &metav1.Duration{Duration: 8 * time.Second}
+		})
+		ids := queue("hung", 1, time.Second)
+		Eventually(func() string { return eventReasons(hung) }).Should(ContainSubstring("did not come online within the set's registrationTimeout"))
+		_, _, claims, _ := cw.peak()
+		Expect(claims).To(BeNumerically(">=", 1))
+		Expect(gh.CancelJob(ids[0])).To(Succeed())
+		expectNothingLeft(hung, cw)
+		deleteSet(hung)
+
+		By("a job past the set's jobTimeout")
+		cw = watchClaims(ns, "slow")
+		slow := runnerSet(ns, "slow", onDemand(1), func(s *macvirtv1alpha1.MacRunnerSet) {
+			s.Spec.JobTimeout = &metav1.Duration{Duration: 5 * time.Second}
+		})
+		ids = queue("slow", 1, 10*time.Minute)
+		Eventually(func() string { return eventReasons(slow) }).Should(ContainSubstring("ran longer than the set's jobTimeout"))
+		Eventually(func() string { j, _ := gh.Job(ids[0]); return j.Result }).Should(Equal("failed"), "GitHub fails the job once its runner is lost")
+		expectNothingLeft(slow, cw)
+		deleteSet(slow)
+
+		By("a Mac that dies mid-job")
+		cw = watchClaims(ns, "dies")
+		dies := runnerSet(ns, "dies", onDemand(1))
+		ids = queue("dies", 1, 10*time.Minute)
+		var machine *macvirtv1alpha1.ObjectRef
+		Eventually(func(g Gomega) {
+			j, _ := gh.Job(ids[0])
+			g.Expect(j.State).To(Equal(fakegithub.JobRunning))
+			cs := claimsOf(dies)
+			g.Expect(cs).To(HaveLen(1))
+			g.Expect(cs[0].Status.MachineRef).NotTo(BeNil())
+			machine = cs[0].Status.MachineRef
+		}).Should(Succeed())
+		Expect(admin.Delete(ctx, &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Namespace: machine.Namespace, Name: machine.Name}})).To(Succeed())
+		Eventually(func() string { j, _ := gh.Job(ids[0]); return j.Result }).Should(Equal("failed"))
+		expectNothingLeft(dies, cw)
+		Expect(eventReasons(dies)).To(Or(ContainSubstring("its Mac was lost"), ContainSubstring("completed: failed")))
+		deleteSet(dies)
+	})
+
+	It("names the refused credential, and the rate limit's reset", func() {
+		ns := team("creds")
+		Expect(admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wrong"},
+			StringData: map[string]string{"token": "github_pat_wrong"}})).To(Succeed()) //nolint:gosec // the fake GitHub refuses it.
+		bad := runnerSet(ns, "bad", onDemand(1), func(s *macvirtv1alpha1.MacRunnerSet) { s.Spec.GitHub.CredentialsSecretName = "wrong" })
+		Eventually(func(g Gomega) {
+			s := getSet(bad)
+			ready := meta.FindStatusCondition(s.Status.Conditions, macvirtv1alpha1.ConditionReady)
+			g.Expect(ready).NotTo(BeNil())
+			g.Expect(ready.Reason).To(Equal(macvirtv1alpha1.ReasonCredentialsInvalid))
+			g.Expect(ready.Message).To(ContainSubstring("the token in Secret creds/wrong (key token)"))
+			g.Expect(meta.IsStatusConditionTrue(s.Status.Conditions, macvirtv1alpha1.ConditionStalled)).To(BeTrue())
+			g.Expect(s.Status.LastGitHubError.StatusCode).To(Equal(int32(401)))
+		}).Should(Succeed())
+		deleteSetAnyway(bad)
+
+		missing := runnerSet(ns, "missing", onDemand(1), func(s *macvirtv1alpha1.MacRunnerSet) { s.Spec.GitHub.CredentialsSecretName = "nope" })
+		Eventually(func() string {
+			c := meta.FindStatusCondition(getSet(missing).Status.Conditions, macvirtv1alpha1.ConditionReady)
+			if c == nil {
+				return ""
+			}
+			return c.Message
+		}).Should(ContainSubstring("Secret creds/nope does not exist"))
+		deleteSetAnyway(missing)
+
+		limited := runnerSet(ns, "limited", onDemand(1))
+		Eventually(func() string { return readyReason(limited) }).Should(Equal(macvirtv1alpha1.ReasonListening))
+		gh.RateLimitFor(20 * time.Second)
+		Eventually(func(g Gomega) {
+			s := getSet(limited)
+			g.Expect(s.Status.LastGitHubError).NotTo(BeNil())
+			g.Expect(s.Status.LastGitHubError.RateLimitReset).NotTo(BeNil())
+			g.Expect(s.Status.LastGitHubError.Message).To(ContainSubstring("rate limit"))
+		}).Should(Succeed())
+		Eventually(func() string { return readyReason(limited) }).Should(Equal(macvirtv1alpha1.ReasonListening))
+		deleteSet(limited)
+	})
+})
+
+// deleteSetAnyway deletes a set that never registered a scale set: it
+// goes at once, as nothing of it is on GitHub.
+func deleteSetAnyway(s *macvirtv1alpha1.MacRunnerSet) {
+	Expect(admin.Delete(ctx, s)).To(Succeed())
+	Eventually(func() bool {
+		return admin.Get(ctx, client.ObjectKeyFromObject(s), &macvirtv1alpha1.MacRunnerSet{}) != nil
+	}).Should(BeTrue())
+}
