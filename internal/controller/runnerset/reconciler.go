@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/macvirt/macvirt/internal/github"
+
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,3 +60,36 @@ func (j *jitRecord) forget(uid types.UID) {
 	defer j.mu.Unlock()
 	delete(j.uids, uid)
 }
+
+// githubFailed records an error GitHub answered the reconcile with.
+func (r *Reconciler) githubFailed(s *setScope, c *github.Client, err error) {
+	p := Problem{Explanation: c.Explain(err), At: r.now()}
+	r.Listeners.RecordError(s.Key, p)
+	s.Demand.Err = &p
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Clock == nil {
+		return time.Now()
+	}
+	return r.Clock.Now()
+}
+
+func (r *Reconciler) resync() time.Duration {
+	if r.Resync <= 0 {
+		return 15 * time.Second
+	}
+	return r.Resync
+}
+
+// finalizer keeps a set until its runners are released and removed from
+// GitHub, and its scale set with them.
+const finalizer = "macvirt.io/runner-set"
+
+// busyRecheck is how soon a set with runners or jobs looks again: for
+// timeouts and GitHub's runner list, which no event announces.
+const busyRecheck = 10 * time.Second
+
+// quietRecheck is how soon a set with nothing to do looks again, for
+// orphans left on GitHub.
+const quietRecheck = time.Minute

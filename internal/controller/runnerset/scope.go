@@ -38,3 +38,23 @@ func (s *setScope) fail(reason, msg string) {
 		s.Failed = &base.Problem{Reason: reason, Message: msg}
 	}
 }
+
+// claim is the scope's claim named name.
+func (s *setScope) claim(name string) *macvirtv1alpha1.MacClaim {
+	for i := range s.Claims {
+		if s.Claims[i].Name == name {
+			return &s.Claims[i]
+		}
+	}
+	return nil
+}
+
+// decision is the plan's decision about the runner named name.
+func (s *setScope) decision(name string) *runnerDecision {
+	for i := range s.Plan.Runners {
+		if s.Plan.Runners[i].Name == name {
+			return &s.Plan.Runners[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package runnerset
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/github"
+)
+
+// loadCredentials reads the set's address and credentials Secret.
+func (r *Reconciler) loadCredentials(ctx context.Context, s *setScope) (bool, error) {
+	scope, err := github.ParseScope(s.Set.Spec.GitHub.URL)
+	if err != nil {
+		s.Blocked = &base.Problem{Reason: macvirtv1alpha1.ReasonInvalidGitHubURL, Message: "spec.github.url: " + err.Error()}
+		r.Listeners.Stop(s.Key)
+		return true, nil
+	}
+	s.Scope = scope
+	sec := &corev1.Secret{}
+	key := types.NamespacedName{Namespace: s.Set.Namespace, Name: s.Set.Spec.GitHub.CredentialsSecretName}
+	if err := r.APIReader.Get(ctx, key, sec); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			s.Blocked = &base.Problem{Reason: macvirtv1alpha1.ReasonCredentialsInvalid,
+				Message: fmt.Sprintf("spec.github.credentialsSecretName: Secret %s does not exist; create it (docs/github-actions.md)", key)}
+		case apierrors.IsForbidden(err):
+			s.Blocked = &base.Problem{Reason: macvirtv1alpha1.ReasonCredentialsInvalid, Message: fmt.Sprintf(
+				"spec.github.credentialsSecretName: the operator may not read Secrets in namespace %s; bind the ClusterRole "+
+					"macvirt-bootstrap-source-reader to its service account there (docs/github-actions.md): %v", s.Set.Namespace, err)}
+		default:
+			return false, fmt.Errorf("reading Secret %s: %w", key, err)
+		}
+		r.Listeners.Stop(s.Key)
+		return true, nil
+	}
+	creds, err := github.CredentialsFromSecret(sec)
+	if err != nil {
+		s.Blocked = &base.Problem{Reason: macvirtv1alpha1.ReasonCredentialsInvalid, Message: err.Error()}
+		r.Listeners.Stop(s.Key)
+		return true, nil
+	}
+	s.Credentials = &creds
+	return true, nil
+}
+
+// ensureListener runs the set's listener with its current configuration.
+func (r *Reconciler) ensureListener(_ context.Context, s *setScope) (bool, error) {
+	if s.Credentials != nil {
+		spec := s.Set.Spec
+		labels := append([]string(nil), spec.Labels...)
+		sort.Strings(labels)
+		r.Listeners.Ensure(s.Key, ListenerConfig{Scope: s.Scope, Credentials: *s.Credentials, ScaleSetName: s.Set.EffectiveScaleSetName(),
+			RunnerGroup: spec.GitHub.RunnerGroup, Labels: labels, MaxRunners: int(spec.MaxRunners)})
+	}
+	s.Demand = r.Listeners.Demand(s.Key)
+	return true, nil
+}
+
+// listClaims reads the set's runners' claims.
+func (r *Reconciler) listClaims(ctx context.Context, s *setScope) (bool, error) {
+	var claims macvirtv1alpha1.MacClaimList
+	if err := r.List(ctx, &claims, client.InNamespace(s.Set.Namespace), client.MatchingLabels{macvirtv1alpha1.LabelRunnerSet: s.Set.Name}); err != nil {
+		return false, fmt.Errorf("listing the claims of MacRunnerSet %s: %w", s.Key, err)
+	}
+	s.Claims = claims.Items
+	sort.Slice(s.Claims, func(i, j int) bool { return s.Claims[i].Name < s.Claims[j].Name })
+	return true, nil
+}
