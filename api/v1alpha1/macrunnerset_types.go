@@ -355,6 +355,7 @@ const (
 	ReasonListening          = "Listening"
 	ReasonCredentialsInvalid = "CredentialsInvalid"
 	ReasonInvalidGitHubURL   = "InvalidGitHubURL"
+	ReasonScaleSetInUse      = "ScaleSetInUse"
 	ReasonConnecting         = "Connecting"
 	ReasonGitHubUnavailable  = "GitHubUnavailable"
 	ReasonRateLimited        = "RateLimited"

@@ -180,6 +180,19 @@ var _ = Describe("A runner set under faults", func() {
 		deleteSet(dies)
 	})
 
+	It("keeps a scale set to the oldest set naming it", func() {
+		first := runnerSet(team("first"), "shared", onDemand(1))
+		Eventually(func() string { return readyReason(first) }).Should(Equal(macvirtv1alpha1.ReasonListening))
+		second := runnerSet(team("second"), "shared", onDemand(1))
+		Eventually(func() string { return readyReason(second) }).Should(Equal(macvirtv1alpha1.ReasonScaleSetInUse))
+		Expect(meta.FindStatusCondition(getSet(second).Status.Conditions, macvirtv1alpha1.ConditionReady).Message).To(ContainSubstring("MacRunnerSet first/shared"))
+		// Not deleteSet: the second set may register the scale set again
+		// as soon as the first is gone.
+		deleteSetAnyway(first)
+		Eventually(func() string { return readyReason(second) }).Should(Equal(macvirtv1alpha1.ReasonListening), "the scale set is free again")
+		deleteSet(second)
+	})
+
 	It("names the refused credential, and the rate limit's reset", func() {
 		ns := team("creds")
 		Expect(admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wrong"},

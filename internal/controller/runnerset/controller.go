@@ -57,6 +57,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	}()
 	err := base.RunSteps(ctx, s,
 		r.loadCredentials,
+		r.claimScaleSet,
 		r.ensureListener,
 		r.listClaims,
 		r.refreshRunners,
