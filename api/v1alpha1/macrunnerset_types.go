@@ -180,14 +180,14 @@ func (s *MacRunnerSetSpec) EffectiveRegistrationTimeout() time.Duration {
 type RunnerState string
 
 const (
-	// RunnerProvisioning: its Mac is being claimed or booting, or GitHub's
+	// RunnerProvisioning is a runner whose Mac is being claimed or booting, or GitHub's
 	// runner has not come online yet.
 	RunnerProvisioning RunnerState = "Provisioning"
-	// RunnerIdle: the runner is online and waits for a job.
+	// RunnerIdle is a runner online and waiting for a job.
 	RunnerIdle RunnerState = "Idle"
-	// RunnerRunning: the runner took a job.
+	// RunnerRunning is a runner that took a job.
 	RunnerRunning RunnerState = "Running"
-	// RunnerFinishing: its job ended or it was cleaned up; its Mac is being
+	// RunnerFinishing is a runner whose job ended or that was cleaned up; its Mac is being
 	// released and its registration removed.
 	RunnerFinishing RunnerState = "Finishing"
 )
