@@ -8,6 +8,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
@@ -37,6 +38,8 @@ var _ = Describe("Runner sets", func() {
 		own := set("own")
 		Expect(as("alice").Create(ctx, own)).To(Succeed())
 		Expect(admin.Delete(ctx, own)).To(Succeed())
+		Eventually(func() error { return admin.Get(ctx, client.ObjectKeyFromObject(own), &macvirtv1alpha1.MacRunnerSet{}) }).
+			Should(MatchError(ContainSubstring("not found")), "the operator, under the shipped rules, lets its finalizer go")
 
 		By("mallory may not create runner sets in another team's namespace at all")
 		other := set("intruder")

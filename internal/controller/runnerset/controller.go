@@ -22,9 +22,8 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/metrics"
 )
 
-// +kubebuilder:rbac:groups=macvirt.io,resources=macrunnersets,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=macvirt.io,resources=macrunnersets,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macrunnersets/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=macvirt.io,resources=macrunnersets/finalizers,verbs=update
 // +kubebuilder:rbac:groups=macvirt.io,resources=macclaims,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macpools,verbs=get;list;watch;create;delete;patch
 
