@@ -180,6 +180,46 @@ var _ = Describe("A runner set under faults", func() {
 		deleteSet(dies)
 	})
 
+	It("says, in the API server's words, when its class refuses its runners or its warm pool", func() {
+		ns := team("refused")
+		base := &macvirtv1alpha1.MacClass{}
+		Expect(admin.Get(ctx, client.ObjectKey{Name: ciClass}, base)).To(Succeed())
+		noBootstrap := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "no-bootstrap"}, Spec: *base.Spec.DeepCopy()}
+		no := false
+		noBootstrap.Spec.Tenancy.AllowTenantBootstrap = &no
+		Expect(admin.Create(ctx, noBootstrap)).To(Succeed())
+		elsewhere := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}, Spec: *base.Spec.DeepCopy()}
+		elsewhere.Spec.Tenancy.AllowedNamespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "other"}}
+		Expect(admin.Create(ctx, elsewhere)).To(Succeed())
+
+		By("a class that allows no tenant bootstrap: the runner's claim is refused")
+		set := runnerSet(ns, "refused", onDemand(1), func(s *macvirtv1alpha1.MacRunnerSet) { s.Spec.ClassName = "no-bootstrap" })
+		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonListening))
+		ids := queue("refused", 1, time.Second)
+		Eventually(func(g Gomega) {
+			ready := meta.FindStatusCondition(getSet(set).Status.Conditions, macvirtv1alpha1.ConditionReady)
+			g.Expect(ready.Reason).To(Equal(macvirtv1alpha1.ReasonClassUnavailable))
+			g.Expect(ready.Message).To(ContainSubstring("denied the request"), "the API server's words")
+			g.Expect(ready.Message).To(ContainSubstring("allowTenantBootstrap"))
+		}).Should(Succeed())
+		Expect(eventReasons(set)).To(ContainSubstring("ClaimRefused"))
+		Expect(gh.CancelJob(ids[0])).To(Succeed())
+		deleteSet(set)
+
+		By("a warm pool of a class the namespace may not claim is not made")
+		pooled := runnerSet(ns, "pooled", func(s *macvirtv1alpha1.MacRunnerSet) { s.Spec.ClassName, s.Spec.MinIdle = "elsewhere", 1 })
+		Eventually(func(g Gomega) {
+			s := getSet(pooled)
+			ready := meta.FindStatusCondition(s.Status.Conditions, macvirtv1alpha1.ConditionReady)
+			g.Expect(ready).NotTo(BeNil())
+			g.Expect(ready.Reason).To(Equal(macvirtv1alpha1.ReasonClassUnavailable))
+			g.Expect(ready.Message).To(HavePrefix("spec.className: "))
+			g.Expect(meta.IsStatusConditionTrue(s.Status.Conditions, macvirtv1alpha1.ConditionStalled)).To(BeTrue())
+		}).Should(Succeed())
+		Expect(admin.Get(ctx, client.ObjectKey{Name: "runners-refused-pooled"}, &macvirtv1alpha1.MacPool{})).NotTo(Succeed())
+		deleteSetAnyway(pooled)
+	})
+
 	It("keeps a scale set to the oldest set naming it", func() {
 		first := runnerSet(team("first"), "shared", onDemand(1))
 		Eventually(func() string { return readyReason(first) }).Should(Equal(macvirtv1alpha1.ReasonListening))
