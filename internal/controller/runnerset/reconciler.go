@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/macvirt/macvirt/internal/github"
@@ -32,6 +33,15 @@ type Reconciler struct {
 
 	// jit remembers the claims whose JIT Secret exists.
 	jit jitRecord
+	// creds are the credentials Secrets last read, by Secret.
+	credsMu sync.Mutex
+	creds   map[types.NamespacedName]credentialsRead
+}
+
+// credentialsRead is a credentials Secret and when it was read.
+type credentialsRead struct {
+	secret *corev1.Secret
+	at     time.Time
 }
 
 // jitRecord is the claims whose JIT Secret is known to exist.
