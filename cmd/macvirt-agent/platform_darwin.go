@@ -20,6 +20,9 @@ import (
 // darwin finds the config disk under /Volumes and asks macOS's own tools.
 type darwin struct{}
 
+// A Mac's agent generalises a cloned disk.
+var _ agent.GeneralizeHost = darwin{}
+
 func newPlatform() (agent.Platform, error) { return darwin{}, nil }
 
 // A macOS agent runs tasks (protocol v2).
@@ -171,3 +174,13 @@ const firstPersonUID = 501
 
 // TaskPath: files go where the task says.
 func (darwin) TaskPath(path string) string { return path }
+
+// RegenerateHostKeys makes the SSH host keys that are missing, as macOS's
+// sshd-keygen-wrapper would at sshd's next start.
+func (darwin) RegenerateHostKeys() error {
+	out, err := exec.Command("/usr/bin/ssh-keygen", "-A").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ssh-keygen -A: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

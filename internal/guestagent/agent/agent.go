@@ -40,6 +40,8 @@ type Config struct {
 	Token      string
 	Namespace  string
 	Machine    string
+	// MachineUID is empty on a config disk written before it was kept.
+	MachineUID string
 }
 
 // ReadConfig reads the config disk mounted at dir.
@@ -68,9 +70,11 @@ func ReadConfig(dir string) (*Config, error) {
 		return nil, err
 	}
 	c.CABundle = []byte(ca)
-	if _, err := os.Stat(filepath.Join(dir, protocol.KeyServerName)); err == nil {
-		if c.ServerName, err = read(protocol.KeyServerName); err != nil {
-			return nil, err
+	for key, dst := range map[string]*string{protocol.KeyServerName: &c.ServerName, protocol.KeyMachineUID: &c.MachineUID} {
+		if _, err := os.Stat(filepath.Join(dir, key)); err == nil {
+			if *dst, err = read(key); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if !strings.HasPrefix(c.Endpoint, "https://") {
@@ -317,6 +321,21 @@ func RetryWait(failures int, interval time.Duration) time.Duration {
 	return Backoff(failures, time.Second, max(interval, time.Second))
 }
 
+// generalizeIfClone generalises the disk when it first boots in another
+// machine, on a platform that can (generalize.go).
+func generalizeIfClone(p Platform, cfg *Config, logf func(string, ...any)) error {
+	tp, ok := p.(TaskPlatform)
+	if !ok {
+		return nil
+	}
+	gh, ok := p.(GeneralizeHost)
+	if !ok {
+		return nil
+	}
+	_, err := Generalize(gh, tp.TaskDir(), cfg, logf)
+	return err
+}
+
 // Run heartbeats until ctx ends: it waits for the config disk, then sends a
 // heartbeat every interval the operator gives, applying the desired state
 // after each; failures are retried after RetryWait.
@@ -343,6 +362,9 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 			}
 			if err == nil {
 				if cfg, err = ReadConfig(dir); err == nil {
+					err = generalizeIfClone(p, cfg, logf)
+				}
+				if err == nil {
 					client, err = NewClient(cfg)
 				}
 			}

@@ -513,6 +513,11 @@ func (t *Tasks) place(f protocol.File, defaultOwner string) error {
 	if !filepath.IsAbs(f.Path) || filepath.Clean(f.Path) != f.Path {
 		return fmt.Errorf("refusing the file path %q: it must be absolute and clean", f.Path)
 	}
+	// Listed before it is written, so a disk captured as an image sheds
+	// it even if the agent stopped half-way (generalize.go).
+	if err := recordPlaced(t.Dir, f.Path); err != nil {
+		return fmt.Errorf("recording %s in the placed-files ledger: %w", f.Path, err)
+	}
 	target := t.Host.TaskPath(f.Path)
 	const placer = `umask 077; mkdir -p -- "$(dirname -- "$1")" && cat >"$1.macvirt-tmp" && chmod "$2" "$1.macvirt-tmp" && mv -f "$1.macvirt-tmp" "$1"`
 	cmd := exec.Command("/bin/sh", "-c", placer, "macvirt-place", target, strconv.FormatUint(uint64(f.Mode&0o777), 8)) //nolint:gosec // run as the file's owner.

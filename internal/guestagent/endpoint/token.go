@@ -67,11 +67,12 @@ func IssueToken(ctx context.Context, c client.Client, m *macvirtv1alpha1.MacMach
 	token := hex.EncodeToString(raw)
 	hash := protocol.HashToken(token)
 	data := map[string]string{
-		protocol.KeyEndpoint:  addr.Endpoint,
-		protocol.KeyCABundle:  string(addr.CABundle),
-		protocol.KeyToken:     token,
-		protocol.KeyNamespace: m.Namespace,
-		protocol.KeyMachine:   m.Name,
+		protocol.KeyEndpoint:   addr.Endpoint,
+		protocol.KeyCABundle:   string(addr.CABundle),
+		protocol.KeyToken:      token,
+		protocol.KeyNamespace:  m.Namespace,
+		protocol.KeyMachine:    m.Name,
+		protocol.KeyMachineUID: string(m.UID),
 	}
 	if addr.ServerName != "" {
 		data[protocol.KeyServerName] = addr.ServerName

@@ -55,6 +55,10 @@ const (
 	// KeyNamespace and KeyMachine name the MacMachine.
 	KeyNamespace = "namespace"
 	KeyMachine   = "machine"
+	// KeyMachineUID, optional (absent on config disks written before it),
+	// is the MacMachine's UID: the identity a guest disk is generalised
+	// against on its first boot in another machine.
+	KeyMachineUID = "machine-uid"
 )
 
 // HashToken is the hex SHA-256 of a machine's token: what the operator
