@@ -167,6 +167,11 @@ build: manifests generate fmt vet ## Build the manager binary.
 build-agent: ## Cross-compile the macOS guest agent (darwin/amd64, no cgo) into bin/macvirt-agent.
 	GOOS=darwin GOARCH=amd64 CGO_ENABLED=0 go build -o bin/macvirt-agent ./cmd/macvirt-agent
 
+.PHONY: agent-pkg
+agent-pkg: build-agent ## Build the agent's unsigned macOS installer package bin/macvirt-agent-<VERSION>.pkg, without a Mac (time stamps: SOURCE_DATE_EPOCH, else 0).
+	go run ./hack/agentpkg -agent bin/macvirt-agent -launch-daemon cmd/macvirt-agent/io.macvirt.agent.plist \
+		-identifier io.macvirt.agent -version $(VERSION) -out bin/macvirt-agent-$(VERSION).pkg
+
 .PHONY: kubectl-mac
 kubectl-mac: ## Build the kubectl mac plugin into bin/kubectl-mac (put bin/ on PATH, then: kubectl mac --help).
 	go build -o bin/kubectl-mac ./cmd/kubectl-mac
