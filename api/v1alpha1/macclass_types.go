@@ -122,6 +122,7 @@ type DiskSource struct {
 }
 
 // ImageSpec is the golden macOS system disk each machine is cloned from.
+// +kubebuilder:validation:XValidation:rule="!has(self.refresh) || (has(self.source) && has(self.source.registry))",message="image.refresh keeps a registry image current: set image.source.registry, or remove refresh"
 type ImageSpec struct {
 	DiskSource `json:",inline"`
 
@@ -129,6 +130,47 @@ type ImageSpec struct {
 	// +kubebuilder:default="128Gi"
 	// +optional
 	Size *resource.Quantity `json:"size,omitempty"`
+
+	// refresh keeps a registry image current: the operator keeps a CDI
+	// DataImportCron in the images namespace that polls source.registry on
+	// schedule and imports each new digest, and machines clone the newest
+	// import. The class's revision follows the digest, so pools roll their
+	// idle machines to it; bound machines are never touched.
+	// +optional
+	Refresh *ImageRefresh `json:"refresh,omitempty"`
+}
+
+// ImageRefresh is how often a registry image is polled and how many
+// imports are kept.
+type ImageRefresh struct {
+	// schedule is a cron schedule (five fields, as CronJob takes it) at
+	// which the registry is polled for a new digest.
+	// +kubebuilder:validation:MinLength=9
+	// +kubebuilder:validation:MaxLength=100
+	// +required
+	Schedule string `json:"schedule"`
+
+	// importsToKeep is how many imports CDI keeps (its default: 3); older
+	// ones are garbage-collected. Machines already cloned keep their disks.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	// +optional
+	ImportsToKeep *int32 `json:"importsToKeep,omitempty"`
+}
+
+// InstallerSpec makes a class an installer: its machines boot a macOS
+// recovery image beside a blank system disk, and a person installs macOS
+// over VNC (docs/golden-image.md).
+type InstallerSpec struct {
+	// recoverySourceRef names the CDI DataSource holding the macOS recovery
+	// image (BaseSystem) the admin imported.
+	// +required
+	RecoverySourceRef cdiv1.DataVolumeSourceRef `json:"recoverySourceRef"`
+
+	// recoverySize is the size of each machine's recovery disk; unset:
+	// 4Gi.
+	// +optional
+	RecoverySize *resource.Quantity `json:"recoverySize,omitempty"`
 }
 
 // BootloaderSpec is the OpenCore disk each machine boots from.
@@ -386,6 +428,7 @@ type ClassAccess struct {
 }
 
 // MacClassSpec is a hardware and image recipe for macOS machines.
+// +kubebuilder:validation:XValidation:rule="has(self.installer) == (has(self.image.source) && has(self.image.source.blank))",message="a blank system disk (image.source.blank) is for installer classes only: set spec.installer with the recovery DataSource, or give image a source with macOS on it"
 type MacClassSpec struct {
 	// description is a one-line summary shown to tenants.
 	// +kubebuilder:validation:MaxLength=256
@@ -404,6 +447,13 @@ type MacClassSpec struct {
 	// bootloader is the OpenCore disk.
 	// +required
 	Bootloader BootloaderSpec `json:"bootloader"`
+
+	// installer makes the class an installer: its machines get a blank
+	// system disk of image.size (image.source must be blank) and boot the
+	// recovery image, and no guest agent is expected; a person installs
+	// macOS and the agent over VNC, and a MacImage captures the result.
+	// +optional
+	Installer *InstallerSpec `json:"installer,omitempty"`
 
 	// macOS says which macOS release the image holds; its hardware
 	// defaults fill what hardware leaves unset (docs/macos-releases.md).
@@ -453,11 +503,58 @@ type MacClassStatus struct {
 	// +optional
 	Revision string `json:"revision,omitempty"`
 
-	// conditions: Ready, and Stalled when a referenced source is missing.
+	// image is the refreshed image's state, for a class with
+	// image.refresh.
+	// +optional
+	Image *ClassImageStatus `json:"image,omitempty"`
+
+	// cloneStrategy is how CDI clones the class's image for each machine,
+	// as the StorageProfile of the machines' storage class says: snapshot
+	// or csi-clone (fast), or copy (a full copy of the disk per machine;
+	// condition FastClones is False then).
+	// +optional
+	CloneStrategy string `json:"cloneStrategy,omitempty"`
+
+	// conditions: Ready, and Stalled when a referenced source is missing;
+	// FastClones, False when each machine's disk is a full copy.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ClassImageStatus is where a refreshed image stands.
+type ClassImageStatus struct {
+	// dataImportCron is the CDI DataImportCron the operator keeps for the
+	// class, in the images namespace.
+	// +optional
+	DataImportCron string `json:"dataImportCron,omitempty"`
+
+	// dataSource is the DataSource the DataImportCron keeps pointing at
+	// its newest import.
+	// +optional
+	DataSource string `json:"dataSource,omitempty"`
+
+	// resolved is the import machines of the current revision clone: the
+	// DataSource's source when the operator last looked. Unset until the
+	// first import is done; machines wait for it.
+	// +optional
+	Resolved *ResolvedImage `json:"resolved,omitempty"`
+
+	// digest is the registry digest CDI last polled.
+	// +optional
+	Digest string `json:"digest,omitempty"`
+}
+
+// ResolvedImage is a volume machines clone.
+type ResolvedImage struct {
+	// kind is PersistentVolumeClaim or VolumeSnapshot.
+	// +kubebuilder:validation:Enum=PersistentVolumeClaim;VolumeSnapshot
+	Kind string `json:"kind"`
+	// namespace of the volume.
+	Namespace string `json:"namespace"`
+	// name of the volume.
+	Name string `json:"name"`
 }
 
 // MacClass is a cluster-wide recipe for macOS machines: hardware, images,
@@ -470,6 +567,8 @@ type MacClassStatus struct {
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.revision`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Clones",type=string,JSONPath=`.status.cloneStrategy`,priority=1
+// +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=`.status.image.digest`,priority=1
 // +kubebuilder:printcolumn:name="Description",type=string,JSONPath=`.spec.description`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type MacClass struct {
@@ -500,4 +599,36 @@ func init() {
 		s.AddKnownTypes(SchemeGroupVersion, &MacClass{}, &MacClassList{})
 		return nil
 	})
+}
+
+// DefaultImportsToKeep is how many imports of a refreshed image CDI keeps
+// when image.refresh.importsToKeep is unset (CDI's own default).
+const DefaultImportsToKeep int32 = 3
+
+// EffectiveImage is the image machines of the class's current revision are
+// made from: spec.image, except that a refreshed image (image.refresh) is
+// cloned from the import status.image.resolved names; until the first
+// import is done it has no source, and machines wait.
+func (c *MacClass) EffectiveImage() ImageSpec {
+	img := *c.Spec.Image.DeepCopy()
+	if img.Refresh == nil {
+		return img
+	}
+	img.Refresh, img.Source, img.SourceRef = nil, nil, nil
+	if c.Status.Image == nil || c.Status.Image.Resolved == nil {
+		return img
+	}
+	r := c.Status.Image.Resolved
+	switch r.Kind {
+	case ImagePublishedAsSnapshot:
+		img.Source = &cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: r.Namespace, Name: r.Name}}
+	default:
+		img.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: r.Namespace, Name: r.Name}}
+	}
+	return img
+}
+
+// ImageUnresolved reports a refreshed image whose first import is not done.
+func (c *MacClass) ImageUnresolved() bool {
+	return c.Spec.Image.Refresh != nil && (c.Status.Image == nil || c.Status.Image.Resolved == nil)
 }

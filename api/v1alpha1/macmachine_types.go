@@ -109,6 +109,17 @@ type ProvisioningStatus struct {
 	// last known value stays.
 	// +optional
 	Progress string `json:"progress,omitempty"`
+
+	// cloneStrategy is how CDI made the system disk, as it annotated the
+	// disk's PVC: snapshot, csi-clone or copy (host-assisted, a full copy);
+	// empty for an import.
+	// +optional
+	CloneStrategy string `json:"cloneStrategy,omitempty"`
+
+	// duration is how long the system disk took, from its DataVolume's
+	// creation to Succeeded.
+	// +optional
+	Duration *metav1.Duration `json:"duration,omitempty"`
 }
 
 // GuestStatus is what the guest agent inside macOS last reported.

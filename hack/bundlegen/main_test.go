@@ -89,7 +89,7 @@ func TestRunRefusesBadInput(t *testing.T) {
 		"no CSV base":       {without("ClusterServiceVersion"), nil, "no ClusterServiceVersion base"},
 		"no Deployment":     {without("Deployment"), nil, "want exactly one Deployment, found 0"},
 		"bound role absent": {without("ClusterRole"), nil, "which is not in the input"},
-		"CRD missing":       {without("CustomResourceDefinition"), nil, "the CSV base owns 5 CRDs, the input has 0"},
+		"CRD missing":       {without("CustomResourceDefinition"), nil, "the CSV base owns 6 CRDs, the input has 0"},
 		"not YAML":          {"kind: [", nil, "decoding the kustomize output"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 // Package kubectlmac is the kubectl mac plugin: a tenant's commands for
 // claiming, reaching and releasing a Mac, with the tenant's own kubeconfig
-// and RBAC (MacClaims and the claim's connection Secret in one namespace).
+// and RBAC (MacClaims and the claim's connection Secret in one namespace),
+// and a cluster admin's for capturing a Mac as a golden image (MacImages).
 package kubectlmac
 
 import (
@@ -53,6 +54,8 @@ Usage:
   kubectl mac vnc NAME [--open]
   kubectl mac release NAME [--wait] [--timeout 10m]
   kubectl mac runners [RUNNER-SET]
+  kubectl mac image capture CLAIM NAME [--machine] [--storage-class SC] [--description TEXT] [--wait] [--timeout 2h]
+  kubectl mac image list [NAME]
 
 Global flags (before or after the command):
   --kubeconfig FILE   the kubeconfig to use (default: $KUBECONFIG, then ~/.kube/config)
@@ -64,6 +67,13 @@ agent reported it (the values of Secrets masked).
 
 runners lists the namespace's GitHub Actions runner sets (MacRunnerSets),
 what GitHub asks of each, and each runner with its state and job.
+
+image capture (cluster admins) stops the Mac bound to CLAIM (in -n's
+namespace, or NAMESPACE/CLAIM) gracefully, clones its system disk into the
+images namespace and publishes it as the CDI DataSource NAME there, which a
+MacClass names as image.sourceRef; with --machine, CLAIM is a MacMachine
+(NAMESPACE/NAME). --wait follows the copy and prints how to use the image.
+image list shows the cluster's images (MacImages).
 
 ssh connects with your own key (ssh-agent, or ~/.ssh/id_ed25519, id_ecdsa,
 id_rsa, or -i) as the claim's user, and accepts only a host key that the
@@ -125,6 +135,7 @@ var commands = map[string]command{
 	"get":     {flags: func(*flag.FlagSet) runner { return getCmd{} }},
 	"logs":    {flags: func(*flag.FlagSet) runner { return logsCmd{} }},
 	"runners": {flags: func(*flag.FlagSet) runner { return runnersCmd{} }},
+	"image":   {flags: imageFlags},
 	"wait":    {flags: waitFlags},
 	"ssh":     {flags: sshFlags},
 	"vnc":     {flags: vncFlags},

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/robfig/cron/v3"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,7 +53,7 @@ func ValidateMacClass(c *macvirtv1alpha1.MacClass, env ClassEnv) (field.ErrorLis
 		errs = append(errs, field.Invalid(res.Child("memory"), m.String(), "must be at least 4Gi: macOS does not boot with less"))
 	}
 
-	errs = append(errs, validateDiskSource(spec.Child("image"), &s.Image.DiskSource, &warns)...)
+	errs = append(errs, validateImage(spec, s, &warns)...)
 	errs = append(errs, validateSize(spec.Child("image", "size"), s.Image.Size)...)
 	if sz := s.Image.Size; sz != nil && sz.Sign() > 0 && sz.Cmp(minSafeImageSize) < 0 {
 		warns = append(warns, fmt.Sprintf("spec.image.size %s is under %s: macOS updates need room, and a clone fails when the source is larger",
@@ -97,6 +99,51 @@ func ValidateMacClassUpdate(old, c *macvirtv1alpha1.MacClass, env ClassEnv) (fie
 			"bound machines keep running the old revision", c.Name))
 	}
 	return errs, warns
+}
+
+// validateImage checks the system disk's source: blank for an installer
+// class and only there; a refresh schedule CDI can parse; an installer's
+// recovery DataSource.
+func validateImage(spec *field.Path, s *macvirtv1alpha1.MacClassSpec, warns *[]string) field.ErrorList {
+	img := spec.Child("image")
+	blank := s.Image.Source != nil && s.Image.Source.Blank != nil
+	var errs field.ErrorList
+	switch {
+	case s.Installer != nil && !blank:
+		errs = append(errs, field.Invalid(img.Child("source"), "not blank",
+			"an installer class (spec.installer) installs macOS onto a blank disk: set image.source to {blank: {}}"))
+	case s.Installer == nil && blank:
+		errs = append(errs, field.Invalid(img.Child("source", "blank"), "{}",
+			"a blank system disk has no macOS on it: set spec.installer.recoverySourceRef to install macOS from recovery over VNC, "+
+				"or give the image a source (a DataSource or registry image with macOS and the agent; docs/golden-image.md)"))
+	case blank:
+		if s.Image.SourceRef != nil {
+			errs = append(errs, field.Invalid(img.Child("sourceRef"), s.Image.SourceRef.Name, "set exactly one of source or sourceRef, not both"))
+		}
+	default:
+		errs = append(errs, validateDiskSource(img, &s.Image.DiskSource, warns)...)
+	}
+	if s.Installer != nil {
+		ip := spec.Child("installer")
+		ref := s.Installer.RecoverySourceRef
+		if ref.Kind != cdiv1.DataVolumeDataSource {
+			errs = append(errs, field.NotSupported(ip.Child("recoverySourceRef", "kind"), ref.Kind, []string{cdiv1.DataVolumeDataSource}))
+		}
+		errs = append(errs, dnsSubdomain(ip.Child("recoverySourceRef", "name"), ref.Name)...)
+		if ref.Namespace == nil || *ref.Namespace == "" {
+			errs = append(errs, field.Required(ip.Child("recoverySourceRef", "namespace"), "name the namespace of the recovery DataSource (macvirt-images, say)"))
+		} else {
+			errs = append(errs, dnsLabel(ip.Child("recoverySourceRef", "namespace"), *ref.Namespace)...)
+		}
+		errs = append(errs, validateSize(ip.Child("recoverySize"), s.Installer.RecoverySize)...)
+	}
+	if r := s.Image.Refresh; r != nil {
+		if _, err := cron.ParseStandard(r.Schedule); err != nil {
+			errs = append(errs, field.Invalid(img.Child("refresh", "schedule"), r.Schedule,
+				"not a cron schedule CDI can parse ("+err.Error()+"): five fields, such as \"0 */6 * * *\""))
+		}
+	}
+	return errs
 }
 
 func validateSize(p *field.Path, q *resource.Quantity) field.ErrorList {

@@ -53,7 +53,7 @@ var classRejections = map[string]struct {
 	"pvc without a namespace": {imageSource(cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "golden"}}), "spec.image.source.pvc.namespace", "Required"},
 	"snapshot with a bad name": {imageSource(cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: "img", Name: "Golden!"}}),
 		"spec.image.source.snapshot.name", "RFC 1123"},
-	"blank disk":     {imageSource(cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}), "spec.image.source", `Unsupported value: "blank"`},
+	"blank disk":     {imageSource(cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}), "spec.image.source.blank", "spec.installer.recoverySourceRef"},
 	"upload source":  {imageSource(cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}}), "spec.image.source", `Unsupported value: "upload"`},
 	"imageio source": {imageSource(cdiv1.DataVolumeSource{Imageio: &cdiv1.DataVolumeSourceImageIO{}}), "spec.image.source", `Unsupported value: "imageio"`},
 	"malformed storageClassName": {func(c *macvirtv1alpha1.MacClass) { c.Spec.Image.StorageClassName = strPtr("Fast RBD") },
