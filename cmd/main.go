@@ -49,6 +49,9 @@ func main() {
 	fs.StringVar(&opts.Agent.URL, "agent-endpoint", "",
 		"The URL guest agents reach the agent endpoint at, written into every machine's config disk; "+
 			"https://macvirt-agent.<namespace>.svc when empty, the namespace from $POD_NAMESPACE (default "+operator.DefaultNamespace+").")
+	fs.StringVar(&opts.ImagesNamespace, "images-namespace", operator.DefaultImagesNamespace,
+		"The namespace golden images are kept in: MacImage copies and their DataSources, and the DataImportCrons of "+
+			"classes whose image is refreshed from a registry. Empty: neither is served.")
 	fs.StringVar(&opts.Agent.CertDir, "agent-cert-path", "",
 		"The directory with the agent endpoint's tls.crt, tls.key and ca.crt; the webhook certificate's when empty.")
 	localWebhooks := fs.Bool("local-webhooks", false,

@@ -45,6 +45,9 @@ func ClassLabel(class string) string {
 	return shorten(class, validation.LabelValueMaxLength)
 }
 
+// Shorten is shorten, for other objects named after a class.
+func Shorten(s string, n int) string { return shorten(s, n) }
+
 // shorten returns s when it has at most n characters; otherwise a prefix of
 // s and a hash of all of it, n characters in all. s is a DNS subdomain, and
 // the result is one too and a valid label value.
@@ -93,10 +96,13 @@ func Holds(snap *appsv1.ControllerRevision, class *macvirtv1alpha1.MacClass) boo
 
 // snapshotSpec is the spec a snapshot keeps: the class's, with its hardware
 // as rendered (unset fields filled from its macOS release's table), so an
-// old revision renders as it did even if a later operator's table differs.
+// old revision renders as it did even if a later operator's table differs,
+// and its image as resolved (a refreshed image's import).
 func snapshotSpec(class *macvirtv1alpha1.MacClass) macvirtv1alpha1.MacClassSpec {
 	spec := *class.Spec.DeepCopy()
 	spec.Hardware = spec.EffectiveHardware()
+	// A refreshed image is kept as the import the revision resolved to.
+	spec.Image = class.EffectiveImage()
 	return spec
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/macvirt/macvirt/internal/classhistory"
 	"github.com/macvirt/macvirt/internal/controller/claim"
 	"github.com/macvirt/macvirt/internal/controller/class"
+	"github.com/macvirt/macvirt/internal/controller/image"
 	"github.com/macvirt/macvirt/internal/controller/index"
 	"github.com/macvirt/macvirt/internal/controller/machine"
 	"github.com/macvirt/macvirt/internal/controller/metrics"
@@ -211,10 +212,11 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 		}},
 		{ClassController, func() error {
 			return (&class.Reconciler{
-				Client:         c,
-				APIReader:      mgr.GetAPIReader(),
-				Namespace:      namespace,
-				ControllerName: "macclass" + opts.NameSuffix,
+				Client:          c,
+				APIReader:       mgr.GetAPIReader(),
+				Namespace:       namespace,
+				ImagesNamespace: opts.ImagesNamespace,
+				ControllerName:  "macclass" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},
 		{PoolController, func() error {
@@ -234,6 +236,17 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 				MaxConcurrentReconciles: workers,
 				ConnectionResync:        opts.ConnectionResync,
 				ControllerName:          "macclaim" + opts.NameSuffix,
+			}).SetupWithManager(mgr)
+		}},
+		{ImageController, func() error {
+			if opts.ImagesNamespace == "" {
+				return nil
+			}
+			return (&image.Reconciler{
+				Client:          c,
+				Recorder:        mgr.GetEventRecorder("macvirt-image-controller"),
+				ImagesNamespace: opts.ImagesNamespace,
+				ControllerName:  "macimage" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},
 		{RunnerSetController, func() error {

@@ -18,6 +18,10 @@ import (
 // config/default installs it in.
 const DefaultNamespace = "macvirt-system"
 
+// DefaultImagesNamespace is where golden images are kept when the flag is
+// not given.
+const DefaultImagesNamespace = "macvirt-images"
+
 // Options are everything the operator runs with: cmd/main.go's flags, or
 // what the sandbox and the tests set. The zero value of a server's address
 // runs no such server.
@@ -26,6 +30,9 @@ type Options struct {
 	// class snapshots (DefaultNamespace when empty). Its RBAC grants it
 	// controllerrevisions and Secrets there only.
 	Namespace string
+	// ImagesNamespace keeps golden images: MacImage copies and DataSources,
+	// and refreshed images' DataImportCrons. Empty: neither is served.
+	ImagesNamespace string
 
 	// MetricsAddr is where the metrics endpoint listens; none when empty or
 	// "0". SecureMetrics serves it over HTTPS, behind authentication and
@@ -167,6 +174,8 @@ const (
 	NodeController Controller = "node"
 	// RunnerSetController runs GitHub Actions runner sets.
 	RunnerSetController Controller = "runnerset"
+	// ImageController captures Macs as golden images.
+	ImageController Controller = "image"
 )
 
 func (o *Options) runs(c Controller) bool {

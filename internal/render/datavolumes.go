@@ -13,11 +13,34 @@ import (
 // that order. They are created by the operator itself and referenced from
 // the VM as dataVolume volumes, so CDI authorizes a cross-namespace clone
 // against the operator's service account.
+//
+// The system disk is cloned from the class's effective image (a refreshed
+// image's resolved import); an installer class's is blank, and its
+// machines get a third disk, cloned from the recovery DataSource.
 func DataVolumes(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) []cdiv1.DataVolume {
-	return []cdiv1.DataVolume{
+	img := class.EffectiveImage()
+	dvs := []cdiv1.DataVolume{
 		dataVolume(class, m, BootloaderDataVolumeName(m), class.Spec.Bootloader.DiskSource, class.Spec.Bootloader.SizeOrDefault()),
-		dataVolume(class, m, SystemDataVolumeName(m), class.Spec.Image.DiskSource, class.Spec.Image.SizeOrDefault()),
+		dataVolume(class, m, SystemDataVolumeName(m), img.DiskSource, img.SizeOrDefault()),
 	}
+	if in := class.Spec.Installer; in != nil {
+		ref := in.RecoverySourceRef
+		dvs = append(dvs, dataVolume(class, m, RecoveryDataVolumeName(m),
+			macvirtv1alpha1.DiskSource{SourceRef: &ref, StorageClassName: img.StorageClassName}, RecoverySize(in)))
+	}
+	return dvs
+}
+
+// defaultRecoverySize holds a macOS recovery image (BaseSystem, about
+// 3 GB when converted to raw).
+var defaultRecoverySize = resource.MustParse("4Gi")
+
+// RecoverySize is the size of an installer machine's recovery disk.
+func RecoverySize(in *macvirtv1alpha1.InstallerSpec) resource.Quantity {
+	if in.RecoverySize != nil && in.RecoverySize.Sign() > 0 {
+		return *in.RecoverySize
+	}
+	return defaultRecoverySize
 }
 
 func dataVolume(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine, name string,

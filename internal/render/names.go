@@ -10,6 +10,8 @@ const (
 	BootloaderVolume = "opencore"
 	// SystemVolume is the macOS system disk.
 	SystemVolume = "system"
+	// RecoveryVolume is an installer machine's macOS recovery image.
+	RecoveryVolume = "recovery"
 	// AgentConfigVolume is the guest agent's config disk, from the
 	// machine's agent Secret.
 	AgentConfigVolume = "agent-config"
@@ -32,9 +34,22 @@ func BootloaderDataVolumeName(m *macvirtv1alpha1.MacMachine) string {
 	return m.Name + "-" + BootloaderVolume
 }
 
-// DataVolumeNames lists the machine's DataVolumes, bootloader first.
-func DataVolumeNames(m *macvirtv1alpha1.MacMachine) []string {
-	return []string{BootloaderDataVolumeName(m), SystemDataVolumeName(m)}
+// RecoveryDataVolumeName is the name of an installer machine's recovery
+// disk.
+func RecoveryDataVolumeName(m *macvirtv1alpha1.MacMachine) string {
+	return m.Name + "-" + RecoveryVolume
+}
+
+// DataVolumeNames lists the machine's DataVolumes, bootloader first, then
+// the system disk, then an installer class's recovery disk. Without a class
+// (a machine being deleted whose class is gone) every name a machine may
+// have is listed.
+func DataVolumeNames(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) []string {
+	names := []string{BootloaderDataVolumeName(m), SystemDataVolumeName(m)}
+	if class == nil || class.Spec.Installer != nil {
+		names = append(names, RecoveryDataVolumeName(m))
+	}
+	return names
 }
 
 // Labels are put on every object rendered for a machine.

@@ -65,7 +65,7 @@ func VirtualMachine(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachi
 				Spec: kubevirtv1.VirtualMachineInstanceSpec{
 					Domain:                        domain(class, m),
 					Networks:                      []kubevirtv1.Network{{Name: NetworkName, NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
-					Volumes:                       volumes(m),
+					Volumes:                       volumes(class, m),
 					TerminationGracePeriodSeconds: &grace,
 					NodeSelector:                  copyMap(class.Spec.Placement.NodeSelector),
 					Tolerations:                   copyTolerations(class.Spec.Placement.Tolerations),
@@ -134,13 +134,7 @@ func domain(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) kube
 		},
 		Features: &kubevirtv1.Features{ACPI: kubevirtv1.FeatureState{}},
 		Devices: kubevirtv1.Devices{
-			Disks: []kubevirtv1.Disk{
-				disk(BootloaderVolume, bus, 1),
-				disk(SystemVolume, bus, 2),
-				// The agent's config disk: an ISO on a SATA CD-ROM, which macOS
-				// mounts at /Volumes/<volume label> with its own drivers.
-				{Name: AgentConfigVolume, DiskDevice: kubevirtv1.DiskDevice{CDRom: &kubevirtv1.CDRomTarget{Bus: kubevirtv1.DiskBusSATA}}},
-			},
+			Disks: disks(class, bus),
 			Interfaces: []kubevirtv1.Interface{{
 				Name:                   NetworkName,
 				Model:                  vmNICModel(hw.NICModel),
@@ -153,6 +147,24 @@ func domain(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) kube
 	}
 }
 
+// disks are the machine's disks: OpenCore first in the boot order, then the
+// system disk, the agent's config disk and, for an installer class, the
+// recovery image (OpenCore's picker offers it while the system disk is
+// blank).
+func disks(class *macvirtv1alpha1.MacClass, bus kubevirtv1.DiskBus) []kubevirtv1.Disk {
+	out := []kubevirtv1.Disk{
+		disk(BootloaderVolume, bus, 1),
+		disk(SystemVolume, bus, 2),
+		// The agent's config disk: an ISO on a SATA CD-ROM, which macOS
+		// mounts at /Volumes/<volume label> with its own drivers.
+		{Name: AgentConfigVolume, DiskDevice: kubevirtv1.DiskDevice{CDRom: &kubevirtv1.CDRomTarget{Bus: kubevirtv1.DiskBusSATA}}},
+	}
+	if class.Spec.Installer != nil {
+		out = append(out, disk(RecoveryVolume, bus, 3))
+	}
+	return out
+}
+
 func disk(name string, bus kubevirtv1.DiskBus, bootOrder uint) kubevirtv1.Disk {
 	return kubevirtv1.Disk{
 		Name:       name,
@@ -161,8 +173,8 @@ func disk(name string, bus kubevirtv1.DiskBus, bootOrder uint) kubevirtv1.Disk {
 	}
 }
 
-func volumes(m *macvirtv1alpha1.MacMachine) []kubevirtv1.Volume {
-	return []kubevirtv1.Volume{
+func volumes(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) []kubevirtv1.Volume {
+	out := []kubevirtv1.Volume{
 		{Name: BootloaderVolume, VolumeSource: kubevirtv1.VolumeSource{
 			DataVolume: &kubevirtv1.DataVolumeSource{Name: BootloaderDataVolumeName(m)}}},
 		{Name: SystemVolume, VolumeSource: kubevirtv1.VolumeSource{
@@ -170,6 +182,11 @@ func volumes(m *macvirtv1alpha1.MacMachine) []kubevirtv1.Volume {
 		{Name: AgentConfigVolume, VolumeSource: kubevirtv1.VolumeSource{
 			Secret: &kubevirtv1.SecretVolumeSource{SecretName: AgentSecretName(m), VolumeLabel: protocol.ConfigVolumeLabel}}},
 	}
+	if class.Spec.Installer != nil {
+		out = append(out, kubevirtv1.Volume{Name: RecoveryVolume, VolumeSource: kubevirtv1.VolumeSource{
+			DataVolume: &kubevirtv1.DataVolumeSource{Name: RecoveryDataVolumeName(m)}}})
+	}
+	return out
 }
 
 // vmCPUModel is the CPU model written into the VM spec. KubeVirt schedules a

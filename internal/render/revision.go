@@ -18,6 +18,7 @@ type revisionInput struct {
 	Resources           macvirtv1alpha1.ClassResources `json:"resources"`
 	Image               macvirtv1alpha1.ImageSpec      `json:"image"`
 	Bootloader          macvirtv1alpha1.BootloaderSpec `json:"bootloader"`
+	Installer           *macvirtv1alpha1.InstallerSpec `json:"installer,omitempty"`
 	Hardware            macvirtv1alpha1.HardwareSpec   `json:"hardware"`
 	Placement           macvirtv1alpha1.PlacementSpec  `json:"placement"`
 	ShutdownGracePeriod string                         `json:"shutdownGracePeriod"`
@@ -29,8 +30,11 @@ type revisionInput struct {
 func ClassRevision(class *macvirtv1alpha1.MacClass) string {
 	spec := class.Spec.DeepCopy()
 	in := revisionInput{
-		Resources:  spec.Resources,
-		Image:      spec.Image,
+		Resources: spec.Resources,
+		// A refreshed image hashes as the import it resolves to, so the
+		// revision follows the registry's digest.
+		Image:      class.EffectiveImage(),
+		Installer:  spec.Installer,
 		Bootloader: spec.Bootloader,
 		// Unset fields hash as their (release's) defaults, so a class
 		// defaulted by the API server and one defaulted here agree.

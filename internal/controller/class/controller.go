@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -44,6 +46,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		}()
 	}
 	for _, step := range []func(context.Context, *classScope) (bool, error){
+		r.ensureImageImport,
+		r.observeCloneStrategy,
 		r.ensureSnapshot,
 		r.checkSources,
 		r.pruneSnapshots,
@@ -77,6 +81,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&macvirtv1alpha1.MacClass{}).
 		Watches(&cdiv1.DataSource{}, handler.EnqueueRequestsFromMapFunc(r.dataSourceToClasses)).
+		Watches(&cdiv1.DataImportCron{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(),
+			&macvirtv1alpha1.MacClass{}, handler.OnlyControllerOwner())).
+		Watches(&cdiv1.StorageProfile{}, handler.EnqueueRequestsFromMapFunc(r.storageProfileToClasses)).
 		Watches(&macvirtv1alpha1.MacMachine{}, handler.EnqueueRequestsFromMapFunc(machineToClass),
 			builder.WithPredicates(onlyDeletes)).
 		Named(name).
@@ -99,10 +106,13 @@ func machineToClass(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: m.Spec.ClassName}}}
 }
 
-func (r *Reconciler) dataSourceToClasses(ctx context.Context, o client.Object) []reconcile.Request {
+// storageProfileToClasses enqueues every class: a profile's clone strategy
+// may be any class's, through the default storage class. Profiles change
+// seldom.
+func (r *Reconciler) storageProfileToClasses(ctx context.Context, _ client.Object) []reconcile.Request {
 	var list macvirtv1alpha1.MacClassList
-	if err := r.List(ctx, &list, client.MatchingFields{index.ClassDataSource: o.GetNamespace() + "/" + o.GetName()}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "listing classes of DataSource", "dataSource", client.ObjectKeyFromObject(o))
+	if err := r.List(ctx, &list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing classes for a StorageProfile")
 		return nil
 	}
 	out := make([]reconcile.Request, 0, len(list.Items))
@@ -111,3 +121,30 @@ func (r *Reconciler) dataSourceToClasses(ctx context.Context, o client.Object) [
 	}
 	return out
 }
+
+func (r *Reconciler) dataSourceToClasses(ctx context.Context, o client.Object) []reconcile.Request {
+	var list macvirtv1alpha1.MacClassList
+	if err := r.List(ctx, &list, client.MatchingFields{index.ClassDataSource: o.GetNamespace() + "/" + o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing classes of DataSource", "dataSource", client.ObjectKeyFromObject(o))
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items)+1)
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
+	}
+	// A refreshed image's DataSource: CDI labels it with its cron, whose
+	// controller is the class.
+	if cronName := o.GetLabels()[labelDataImportCron]; cronName != "" && o.GetNamespace() == r.ImagesNamespace {
+		cron := &cdiv1.DataImportCron{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: o.GetNamespace(), Name: cronName}, cron); err == nil {
+			if owner := metav1.GetControllerOf(cron); owner != nil && owner.Kind == "MacClass" {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: owner.Name}})
+			}
+		}
+	}
+	return out
+}
+
+// labelDataImportCron is CDI's label on the objects a DataImportCron made
+// (pkg/controller/common/util.go, LabelDataImportCronName).
+const labelDataImportCron = "cdi.kubevirt.io/dataImportCron"

@@ -27,7 +27,12 @@ func (r *Reconciler) ensureSnapshot(ctx context.Context, s *classScope) (bool, e
 	if s.Class == nil {
 		return true, nil
 	}
-	want, err := classhistory.New(r.Namespace, s.Class, s.Revision)
+	if s.Image != nil {
+		// The revision follows the import the refreshed image resolves to.
+		s.Revision = revisionOf(s.Class, s.Image)
+	}
+	effective := withImage(s.Class, s.Image)
+	want, err := classhistory.New(r.Namespace, effective, s.Revision)
 	if err != nil {
 		return false, err
 	}
@@ -36,7 +41,7 @@ func (r *Reconciler) ensureSnapshot(ctx context.Context, s *classScope) (bool, e
 		return false, err
 	}
 	switch {
-	case have.Name != "" && classhistory.Holds(have, s.Class):
+	case have.Name != "" && classhistory.Holds(have, effective):
 		return true, nil
 	case have.Name != "":
 		uid := have.UID

@@ -13,6 +13,9 @@ type Reconciler struct {
 	// Secrets) and the class snapshots, which only this controller writes.
 	APIReader client.Reader
 	// Namespace is the operator's namespace, where class snapshots are kept.
-	Namespace      string
-	ControllerName string
+	Namespace string
+	// ImagesNamespace keeps the DataImportCrons of refreshed images; empty:
+	// refresh is not served.
+	ImagesNamespace string
+	ControllerName  string
 }

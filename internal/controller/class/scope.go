@@ -2,6 +2,7 @@ package class
 
 import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/base"
 )
 
 // classScope is what one reconcile of a class read and decided.
@@ -19,4 +20,12 @@ type classScope struct {
 	// NotReady lists the DataSources that exist but that CDI does not
 	// report Ready, with CDI's words (sources.go).
 	NotReady []string
+	// Image is a refreshed image's state (image.go), set once its
+	// DataImportCron was kept; ImageProblem says why it cannot be.
+	Image        *macvirtv1alpha1.ClassImageStatus
+	ImageProblem *base.Problem
+	// StorageClass is the machines' storage class and CloneStrategy its
+	// StorageProfile's clone strategy, empty when unknown.
+	StorageClass  string
+	CloneStrategy string
 }

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -211,4 +214,44 @@ func dataVolumeMessage(dv *cdiv1.DataVolume) string {
 		}
 	}
 	return "no message from CDI"
+}
+
+// AnnCloneType is the annotation CDI puts on a cloned DataVolume's PVC
+// and on the DataVolume, naming the clone strategy it used: snapshot,
+// csi-clone or copy (pkg/controller/common/util.go, AnnCloneType).
+const AnnCloneType = "cdi.kubevirt.io/cloneType"
+
+// provisioningStatus is status.provisioning: the progress while the disks
+// fill, and, once the system disk is done, how CDI made it and how long it
+// took. Both are read from the system disk's DataVolume, so they do not
+// change from one reconcile to the next; once the DataVolume is gone (CDI
+// may garbage-collect it) the recorded values stay.
+func provisioningStatus(o machineObservation, progress string) *macvirtv1alpha1.ProvisioningStatus {
+	st := &macvirtv1alpha1.ProvisioningStatus{Progress: progress}
+	if prev := o.Machine.Status.Provisioning; prev != nil {
+		st.CloneStrategy, st.Duration = prev.CloneStrategy, prev.Duration
+	}
+	if len(o.DataVolumes) > 1 {
+		if dv := o.DataVolumes[1]; dv != nil && dv.Status.Phase == cdiv1.Succeeded {
+			st.CloneStrategy = dv.Annotations[AnnCloneType]
+			if done := dataVolumeDoneAt(dv); done != nil {
+				st.Duration = &metav1.Duration{Duration: done.Sub(dv.CreationTimestamp.Time).Round(time.Second)}
+			}
+		}
+	}
+	if *st == (macvirtv1alpha1.ProvisioningStatus{}) {
+		return nil
+	}
+	return st
+}
+
+// dataVolumeDoneAt is when CDI marked the DataVolume Ready.
+func dataVolumeDoneAt(dv *cdiv1.DataVolume) *metav1.Time {
+	for i := range dv.Status.Conditions {
+		c := &dv.Status.Conditions[i]
+		if c.Type == cdiv1.DataVolumeReady && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			return &c.LastTransitionTime
+		}
+	}
+	return nil
 }

@@ -31,6 +31,13 @@ func observeGuest(o machineObservation, since *metav1.Time) guestState {
 	if g := o.Machine.Status.Guest; g != nil {
 		last = g.LastHeartbeat
 	}
+	if o.Class.Spec.Installer != nil {
+		// A person installs macOS over VNC; no agent is expected, and
+		// one installed meanwhile changes nothing.
+		return guestState{cond: base.Condition{Status: metav1.ConditionTrue, Problem: base.Problem{Reason: macvirtv1alpha1.ReasonInstaller,
+			Message: "installer machine: no guest agent is expected; install macOS over VNC (virtctl vnc " + o.Machine.Name + " -n " +
+				o.Machine.Namespace + "), then the agent package, and capture it with a MacImage"}}}
+	}
 	if last == nil || last.Before(since) {
 		from, note := since.Time, ""
 		if o.ListeningSince.After(from) {

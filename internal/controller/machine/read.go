@@ -52,8 +52,8 @@ func (r *Reconciler) observeDiskSources(ctx context.Context, o *machineObservati
 func readObjects(ctx context.Context, c client.Reader, o *machineObservation) error {
 	m := o.Machine
 	o.Foreign, o.strayInstance = nil, false
-	o.DataVolumes = make([]*cdiv1.DataVolume, 0, 2)
-	for _, name := range render.DataVolumeNames(m) {
+	o.DataVolumes = make([]*cdiv1.DataVolume, 0, 3)
+	for _, name := range render.DataVolumeNames(o.Class, m) {
 		dv := &cdiv1.DataVolume{}
 		if err := base.GetOptional(ctx, c, types.NamespacedName{Namespace: m.Namespace, Name: name}, dv); err != nil {
 			return err

@@ -39,10 +39,7 @@ func computeMachineStatus(o machineObservation) machineStatus {
 	disks := observeDisks(o)
 	vm := observeVM(o)
 	guest := observeGuest(o, vm.runningSince)
-	st.Provisioning = nil
-	if disks.progress != "" {
-		st.Provisioning = &macvirtv1alpha1.ProvisioningStatus{Progress: disks.progress}
-	}
+	st.Provisioning = provisioningStatus(o, disks.progress)
 	st.NodeName, st.Addresses, st.RunningSince = vm.node, vm.addresses, vm.runningSince
 
 	draining := drainOf(o)
@@ -136,6 +133,9 @@ func summarize(o machineObservation, disks base.Condition, vm vmState, guest gue
 	case guest.cond.Status != metav1.ConditionTrue:
 		return macvirtv1alpha1.MachineBooting, guest.cond
 	}
+	if o.Class.Spec.Installer != nil {
+		return macvirtv1alpha1.MachineReady, guest.cond
+	}
 	return macvirtv1alpha1.MachineReady, base.CondTrue("macOS is up and its guest agent answers")
 }
 
@@ -187,7 +187,8 @@ func stalled(o machineObservation, phase macvirtv1alpha1.MachinePhase, ready bas
 	case o.Deleting && o.strayInstance && o.VM != nil:
 		// Deletion cannot finish: the machine's VM waits for the instance.
 		return base.Condition{Status: metav1.ConditionTrue, Problem: base.Problem{Reason: macvirtv1alpha1.ReasonNotOwned, Message: "deletion cannot go on: " + o.DeletionStep}}
-	case o.Blocked != nil && !o.Deleting && o.Blocked.Reason != macvirtv1alpha1.ReasonDomainHookNotReady:
+	case o.Blocked != nil && !o.Deleting && o.Blocked.Reason != macvirtv1alpha1.ReasonDomainHookNotReady &&
+		o.Blocked.Reason != macvirtv1alpha1.ReasonWaitingForImage:
 		// A machine waiting for the domain hook is not stalled: the wait
 		// ends by itself once the operator has written the hook's objects
 		// (an operator that cannot says so in its log and metric).
