@@ -24,7 +24,6 @@ import (
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -179,6 +178,3 @@ func (r *Reconciler) machineToImages(ctx context.Context, o client.Object) []rec
 	}
 	return out
 }
-
-// notFound is true for an error the API answers a missing object with.
-func notFound(err error) bool { return apierrors.IsNotFound(err) }

@@ -129,7 +129,11 @@ func removePlaced(h TaskHost, ledger string) error {
 		if p == "" || !filepath.IsAbs(p) || filepath.Clean(p) != p {
 			continue
 		}
-		if err := os.Remove(h.TaskPath(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if !noLinkOnTheWay(h.TaskPath("/"), p) {
+			// A tenant's link would make root remove what it points at.
+			continue
+		}
+		if err := os.Remove(h.TaskPath(p)); err != nil && !errors.Is(err, fs.ErrNotExist) { //nolint:gosec // a path the agent placed, no link on the way (checked above).
 			return fmt.Errorf("removing bootstrap file %s: %w", p, err)
 		}
 	}
@@ -160,6 +164,9 @@ func cleanHomes(users string) error {
 		}
 		dir := filepath.Join(users, home.Name())
 		for _, f := range homeLeftovers {
+			if !noLinkOnTheWay(dir, f) {
+				continue
+			}
 			if err := os.RemoveAll(filepath.Join(dir, f)); err != nil {
 				return fmt.Errorf("removing %s of %s: %w", f, home.Name(), err)
 			}
@@ -186,9 +193,33 @@ func cleanHomes(users string) error {
 	return nil
 }
 
+// noLinkOnTheWay reports whether no directory between root and root/rel
+// is a symbolic link: the agent removes as root, and a link a tenant made
+// in a home (~/.ssh pointing at /var/root/.ssh, say) must not take the
+// removal elsewhere. The last element may be a link; removing it removes
+// the link.
+func noLinkOnTheWay(root, rel string) bool {
+	parts := strings.Split(strings.Trim(filepath.Clean("/"+rel), "/"), "/")
+	dir := root
+	for _, part := range parts[:len(parts)-1] {
+		dir = filepath.Join(dir, part)
+		info, err := os.Lstat(dir) //nolint:gosec // looked at, never followed: that is the check.
+		if errors.Is(err, fs.ErrNotExist) {
+			return true
+		}
+		if err != nil || info.Mode()&fs.ModeSymlink != 0 || !info.IsDir() {
+			return false
+		}
+	}
+	return true
+}
+
 // recordPlaced adds path to the placed-files ledger beside taskDir.
 func recordPlaced(taskDir, path string) error {
-	f, err := os.OpenFile(filepath.Join(filepath.Dir(taskDir), placedFilesFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600) //nolint:gosec // the agent's own file.
+	if err := os.MkdirAll(filepath.Dir(taskDir), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(filepath.Dir(taskDir), placedFilesFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}

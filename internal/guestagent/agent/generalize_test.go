@@ -34,7 +34,9 @@ func (h *rootedHost) TaskUser(name string) (TaskUser, error) {
 	return TaskUser{Name: name, UID: os.Getuid(), GID: os.Getgid(), Home: h.TaskPath("/Users/" + name)}, nil
 }
 
-func (h *rootedHost) TaskPath(path string) string { return filepath.Join(h.root, filepath.Clean("/"+path)) }
+func (h *rootedHost) TaskPath(path string) string {
+	return filepath.Join(h.root, filepath.Clean("/"+path))
+}
 
 func (h *rootedHost) RegenerateHostKeys() error {
 	if h.regenErr != nil {
@@ -130,5 +132,32 @@ func TestGeneralizeTriesAgainWhenItFailed(t *testing.T) {
 	h.regenErr = nil
 	if done, err := Generalize(h, taskDir, cfg, t.Logf); err != nil || !done {
 		t.Fatalf("retry = (%v, %v), want (true, nil)", done, err)
+	}
+}
+
+func TestGeneralizeFollowsNoTenantLink(t *testing.T) {
+	h := &rootedHost{root: t.TempDir()}
+	taskDir := h.TaskPath("/var/db/macvirt-agent/tasks")
+	h.write(t, "/var/root/.ssh/authorized_keys", "ssh-ed25519 ROOT")
+	h.write(t, "/etc/sudoers", "root ALL=(ALL) ALL")
+	if err := os.MkdirAll(h.TaskPath("/Users/admin"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(h.TaskPath("/var/root/.ssh"), h.TaskPath("/Users/admin/.ssh")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(h.TaskPath("/etc"), h.TaskPath("/Users/admin/etc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := recordPlaced(taskDir, "/Users/admin/etc/sudoers"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Generalize(h, taskDir, &Config{Namespace: "n", Machine: "m", MachineUID: "u"}, t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	for _, kept := range []string{"/var/root/.ssh/authorized_keys", "/etc/sudoers"} {
+		if !h.exists(kept) {
+			t.Errorf("generalising followed a tenant's link and removed %s", kept)
+		}
 	}
 }
