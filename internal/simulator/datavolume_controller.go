@@ -18,6 +18,7 @@ package simulator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,8 +36,10 @@ import (
 // DataVolume through the import or clone phases, one step per StepInterval.
 type dataVolumeReconciler struct {
 	sim *Simulator
-	// recorder records CDI's events on DataVolumes (CloneWithoutSource).
+	// recorder records CDI's events on DataVolumes and their PVCs.
 	recorder events.EventRecorder
+	// inUse remembers the clones told that their source is in use.
+	inUse reportOnce
 }
 
 func (r *dataVolumeReconciler) setup(mgr ctrl.Manager) error {
@@ -56,12 +59,15 @@ func (r *dataVolumeReconciler) setup(mgr ctrl.Manager) error {
 	return nil
 }
 
-// Reconcile moves one DataVolume one step forward once it has spent
-// StepInterval in its current step. The status write triggers the next
-// reconcile, which starts the clock of the following step.
+// Reconcile moves one DataVolume one step forward once it has spent its
+// current step's time (StepInterval, or its share of a clone's duration).
+// The status write triggers the next reconcile, which starts the clock of
+// the following step. Like CDI it first creates the DataVolume's PVC, and
+// binds it once the DataVolume is bound, as a provisioner would.
 func (r *dataVolumeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	key := pacerKey("DataVolume", req.NamespacedName)
+	again := ctrl.Result{RequeueAfter: r.sim.opts.StepInterval}
 	dv := &cdiv1.DataVolume{}
 	if err := r.sim.client.Get(ctx, req.NamespacedName, dv); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -72,38 +78,110 @@ func (r *dataVolumeReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	if dv.DeletionTimestamp != nil || dataVolumeDone(dv.Status.Phase) {
 		r.sim.pacer.forget(key)
+		r.inUse.forget(dv.UID)
 		return ctrl.Result{}, nil
+	}
+	src, resolved, err := r.cloneSourceOf(ctx, dv)
+	if err != nil || !resolved {
+		// CDI watches DataSources; the simulator looks again.
+		return again, err
+	}
+	st, err := r.storageOf(ctx, dv, src)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 	if dv.Status.Phase != cdiv1.PhaseUnset {
 		state := fmt.Sprintf("%s/%s/%d", dv.Status.Phase, dv.Status.Progress, dv.Status.RestartCount)
-		interval := r.sim.opts.StepInterval
+		interval := r.sim.dataVolumeStep(dv, st.clone.plan, st.copyBytes, r.sim.importSteps(dv))
 		if dv.Status.RestartCount > 0 {
-			interval = restartBackoff(interval, dv.Status.RestartCount)
+			interval = restartBackoff(r.sim.opts.StepInterval, dv.Status.RestartCount)
 		}
 		if wait := r.sim.pacer.wait(key, dv.UID, state, interval); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 	}
-	if held, err := r.holdForSource(ctx, dv); held || err != nil {
-		// CDI watches DataSources and PVCs; the simulator looks again.
-		return ctrl.Result{RequeueAfter: r.sim.opts.StepInterval}, err
+	if st.claim == nil {
+		// CDI validates the source before it creates the PVC, and
+		// watches sources and profiles; the simulator looks again.
+		if held, err := r.holdForSource(ctx, dv, src); held || err != nil {
+			return again, err
+		}
+		if st.notReady != "" {
+			log.V(1).Info("DataVolume waits", "reason", st.notReady)
+			return again, nil
+		}
 	}
-	f := r.sim.dataVolumeFaults(dv.Namespace, dv.Name)
-	wffc, err := r.waitsForConsumer(ctx, dv)
-	if err != nil {
+	f, err := r.prepare(ctx, dv, st, src)
+	if errors.Is(err, errHeld) {
+		return again, nil
+	} else if err != nil {
 		return ctrl.Result{}, err
 	}
-	f.waitForConsumer, f.cloneStrategy = wffc, r.sim.opts.CloneStrategy
 	next, ok := r.sim.nextDataVolumeTick(dv, f)
 	if !ok {
+		if f.waitForSource {
+			return again, nil
+		}
 		return ctrl.Result{}, nil
 	}
+	if err := r.applyStorage(ctx, dv, next, st, src); err != nil {
+		return ctrl.Result{}, err
+	}
+	old := dv.Status
 	dv.Status = next
 	if err := r.sim.client.Status().Update(ctx, dv); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status of DataVolume %s: %w", req.NamespacedName, err)
 	}
+	r.recordEvents(dv, old, src)
 	log.V(1).Info("DataVolume stepped", "phase", next.Phase, "progress", next.Progress)
 	return ctrl.Result{}, nil
+}
+
+// prepare gathers what holds the DataVolume's next step back (faults, a
+// first consumer, its source) and makes sure its PVC exists, unless a
+// quota refuses it; errHeld when the PVC is in the way.
+func (r *dataVolumeReconciler) prepare(ctx context.Context, dv *cdiv1.DataVolume, st *dvStorage, src *cloneSource) (dvFaults, error) {
+	f := r.sim.dataVolumeFaults(dv.Namespace, dv.Name)
+	var err error
+	if f.waitForConsumer, err = r.waitsForConsumer(ctx, dv); err != nil {
+		return f, err
+	}
+	f.clone = st.clone.plan
+	if !f.quota {
+		if err := r.ensureClaim(ctx, dv, st, src); err != nil {
+			return f, err
+		}
+	}
+	ready, err := r.sourceReady(ctx, dv, src, st.claim)
+	f.waitForSource = !ready
+	return f, err
+}
+
+// applyStorage makes the storage match the DataVolume's next status before
+// it is written: its PVC bound once the DataVolume is, and populated once
+// it Succeeded.
+func (r *dataVolumeReconciler) applyStorage(ctx context.Context, dv *cdiv1.DataVolume, next cdiv1.DataVolumeStatus,
+	st *dvStorage, src *cloneSource) error {
+	if st.claim == nil {
+		return nil
+	}
+	switch next.Phase {
+	case cdiv1.PhaseUnset, cdiv1.Pending, cdiv1.PendingPopulation:
+		return nil
+	}
+	provisioner := ""
+	if st.class != nil {
+		provisioner = st.class.Provisioner
+	}
+	if err := r.sim.bindClaim(ctx, st.claim, provisioner); err != nil {
+		return err
+	}
+	if next.Phase == cdiv1.Succeeded {
+		if err := r.populate(dv, st.claim, src); err != nil {
+			return fmt.Errorf("populating PVC %s/%s: %w", st.claim.Namespace, st.claim.Name, err)
+		}
+	}
+	return nil
 }
 
 // dataVolumeDone reports the phases the simulator never leaves (it no

@@ -21,10 +21,12 @@ import (
 	"fmt"
 	"slices"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -43,22 +45,34 @@ import (
 // ImmediateBindingRequested).
 const AnnImmediateBinding = "cdi.kubevirt.io/storage.bind.immediate.requested"
 
-// annDefaultStorageClass marks the cluster's default storage class.
-const annDefaultStorageClass = "storageclass.kubernetes.io/is-default-class"
+// cloneSource is a clone's source as CDI resolves it: a PVC or a
+// VolumeSnapshot, from spec.source or from the DataSource spec.sourceRef
+// names, with the object when it exists.
+type cloneSource struct {
+	// kind is "pvc" or "snapshot", as CDI's messages name the source.
+	kind            string
+	namespace, name string
+	// pvc is the source PVC, nil when it does not exist (or the source is
+	// a snapshot).
+	pvc *corev1.PersistentVolumeClaim
+	// snapshot is the source VolumeSnapshot, nil when it does not exist
+	// (or the source is a PVC).
+	snapshot *snapshotv1.VolumeSnapshot
+}
 
-// clonePVCSource resolves the source PVC of a clone: spec.source.pvc, or the
-// PVC of the DataSource in spec.sourceRef. resolved is false when CDI finds
-// no clone source to act on: the DataSource is missing or has neither a PVC
-// nor a snapshot source (pkg/controller/datavolume/controller-base.go,
-// getSourceRefOp, returns dataVolumeNop and no controller touches the
-// DataVolume). A nil PVC source with resolved true is a snapshot or an
-// import.
-func (r *dataVolumeReconciler) clonePVCSource(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.DataVolumeSourcePVC, bool, error) {
+// cloneSourceOf resolves and reads a clone's source: spec.source.pvc or
+// .snapshot, or those of the DataSource in spec.sourceRef. resolved is
+// false when CDI finds no clone source to act on: the DataSource is
+// missing or has neither a PVC nor a snapshot source
+// (pkg/controller/datavolume/controller-base.go, getSourceRefOp, returns
+// dataVolumeNop and no controller touches the DataVolume). A nil source
+// with resolved true is an import.
+func (r *dataVolumeReconciler) cloneSourceOf(ctx context.Context, dv *cdiv1.DataVolume) (*cloneSource, bool, error) {
+	ns, src := dv.Namespace, dv.Spec.Source
 	if ref := dv.Spec.SourceRef; ref != nil {
 		if ref.Kind != cdiv1.DataVolumeDataSource {
 			return nil, false, nil
 		}
-		ns := dv.Namespace
 		if ref.Namespace != nil && *ref.Namespace != "" {
 			ns = *ref.Namespace
 		}
@@ -69,59 +83,76 @@ func (r *dataVolumeReconciler) clonePVCSource(ctx context.Context, dv *cdiv1.Dat
 			}
 			return nil, false, fmt.Errorf("getting DataSource %s/%s: %w", ns, ref.Name, err)
 		}
-		src := ds.Spec.Source
-		if src.PVC == nil && src.Snapshot == nil {
+		if ds.Spec.Source.PVC == nil && ds.Spec.Source.Snapshot == nil {
 			return nil, false, nil
 		}
-		if src.PVC != nil {
-			pvc := src.PVC.DeepCopy()
-			if pvc.Namespace == "" {
-				pvc.Namespace = ns
-			}
-			return pvc, true, nil
-		}
+		src = &cdiv1.DataVolumeSource{PVC: ds.Spec.Source.PVC, Snapshot: ds.Spec.Source.Snapshot}
+	}
+	var cs *cloneSource
+	switch {
+	case src != nil && src.PVC != nil:
+		cs = &cloneSource{kind: "pvc", namespace: src.PVC.Namespace, name: src.PVC.Name}
+	case src != nil && src.Snapshot != nil:
+		cs = &cloneSource{kind: "snapshot", namespace: src.Snapshot.Namespace, name: src.Snapshot.Name}
+	default:
 		return nil, true, nil
 	}
-	if src := dv.Spec.Source; src != nil && src.PVC != nil {
-		pvc := src.PVC.DeepCopy()
-		if pvc.Namespace == "" {
-			pvc.Namespace = dv.Namespace
-		}
-		return pvc, true, nil
+	if cs.namespace == "" {
+		cs.namespace = ns
 	}
-	return nil, true, nil
+	key := types.NamespacedName{Namespace: cs.namespace, Name: cs.name}
+	var obj client.Object = &corev1.PersistentVolumeClaim{}
+	if cs.kind == "snapshot" {
+		obj = &snapshotv1.VolumeSnapshot{}
+	}
+	if err := r.sim.client.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return cs, true, nil
+		}
+		return nil, true, fmt.Errorf("getting source %s %s: %w", cs.kind, key, err)
+	}
+	switch o := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		cs.pvc = o
+	case *snapshotv1.VolumeSnapshot:
+		cs.snapshot = o
+	}
+	return cs, true, nil
 }
 
-// holdForSource reports whether a clone cannot start for want of its
-// source, before CDI creates the target PVC (phase unset or Pending). A
-// DataVolume whose DataSource does not resolve gets no status at all; one
-// whose source PVC is missing keeps its phase, gets Bound and Ready False
-// with reason CloneWithoutSource, and a Warning event of that reason
-// (pkg/controller/datavolume/pvc-clone-controller.go,
-// validateCloneAndSourcePVC).
-func (r *dataVolumeReconciler) holdForSource(ctx context.Context, dv *cdiv1.DataVolume) (bool, error) {
-	if dv.Status.Phase != cdiv1.PhaseUnset && dv.Status.Phase != cdiv1.Pending {
-		return false, nil
-	}
-	src, resolved, err := r.clonePVCSource(ctx, dv)
-	if err != nil || !resolved {
-		return !resolved, err
-	}
+// holdForSource reports whether a clone cannot start for want of a valid
+// source, before CDI creates the target PVC. A DataVolume whose
+// DataSource does not resolve gets no status at all (resolved false); one
+// whose source is missing keeps its phase and gets Bound and Ready False
+// with reason CloneWithoutSource, one whose source fails CDI's checks the
+// same with reason CloneValidationFailed, and a Warning event of that
+// reason (pkg/controller/datavolume/pvc-clone-controller.go,
+// validateCloneAndSourcePVC, validateClone; snapshot-clone-controller.go,
+// validateCloneAndSourceSnapshot, validateSnapshotClone).
+func (r *dataVolumeReconciler) holdForSource(ctx context.Context, dv *cdiv1.DataVolume, src *cloneSource) (bool, error) {
 	if src == nil {
 		return false, nil
 	}
-	err = r.sim.client.Get(ctx, types.NamespacedName{Namespace: src.Namespace, Name: src.Name}, &corev1.PersistentVolumeClaim{})
-	if err == nil {
+	var reason, msg string
+	switch {
+	case src.kind == "pvc" && src.pvc == nil, src.kind == "snapshot" && src.snapshot == nil:
+		reason, msg = reasonCloneNoSource, fmt.Sprintf(msgCloneNoSource, src.kind, src.name)
+	case src.pvc != nil:
+		if err := validatePVCClone(src.pvc, &dv.Spec); err != nil {
+			reason, msg = reasonCloneInvalid, fmt.Sprintf(msgCloneInvalid, err)
+		}
+	case src.snapshot != nil:
+		if err := validateSnapshotClone(src.snapshot, &dv.Spec); err != nil {
+			reason, msg = reasonCloneInvalid, fmt.Sprintf(msgCloneInvalid, err)
+		}
+	}
+	if reason == "" {
 		return false, nil
 	}
-	if !apierrors.IsNotFound(err) {
-		return true, fmt.Errorf("getting source PVC %s/%s: %w", src.Namespace, src.Name, err)
-	}
-	msg := fmt.Sprintf(msgCloneNoSource, "pvc", src.Name)
 	st := dv.Status.DeepCopy()
 	f := corev1.ConditionFalse
-	st.Conditions = setDataVolumeCondition(st.Conditions, cdiv1.DataVolumeBound, f, reasonCloneNoSource, msg)
-	st.Conditions = setDataVolumeCondition(st.Conditions, cdiv1.DataVolumeReady, f, reasonCloneNoSource, msg)
+	st.Conditions = setDataVolumeCondition(st.Conditions, cdiv1.DataVolumeBound, f, reason, msg)
+	st.Conditions = setDataVolumeCondition(st.Conditions, cdiv1.DataVolumeReady, f, reason, msg)
 	st.Conditions = setDataVolumeCondition(st.Conditions, cdiv1.DataVolumeRunning, f, "", "")
 	if equality.Semantic.DeepEqual(*st, dv.Status) {
 		return true, nil
@@ -131,7 +162,7 @@ func (r *dataVolumeReconciler) holdForSource(ctx context.Context, dv *cdiv1.Data
 		return true, fmt.Errorf("updating status of DataVolume %s/%s: %w", dv.Namespace, dv.Name, err)
 	}
 	if r.recorder != nil {
-		r.recorder.Eventf(dv, nil, corev1.EventTypeWarning, reasonCloneNoSource, "Clone", "%s", msg)
+		r.recorder.Eventf(dv, nil, corev1.EventTypeWarning, reason, "Clone", "%s", msg)
 	}
 	return true, nil
 }
@@ -181,33 +212,14 @@ func asksToRun(vm *kubevirtv1.VirtualMachine) bool {
 }
 
 // storageClassOf returns the DataVolume's storage class: the one it names,
-// else the cluster's default; nil when there is none.
+// else the default CDI renders its PVC with (storageClassNamed); nil when
+// there is none.
 func (r *dataVolumeReconciler) storageClassOf(ctx context.Context, dv *cdiv1.DataVolume) (*storagev1.StorageClass, error) {
-	var name *string
 	switch {
 	case dv.Spec.Storage != nil:
-		name = dv.Spec.Storage.StorageClassName
+		return r.sim.storageClassNamed(ctx, dv.Spec.Storage.StorageClassName, true)
 	case dv.Spec.PVC != nil:
-		name = dv.Spec.PVC.StorageClassName
-	}
-	if name != nil && *name != "" {
-		sc := &storagev1.StorageClass{}
-		if err := r.sim.client.Get(ctx, types.NamespacedName{Name: *name}, sc); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, nil
-			}
-			return nil, fmt.Errorf("getting StorageClass %s: %w", *name, err)
-		}
-		return sc, nil
-	}
-	list := &storagev1.StorageClassList{}
-	if err := r.sim.client.List(ctx, list); err != nil {
-		return nil, fmt.Errorf("listing StorageClasses: %w", err)
-	}
-	for i := range list.Items {
-		if list.Items[i].Annotations[annDefaultStorageClass] == "true" {
-			return &list.Items[i], nil
-		}
+		return r.sim.storageClassNamed(ctx, dv.Spec.PVC.StorageClassName, false)
 	}
 	return nil, nil
 }
@@ -226,9 +238,10 @@ func dataVolumesOfVM(_ context.Context, obj client.Object) []reconcile.Request {
 }
 
 // dataSourceReconciler plays CDI's DataSource controller
-// (pkg/controller/datasource-controller.go, update and handlePvcSource):
-// Ready=True once the source PVC exists (and the DataVolume importing it,
-// if any, Succeeded), Ready=False otherwise with CDI's reason.
+// (pkg/controller/datasource-controller.go, update, handlePvcSource and
+// handleSnapshotSource): Ready=True once the source PVC exists (and the
+// DataVolume importing it, if any, Succeeded) or the source VolumeSnapshot
+// is readyToUse, Ready=False otherwise with CDI's reason.
 type dataSourceReconciler struct {
 	sim *Simulator
 }
@@ -274,8 +287,8 @@ func (r *dataSourceReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	return ctrl.Result{}, nil
 }
 
-// readiness is the DataSource's Ready condition in CDI's words. Snapshot
-// sources count as ready: the simulator has no VolumeSnapshot API.
+// readiness is the DataSource's Ready condition in CDI's words
+// (handlePvcSource, handleSnapshotSource).
 func (r *dataSourceReconciler) readiness(ctx context.Context, ds *cdiv1.DataSource) (corev1.ConditionStatus, string, string, error) {
 	src := ds.Spec.Source
 	switch {
@@ -302,7 +315,22 @@ func (r *dataSourceReconciler) readiness(ctx context.Context, ds *cdiv1.DataSour
 		}
 		return corev1.ConditionTrue, "Ready", "DataSource is ready to be consumed", nil
 	case src.Snapshot != nil:
-		return corev1.ConditionTrue, "Ready", "DataSource is ready to be consumed", nil
+		ns := src.Snapshot.Namespace
+		if ns == "" {
+			ns = ds.Namespace
+		}
+		key := types.NamespacedName{Namespace: ns, Name: src.Snapshot.Name}
+		snap := &snapshotv1.VolumeSnapshot{}
+		if err := r.sim.client.Get(ctx, key, snap); err != nil {
+			if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+				return corev1.ConditionFalse, "NotFound", "Snapshot not found", nil
+			}
+			return "", "", "", fmt.Errorf("getting VolumeSnapshot %s: %w", key, err)
+		}
+		if snapshotReady(snap) {
+			return corev1.ConditionTrue, "Ready", "DataSource is ready to be consumed", nil
+		}
+		return corev1.ConditionFalse, "SnapshotNotReady", "Snapshot phase is not ready", nil
 	}
 	return corev1.ConditionFalse, "NoSource", "No source PVC set", nil
 }

@@ -31,13 +31,14 @@ import (
 
 // Condition reasons and messages CDI reports on DataVolumes.
 const (
-	reasonBound           = "Bound"
-	reasonPending         = "Pending"
-	reasonPodCreating     = "ContainerCreating"
-	reasonPodRunning      = "Pod is running"
-	reasonTransferRunning = "TransferRunning"
-	reasonCompleted       = "Completed"
-	reasonError           = "Error"
+	reasonBound            = "Bound"
+	reasonPending          = "Pending"
+	reasonPodCreating      = "ContainerCreating"
+	reasonPodRunning       = "Pod is running"
+	reasonPopulatorRunning = "Populator is running"
+	reasonTransferRunning  = "TransferRunning"
+	reasonCompleted        = "Completed"
+	reasonError            = "Error"
 
 	// progressUnknown is CDI's progress before the transfer starts.
 	progressUnknown cdiv1.DataVolumeProgress = "N/A"
@@ -106,14 +107,23 @@ func nextDataVolumeStatus(dv *cdiv1.DataVolume, steps int, f dvFaults) (cdiv1.Da
 		st.Conditions = dataVolumeConditions(st.Conditions, dv.Name, st.Phase, clone)
 		st.Conditions = setDataVolumeCondition(st.Conditions, cdiv1.DataVolumeRunning, corev1.ConditionFalse, reasonError, dataVolumeFailureMessage(dv))
 		return st, true
-	case clone && smartClonePhases(f.cloneStrategy) != nil && (st.Phase == scheduled || slices.Contains(smartClonePhases(f.cloneStrategy), st.Phase)):
-		// A CSI or snapshot clone passes through its populator's phases
-		// and reports no progress until it is done.
-		st.Phase = nextSmartClonePhase(f.cloneStrategy, st.Phase)
-		st.Progress = progressUnknown
-		if st.Phase == cdiv1.Succeeded {
+	case clone && f.waitForSource && st.Phase == holdPhase(f.clone):
+		// The clone waits for its source to be ready.
+		return st, false
+	case clone && st.Phase != inProgress && cloneStepsFrom(f.clone, st.Phase):
+		// A clone passes through the phases of its plan; smart clones
+		// report no progress until they are done, phases after a copy
+		// keep its 100%.
+		next := nextClonePhase(f.clone, st.Phase)
+		switch {
+		case next == inProgress:
+			st.Progress = progressAt(0, steps)
+		case next == cdiv1.Succeeded || st.Progress == progressComplete:
 			st.Progress = progressComplete
+		default:
+			st.Progress = progressUnknown
 		}
+		st.Phase = next
 	case st.Phase == scheduled:
 		st.Phase, st.Progress = inProgress, progressAt(0, steps)
 	case st.Phase == inProgress:
@@ -122,10 +132,13 @@ func nextDataVolumeStatus(dv *cdiv1.DataVolume, steps int, f dvFaults) (cdiv1.Da
 			break
 		}
 		next := progressIndex(st.Progress, steps) + 1
-		if next >= steps {
-			st.Phase, st.Progress = cdiv1.Succeeded, progressComplete
-		} else {
+		switch {
+		case next < steps:
 			st.Progress = progressAt(next, steps)
+		case clone:
+			st.Phase, st.Progress = nextClonePhase(f.clone, st.Phase), progressComplete
+		default:
+			st.Phase, st.Progress = cdiv1.Succeeded, progressComplete
 		}
 	default:
 		return st, false
@@ -190,6 +203,13 @@ func dataVolumeConditions(conds []cdiv1.DataVolumeCondition, claim string, phase
 		conds = bound(conds)
 		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeRunning, t, reasonPodRunning, "")
 		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeReady, f, reasonTransferRunning, "")
+	case cdiv1.SnapshotForSmartCloneInProgress, cdiv1.CloneFromSnapshotSourceInProgress, cdiv1.CSICloneInProgress,
+		cdiv1.PrepClaimInProgress, cdiv1.RebindInProgress:
+		// The clone populator's running annotations
+		// (pkg/controller/populators/clone-populator.go, addRunningAnnotations).
+		conds = bound(conds)
+		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeRunning, t, reasonPopulatorRunning, "")
+		conds = setDataVolumeCondition(conds, cdiv1.DataVolumeReady, f, reasonTransferRunning, "")
 	case cdiv1.Succeeded:
 		msg := "Import Complete"
 		if clone {
@@ -242,38 +262,44 @@ func setDataVolumeCondition(conds []cdiv1.DataVolumeCondition, t cdiv1.DataVolum
 	})
 }
 
-// smartClonePhases are the DataVolume phases a clone goes through after
-// CloneScheduled under a clone strategy other than host-assisted copy:
-// the clone planner's phases (pkg/controller/clone/planner.go,
-// planCSIClone: CSIClone, PrepClaim, Rebind; planSnapshotFromPVC:
-// Snapshot, SnapshotClone, PrepClaim, Rebind), named as the DataVolume
-// controller maps them (pkg/controller/datavolume/clone-controller-base.go,
-// populatorPhaseMap). Progress stays "N/A" until Succeeded, when the
-// populator writes "100.0%" (pkg/controller/populators/clone-populator.go,
-// updateClonePhaseSucceeded; controller-base.go, reconcileProgressUpdate).
-// Nil for host-assisted copy, which reports progress like an import.
-func smartClonePhases(strategy cdiv1.CDICloneStrategy) []cdiv1.DataVolumePhase {
-	switch strategy {
-	case cdiv1.CloneStrategyCsiClone:
-		return []cdiv1.DataVolumePhase{cdiv1.CSICloneInProgress, cdiv1.PrepClaimInProgress, cdiv1.RebindInProgress}
-	case cdiv1.CloneStrategySnapshot:
-		return []cdiv1.DataVolumePhase{cdiv1.SnapshotForSmartCloneInProgress, cdiv1.CloneFromSnapshotSourceInProgress,
-			cdiv1.PrepClaimInProgress, cdiv1.RebindInProgress}
+// cloneSequence is the phases a clone walks from CloneScheduled to
+// Succeeded under its plan (clonePlan.phases).
+func cloneSequence(plan clonePlan) []cdiv1.DataVolumePhase {
+	before, copies, after := plan.phases()
+	seq := append([]cdiv1.DataVolumePhase{cdiv1.CloneScheduled}, before...)
+	if copies {
+		seq = append(seq, cdiv1.CloneInProgress)
 	}
-	return nil
+	seq = append(seq, after...)
+	return append(seq, cdiv1.Succeeded)
 }
 
-// nextSmartClonePhase is the phase after current in the strategy's
-// sequence: its first phase after CloneScheduled, Succeeded after its last.
-func nextSmartClonePhase(strategy cdiv1.CDICloneStrategy, current cdiv1.DataVolumePhase) cdiv1.DataVolumePhase {
-	phases := smartClonePhases(strategy)
-	for i, p := range phases {
-		if p == current {
-			if i+1 < len(phases) {
-				return phases[i+1]
-			}
-			return cdiv1.Succeeded
-		}
+// cloneStepsFrom reports whether the plan moves a clone on from phase by
+// itself (not through progress steps).
+func cloneStepsFrom(plan clonePlan, phase cdiv1.DataVolumePhase) bool {
+	seq := cloneSequence(plan)
+	i := slices.Index(seq, phase)
+	// From CloneScheduled straight to a copy, the import's step applies.
+	return i >= 0 && i < len(seq)-1 && (i > 0 || seq[1] != cdiv1.CloneInProgress)
+}
+
+// nextClonePhase is the phase after current in the plan's sequence.
+func nextClonePhase(plan clonePlan, current cdiv1.DataVolumePhase) cdiv1.DataVolumePhase {
+	seq := cloneSequence(plan)
+	if i := slices.Index(seq, current); i >= 0 && i+1 < len(seq) {
+		return seq[i+1]
 	}
-	return phases[0]
+	return cdiv1.Succeeded
+}
+
+// holdPhase is the phase a clone waits in while its source is not ready:
+// a restore in CloneFromSnapshotSourceInProgress, where the CSI
+// provisioner waits for the snapshot (CloneScheduled when the plan
+// restores nothing itself); a clone from a PVC in CloneScheduled, before it
+// snapshots, clones or copies the PVC.
+func holdPhase(plan clonePlan) cdiv1.DataVolumePhase {
+	if plan.fromSnapshot && slices.Contains(cloneSequence(plan), cdiv1.CloneFromSnapshotSourceInProgress) {
+		return cdiv1.CloneFromSnapshotSourceInProgress
+	}
+	return cdiv1.CloneScheduled
 }

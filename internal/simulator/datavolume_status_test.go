@@ -1,3 +1,19 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
 package simulator
 
 import (
@@ -78,7 +94,8 @@ func TestSmartClonesReportNoProgressUntilDone(t *testing.T) {
 		clone := &cdiv1.DataVolume{Spec: cdiv1.DataVolumeSpec{SourceRef: &cdiv1.DataVolumeSourceRef{Name: "base"}}}
 		var seen []string
 		for range want {
-			st, ok := nextDataVolumeStatus(clone, 2, dvFaults{cloneStrategy: strategy})
+			plan := clonePlan{strategy: strategy, populator: strategy != cdiv1.CloneStrategyHostAssisted}
+			st, ok := nextDataVolumeStatus(clone, 2, dvFaults{clone: plan})
 			if !ok {
 				seen = append(seen, "held")
 				continue
@@ -88,4 +105,40 @@ func TestSmartClonesReportNoProgressUntilDone(t *testing.T) {
 		}
 		g.Expect(seen).To(Equal(want), "clone strategy %s", strategy)
 	}
+}
+
+// TestClonePlansWalkThePlannersPhases: a restore skips the snapshot, a
+// populator's copy ends with the rebind, at 100%, and a restore by copy
+// restores, preps, copies and rebinds.
+func TestClonePlansWalkThePlannersPhases(t *testing.T) {
+	g := NewWithT(t)
+	for _, tc := range []struct {
+		plan clonePlan
+		want []string
+	}{
+		{clonePlan{strategy: cdiv1.CloneStrategySnapshot, fromSnapshot: true, populator: true}, []string{"Pending N/A", "CloneScheduled N/A",
+			"CloneFromSnapshotSourceInProgress N/A", "PrepClaimInProgress N/A", "RebindInProgress N/A", "Succeeded 100.0%"}},
+		{clonePlan{strategy: cdiv1.CloneStrategyHostAssisted, populator: true}, []string{"Pending N/A", "CloneScheduled N/A",
+			"CloneInProgress 0.00%", "CloneInProgress 50.00%", "RebindInProgress 100.0%", "Succeeded 100.0%"}},
+		{clonePlan{strategy: cdiv1.CloneStrategyHostAssisted, fromSnapshot: true, populator: true}, []string{"Pending N/A", "CloneScheduled N/A",
+			"CloneFromSnapshotSourceInProgress N/A", "PrepClaimInProgress N/A", "CloneInProgress 0.00%", "CloneInProgress 50.00%",
+			"RebindInProgress 100.0%", "Succeeded 100.0%"}},
+	} {
+		clone := &cdiv1.DataVolume{Spec: cdiv1.DataVolumeSpec{SourceRef: &cdiv1.DataVolumeSourceRef{Name: "base"}}}
+		var seen []string
+		for range tc.want {
+			st, ok := nextDataVolumeStatus(clone, 2, dvFaults{clone: tc.plan})
+			g.Expect(ok).To(BeTrue())
+			clone.Status = st
+			seen = append(seen, fmt.Sprintf("%s %s", st.Phase, st.Progress))
+		}
+		g.Expect(seen).To(Equal(tc.want), "plan %+v", tc.plan)
+	}
+
+	// A restore waits in CloneFromSnapshotSourceInProgress for its snapshot.
+	restore := clonePlan{strategy: cdiv1.CloneStrategySnapshot, fromSnapshot: true, populator: true}
+	dv := &cdiv1.DataVolume{Spec: cdiv1.DataVolumeSpec{SourceRef: &cdiv1.DataVolumeSourceRef{Name: "base"}},
+		Status: cdiv1.DataVolumeStatus{Phase: cdiv1.CloneFromSnapshotSourceInProgress}}
+	_, ok := nextDataVolumeStatus(dv, 2, dvFaults{clone: restore, waitForSource: true})
+	g.Expect(ok).To(BeFalse())
 }

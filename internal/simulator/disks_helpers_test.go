@@ -154,6 +154,7 @@ var _ = Describe("DataVolume sources and storage", func() {
 		create(vm)
 		Eventually(dataVolumePhase(ns, "disk")).WithTimeout(timeout).Should(Equal(cdiv1.PendingPopulation))
 		Consistently(dataVolumePhase(ns, "disk")).WithTimeout(6 * stepInterval).WithPolling(stepInterval).Should(Equal(cdiv1.PendingPopulation))
+		Expect(claimPhase(ns, "disk")(Default)).To(Equal(corev1.ClaimPending), "a provisioner waits for the first consumer")
 
 		Eventually(func() error {
 			got, err := getVM(ns, "mac")

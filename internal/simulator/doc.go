@@ -23,8 +23,12 @@ limitations under the License.
 // CDI's phases and progress, running VirtualMachines get a
 // VirtualMachineInstance that is scheduled and boots, stopped ones are shut
 // down after a simulated ACPI power-off, and VirtualMachine status follows
-// virt-controller's printableStatus rules. Failures (a failed import, an
-// unschedulable VM, a crash loop) can be injected on demand.
+// virt-controller's printableStatus rules. The storage under them follows
+// CDI, a provisioner and the CSI snapshotter: each DataVolume gets its PVC,
+// each StorageClass a StorageProfile that decides how clones are made, and
+// VolumeSnapshots of PVCs are cut and restored (storage.go). Failures (a
+// failed import, an unschedulable VM, a crash loop) can be injected on
+// demand.
 //
 // All progress is derived from the objects themselves plus the in-memory
 // set of injected faults, so reconciles are idempotent and a restarted

@@ -19,8 +19,6 @@ package simulator
 import (
 	"fmt"
 	"time"
-
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
 const (
@@ -58,9 +56,12 @@ type dvFaults struct {
 	// waitForConsumer: the storage class binds on first consumer, no
 	// consumer exists and immediate binding was not requested.
 	waitForConsumer bool
-	// cloneStrategy is the storage profile's clone strategy (not a fault,
-	// but it decides a clone's phases the same way).
-	cloneStrategy cdiv1.CDICloneStrategy
+	// clone is the clone's plan (not a fault, but it decides a clone's
+	// phases the same way).
+	clone clonePlan
+	// waitForSource: the clone's source is not ready: a VolumeSnapshot not
+	// readyToUse, or a PVC not populated or in use.
+	waitForSource bool
 }
 
 func (s *Simulator) dataVolumeFaults(namespace, name string) dvFaults {
@@ -76,8 +77,10 @@ const (
 	reasonExceededQuota = "ErrExceededQuota"   // pkg/controller/common/util.go, ErrExceededQuota
 	reasonUnschedulable = "Unschedulable"      // pkg/controller/datavolume/conditions.go
 	reasonCloneNoSource = "CloneWithoutSource" // pkg/controller/datavolume/clone-controller-base.go
+	reasonCloneInvalid  = "CloneValidationFailed"
 	msgUnschedulable    = "Importer pod cannot be scheduled"
-	msgCloneNoSource    = "The source %s %s doesn't exist" // MessageCloneWithoutSource
+	msgCloneNoSource    = "The source %s %s doesn't exist"                         // MessageCloneWithoutSource
+	msgCloneInvalid     = "The clone doesn't meet the validation requirements: %s" // MessageCloneValidationFailed
 )
 
 // quotaMessage is the API server's refusal of a PVC for a ResourceQuota, as

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
+	"path/filepath"
 	"sync"
 	"time"
-
-	"golang.org/x/crypto/ssh"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/macvirt/macvirt/internal/guestagent/agent"
 	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/render"
 )
 
 // Simulated macOS guests. With Options.Guests, every Running instance that
@@ -101,12 +100,11 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 	// takes the one the operator sends, as the agent's apply does.
 	hostname := goldenHostname
 	sshd, serving := &guestSSHD{}, false
-	disk, err := newGuestDisk(vmi.UID, s.opts.GuestFiles)
+	disk, err := s.guestSystemDisk(ctx, vmi)
 	if err != nil {
-		log.Error(err, "simulated guest has no disk for its tasks")
+		log.Error(err, "simulated guest has no system disk")
 		return
 	}
-	defer disk.remove()
 	// A new agent (at boot, or after a restart) finds its tasks on disk.
 	newAgent := func() *agent.Speaker {
 		return &agent.Speaker{Tasks: &agent.Tasks{Dir: disk.TaskDir(), Host: disk,
@@ -150,12 +148,16 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 				if err != nil {
 					return err
 				}
+				// The agent's first act on a cloned disk (generalize.go).
+				if _, err := agent.Generalize(disk, disk.TaskDir(), cfg, func(f string, args ...any) { log.V(1).Info(fmt.Sprintf(f, args...)) }); err != nil {
+					return err
+				}
 				if client, err = agent.NewClient(cfg); err != nil {
 					return err
 				}
 			}
 			facts := agent.Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: hostname, BootTime: bootedAt.UTC(),
-				SSHHostKeys: []string{guestHostKey(vmi.UID)}}
+				SSHHostKeys: guestHostKeys(disk)}
 			if ip := GuestAddress(vmi); ip != "" {
 				facts.IPAddresses = []string{ip}
 			}
@@ -167,10 +169,17 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 				hostname = state.Hostname
 			}
 			sshd.update(*state, hostname)
+			// The agent writes the keys into the user's authorized_keys,
+			// on the disk, as apply does on a Mac.
+			if u, err := disk.TaskUser(state.SSHUser); err == nil && state.SSHUser != "" {
+				if err := agent.WriteAuthorizedKeys(filepath.Join(u.Home, ".ssh", "authorized_keys"), state.SSHAuthorizedKeys, u.UID, u.GID); err != nil {
+					log.V(1).Info("simulated guest could not write authorized_keys", "error", err.Error())
+				}
+			}
 			if s.opts.Network && !serving {
 				// sshd is up once macOS has booted: the agent's first
 				// heartbeat says so.
-				if err := s.serveSSH(ctx, vmi.UID, podAddress(vmi), sshd); err != nil {
+				if err := s.serveSSH(ctx, disk, podAddress(vmi), sshd); err != nil {
 					log.Error(err, "simulated guest cannot serve SSH")
 				} else {
 					serving = true
@@ -218,14 +227,35 @@ func (s *Simulator) guestConfig(ctx context.Context, vmi *kubevirtv1.VirtualMach
 		Namespace: string(d[protocol.KeyNamespace]), Machine: string(d[protocol.KeyMachine])}, nil
 }
 
-// guestHostKey is the public half of guestHostSigner, as the agent reports
-// it.
-func guestHostKey(uid types.UID) string {
-	signer, err := guestHostSigner(uid)
-	if err != nil {
-		return ""
+// guestHostKeys are the host keys on the guest's disk, as the agent reads
+// them (made at first boot, as macOS does).
+func guestHostKeys(d *guestDisk) []string {
+	if _, err := guestHostSigner(d); err != nil {
+		return nil
 	}
-	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))
+	return agent.HostKeys(d.TaskPath("/etc/ssh"))
+}
+
+// guestSystemDisk is the disk the guest boots from: what the PVC of the
+// instance's system volume holds (volumecontent.go), which outlives the
+// instance; an instance without one gets a disk of its own, holding the
+// golden image.
+func (s *Simulator) guestSystemDisk(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (*guestDisk, error) {
+	uid := vmi.UID
+	for _, v := range vmi.Spec.Volumes {
+		if v.Name != render.SystemVolume || v.DataVolume == nil {
+			continue
+		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := s.reader.Get(ctx, types.NamespacedName{Namespace: vmi.Namespace, Name: v.DataVolume.Name}, pvc); err == nil {
+			uid = pvc.UID
+		}
+	}
+	dir, err := s.VolumeDir(uid)
+	if err != nil {
+		return nil, err
+	}
+	return &guestDisk{dir: dir}, nil
 }
 
 // podAddress is the instance's address on the pod network, as KubeVirt

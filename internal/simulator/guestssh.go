@@ -4,17 +4,19 @@ import (
 	"bufio"
 	"context"
 	"crypto/ed25519"
-	"crypto/sha256"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 
 	"golang.org/x/crypto/ssh"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/macvirt/macvirt/internal/guestagent/protocol"
 )
@@ -61,18 +63,60 @@ func (d *guestSSHD) facts() (user, hostname string) {
 	return d.user, d.hostname
 }
 
-// guestHostSigner is a simulated guest's SSH host key: an ed25519 key drawn
-// from its VMI's UID, so it stays the same across heartbeats and differs
-// between machines.
-func guestHostSigner(uid types.UID) (ssh.Signer, error) {
-	seed := sha256.Sum256([]byte(uid))
-	return ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(seed[:]))
+// guestHostKeyFile is where a simulated guest keeps its SSH host key, as
+// macOS's sshd does: made at the first boot of a disk that has none (and
+// again after the agent generalised a cloned disk), so it stays the same
+// across reboots and differs between disks.
+const guestHostKeyFile = "/etc/ssh/ssh_host_ed25519_key"
+
+// guestHostSigner is the host key on the guest's disk, made when missing.
+func guestHostSigner(d *guestDisk) (ssh.Signer, error) {
+	path := d.TaskPath(guestHostKeyFile)
+	if b, err := os.ReadFile(path); err == nil { //nolint:gosec // the simulated guest's own disk.
+		return ssh.ParsePrivateKey(b)
+	}
+	if err := d.RegenerateHostKeys(); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(path) //nolint:gosec // the simulated guest's own disk.
+	if err != nil {
+		return nil, err
+	}
+	return ssh.ParsePrivateKey(b)
+}
+
+// RegenerateHostKeys makes the host key when it is missing, as ssh-keygen
+// -A does.
+func (d *guestDisk) RegenerateHostKeys() error {
+	path := d.TaskPath(guestHostKeyFile)
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	block, err := ssh.MarshalPrivateKey(key, "")
+	if err != nil {
+		return err
+	}
+	signer, err := ssh.NewSignerFromKey(key)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(path+".pub", ssh.MarshalAuthorizedKey(signer.PublicKey()), 0o600)
 }
 
 // serveSSH listens on a local port registered as podIP:22 on the simulated
 // pod network and serves until ctx ends.
-func (s *Simulator) serveSSH(ctx context.Context, uid types.UID, podIP string, d *guestSSHD) error {
-	signer, err := guestHostSigner(uid)
+func (s *Simulator) serveSSH(ctx context.Context, disk *guestDisk, podIP string, d *guestSSHD) error {
+	signer, err := guestHostSigner(disk)
 	if err != nil {
 		return err
 	}

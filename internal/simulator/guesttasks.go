@@ -4,8 +4,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/macvirt/macvirt/internal/guestagent/agent"
 )
 
@@ -18,8 +16,8 @@ import (
 // permissions and ownership, and launchd. A file's path is taken under the
 // guest's directory, never the host's root.
 
-// guestDisk is a simulated guest's disk: a directory of its own, removed
-// when the guest ends.
+// guestDisk is a simulated guest's disk: the directory of its system
+// volume's content (volumecontent.go).
 type guestDisk struct{ dir string }
 
 // GuestFile is a file of a simulated guest's golden image.
@@ -27,28 +25,6 @@ type GuestFile struct {
 	Mode    os.FileMode
 	Content []byte
 }
-
-func newGuestDisk(uid types.UID, files map[string]GuestFile) (*guestDisk, error) {
-	dir, err := os.MkdirTemp("", "macvirt-guest-"+string(uid)+"-")
-	if err != nil {
-		return nil, err
-	}
-	d := &guestDisk{dir: dir}
-	for path, f := range files {
-		p := d.TaskPath(path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
-			d.remove()
-			return nil, err
-		}
-		if err := os.WriteFile(p, f.Content, f.Mode); err != nil {
-			d.remove()
-			return nil, err
-		}
-	}
-	return d, nil
-}
-
-func (d *guestDisk) remove() { _ = os.RemoveAll(d.dir) }
 
 // TaskDir implements agent.TaskPlatform's directory of tasks.
 func (d *guestDisk) TaskDir() string {

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -99,11 +100,28 @@ type Options struct {
 	Jitter float64
 	// Seed seeds the jitter's random source, so that a run can be repeated.
 	Seed int64
-	// CloneStrategy is the clone strategy of the simulated storage profile
-	// (a StorageProfile's status.cloneStrategy): copy (host-assisted, with
-	// progress; the default), csi-clone or snapshot, which report no
-	// progress until they are done.
+	// CloneStrategy is the clone strategy of DataVolumes with no storage
+	// class at all (named, or a cluster default): copy (host-assisted,
+	// with progress; the default), csi-clone or snapshot, which report no
+	// progress until they are done. A DataVolume with a class takes the
+	// strategy CDI picks from the class's StorageProfile
+	// (datavolume_clone.go).
 	CloneStrategy cdiv1.CDICloneStrategy
+	// CloneDurations is how long clones take, by the strategy CDI picks
+	// (cdi.kubevirt.io/cloneType): for snapshot and csi-clone the whole
+	// clone after CloneScheduled, spread over its phases, whatever its size
+	// (the storage clones on its side); for copy the time to copy one GiB
+	// of the source, spread over ImportSteps progress steps. Missing
+	// entries: one StepInterval per phase, and for copy ImportSteps
+	// StepIntervals per 64 GiB.
+	CloneDurations map[cdiv1.CDICloneStrategy]time.Duration
+	// SnapshotDelay is the time a CSI driver takes to cut a VolumeSnapshot
+	// and report it readyToUse (volumesnapshot.go); default StepInterval.
+	SnapshotDelay time.Duration
+	// Registry is the container registry DataImportCrons poll for their
+	// images' digests (registry.go, dataimportcron_poll.go). Nil: there is
+	// none, and every poll fails as for an image that does not exist.
+	Registry *Registry
 }
 
 func (o Options) withDefaults() Options {
@@ -124,6 +142,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CrashLoopBackoff <= 0 {
 		o.CrashLoopBackoff = DefaultCrashLoopBackoff
+	}
+	if o.SnapshotDelay <= 0 {
+		o.SnapshotDelay = o.StepInterval
 	}
 	return o
 }
@@ -154,6 +175,10 @@ type Simulator struct {
 
 	guests  guests
 	network podNetwork
+	// volumes are what the simulated disks hold (volumecontent.go).
+	volumes volumeContents
+	// crons is the DataImportCrons' polling state (dataimportcron_poll.go).
+	crons dataImportCrons
 }
 
 // New returns a Simulator that reads and writes objects through c. The
@@ -176,14 +201,17 @@ func New(c client.Client, opts Options) *Simulator {
 	}
 }
 
-// AddToScheme registers the KubeVirt and CDI API types the simulator works
-// with.
+// AddToScheme registers the KubeVirt, CDI and CSI snapshot API types the
+// simulator works with.
 func AddToScheme(s *runtime.Scheme) error {
 	if err := kubevirtv1.AddToScheme(s); err != nil {
 		return fmt.Errorf("adding KubeVirt types to scheme: %w", err)
 	}
 	if err := cdiv1.AddToScheme(s); err != nil {
 		return fmt.Errorf("adding CDI types to scheme: %w", err)
+	}
+	if err := snapshotv1.AddToScheme(s); err != nil {
+		return fmt.Errorf("adding VolumeSnapshot types to scheme: %w", err)
 	}
 	return nil
 }
@@ -201,6 +229,12 @@ func (s *Simulator) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	if err := (&dataSourceReconciler{sim: s}).setup(mgr); err != nil {
+		return err
+	}
+	if err := (&dataImportCronReconciler{sim: s}).setup(mgr); err != nil {
+		return err
+	}
+	if err := s.setupStorage(mgr); err != nil {
 		return err
 	}
 	if err := (&vmReconciler{sim: s}).setup(mgr); err != nil {

@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -48,6 +49,16 @@ const (
 	startDelay       = 150 * time.Millisecond
 	shutdownDelay    = time.Second
 	crashLoopBackoff = 500 * time.Millisecond
+	// Clone and snapshot timings, in proportion: a snapshot clone takes
+	// snapshotClone whatever its size, a copy copyPerGiB per GiB (a 64 GiB
+	// copy 640 ms).
+	snapshotClone = 400 * time.Millisecond
+	csiClone      = 300 * time.Millisecond
+	copyPerGiB    = 10 * time.Millisecond
+	snapshotDelay = 200 * time.Millisecond
+	// goldenFile is a file of the golden image, which an imported volume
+	// holds and a blank one does not.
+	goldenFile = "System/Library/CoreServices/SystemVersion.plist"
 
 	// timeout bounds every wait in the suite.
 	timeout = 30 * time.Second
@@ -103,6 +114,13 @@ var _ = BeforeSuite(func() {
 		CrashLoopBackoff: crashLoopBackoff,
 		Guests:           true,
 		GuestBootDelay:   50 * time.Millisecond,
+		GuestFiles:       map[string]simulator.GuestFile{goldenFile: {Mode: 0o644, Content: []byte("macOS 14.5")}},
+		CloneDurations: map[cdiv1.CDICloneStrategy]time.Duration{
+			cdiv1.CloneStrategySnapshot:     snapshotClone,
+			cdiv1.CloneStrategyCsiClone:     csiClone,
+			cdiv1.CloneStrategyHostAssisted: copyPerGiB,
+		},
+		SnapshotDelay: snapshotDelay,
 	})
 	Expect(sim.SetupWithManager(mgr)).To(Succeed())
 	go func() {

@@ -39,6 +39,16 @@ const (
 	RealisticShutdownDelay    = 30 * time.Second // macOS ACPI power-off
 	RealisticGuestBootDelay   = 60 * time.Second // OpenCore to the agent's first heartbeat
 	RealisticCrashLoopBackoff = 10 * time.Second
+	// RealisticSnapshotClone is a snapshot clone: the snapshot, a claim
+	// restored from it, the prep pod and the rebind.
+	RealisticSnapshotClone = 30 * time.Second
+	// RealisticCSIClone is a CSI clone: the clone, the prep pod and the
+	// rebind.
+	RealisticCSIClone = 20 * time.Second
+	// RealisticCopyPerGiB is a host-assisted copy moving some 500 MiB/s.
+	RealisticCopyPerGiB = 2 * time.Second
+	// RealisticSnapshotDelay is a CSI driver cutting a snapshot.
+	RealisticSnapshotDelay = 5 * time.Second
 	// RealisticJitter spreads every timed step by up to a fifth either way.
 	RealisticJitter = 0.2
 )
@@ -59,8 +69,14 @@ func Realistic(seed int64) Options {
 		ShutdownDelay:    RealisticShutdownDelay,
 		GuestBootDelay:   RealisticGuestBootDelay,
 		CrashLoopBackoff: RealisticCrashLoopBackoff,
-		Jitter:           RealisticJitter,
-		Seed:             seed,
+		CloneDurations: map[cdiv1.CDICloneStrategy]time.Duration{
+			cdiv1.CloneStrategySnapshot:     RealisticSnapshotClone,
+			cdiv1.CloneStrategyCsiClone:     RealisticCSIClone,
+			cdiv1.CloneStrategyHostAssisted: RealisticCopyPerGiB,
+		},
+		SnapshotDelay: RealisticSnapshotDelay,
+		Jitter:        RealisticJitter,
+		Seed:          seed,
 	}
 }
 
@@ -76,6 +92,14 @@ func (o Options) Scaled(speed float64) Options {
 	o.ShutdownDelay = scale(o.ShutdownDelay)
 	o.GuestBootDelay = scale(o.GuestBootDelay)
 	o.CrashLoopBackoff = scale(o.CrashLoopBackoff)
+	o.SnapshotDelay = scale(o.SnapshotDelay)
+	if o.CloneDurations != nil {
+		durations := make(map[cdiv1.CDICloneStrategy]time.Duration, len(o.CloneDurations))
+		for k, d := range o.CloneDurations {
+			durations[k] = scale(d)
+		}
+		o.CloneDurations = durations
+	}
 	return o
 }
 

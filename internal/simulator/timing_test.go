@@ -129,6 +129,11 @@ func TestRealisticAndScaled(t *testing.T) {
 	g.Expect(s.CrashLoopBackoff).To(Equal(2500 * time.Millisecond))
 	g.Expect(s.ImportSteps).To(Equal(o.ImportSteps))
 	g.Expect(s.Jitter).To(Equal(o.Jitter))
+	g.Expect(s.SnapshotDelay).To(Equal(o.SnapshotDelay / 4))
+	g.Expect(s.CloneDurations[cdiv1.CloneStrategySnapshot]).To(Equal(o.CloneDurations[cdiv1.CloneStrategySnapshot] / 4))
+	g.Expect(o.CloneDurations[cdiv1.CloneStrategySnapshot]).To(Equal(RealisticSnapshotClone), "scaling copies the map")
+	// A 128 GiB host-assisted copy takes minutes, a snapshot clone seconds.
+	g.Expect(128 * o.CloneDurations[cdiv1.CloneStrategyHostAssisted]).To(BeNumerically(">", 4*o.CloneDurations[cdiv1.CloneStrategySnapshot]))
 	g.Expect(o.Scaled(0)).To(Equal(o))
 }
 
