@@ -281,6 +281,9 @@ type SystemOptions struct {
 	GuestFiles map[string]simulator.GuestFile
 	// RunnerSets tunes how every operator's runner sets talk to GitHub.
 	RunnerSets operator.RunnerSetOptions
+	// Registry is the container registry the simulated CDI polls for
+	// refreshed images (simulator.Options.Registry); none when nil.
+	Registry *simulator.Registry
 }
 
 // StartSystem starts the simulator and the operator until ctx ends, and
@@ -313,6 +316,7 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 	simOpts.Network = opts.Network
 	simOpts.GarbageCollector = true
 	simOpts.GuestFiles = opts.GuestFiles
+	simOpts.Registry = opts.Registry
 	for i := range opts.AppleNodes {
 		simOpts.Nodes = append(simOpts.Nodes, fmt.Sprintf("apple-node-%d", i+1))
 	}
@@ -387,11 +391,12 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 	// The dev server and the agent's address outlive each operator, as the
 	// Services in front of an operator's pod do.
 	op, err := operator.New(ctx, s.opCfg, operator.Options{Webhooks: true, StopConfig: &rest.Config{Host: s.stopURL},
-		DevServing: &operator.DevServing{Server: s.local, Registrar: s.admin},
-		Agent:      operator.AgentEndpoint{Addr: s.agentAddr},
-		HookImage:  opts.HookImage,
-		RunnerSets: s.runnerSets,
-		NameSuffix: suffix})
+		DevServing:      &operator.DevServing{Server: s.local, Registrar: s.admin},
+		Agent:           operator.AgentEndpoint{Addr: s.agentAddr},
+		HookImage:       opts.HookImage,
+		RunnerSets:      s.runnerSets,
+		ImagesNamespace: operator.DefaultImagesNamespace,
+		NameSuffix:      suffix})
 	if err != nil {
 		return err
 	}

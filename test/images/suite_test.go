@@ -1,0 +1,103 @@
+// Package images_test runs macvirt's golden-image lifecycle end to end: the
+// operator with its webhooks against the KubeVirt and CDI simulator, whose
+// guests run the agent's real protocol and generalisation on disks whose
+// contents clones, snapshots and restores carry (so what a captured Mac
+// held is in its image, and what its clones shed can be checked), and a
+// simulated registry behind CDI's DataImportCron.
+package images_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/macvirt/macvirt/internal/sandbox"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/internal/simulator"
+	"github.com/macvirt/macvirt/internal/testenv"
+)
+
+var (
+	cfg      *rest.Config
+	testEnv  *envtest.Environment
+	scheme   *runtime.Scheme
+	admin    client.Client
+	system   *sandbox.System
+	registry *simulator.Registry
+	stopAll  context.CancelFunc
+	ctx      context.Context
+)
+
+func TestImages(t *testing.T) {
+	testenv.NeedsAPIServer(t)
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Golden Images Suite")
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	SetDefaultEventuallyTimeout(3 * time.Minute)
+	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
+	var err error
+	scheme, err = macvirtscheme.New()
+	Expect(err).NotTo(HaveOccurred())
+	testEnv, cfg, err = testenv.Start(scheme)
+	Expect(err).NotTo(HaveOccurred())
+	admin, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	ctx, stopAll = context.WithCancel(context.Background())
+	registry = simulator.NewRegistry()
+	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Registry: registry})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(sandbox.ApplySamples(ctx, admin, 0)).To(Succeed())
+})
+
+var _ = AfterSuite(func() {
+	if stopAll != nil {
+		stopAll()
+	}
+	if system != nil {
+		system.Stop()
+	}
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// showKubectl logs `kubectl get <what>` against the test cluster when
+// MACVIRT_SHOW_KUBECTL is set and kubectl is installed: a picture for a
+// person reading the log, never a check.
+func showKubectl(what string) {
+	if os.Getenv("MACVIRT_SHOW_KUBECTL") == "" {
+		return
+	}
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		return
+	}
+	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin"}
+	kc.CurrentContext = "test"
+	if clientcmd.WriteToFile(*kc, path) != nil {
+		return
+	}
+	out, _ := exec.Command(kubectl, "--kubeconfig", path, "get", what).CombinedOutput() //nolint:gosec // the test's own kubeconfig.
+	GinkgoWriter.Printf("$ kubectl get %s\n%s\n", what, out)
+}
