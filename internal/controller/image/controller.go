@@ -24,6 +24,7 @@ import (
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -143,14 +144,22 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		name = "macimage"
 	}
 	owned := handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &macvirtv1alpha1.MacImage{}, handler.OnlyControllerOwner())
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&macvirtv1alpha1.MacImage{}).
 		Watches(&cdiv1.DataVolume{}, owned).
 		Watches(&cdiv1.DataSource{}, owned).
-		Watches(&snapshotv1.VolumeSnapshot{}, owned).
-		Watches(&macvirtv1alpha1.MacMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToImages)).
-		Named(name).
-		Complete(r)
+		Watches(&macvirtv1alpha1.MacMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToImages))
+	// CSI snapshots are optional in a cluster: without their API the
+	// copies are published as PVCs, and nothing waits on a watch that
+	// could never start.
+	gk := schema.GroupKind{Group: snapshotv1.GroupName, Kind: "VolumeSnapshot"}
+	if _, err := mgr.GetRESTMapper().RESTMapping(gk, snapshotv1.SchemeGroupVersion.Version); err == nil {
+		r.snapshots = true
+		b = b.Watches(&snapshotv1.VolumeSnapshot{}, owned)
+	} else {
+		ctrl.Log.WithName("macimage").Info("the cluster serves no VolumeSnapshots; captured images are published as PVCs", "reason", err.Error())
+	}
+	return b.Named(name).Complete(r)
 }
 
 // machineToImages enqueues the captures of a machine: the one its

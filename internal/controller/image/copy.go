@@ -126,6 +126,9 @@ func dataVolumeMessage(dv *cdiv1.DataVolume) string {
 // VolumeSnapshotClass (machines then restore it, the fastest clone), and
 // waits for the snapshot to be ready to use.
 func (r *Reconciler) ensureSnapshot(ctx context.Context, s *imageScope) (bool, error) {
+	if !r.snapshots {
+		return true, nil
+	}
 	class, err := r.snapshotClassFor(ctx, s.Copy)
 	if err != nil || class == "" {
 		return err == nil, err

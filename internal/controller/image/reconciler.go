@@ -28,4 +28,6 @@ type Reconciler struct {
 	// ImagesNamespace is where copies and their DataSources are kept.
 	ImagesNamespace string
 	ControllerName  string
+	// snapshots: the cluster serves CSI VolumeSnapshots.
+	snapshots bool
 }

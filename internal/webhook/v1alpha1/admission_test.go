@@ -65,18 +65,21 @@ func expectDenied(err error, webhook, path, want string) {
 // rules refuse before the webhook sees them; every other case of
 // classRejections must be refused by the validating webhook.
 var apiServerRejects = map[string]string{
-	"one vCPU":                                   "spec.resources.cpu",
-	"65 vCPUs":                                   "spec.resources.cpu",
-	"2Gi of memory":                              "spec.resources.memory",
-	"image without a source":                     "spec.image",
-	"image with source and sourceRef":            "spec.image",
-	"bootloader without a source":                "spec.bootloader",
-	"AppleSMC without the OSK":                   "spec.hardware.smc",
-	"AppleSMC with an OSK reference without key": "spec.hardware.smc.oskSecretRef.key",
-	"unknown SMC mode":                           "spec.hardware.smc.mode",
-	"shutdownGracePeriod of 0s":                  "spec.lifecycle.shutdownGracePeriod",
-	"bootTimeout of 30s":                         "spec.lifecycle.bootTimeout",
-	"heartbeatTimeout of 2h":                     "spec.lifecycle.heartbeatTimeout",
+	"one vCPU":                        "spec.resources.cpu",
+	"65 vCPUs":                        "spec.resources.cpu",
+	"2Gi of memory":                   "spec.resources.memory",
+	"image without a source":          "spec.image",
+	"image with source and sourceRef": "spec.image",
+	"blank disk":                      "spec",
+	"installer with a disk that is not blank":      "spec",
+	"refresh of an image that is not a registry's": "spec.image",
+	"bootloader without a source":                  "spec.bootloader",
+	"AppleSMC without the OSK":                     "spec.hardware.smc",
+	"AppleSMC with an OSK reference without key":   "spec.hardware.smc.oskSecretRef.key",
+	"unknown SMC mode":                             "spec.hardware.smc.mode",
+	"shutdownGracePeriod of 0s":                    "spec.lifecycle.shutdownGracePeriod",
+	"bootTimeout of 30s":                           "spec.lifecycle.bootTimeout",
+	"heartbeatTimeout of 2h":                       "spec.lifecycle.heartbeatTimeout",
 }
 
 // poolAPIServerRejects, claimAPIServerRejects and machineAPIServerRejects

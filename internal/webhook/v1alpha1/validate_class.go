@@ -138,6 +138,9 @@ func validateImage(spec *field.Path, s *macvirtv1alpha1.MacClassSpec, warns *[]s
 		errs = append(errs, validateSize(ip.Child("recoverySize"), s.Installer.RecoverySize)...)
 	}
 	if r := s.Image.Refresh; r != nil {
+		if s.Image.Source == nil || s.Image.Source.Registry == nil {
+			errs = append(errs, field.Invalid(img, "refresh", "image.refresh keeps a registry image current: set image.source.registry, or remove refresh"))
+		}
 		if _, err := cron.ParseStandard(r.Schedule); err != nil {
 			errs = append(errs, field.Invalid(img.Child("refresh", "schedule"), r.Schedule,
 				"not a cron schedule CDI can parse ("+err.Error()+"): five fields, such as \"0 */6 * * *\""))

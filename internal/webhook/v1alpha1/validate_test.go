@@ -53,7 +53,21 @@ var classRejections = map[string]struct {
 	"pvc without a namespace": {imageSource(cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "golden"}}), "spec.image.source.pvc.namespace", "Required"},
 	"snapshot with a bad name": {imageSource(cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: "img", Name: "Golden!"}}),
 		"spec.image.source.snapshot.name", "RFC 1123"},
-	"blank disk":     {imageSource(cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}), "spec.image.source.blank", "spec.installer.recoverySourceRef"},
+	"blank disk": {imageSource(cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}), "spec.image.source.blank", "spec.installer.recoverySourceRef"},
+	"installer with a disk that is not blank": {func(c *macvirtv1alpha1.MacClass) {
+		c.Spec.Installer = &macvirtv1alpha1.InstallerSpec{RecoverySourceRef: cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: strPtr("img"), Name: "recovery"}}
+	}, "spec.image.source", "blank: {}"},
+	"installer without the recovery's namespace": {func(c *macvirtv1alpha1.MacClass) {
+		c.Spec.Image.SourceRef, c.Spec.Image.Source = nil, &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}
+		c.Spec.Installer = &macvirtv1alpha1.InstallerSpec{RecoverySourceRef: cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Name: "recovery"}}
+	}, "spec.installer.recoverySourceRef.namespace", "namespace of the recovery DataSource"},
+	"refresh of an image that is not a registry's": {func(c *macvirtv1alpha1.MacClass) {
+		c.Spec.Image.Refresh = &macvirtv1alpha1.ImageRefresh{Schedule: "0 */6 * * *"}
+	}, "spec.image", "set image.source.registry"},
+	"refresh on a schedule that is not cron": {func(c *macvirtv1alpha1.MacClass) {
+		c.Spec.Image.SourceRef, c.Spec.Image.Source = nil, &cdiv1.DataVolumeSource{Registry: &cdiv1.DataVolumeSourceRegistry{URL: strPtr("docker://r.example.com/macos:14")}}
+		c.Spec.Image.Refresh = &macvirtv1alpha1.ImageRefresh{Schedule: "every six hours"}
+	}, "spec.image.refresh.schedule", "not a cron schedule"},
 	"upload source":  {imageSource(cdiv1.DataVolumeSource{Upload: &cdiv1.DataVolumeSourceUpload{}}), "spec.image.source", `Unsupported value: "upload"`},
 	"imageio source": {imageSource(cdiv1.DataVolumeSource{Imageio: &cdiv1.DataVolumeSourceImageIO{}}), "spec.image.source", `Unsupported value: "imageio"`},
 	"malformed storageClassName": {func(c *macvirtv1alpha1.MacClass) { c.Spec.Image.StorageClassName = strPtr("Fast RBD") },
