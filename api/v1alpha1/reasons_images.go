@@ -37,6 +37,9 @@ const (
 	// ReasonStorageProfileUnknown: CDI has no StorageProfile for the
 	// machines' storage class yet.
 	ReasonStorageProfileUnknown = "StorageProfileUnknown"
+	// ReasonImageLargerThanDisk: a class's image.size is smaller than the
+	// snapshot its machines are restored from.
+	ReasonImageLargerThanDisk = "ImageLargerThanDisk"
 	// ReasonInstaller: an installer machine expects no guest agent.
 	ReasonInstaller = "Installer"
 )

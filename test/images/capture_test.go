@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,7 +54,8 @@ var _ = Describe("Capturing a Mac as a golden image", func() {
 		By("capturing it: the Mac stops gracefully, its disk is copied, it runs again")
 		img := &macvirtv1alpha1.MacImage{ObjectMeta: metav1.ObjectMeta{Name: "sonoma-with-dotfiles"},
 			Spec: macvirtv1alpha1.MacImageSpec{Source: macvirtv1alpha1.ImageSource{
-				Claim: &macvirtv1alpha1.NamespacedName{Namespace: ns, Name: claim.Name}}, Description: "test capture"}}
+				Claim: &macvirtv1alpha1.NamespacedName{Namespace: ns, Name: claim.Name}}, Description: "test capture",
+				StorageClassName: ptr.To(fastClass)}}
 		Expect(admin.Create(ctx, img)).To(Succeed())
 		DeferCleanup(func() { _ = admin.Delete(ctx, img) })
 		Eventually(func() macvirtv1alpha1.MachinePhase { return getMachine(key(source)).Status.Phase }).
@@ -65,10 +67,15 @@ var _ = Describe("Capturing a Mac as a golden image", func() {
 			img = got
 		}).Should(Succeed())
 		Expect(img.Status.Machine.Name).To(Equal(source.Name))
-		Expect(img.Status.Copy.CloneStrategy).NotTo(BeEmpty(), "the image says how CDI copied the disk")
+		Expect(img.Status.Copy.CloneStrategy).To(Equal("copy"),
+			"the image says how CDI copied the disk: from the default class to another driver's, a host-assisted copy")
 		Expect(img.Status.Size).NotTo(BeNil())
 		Expect(img.Status.DataSource).To(Equal(&macvirtv1alpha1.NamespacedName{Namespace: "macvirt-images", Name: img.Name}))
-		Expect(img.Status.PublishedAs).To(BeElementOf(macvirtv1alpha1.ImagePublishedAsPVC, macvirtv1alpha1.ImagePublishedAsSnapshot))
+		Expect(img.Status.PublishedAs).To(Equal(macvirtv1alpha1.ImagePublishedAsSnapshot), "the fast class can snapshot the copy")
+		Eventually(func(g Gomega) {
+			g.Expect(meta.FindStatusCondition(getClass(g, "sonoma").Status.Conditions, macvirtv1alpha1.ConditionFastClones)).To(
+				HaveField("Reason", macvirtv1alpha1.ReasonCopyOnly), "a class on the default storage class warns that it can only copy")
+		}).Should(Succeed())
 		Eventually(func(g Gomega) {
 			m := getMachineWith(g, key(source))
 			g.Expect(m.Annotations).NotTo(HaveKey(macvirtv1alpha1.AnnotationCapture))
@@ -77,7 +84,7 @@ var _ = Describe("Capturing a Mac as a golden image", func() {
 		imageDisk := imageVolume(img)
 		Expect(readGuestFile(imageDisk, "/Users/admin/.netrc")).To(ContainSubstring("s3cret"),
 			"the image holds what the Mac held (its clones shed it on their first boot)")
-		showKubectl("macimage")
+		showKubectl("macimage", "-o", "wide")
 
 		By("a class on the image, and a Mac of it for another tenant")
 		sample := &macvirtv1alpha1.MacClass{}
@@ -86,8 +93,23 @@ var _ = Describe("Capturing a Mac as a golden image", func() {
 		class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma-captured"}, Spec: *sample.Spec.DeepCopy()}
 		class.Spec.Image.Source = nil
 		class.Spec.Image.SourceRef = &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: &imagesNS, Name: img.Status.DataSource.Name}
+		class.Spec.Image.StorageClassName = ptr.To(fastClass)
 		Expect(admin.Create(ctx, class)).To(Succeed())
 		DeferCleanup(func() { _ = admin.Delete(ctx, class) })
+		Eventually(func(g Gomega) {
+			ready := meta.FindStatusCondition(getClass(g, class.Name).Status.Conditions, macvirtv1alpha1.ConditionReady)
+			g.Expect(ready).NotTo(BeNil())
+			g.Expect(ready.Reason).To(Equal(macvirtv1alpha1.ReasonImageLargerThanDisk), "the sample's 128Gi disk is smaller than the snapshot")
+			g.Expect(ready.Message).To(ContainSubstring("set spec.image.size to " + img.Status.Size.String()))
+		}).Should(Succeed())
+		Eventually(func(g Gomega) {
+			c := getClass(g, class.Name)
+			c.Spec.Image.Size = img.Status.Size
+			g.Expect(admin.Update(ctx, c)).To(Succeed())
+		}).Should(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(meta.IsStatusConditionTrue(getClass(g, class.Name).Status.Conditions, macvirtv1alpha1.ConditionReady)).To(BeTrue())
+		}).Should(Succeed())
 		other := namespace("clone")
 		second := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "clone"},
 			Spec: macvirtv1alpha1.MacClaimSpec{ClassName: class.Name, SSHAuthorizedKeys: []string{otherKey}}}
@@ -110,7 +132,11 @@ var _ = Describe("Capturing a Mac as a golden image", func() {
 		Expect(vm.get(clone)).To(Succeed())
 		Expect(vm.serial).To(Equal(clone.Spec.SMBIOS.SerialNumber), "the VM presents the clone's serial to macOS")
 		Expect(clone.Status.Provisioning).NotTo(BeNil())
-		Expect(clone.Status.Provisioning.CloneStrategy).NotTo(BeEmpty(), "the machine reports how CDI cloned its disk")
+		Expect(clone.Status.Provisioning.CloneStrategy).To(Equal("snapshot"), "the machine reports how CDI cloned its disk: a snapshot restore")
+		Eventually(func(g Gomega) {
+			g.Expect(meta.FindStatusCondition(getClass(g, class.Name).Status.Conditions, macvirtv1alpha1.ConditionFastClones)).To(
+				HaveField("Reason", macvirtv1alpha1.ReasonSnapshotClone))
+		}).Should(Succeed())
 		Expect(clone.Status.Provisioning.Duration).NotTo(BeNil())
 
 		By("and holds nothing of the first tenant's")

@@ -77,7 +77,7 @@ var _ = Describe("A class refreshed from a registry", func() {
 			g.Expect(c.Status.Revision).NotTo(Equal(first))
 			second = c.Status.Revision
 		}).Should(Succeed())
-		showKubectl("macimage,macclass,macpool")
+		showRoll(pool.Name)
 
 		By("the pool rolls its idle Macs to it")
 		rolled := func(g Gomega) {
@@ -88,11 +88,11 @@ var _ = Describe("A class refreshed from a registry", func() {
 			if InterceptGomegaFailures(func() { rolled(Default) }) == nil {
 				break
 			}
-			showKubectl("macimage,macclass,macpool")
+			showRoll(pool.Name)
 			Eventually(func() int { return len(readyIdle(pool.Name, second)) }).Should(BeNumerically(">", i))
 		}
 		Eventually(rolled).Should(Succeed())
-		showKubectl("macimage,macclass,macpool")
+		showRoll(pool.Name)
 		w.stop()
 		minimum, boundTouched, events := w.result()
 		Expect(events).To(BeNumerically(">", 0))
@@ -229,4 +229,11 @@ func (w *poolWatch) result() (minimum int, touched []string, events int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.minimum, append([]string(nil), w.touched...), w.events
+}
+
+// showRoll pictures the roll for a person reading the log.
+func showRoll(pool string) {
+	showKubectl("macimage,macclass,macpool", "-o", "wide")
+	showKubectl("macmachines", "-n", "macvirt-pools", "-l", macvirtv1alpha1.LabelPool+"="+pool,
+		"-o", "custom-columns=NAME:.metadata.name,REVISION:.spec.classRevision,PHASE:.status.phase,CLAIM:.spec.claimRef.name,DELETING:.metadata.deletionTimestamp")
 }

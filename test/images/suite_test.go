@@ -11,15 +11,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -64,7 +69,24 @@ var _ = BeforeSuite(func() {
 	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Registry: registry})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(sandbox.ApplySamples(ctx, admin, 0)).To(Succeed())
+
+	By("two storage classes: the default can only copy; fast is a CSI driver's with a VolumeSnapshotClass")
+	immediate := storagev1.VolumeBindingImmediate
+	Expect(admin.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "standard",
+		Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+		Provisioner: "rancher.io/local-path", VolumeBindingMode: &immediate})).To(Succeed())
+	Expect(admin.Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: fastDriver}})).To(Succeed())
+	Expect(admin.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: fastClass},
+		Provisioner: fastDriver, VolumeBindingMode: &immediate, AllowVolumeExpansion: ptr.To(true)})).To(Succeed())
+	Expect(admin.Create(ctx, &snapshotv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: "fast-snapshots"},
+		Driver: fastDriver, DeletionPolicy: snapshotv1.VolumeSnapshotContentDelete})).To(Succeed())
 })
+
+// The storage class whose clones are snapshot restores, and its driver.
+const (
+	fastClass  = "fast"
+	fastDriver = "fast.csi.example.com"
+)
 
 var _ = AfterSuite(func() {
 	if stopAll != nil {
@@ -78,10 +100,10 @@ var _ = AfterSuite(func() {
 	}
 })
 
-// showKubectl logs `kubectl get <what>` against the test cluster when
+// showKubectl logs `kubectl get <args>` against the test cluster when
 // MACVIRT_SHOW_KUBECTL is set and kubectl is installed: a picture for a
 // person reading the log, never a check.
-func showKubectl(what string) {
+func showKubectl(args ...string) {
 	if os.Getenv("MACVIRT_SHOW_KUBECTL") == "" {
 		return
 	}
@@ -98,6 +120,6 @@ func showKubectl(what string) {
 	if clientcmd.WriteToFile(*kc, path) != nil {
 		return
 	}
-	out, _ := exec.Command(kubectl, "--kubeconfig", path, "get", what).CombinedOutput() //nolint:gosec // the test's own kubeconfig.
-	GinkgoWriter.Printf("$ kubectl get %s\n%s\n", what, out)
+	out, _ := exec.Command(kubectl, append([]string{"--kubeconfig", path, "get"}, args...)...).CombinedOutput() //nolint:gosec // the test's own kubeconfig.
+	GinkgoWriter.Printf("$ kubectl get %s\n%s\n", strings.Join(args, " "), out)
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -78,6 +81,11 @@ func (r *Reconciler) checkSources(ctx context.Context, s *classScope) (bool, err
 		if why, ok := dataSourceNotReady(ds); ok {
 			s.NotReady = append(s.NotReady, fmt.Sprintf("DataSource %s (%s)", ref, why))
 		}
+		if img := s.Class.Spec.Image.SourceRef; img != nil && ref.Name == img.Name && ds.Spec.Source.Snapshot != nil {
+			if err := r.checkImageSize(ctx, s, ds); err != nil {
+				return false, err
+			}
+		}
 	}
 	if smc := s.Class.Spec.Hardware.SMC; smc.Mode == macvirtv1alpha1.SMCModeAppleSMC && smc.OSKSecretRef != nil {
 		key := types.NamespacedName{Namespace: smc.OSKSecretRef.Namespace, Name: smc.OSKSecretRef.Name}
@@ -125,4 +133,32 @@ func (r *Reconciler) pruneSnapshots(ctx context.Context, s *classScope) (bool, e
 		ctrl.LoggerFrom(ctx).Info("pruned class revision no machine records", "revision", rev, "snapshot", snap.Name)
 	}
 	return true, nil
+}
+
+// checkImageSize refuses, in status, a system disk smaller than the
+// snapshot it is restored from: CDI would refuse every machine's clone
+// (a snapshot restores into a volume at least its restoreSize).
+func (r *Reconciler) checkImageSize(ctx context.Context, s *classScope, ds *cdiv1.DataSource) error {
+	src := ds.Spec.Source.Snapshot
+	ns := src.Namespace
+	if ns == "" {
+		ns = ds.Namespace
+	}
+	snap := &snapshotv1.VolumeSnapshot{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: src.Name}, snap); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return nil
+		}
+		return fmt.Errorf("getting VolumeSnapshot %s/%s of the image: %w", ns, src.Name, err)
+	}
+	if snap.Status == nil || snap.Status.RestoreSize == nil {
+		return nil
+	}
+	size := s.Class.Spec.Image.SizeOrDefault()
+	if snap.Status.RestoreSize.Cmp(size) > 0 {
+		s.SizeProblem = &base.Problem{Reason: macvirtv1alpha1.ReasonImageLargerThanDisk, Message: fmt.Sprintf(
+			"spec.image.size %s is smaller than the image, VolumeSnapshot %s/%s of %s, which CDI restores only into a disk at least as large: "+
+				"set spec.image.size to %s or more", size.String(), ns, src.Name, snap.Status.RestoreSize.String(), snap.Status.RestoreSize.String())}
+	}
+	return nil
 }

@@ -24,6 +24,8 @@ type classScope struct {
 	// DataImportCron was kept; ImageProblem says why it cannot be.
 	Image        *macvirtv1alpha1.ClassImageStatus
 	ImageProblem *base.Problem
+	// SizeProblem: the system disk is smaller than the image snapshot.
+	SizeProblem *base.Problem
 	// StorageClass is the machines' storage class and CloneStrategy its
 	// StorageProfile's clone strategy, empty when unknown.
 	StorageClass  string

@@ -35,6 +35,8 @@ func computeClassStatus(s *classScope) macvirtv1alpha1.MacClassStatus {
 	switch {
 	case s.ImageProblem != nil:
 		p = s.ImageProblem
+	case s.SizeProblem != nil:
+		p = s.SizeProblem
 	case withImage(class, st.Image).ImageUnresolved():
 		p = &base.Problem{Reason: macvirtv1alpha1.ReasonImageImporting, Message: fmt.Sprintf(
 			"waiting for CDI's first import of the registry image (DataImportCron %s in the images namespace); machines of this class wait for it",
