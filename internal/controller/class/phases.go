@@ -6,6 +6,7 @@ import (
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -156,9 +157,11 @@ func (r *Reconciler) checkImageSize(ctx context.Context, s *classScope, ds *cdiv
 	}
 	size := s.Class.Spec.Image.SizeOrDefault()
 	if snap.Status.RestoreSize.Cmp(size) > 0 {
+		const gi = 1 << 30
+		need := resource.NewQuantity((snap.Status.RestoreSize.Value()+gi-1)/gi*gi, resource.BinarySI)
 		s.SizeProblem = &base.Problem{Reason: macvirtv1alpha1.ReasonImageLargerThanDisk, Message: fmt.Sprintf(
-			"spec.image.size %s is smaller than the image, VolumeSnapshot %s/%s of %s, which CDI restores only into a disk at least as large: "+
-				"set spec.image.size to %s or more", size.String(), ns, src.Name, snap.Status.RestoreSize.String(), snap.Status.RestoreSize.String())}
+			"spec.image.size %s is smaller than the image, VolumeSnapshot %s/%s of about %s, which CDI restores only into a disk at least as large: "+
+				"set spec.image.size to %s or more", size.String(), ns, src.Name, need.String(), need.String())}
 	}
 	return nil
 }

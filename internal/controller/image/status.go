@@ -126,4 +126,16 @@ func readyAt(dv *cdiv1.DataVolume) *metav1.Time {
 	return nil
 }
 
-func ptrQuantity(q resource.Quantity) *resource.Quantity { return &q }
+// ptrQuantity is q rounded up to whole GiB, as a class's image.size is
+// written: a snapshot's restoreSize is in bytes.
+func ptrQuantity(q resource.Quantity) *resource.Quantity {
+	r := roundUpGi(q)
+	return &r
+}
+
+// roundUpGi is q rounded up to whole GiB.
+func roundUpGi(q resource.Quantity) resource.Quantity {
+	const gi = 1 << 30
+	n := (q.Value() + gi - 1) / gi
+	return *resource.NewQuantity(n*gi, resource.BinarySI)
+}
