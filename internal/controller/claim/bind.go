@@ -128,6 +128,13 @@ func (r *Reconciler) bindOnDemand(ctx context.Context, s *claimScope) (bool, err
 // machine.
 func (r *Reconciler) createOnDemand(ctx context.Context, s *claimScope) (bool, error) {
 	claim := s.claim
+	if s.class.ImageUnresolved() {
+		// A machine recorded at a revision without an image would never
+		// get a disk: wait for the class's first import.
+		s.waiting = &base.Problem{Reason: macvirtv1alpha1.ReasonWaitingForImage,
+			Message: fmt.Sprintf("MacClass %s's image is being imported from its registry for the first time", s.class.Name)}
+		return false, nil
+	}
 	if !bindingInProgress(claim) {
 		if err := r.writeReservation(ctx, s, nil, macvirtv1alpha1.ReasonBinding,
 			fmt.Sprintf("creating MacMachine %s/%s for this claim", claim.Namespace, onDemandName(claim))); err != nil {

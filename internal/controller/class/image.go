@@ -106,8 +106,14 @@ func (r *Reconciler) ensureImageImport(ctx context.Context, s *classScope) (bool
 	if err := base.GetOptional(ctx, r.Client, key, ds); err != nil {
 		return false, err
 	}
-	if resolved := resolvedSource(ds); resolved != nil {
-		img.Resolved = resolved
+	switch {
+	case ds.Name != "" && ds.Labels[labelDataImportCron] != key.Name:
+		// Not the cron's: a DataSource of that name made otherwise (a
+		// MacImage of that name, say) must not become the class's image.
+		s.ImageProblem = &base.Problem{Reason: macvirtv1alpha1.ReasonNotOwned, Message: fmt.Sprintf(
+			"DataSource %s is not the one DataImportCron %s keeps (CDI labels its own %s=%s); delete or rename it", key, key.Name, labelDataImportCron, key.Name)}
+	case resolvedSource(ds) != nil:
+		img.Resolved = resolvedSource(ds)
 	}
 	s.Image = img
 	return true, nil

@@ -19,6 +19,7 @@ package image
 import (
 	"context"
 	"fmt"
+	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -87,7 +88,10 @@ func (r *Reconciler) ensureCopy(ctx context.Context, s *imageScope) (bool, error
 		}
 		dv := &cdiv1.DataVolume{
 			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, OwnerReferences: imageOwner(s.Image),
-				Labels: map[string]string{macvirtv1alpha1.LabelImage: s.Image.Name}},
+				Labels: map[string]string{macvirtv1alpha1.LabelImage: s.Image.Name},
+				// Nothing consumes the copy: on a WaitForFirstConsumer class
+				// CDI would wait for a consumer forever, the Mac stopped.
+				Annotations: map[string]string{annImmediateBinding: "true"}},
 			Spec: cdiv1.DataVolumeSpec{
 				Source:  &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: src.Namespace, Name: src.Name}},
 				Storage: storage,
@@ -110,8 +114,23 @@ func (r *Reconciler) ensureCopy(ctx context.Context, s *imageScope) (bool, error
 		s.Problem, s.Terminal = &base.Problem{Reason: macvirtv1alpha1.ReasonCopyFailed,
 			Message: fmt.Sprintf("CDI failed to clone the disk (DataVolume %s/%s): %s", s.Copy.Namespace, s.Copy.Name, dataVolumeMessage(s.Copy))}, true
 	}
+	if started := s.Copy.CreationTimestamp; !started.IsZero() && time.Since(started.Time) > CopyTimeout {
+		// The tenant's Mac is stopped for as long as the copy takes:
+		// give up, which starts it again.
+		s.Problem, s.Terminal = &base.Problem{Reason: macvirtv1alpha1.ReasonCopyFailed, Message: fmt.Sprintf(
+			"the copy (DataVolume %s/%s) did not finish within %s (%s): the Mac runs again; delete this MacImage and capture anew once CDI can copy",
+			s.Copy.Namespace, s.Copy.Name, CopyTimeout, dataVolumeMessage(s.Copy))}, true
+	}
 	return false, nil
 }
+
+// CopyTimeout is how long a capture waits for CDI's copy, the Mac stopped.
+var CopyTimeout = 2 * time.Hour
+
+// annImmediateBinding asks CDI to populate a DataVolume on a
+// WaitForFirstConsumer storage class without a consumer
+// (pkg/controller/common/util.go, AnnImmediateBinding).
+const annImmediateBinding = "cdi.kubevirt.io/storage.bind.immediate.requested"
 
 func dataVolumeMessage(dv *cdiv1.DataVolume) string {
 	for _, c := range dv.Status.Conditions {

@@ -21,6 +21,8 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -61,13 +63,18 @@ func (r *Reconciler) findMachine(ctx context.Context, s *imageScope) error {
 			return err
 		}
 		if claim.Name == "" {
-			s.Problem = &base.Problem{Reason: macvirtv1alpha1.ReasonSourceNotFound, Message: fmt.Sprintf("MacClaim %s does not exist", ck)}
+			s.Problem, s.Terminal = &base.Problem{Reason: macvirtv1alpha1.ReasonSourceNotFound, Message: fmt.Sprintf("MacClaim %s does not exist", ck)}, true
+			return nil
+		}
+		if newer(claim, img) {
+			s.Problem, s.Terminal = &base.Problem{Reason: macvirtv1alpha1.ReasonSourceNotCapturable, Message: fmt.Sprintf(
+				"MacClaim %s was created after this MacImage, so it is not the claim admission checked; capture it under a new MacImage", ck)}, true
 			return nil
 		}
 		ref := claim.Status.MachineRef
 		if ref == nil {
-			s.Problem = &base.Problem{Reason: macvirtv1alpha1.ReasonSourceNotFound,
-				Message: fmt.Sprintf("MacClaim %s is not bound to a machine yet; the capture starts once it is", ck)}
+			s.Problem, s.Terminal = &base.Problem{Reason: macvirtv1alpha1.ReasonSourceNotFound,
+				Message: fmt.Sprintf("MacClaim %s is not bound to a machine; capture it once kubectl get macclaim shows it Bound", ck)}, true
 			return nil
 		}
 		key = types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
@@ -79,11 +86,24 @@ func (r *Reconciler) findMachine(ctx context.Context, s *imageScope) error {
 		return err
 	}
 	if m.Name == "" {
-		s.Problem = &base.Problem{Reason: macvirtv1alpha1.ReasonSourceNotFound, Message: fmt.Sprintf("MacMachine %s does not exist", key)}
+		s.Problem, s.Terminal = &base.Problem{Reason: macvirtv1alpha1.ReasonSourceNotFound, Message: fmt.Sprintf("MacMachine %s does not exist", key)}, true
+		return nil
+	}
+	if newer(m, img) {
+		// A Mac made after the capture was admitted, under the name it
+		// named, is not the Mac admission checked.
+		s.Problem, s.Terminal = &base.Problem{Reason: macvirtv1alpha1.ReasonSourceNotCapturable, Message: fmt.Sprintf(
+			"MacMachine %s was created after this MacImage, so it is not the Mac admission checked; capture it under a new MacImage", key)}, true
 		return nil
 	}
 	s.Machine = m
 	return nil
+}
+
+// newer reports an object created after the MacImage (both stamped by the
+// API server, to the second).
+func newer(o metav1.Object, img *macvirtv1alpha1.MacImage) bool {
+	return o.GetCreationTimestamp().After(img.CreationTimestamp.Time)
 }
 
 // findSource finds the Mac and its system disk, and says whether it can be
@@ -92,7 +112,7 @@ func (r *Reconciler) findSource(ctx context.Context, s *imageScope) (bool, error
 	if err := r.findMachine(ctx, s); err != nil || s.Machine == nil {
 		return false, err
 	}
-	m := s.Machine
+	m, img := s.Machine, s.Image
 	switch {
 	case !m.DeletionTimestamp.IsZero():
 		s.Problem, s.Terminal = &base.Problem{Reason: macvirtv1alpha1.ReasonSourceNotCapturable,
@@ -113,6 +133,17 @@ func (r *Reconciler) findSource(ctx context.Context, s *imageScope) (bool, error
 		return false, nil
 	}
 	s.Source = dv
+	if sc := ptr.Deref(img.Spec.StorageClassName, ""); sc != "" {
+		class := &storagev1.StorageClass{}
+		if err := base.GetOptional(ctx, r.Client, types.NamespacedName{Name: sc}, class); err != nil {
+			return false, err
+		}
+		if class.Name == "" {
+			s.Problem = &base.Problem{Reason: macvirtv1alpha1.ReasonSourceNotCapturable,
+				Message: fmt.Sprintf("StorageClass %s (spec.storageClassName) does not exist; the Mac is not stopped for a copy that cannot be made", sc)}
+			return false, nil
+		}
+	}
 	// Never stop a Mac for a copy that has nowhere to go.
 	ns := &corev1.Namespace{}
 	if err := base.GetOptional(ctx, r.Client, types.NamespacedName{Name: r.ImagesNamespace}, ns); err != nil {
@@ -134,12 +165,14 @@ func (r *Reconciler) stopSource(ctx context.Context, s *imageScope) (bool, error
 	if copyDone(s.Copy) {
 		return true, nil
 	}
+	if other := m.Annotations[macvirtv1alpha1.AnnotationCapture]; other != "" && other != name {
+		// Its capture starts the Mac again when its copy is done, which
+		// must not be while this one copies.
+		s.Problem = &base.Problem{Reason: macvirtv1alpha1.ReasonStoppingSource,
+			Message: fmt.Sprintf("MacImage %s is capturing MacMachine %s/%s; this capture waits for it", other, m.Namespace, m.Name)}
+		return false, nil
+	}
 	if running := ptr.Deref(m.Spec.Running, true); running {
-		if other := m.Annotations[macvirtv1alpha1.AnnotationCapture]; other != "" && other != name {
-			s.Problem = &base.Problem{Reason: macvirtv1alpha1.ReasonStoppingSource,
-				Message: fmt.Sprintf("MacImage %s is capturing MacMachine %s/%s; this capture waits for it", other, m.Namespace, m.Name)}
-			return false, nil
-		}
 		patch := client.MergeFrom(m.DeepCopy())
 		if m.Annotations == nil {
 			m.Annotations = map[string]string{}
@@ -172,7 +205,11 @@ func (r *Reconciler) releaseSource(ctx context.Context, s *imageScope) error {
 	}
 	patch := client.MergeFrom(m.DeepCopy())
 	delete(m.Annotations, macvirtv1alpha1.AnnotationCapture)
-	m.Spec.Running = ptr.To(true)
+	if m.Labels[macvirtv1alpha1.LabelReleased] == "" && m.DeletionTimestamp.IsZero() {
+		// Released meanwhile (its claim gone, Retain) or being deleted:
+		// it stays stopped.
+		m.Spec.Running = ptr.To(true)
+	}
 	if err := r.Patch(ctx, m, patch); err != nil {
 		return fmt.Errorf("starting MacMachine %s/%s again after the capture: %w", m.Namespace, m.Name, err)
 	}

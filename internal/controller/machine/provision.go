@@ -26,7 +26,7 @@ func (r *Reconciler) renderMachine(ctx context.Context, o *machineObservation) (
 	if o.Blocked != nil {
 		return nil, nil, false
 	}
-	if o.Class.ImageUnresolved() {
+	if img := o.Class.EffectiveImage(); o.Class.ImageUnresolved() || (img.Source == nil && img.SourceRef == nil) {
 		o.Blocked = &base.Problem{Reason: macvirtv1alpha1.ReasonWaitingForImage,
 			Message: fmt.Sprintf("MacClass %s refreshes its image from a registry and the first import is not done yet; "+
 				"kubectl get macclass %s shows the import, and the machine is provisioned once it is", o.Class.Name, o.Class.Name)}

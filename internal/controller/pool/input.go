@@ -15,9 +15,12 @@ func poolInputFor(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass
 	in := poolInput{Pool: pool.Name, Idle: pool.Spec.EffectiveIdle(), MaxProv: pool.Spec.MaxProvisioning, Paused: pool.Spec.Paused,
 		MaxUnhealthy: pool.Spec.MaxUnhealthy, Now: now}
 	in.Max = pool.Spec.EffectiveMaxMachines()
-	if class == nil {
+	if class == nil || class.ImageUnresolved() {
+		// No class, or a class whose image is not imported yet: nothing
+		// made now could get a disk.
 		in.Paused = true
-	} else {
+	}
+	if class != nil {
 		in.Revision = render.ClassRevision(class)
 	}
 	for i := range items {

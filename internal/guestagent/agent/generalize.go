@@ -38,12 +38,19 @@ import (
 //     ledger, and the ledger;
 //   - the task directory: every task's record, script and output (the task
 //     log), so no task of another binding counts as done;
-//   - in every home under /Users: ~/.ssh/authorized_keys and the shell
-//     histories, and the registration of a CI runner in a directory of the
-//     home (.runner, .credentials, .credentials_rsaparams and _diag, where
-//     a .runner file is);
+//   - in every home under /Users, and root's: ~/.ssh/authorized_keys and
+//     authorized_keys2, the shell histories, .netrc and .git-credentials,
+//     and the registration of a CI runner in a directory of the home
+//     (.runner, .credentials, .credentials_rsaparams and _diag, where a
+//     .runner file is);
 //   - the SSH host keys, which are then made anew, so the clone's host keys
 //     are its own.
+//
+// What cannot be removed is logged and left, so that no file can keep a
+// clone from coming up. This is hygiene, not a boundary: a tenant who had
+// the Mac could leave anything a shell can write (launch agents, shell
+// start-up files, keys elsewhere); capture only Macs whose users are
+// trusted (docs/golden-image.md).
 //
 // The agent token and its config disk are the machine's, never on the
 // system disk; the SMBIOS serial and UUID are the machine's, set by the
@@ -89,14 +96,19 @@ func Generalize(h GeneralizeHost, taskDir string, cfg *Config, logf func(string,
 		previous = "no machine recorded"
 	}
 	logf("generalising the disk for machine %s (it was %s)", want, previous)
+	// What cannot be removed is logged and left: a file its previous
+	// tenant made undeletable must not keep every clone from coming up.
+	// Only the host keys are worth holding the heartbeat for.
 	if err := removePlaced(h, filepath.Join(stateDir, placedFilesFile)); err != nil {
-		return false, err
+		logf("generalising: %v", err)
 	}
 	if err := os.RemoveAll(taskDir); err != nil {
-		return false, fmt.Errorf("removing the task log: %w", err)
+		logf("generalising: removing the task log: %v", err)
 	}
-	if err := cleanHomes(h.TaskPath("/Users")); err != nil {
-		return false, err
+	for _, home := range []string{h.TaskPath("/Users"), h.TaskPath("/var")} {
+		if err := cleanHomes(home, filepath.Base(home) == "var"); err != nil {
+			logf("generalising: %v", err)
+		}
 	}
 	keys, err := filepath.Glob(filepath.Join(h.TaskPath("/etc/ssh"), "ssh_host_*"))
 	if err != nil {
@@ -125,6 +137,7 @@ func removePlaced(h TaskHost, ledger string) error {
 	if err != nil {
 		return fmt.Errorf("reading the placed-files ledger: %w", err)
 	}
+	var failed []string
 	for _, p := range strings.Split(string(b), "\n") {
 		if p == "" || !filepath.IsAbs(p) || filepath.Clean(p) != p {
 			continue
@@ -134,8 +147,11 @@ func removePlaced(h TaskHost, ledger string) error {
 			continue
 		}
 		if err := os.Remove(h.TaskPath(p)); err != nil && !errors.Is(err, fs.ErrNotExist) { //nolint:gosec // a path the agent placed, no link on the way (checked above).
-			return fmt.Errorf("removing bootstrap file %s: %w", p, err)
+			failed = append(failed, fmt.Sprintf("removing bootstrap file %s: %v", p, err))
 		}
+	}
+	if len(failed) > 0 {
+		return errors.New(strings.Join(failed, "; "))
 	}
 	if err := os.Remove(ledger); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing the placed-files ledger: %w", err)
@@ -144,13 +160,17 @@ func removePlaced(h TaskHost, ledger string) error {
 }
 
 // Files of a home a tenant leaves behind.
-var homeLeftovers = []string{".ssh/authorized_keys", ".zsh_history", ".bash_history", ".zsh_sessions"}
+var homeLeftovers = []string{".ssh/authorized_keys", ".ssh/authorized_keys2", ".zsh_history", ".bash_history", ".zsh_sessions",
+	".local/share/fish/fish_history", ".git-credentials", ".netrc"}
 
 // Files of a CI runner's registration, in the runner's directory.
 var runnerRegistration = []string{".runner", ".credentials", ".credentials_rsaparams", "_diag"}
 
-// cleanHomes removes a tenant's leftovers from every home under users.
-func cleanHomes(users string) error {
+// cleanHomes removes a tenant's leftovers from every home under users
+// (/Users), or from root's home when root is set (users is /var, and the
+// home is /var/root). What cannot be removed is reported, the rest is
+// removed all the same.
+func cleanHomes(users string, root bool) error {
 	homes, err := os.ReadDir(users)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -158,8 +178,9 @@ func cleanHomes(users string) error {
 	if err != nil {
 		return fmt.Errorf("listing homes: %w", err)
 	}
+	var failed []string
 	for _, home := range homes {
-		if !home.IsDir() || home.Name() == "Shared" {
+		if !home.IsDir() || home.Name() == "Shared" || (root && home.Name() != "root") {
 			continue
 		}
 		dir := filepath.Join(users, home.Name())
@@ -168,12 +189,13 @@ func cleanHomes(users string) error {
 				continue
 			}
 			if err := os.RemoveAll(filepath.Join(dir, f)); err != nil {
-				return fmt.Errorf("removing %s of %s: %w", f, home.Name(), err)
+				failed = append(failed, fmt.Sprintf("removing %s of %s: %v", f, home.Name(), err))
 			}
 		}
 		subdirs, err := os.ReadDir(dir)
 		if err != nil {
-			return fmt.Errorf("listing the home of %s: %w", home.Name(), err)
+			failed = append(failed, fmt.Sprintf("listing the home of %s: %v", home.Name(), err))
+			continue
 		}
 		for _, sub := range subdirs {
 			runner := filepath.Join(dir, sub.Name())
@@ -185,10 +207,13 @@ func cleanHomes(users string) error {
 			}
 			for _, f := range runnerRegistration {
 				if err := os.RemoveAll(filepath.Join(runner, f)); err != nil {
-					return fmt.Errorf("removing the runner registration in %s: %w", runner, err)
+					failed = append(failed, fmt.Sprintf("removing the runner registration in %s: %v", runner, err))
 				}
 			}
 		}
+	}
+	if len(failed) > 0 {
+		return errors.New(strings.Join(failed, "; "))
 	}
 	return nil
 }

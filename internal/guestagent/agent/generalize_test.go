@@ -138,12 +138,12 @@ func TestGeneralizeTriesAgainWhenItFailed(t *testing.T) {
 func TestGeneralizeFollowsNoTenantLink(t *testing.T) {
 	h := &rootedHost{root: t.TempDir()}
 	taskDir := h.TaskPath("/var/db/macvirt-agent/tasks")
-	h.write(t, "/var/root/.ssh/authorized_keys", "ssh-ed25519 ROOT")
+	h.write(t, "/Library/Keys/authorized_keys", "ssh-ed25519 SYSTEM")
 	h.write(t, "/etc/sudoers", "root ALL=(ALL) ALL")
 	if err := os.MkdirAll(h.TaskPath("/Users/admin"), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(h.TaskPath("/var/root/.ssh"), h.TaskPath("/Users/admin/.ssh")); err != nil {
+	if err := os.Symlink(h.TaskPath("/Library/Keys"), h.TaskPath("/Users/admin/.ssh")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(h.TaskPath("/etc"), h.TaskPath("/Users/admin/etc")); err != nil {
@@ -155,9 +155,31 @@ func TestGeneralizeFollowsNoTenantLink(t *testing.T) {
 	if _, err := Generalize(h, taskDir, &Config{Namespace: "n", Machine: "m", MachineUID: "u"}, t.Logf); err != nil {
 		t.Fatal(err)
 	}
-	for _, kept := range []string{"/var/root/.ssh/authorized_keys", "/etc/sudoers"} {
+	for _, kept := range []string{"/Library/Keys/authorized_keys", "/etc/sudoers"} {
 		if !h.exists(kept) {
 			t.Errorf("generalising followed a tenant's link and removed %s", kept)
 		}
+	}
+}
+
+func TestGeneralizeIsNotHeldUpByWhatItCannotRemove(t *testing.T) {
+	h := &rootedHost{root: t.TempDir()}
+	taskDir := h.TaskPath("/var/db/macvirt-agent/tasks")
+	if err := recordPlaced(taskDir, "/Users/admin/.cfg/x"); err != nil {
+		t.Fatal(err)
+	}
+	// The tenant replaced the placed file with a directory that is not
+	// empty, which a file's removal cannot take.
+	h.write(t, "/Users/admin/.cfg/x/y", "")
+	h.write(t, "/var/root/.ssh/authorized_keys", "ssh-ed25519 ROOT-LEFTOVER")
+	done, err := Generalize(h, taskDir, &Config{Namespace: "n", Machine: "m", MachineUID: "u"}, t.Logf)
+	if err != nil || !done {
+		t.Fatalf("Generalize = (%v, %v), want the clone to come up all the same", done, err)
+	}
+	if h.exists("/var/root/.ssh/authorized_keys") {
+		t.Error("root's authorized_keys survived")
+	}
+	if !h.exists("/var/db/macvirt-agent/identity") {
+		t.Error("the identity was not recorded, so every boot would try again")
 	}
 }

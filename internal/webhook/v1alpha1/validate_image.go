@@ -135,6 +135,11 @@ func ValidateMacImageSource(img *macvirtv1alpha1.MacImage, env ImageEnv) (field.
 	if ref := env.Machine.Spec.ClaimRef; ref != nil && machineRuns(env.Machine) {
 		warns = append(warns, fmt.Sprintf("capturing stops %s/%s's Mac until the copy is done", ref.Namespace, ref.Name))
 	}
+	if ref := env.Machine.Spec.ClaimRef; ref != nil {
+		warns = append(warns, fmt.Sprintf("the image carries whatever %s/%s's users left on the Mac; the agent removes keys, histories, "+
+			"bootstrap files and runner registrations from its clones, but not what a shell can hide elsewhere: publish it only if you trust them",
+			ref.Namespace, ref.Name))
+	}
 	return nil, warns
 }
 

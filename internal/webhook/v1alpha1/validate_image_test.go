@@ -149,9 +149,10 @@ func TestOnlyWhoMayWriteTheMachineCapturesIt(t *testing.T) {
 			img: imageOfMachine("macvirt-pools", "ci-0"),
 			env: ImageEnv{User: "admin", MayUpdateMachine: true, Machine: poolMachine(macvirtv1alpha1.MachineStopped, false)},
 		},
-		"an admin capturing a bound Mac already stopped": {
-			img: imageOfMachine("macvirt-pools", "ci-0"),
-			env: ImageEnv{User: "admin", MayUpdateMachine: true, Machine: poolMachine(macvirtv1alpha1.MachineStopped, true)},
+		"an admin capturing a bound Mac already stopped, warned of what its users left": {
+			img:  imageOfMachine("macvirt-pools", "ci-0"),
+			env:  ImageEnv{User: "admin", MayUpdateMachine: true, Machine: poolMachine(macvirtv1alpha1.MachineStopped, true)},
+			warn: "the image carries whatever dev/alice-mac's users left on the Mac",
 		},
 		"an admin capturing an idle pool machine": {
 			img: imageOfMachine("macvirt-pools", "ci-0"),
