@@ -144,7 +144,3 @@ func (r *Reconciler) dataSourceToClasses(ctx context.Context, o client.Object) [
 	}
 	return out
 }
-
-// labelDataImportCron is CDI's label on the objects a DataImportCron made
-// (pkg/controller/common/util.go, LabelDataImportCronName).
-const labelDataImportCron = "cdi.kubevirt.io/dataImportCron"

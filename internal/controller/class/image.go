@@ -40,6 +40,10 @@ import (
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=storageprofiles,verbs=get;list;watch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
 
+// labelDataImportCron is CDI's label on the objects a DataImportCron made
+// (pkg/controller/common/util.go, LabelDataImportCronName).
+const labelDataImportCron = "cdi.kubevirt.io/dataImportCron"
+
 // annDesiredDigest is the annotation CDI keeps on a DataImportCron with the
 // digest it last polled (pkg/controller/common/util.go,
 // AnnSourceDesiredDigest).
