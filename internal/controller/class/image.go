@@ -21,7 +21,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -192,14 +191,12 @@ func (r *Reconciler) observeCloneStrategy(ctx context.Context, s *classScope) (b
 	}
 	name := ptr.Deref(s.Class.Spec.Image.StorageClassName, "")
 	if name == "" {
-		var classes storagev1.StorageClassList
-		if err := r.List(ctx, &classes); err != nil {
-			return false, fmt.Errorf("listing StorageClasses for the default: %w", err)
+		def, err := base.DefaultStorageClass(ctx, r.Client)
+		if err != nil {
+			return false, err
 		}
-		for i := range classes.Items {
-			if classes.Items[i].Annotations[annDefaultStorageClass] == "true" {
-				name = classes.Items[i].Name
-			}
+		if def != nil {
+			name = def.Name
 		}
 	}
 	s.StorageClass = name
@@ -218,9 +215,6 @@ func (r *Reconciler) observeCloneStrategy(ctx context.Context, s *classScope) (b
 	}
 	return true, nil
 }
-
-// annDefaultStorageClass marks the cluster's default StorageClass.
-const annDefaultStorageClass = "storageclass.kubernetes.io/is-default-class"
 
 // withImage is the class as machines of its current revision see it: its
 // refreshed image resolved as s.Image says.

@@ -216,9 +216,6 @@ func (r *Reconciler) snapshotClassFor(ctx context.Context, dv *cdiv1.DataVolume)
 	return found, nil
 }
 
-// annDefaultStorageClass marks the cluster's default StorageClass.
-const annDefaultStorageClass = "storageclass.kubernetes.io/is-default-class"
-
 // annDefaultSnapshotClass marks a driver's default VolumeSnapshotClass.
 const annDefaultSnapshotClass = "snapshot.storage.kubernetes.io/is-default-class"
 
@@ -236,16 +233,7 @@ func (r *Reconciler) storageClassOf(ctx context.Context, dv *cdiv1.DataVolume) (
 		}
 		return sc, nil
 	}
-	var list storagev1.StorageClassList
-	if err := r.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("listing StorageClasses for the default: %w", err)
-	}
-	for i := range list.Items {
-		if list.Items[i].Annotations[annDefaultStorageClass] == "true" {
-			return &list.Items[i], nil
-		}
-	}
-	return nil, nil
+	return base.DefaultStorageClass(ctx, r.Client)
 }
 
 // ensureDataSource publishes the image: a DataSource naming the snapshot,

@@ -30,10 +30,6 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/base"
 )
 
-// annCloneType is the annotation CDI puts on a cloned DataVolume naming the
-// strategy it used (pkg/controller/common/util.go, AnnCloneType).
-const annCloneType = "cdi.kubevirt.io/cloneType"
-
 // computeImageStatus derives a MacImage's status from what a reconcile
 // found; what it did not look at keeps its recorded value.
 func computeImageStatus(s *imageScope) macvirtv1alpha1.MacImageStatus {
@@ -44,14 +40,14 @@ func computeImageStatus(s *imageScope) macvirtv1alpha1.MacImageStatus {
 		st.Machine = &macvirtv1alpha1.ObjectRef{Namespace: m.Namespace, Name: m.Name, UID: m.UID}
 	}
 	if dv := s.Copy; dv != nil {
-		c := &macvirtv1alpha1.ImageCopyStatus{DataVolume: dv.Name, CloneStrategy: dv.Annotations[annCloneType],
+		c := &macvirtv1alpha1.ImageCopyStatus{DataVolume: dv.Name, CloneStrategy: dv.Annotations[base.AnnCloneType],
 			Progress: string(dv.Status.Progress), StartedAt: &dv.CreationTimestamp}
 		if dv.CreationTimestamp.IsZero() {
 			c.StartedAt = nil
 		}
 		if dv.Status.Phase == cdiv1.Succeeded {
 			c.Progress = "100.0%"
-			c.CompletedAt = readyAt(dv)
+			c.CompletedAt = base.DataVolumeReadyAt(dv)
 		}
 		st.Copy = c
 		if dv.Spec.Storage != nil {
@@ -113,17 +109,6 @@ func setConditions(st *macvirtv1alpha1.MacImageStatus, generation int64, s *imag
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionFalse,
 		Reason: why.Reason, Message: why.Message, ObservedGeneration: generation})
 	meta.SetStatusCondition(&st.Conditions, base.StalledCondition(generation, stalled))
-}
-
-// readyAt is when CDI marked the DataVolume Ready.
-func readyAt(dv *cdiv1.DataVolume) *metav1.Time {
-	for i := range dv.Status.Conditions {
-		c := &dv.Status.Conditions[i]
-		if c.Type == cdiv1.DataVolumeReady && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
-			return &c.LastTransitionTime
-		}
-	}
-	return nil
 }
 
 // ptrQuantity is q rounded up to whole GiB, as a class's image.size is

@@ -20,7 +20,7 @@ func TestComputeImageStatus(t *testing.T) {
 	machine := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "dev", Name: "alice-mac", UID: "m1"}}
 	dv := func(phase cdiv1.DataVolumePhase) *cdiv1.DataVolume {
 		d := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "macvirt-images", Name: "xcode-16", CreationTimestamp: created,
-			Annotations: map[string]string{annCloneType: "snapshot"}},
+			Annotations: map[string]string{base.AnnCloneType: "snapshot"}},
 			Spec: cdiv1.DataVolumeSpec{Storage: &cdiv1.StorageSpec{Resources: corev1.VolumeResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("128Gi")}}}},
 			Status: cdiv1.DataVolumeStatus{Phase: phase, Progress: "40.0%"}}

@@ -216,11 +216,6 @@ func dataVolumeMessage(dv *cdiv1.DataVolume) string {
 	return "no message from CDI"
 }
 
-// AnnCloneType is the annotation CDI puts on a cloned DataVolume's PVC
-// and on the DataVolume, naming the clone strategy it used: snapshot,
-// csi-clone or copy (pkg/controller/common/util.go, AnnCloneType).
-const AnnCloneType = "cdi.kubevirt.io/cloneType"
-
 // provisioningStatus is status.provisioning: the progress while the disks
 // fill, and, once the system disk is done, how CDI made it and how long it
 // took. Both are read from the system disk's DataVolume, so they do not
@@ -233,8 +228,8 @@ func provisioningStatus(o machineObservation, progress string) *macvirtv1alpha1.
 	}
 	if len(o.DataVolumes) > 1 {
 		if dv := o.DataVolumes[1]; dv != nil && dv.Status.Phase == cdiv1.Succeeded {
-			st.CloneStrategy = dv.Annotations[AnnCloneType]
-			if done := dataVolumeDoneAt(dv); done != nil {
+			st.CloneStrategy = dv.Annotations[base.AnnCloneType]
+			if done := base.DataVolumeReadyAt(dv); done != nil {
 				st.Duration = &metav1.Duration{Duration: done.Sub(dv.CreationTimestamp.Time).Round(time.Second)}
 			}
 		}
@@ -243,15 +238,4 @@ func provisioningStatus(o machineObservation, progress string) *macvirtv1alpha1.
 		return nil
 	}
 	return st
-}
-
-// dataVolumeDoneAt is when CDI marked the DataVolume Ready.
-func dataVolumeDoneAt(dv *cdiv1.DataVolume) *metav1.Time {
-	for i := range dv.Status.Conditions {
-		c := &dv.Status.Conditions[i]
-		if c.Type == cdiv1.DataVolumeReady && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
-			return &c.LastTransitionTime
-		}
-	}
-	return nil
 }
