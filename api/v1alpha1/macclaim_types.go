@@ -19,6 +19,7 @@ package v1alpha1
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ReclaimPolicy says what happens to a claim's machine when the claim is deleted.
@@ -69,8 +70,9 @@ type MacClaimSpec struct {
 	// +optional
 	ReclaimPolicy ReclaimPolicy `json:"reclaimPolicy,omitempty"`
 
-	// access says how the machine is exposed: the operator keeps a Service
-	// of this type in the claim's namespace for it.
+	// access says how the machine is exposed: ClusterIP (the default) is a
+	// DNS name under the namespace's headless Service "macs"; NodePort and
+	// LoadBalancer get a Service of their own in the claim's namespace.
 	// +optional
 	Access ClaimAccess `json:"access,omitempty"`
 
@@ -87,6 +89,26 @@ type MacClaimSpec struct {
 	// the claim's namespace and readable by whoever creates the claim.
 	// +optional
 	Bootstrap *Bootstrap `json:"bootstrap,omitempty"`
+
+	// writeConnectionSecretToRef asks for a Secret in the claim's namespace
+	// holding the connection (host, address, port, user, known_hosts), for
+	// tools that read Secrets. It is written once the claim is Ready, never
+	// on the way there; everything in it is also in status.connection. The
+	// Secret must not exist yet, or be this claim's: one of that name that
+	// is not the claim's is left alone. The name cannot change once set.
+	// +optional
+	WriteConnectionSecretToRef *LocalSecretReference `json:"writeConnectionSecretToRef,omitempty"`
+}
+
+// LocalSecretReference names a Secret in the referrer's namespace.
+type LocalSecretReference struct {
+	// name is the Secret's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="writeConnectionSecretToRef.name cannot change once set; delete and recreate the claim to use another Secret"
+	// +required
+	Name string `json:"name"`
 }
 
 // ClaimAccess says how a claim's machine is exposed.
@@ -100,14 +122,19 @@ type ClaimAccess struct {
 
 // ClaimConnection says how to reach a claimed machine.
 type ClaimConnection struct {
-	// host is the DNS name of the claim's Service
-	// (<service>.<namespace>.svc), the same across re-binds of a claim of
-	// this name; prefer it to address.
+	// host is the Mac's DNS name, the same across re-binds of a claim of
+	// this name: <claim>.macs.<namespace>.svc for ClusterIP access (it
+	// resolves moments after the claim is Ready), the claim's own Service
+	// (<service>.<namespace>.svc) for NodePort and LoadBalancer and for
+	// claims bound before the namespace Service existed.
 	// +optional
 	Host string `json:"host,omitempty"`
-	// serviceName is the claim's Service in its namespace.
+	// serviceName is the Service that gives host: "macs", or the claim's own.
 	// +optional
 	ServiceName string `json:"serviceName,omitempty"`
+	// user is the macOS account to log in as.
+	// +optional
+	User string `json:"user,omitempty"`
 	// address is the machine's IP address on the pod network, as KubeVirt
 	// reports it; it changes when the machine's instance is recreated.
 	// +optional
@@ -186,9 +213,15 @@ type MacClaimStatus struct {
 	// +optional
 	Connection *ClaimConnection `json:"connection,omitempty"`
 	// connectionSecretName is the Secret in the claim's namespace with
-	// host, port, user and a known-hosts line.
+	// host, port, user and a known-hosts line, once written (only for
+	// claims that set spec.writeConnectionSecretToRef, and for claims
+	// bound before that field existed).
 	// +optional
 	ConnectionSecretName string `json:"connectionSecretName,omitempty"`
+	// connectionSecretUID is the UID of the Secret the operator created, so
+	// only that Secret is ever replaced when the connection changes.
+	// +optional
+	ConnectionSecretUID types.UID `json:"connectionSecretUID,omitempty"`
 	// conditions: Bound, Ready, and Stalled when the claim cannot proceed
 	// without a human (its machine was lost, or its class or pool is unusable);
 	// ConnectionSecretReady says whether the connection Secret could be

@@ -170,6 +170,10 @@ const (
 	ClassController   Controller = "class"
 	PoolController    Controller = "pool"
 	ClaimController   Controller = "claim"
+	// ExposureController keeps each machine's NetworkPolicy following its
+	// binding; it runs whenever MachineController does, and alone in the
+	// bench (beside the claim controller, against hand-made machines).
+	ExposureController Controller = "exposure"
 	// NodeController advertises the macOS slots of Apple-hardware nodes.
 	NodeController Controller = "node"
 	// RunnerSetController runs GitHub Actions runner sets.
