@@ -127,6 +127,9 @@ const (
 	ReasonSecretConflict = "SecretConflict"
 	// ReasonMachineNotReady means the bound machine is not Ready yet.
 	ReasonMachineNotReady = "MachineNotReady"
+	// ReasonWaitingForNetworkPolicy means a claim's machine is Ready but its
+	// NetworkPolicy does not let the claim's namespace in yet.
+	ReasonWaitingForNetworkPolicy = "WaitingForNetworkPolicy"
 	// ReasonServiceConflict means a Service or EndpointSlice of the name a
 	// claim's would have exists and is not controlled by the claim.
 	ReasonServiceConflict = "ServiceConflict"

@@ -126,7 +126,7 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 		return err
 	}
 	var snapshots client.Reader
-	if opts.runs(MachineController) || agentServer != nil {
+	if opts.runs(MachineController) || opts.runs(ExposureController) || agentServer != nil {
 		if snapshots, err = snapshotCache(mgr, namespace); err != nil {
 			return err
 		}
@@ -208,6 +208,13 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 				ListeningSince: d.listeningSince,
 				Clock:          clk,
 				ControllerName: "macmachine" + opts.NameSuffix,
+			}).SetupWithManager(mgr)
+		}},
+		{ExposureController, func() error {
+			return (&machine.ExposureReconciler{
+				Client:         c,
+				Classes:        classhistory.Resolver{Classes: c, Snapshots: d.snapshots, Namespace: namespace},
+				ControllerName: "macmachine-exposure" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},
 		{ClassController, func() error {

@@ -183,6 +183,9 @@ const (
 )
 
 func (o *Options) runs(c Controller) bool {
+	if c == ExposureController && slices.Contains(o.Controllers, MachineController) {
+		return true
+	}
 	return len(o.Controllers) == 0 || slices.Contains(o.Controllers, c)
 }
 

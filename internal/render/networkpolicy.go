@@ -59,3 +59,17 @@ func NetworkPolicy(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachin
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// AdmitsNamespace says the policy lets pods of namespace in, as
+// NetworkPolicy renders a bound machine's.
+func AdmitsNamespace(np *networkingv1.NetworkPolicy, namespace string) bool {
+	for _, rule := range np.Spec.Ingress {
+		for _, peer := range rule.From {
+			if sel := peer.NamespaceSelector; sel != nil && peer.PodSelector == nil && len(sel.MatchExpressions) == 0 &&
+				len(sel.MatchLabels) == 1 && sel.MatchLabels[corev1.LabelMetadataName] == namespace {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -13,7 +13,43 @@ const (
 	defaultSSHUser = "admin"
 )
 
-func connectionSecretName(c *macvirtv1alpha1.MacClaim) string { return c.Name + "-connection" }
+// connectionSecretName is the Secret the claim's connection is written to:
+// the one it asks for, or the one an older operator wrote for it (kept up
+// to date for it); empty when there is none.
+func connectionSecretName(c *macvirtv1alpha1.MacClaim) string {
+	if ref := c.Spec.WriteConnectionSecretToRef; ref != nil {
+		return ref.Name
+	}
+	return c.Status.ConnectionSecretName
+}
+
+// connectionData is what the connection Secret holds: the status's
+// connection, as files.
+func connectionData(conn *macvirtv1alpha1.ClaimConnection) map[string][]byte {
+	host := conn.Host
+	if host == "" {
+		host = conn.Address
+	}
+	data := map[string][]byte{
+		"host":        []byte(host),
+		"address":     []byte(conn.Address),
+		"port":        []byte(fmt.Sprint(conn.SSHPort)),
+		"user":        []byte(conn.User),
+		"known_hosts": []byte(knownHosts(conn)),
+	}
+	if conn.VNCPort != 0 {
+		data["vnc-port"] = []byte(fmt.Sprint(conn.VNCPort))
+	}
+	if ext := conn.External; ext != nil {
+		if ext.Address != "" {
+			data["external-address"] = []byte(ext.Address)
+		}
+		if ext.SSHPort != 0 {
+			data["external-port"] = []byte(fmt.Sprint(ext.SSHPort))
+		}
+	}
+	return data
+}
 
 // knownHosts is an OpenSSH known_hosts file for the connection: one line
 // per host key, the host in brackets with its port when that is not 22.
@@ -26,7 +62,7 @@ func knownHosts(conn *macvirtv1alpha1.ClaimConnection) string {
 		return host
 	}
 	// One line per key, naming the machine every way the connection does:
-	// the Service's name, the address, and the external address.
+	// its DNS name, the address, and the external address.
 	var names []string
 	if conn.Host != "" {
 		names = append(names, name(conn.Host, conn.SSHPort))

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -33,9 +34,10 @@ import (
 // +kubebuilder:rbac:groups=macvirt.io,resources=macclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macclaims/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macpools,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 
 // Reconcile finds or makes the claim's binding, then writes status once,
@@ -50,6 +52,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	}
 	if !claim.DeletionTimestamp.IsZero() {
 		// Release happens on the machine side, which sees its claim gone.
+		r.assumed.forget(claim.UID)
 		return base.DeletingResult(base.MarkDeleting(ctx, r.Client, claim, &claim.Status.Conditions,
 			"the claim is being deleted; its machine is released by its reclaimPolicy once it is gone"))
 	}
@@ -64,46 +67,41 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		}
 	}()
 	defer func() {
+		refused := s.secret != nil && s.secret.refused != nil
 		switch {
 		case s.retrySoon:
 			result = ctrl.Result{RequeueAfter: lostRaceRetry}
 			return
-		case reterr != nil && s.writeFailed == nil && (s.secret == nil || s.secret.refused == nil):
+		case reterr != nil && s.writeFailed == nil && !refused:
 			// A failed read leaves the scope incomplete: a status computed
 			// from it could unbind a bound claim on paper. Retry instead.
 			return
 		}
-		if err := r.patchClaimStatus(ctx, s); err != nil && (reterr == nil || s.secret != nil && errors.Is(reterr, s.secret.refused)) {
+		if hold := statusHold(s, r.Clock.Now()); hold > 0 {
+			// Just bound, Ready but for its NetworkPolicy, which the
+			// machine's exposure is writing: one status write, Bound and
+			// Ready together, once it is (its event wakes the claim).
+			result = ctrl.Result{RequeueAfter: hold}
+			return
+		}
+		if err := r.patchClaimStatus(ctx, s); err != nil && (reterr == nil || refused && errors.Is(reterr, s.secret.refused)) {
 			// A status write that failed after a refused Secret speaks for
 			// the reconcile: a conflict is looked at again soon, quietly.
 			reterr = err
 		}
-		// A Secret's connection is remembered as applied only once the
-		// status agrees with it: a losing operator's Secret is applied again
-		// by the next reconcile.
-		if o := s.secret; o != nil && o.applied != nil && claim.Status.Connection != nil &&
-			equality.Semantic.DeepEqual(claim.Status.Connection, o.applied) {
+		if o := s.secret; o != nil && o.refused == nil && claim.Status.Connection != nil {
 			r.connectionApplied.Store(req.NamespacedName, o.at)
 		}
-		if reterr == nil && claim.Status.Connection != nil {
+		if reterr == nil && claim.Status.ConnectionSecretName != "" {
 			result.RequeueAfter = r.connectionResync()
 		}
 	}()
-	err := base.RunSteps(ctx, s, r.findBound, r.bind, r.ensureService)
-	if !s.retrySoon && (err == nil || s.writeFailed != nil) {
-		// The connection Secret holds what the status will say, so it is
-		// written whenever the status is: also after a Service or Node the
-		// status says could not be written or read (the Secret then lacks
-		// what they would have added).
-		if _, serr := r.ensureConnectionSecret(ctx, s); err == nil {
-			err = serr
-		}
-	}
-	return ctrl.Result{}, err
+	return ctrl.Result{}, base.RunSteps(ctx, s, r.findBound, r.bind, r.checkExposure, r.ensureService, r.publishName, r.ensureConnectionSecret)
 }
 
 // SetupWithManager watches claims, machines (to complete, lose or wake
-// claims), and what a waiting claim waits for: classes and pools (created
+// claims), machines' NetworkPolicies (a claim is Ready once its machine's
+// lets it in), and what a waiting claim waits for: classes and pools (created
 // after the claim, or changed, e.g. to onDemand) and namespaces' labels
 // (tenancy). Only spec changes of classes and pools, and only label changes
 // of namespaces, wake anyone.
@@ -120,6 +118,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&discoveryv1.EndpointSlice{}).
 		Watches(&macvirtv1alpha1.MacMachine{}, r.machineEvents()).
+		Watches(&networkingv1.NetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(r.policyToClaim)).
 		Watches(&macvirtv1alpha1.MacClass{}, handler.EnqueueRequestsFromMapFunc(r.classToWaitingClaims),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&macvirtv1alpha1.MacPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToWaitingClaims),
@@ -171,6 +170,23 @@ func (r *Reconciler) machineEvents() handler.TypedEventHandler[client.Object, re
 			}
 		},
 	}
+}
+
+// policyToClaim maps a machine's NetworkPolicy to the claim its machine
+// is bound to.
+func (r *Reconciler) policyToClaim(ctx context.Context, obj client.Object) []reconcile.Request {
+	owner := metav1.GetControllerOfNoCopy(obj)
+	if owner == nil || owner.Kind != "MacMachine" {
+		return nil
+	}
+	m := &macvirtv1alpha1.MacMachine{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: owner.Name}, m); err != nil || m.UID != owner.UID {
+		return nil
+	}
+	if ref := m.Spec.ClaimRef; ref != nil {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}}}
+	}
+	return nil
 }
 
 func (r *Reconciler) wakeWaiting(ctx context.Context, keys []string, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -277,23 +293,23 @@ func (r *Reconciler) patchClaimStatus(ctx context.Context, s *claimScope) error 
 }
 
 func (r *Reconciler) recordClaimPhase(c *macvirtv1alpha1.MacClaim) {
-	if r.Recorder == nil {
+	// Bound and Ready are not events: the status and the claim metrics
+	// (macvirt_claim_bind_seconds, macvirt_claim_ready_seconds) say them,
+	// as the PersistentVolume binder records none on success. A lost
+	// machine is a Warning.
+	if c.Status.Phase != macvirtv1alpha1.ClaimLost {
 		return
 	}
-	eventType, note := corev1.EventTypeNormal, string(c.Status.Phase)
-	if c.Status.Phase == macvirtv1alpha1.ClaimLost {
-		eventType = corev1.EventTypeWarning
-	}
+	note := string(c.Status.Phase)
 	if rc := meta.FindStatusCondition(c.Status.Conditions, macvirtv1alpha1.ConditionReady); rc != nil {
 		note = rc.Message
 	}
-	reason := "Claim" + string(c.Status.Phase)
-	base.RecordEvent(r.Recorder, c, eventType, reason, "Bind", note)
+	base.RecordEvent(r.Recorder, c, corev1.EventTypeWarning, "ClaimLost", "Bind", note)
 }
 
 // recordBootstrap tells of a bootstrap that turned out one way or the
 // other: a Warning event when it failed, timed out or cannot run (an old
-// agent), a Normal one when it succeeded, and the count by result.
+// agent), and the count by result.
 func (r *Reconciler) recordBootstrap(c *macvirtv1alpha1.MacClaim, before, after []metav1.Condition) {
 	now := meta.FindStatusCondition(after, macvirtv1alpha1.ConditionBootstrapSucceeded)
 	if now == nil {
@@ -304,7 +320,7 @@ func (r *Reconciler) recordBootstrap(c *macvirtv1alpha1.MacClaim, before, after 
 	}
 	switch now.Reason {
 	case macvirtv1alpha1.ReasonBootstrapSucceeded:
-		base.RecordEvent(r.Recorder, c, corev1.EventTypeNormal, "BootstrapSucceeded", "Bootstrap", now.Message)
+		// Counted, not an event: success is the common case.
 	case macvirtv1alpha1.ReasonBootstrapFailed, macvirtv1alpha1.ReasonBootstrapTimedOut, macvirtv1alpha1.ReasonAgentTooOld:
 		base.RecordEvent(r.Recorder, c, corev1.EventTypeWarning, bootstrapReadyReason(now.Reason), "Bootstrap", now.Message)
 	default:

@@ -11,18 +11,22 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/controller/base"
 	"github.com/macvirt/macvirt/internal/controller/controllertest"
+	"github.com/macvirt/macvirt/internal/render"
 )
 
 // writeLog records every write a reconciler makes, as "verb Kind[/status]".
@@ -50,6 +54,10 @@ func (w *writeLog) take() []string {
 
 func (w *writeLog) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
 	w.log("create", obj, "")
+	if obj.GetUID() == "" {
+		// As the API server does; the fake client gives none.
+		obj.SetUID(uuid.NewUUID())
+	}
 	return w.Client.Create(ctx, obj, opts...)
 }
 
@@ -85,48 +93,116 @@ func (s *writeLogStatus) Patch(ctx context.Context, obj client.Object, patch cli
 	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }
 
-// A claim over an idle Ready machine is bound and made reachable in one
-// reconcile, with one request per object: the reservation, the machine's
-// side, the Service, its EndpointSlice, the connection Secret (created, not
-// patched while the claim names none) and one status write that records
-// Bound and Ready together. One event says Ready. A reconcile with nothing
-// new writes nothing.
-func TestAClaimIsBoundAndReachableInOneRequestPerObject(t *testing.T) {
+// exposeTo does what the machine's exposure controller does once the
+// machine is bound: its NetworkPolicy lets the claim's namespace in.
+func exposeTo(t *testing.T, c client.Client, m *macvirtv1alpha1.MacMachine, ns string) {
+	t.Helper()
 	ctx := context.Background()
+	np := &networkingv1.NetworkPolicy{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: render.NetworkPolicyName(m)}, np); err != nil {
+		t.Fatal(err)
+	}
+	np.Spec = render.NetworkPolicy(&macvirtv1alpha1.MacClass{}, m, render.Exposure{ClaimNamespace: ns}).Spec
+	if err := c.Update(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// claimFixture is a claim of namespace team on pool ci, an idle Ready
+// machine of that pool with its (unbound) NetworkPolicy, and a reconciler
+// whose writes are logged.
+func claimFixture(t *testing.T, spec macvirtv1alpha1.MacClaimSpec, extra ...client.Object) (client.WithWatch, *writeLog, *events.FakeRecorder, *Reconciler, ctrl.Request, *macvirtv1alpha1.MacMachine) {
 	m := trustMachine(func(m *macvirtv1alpha1.MacMachine) {
 		m.UID, m.Status.Addresses, m.Status.NodeName = "m-uid", []string{"10.128.0.7"}, "mac-1"
+		m.Status.Guest = &macvirtv1alpha1.GuestStatus{SSHHostKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIH0"}}
 	})
-	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team", UID: "claim-uid", Generation: 1},
-		Spec: macvirtv1alpha1.MacClaimSpec{PoolName: "ci"}}
-	c := controllertest.FakeClient(t, &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}, trustPool(), m,
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, claim)
+	spec.PoolName = "ci"
+	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team", UID: "claim-uid", Generation: 1}, Spec: spec}
+	objs := append([]client.Object{&macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}, trustPool(), m,
+		render.NetworkPolicy(&macvirtv1alpha1.MacClass{}, m, render.Exposure{}),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, claim}, extra...)
+	c := controllertest.FakeClient(t, objs...)
 	w := &writeLog{Client: c}
 	rec := events.NewFakeRecorder(8)
 	r := &Reconciler{Client: w, APIReader: c, Recorder: rec, Clock: clock.RealClock{}}
-	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "team", Name: "build"}}
+	return c, w, rec, r, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "team", Name: "build"}}, m
+}
 
+// The write budget. A claim over an idle Ready machine is Ready after three
+// writes, the tenant's create of the claim included, and the machine's
+// NetworkPolicy (the exposure controller's write): the machine's claimRef,
+// then, once the policy lets the claim's namespace in, one status write
+// that records Bound, Ready and the connection together. No reservation,
+// no Service, Secret or event on the way; the claim's DNS name (the
+// namespace's headless Service, made once, and the claim's EndpointSlice)
+// follows in the next reconcile, without a status write. A reconcile with
+// nothing new writes nothing.
+func TestAClaimIsReadyInOneMachineWriteAndOneStatusWrite(t *testing.T) {
+	ctx := context.Background()
+	c, w, rec, r, req, m := claimFixture(t, macvirtv1alpha1.MacClaimSpec{})
+
+	res, err := r.Reconcile(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := w.take(), []string{"update MacMachine"}; !slices.Equal(got, want) {
+		t.Errorf("binding: writes %q; want %q", got, want)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > exposureHold {
+		t.Errorf("a claim waiting for its machine's NetworkPolicy looks again after %v; want within %v", res.RequeueAfter, exposureHold)
+	}
+	// Until the policy lets it in, the claim waits without a status write,
+	// however often it is looked at.
 	if _, err := r.Reconcile(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"patch MacClaim/status", "update MacMachine", "create Service", "create EndpointSlice", "create Secret", "patch MacClaim/status"}
-	if got := w.take(); !slices.Equal(got, want) {
-		t.Errorf("writes: %q; want %q", got, want)
+	if got := w.take(); len(got) != 0 {
+		t.Errorf("waiting for the NetworkPolicy wrote %q", got)
+	}
+
+	exposeTo(t, c, m, "team")
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := w.take(), []string{"patch MacClaim/status"}; !slices.Equal(got, want) {
+		t.Errorf("ready: writes %q; want %q", got, want)
 	}
 	got := &macvirtv1alpha1.MacClaim{}
 	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
 		t.Fatal(err)
 	}
+	conn := got.Status.Connection
 	if got.Status.Phase != macvirtv1alpha1.ClaimReady || !meta.IsStatusConditionTrue(got.Status.Conditions, macvirtv1alpha1.ConditionBound) ||
-		!meta.IsStatusConditionTrue(got.Status.Conditions, macvirtv1alpha1.ConditionServiceReady) || got.Status.BoundAt == nil ||
-		got.Status.ConnectionSecretName != "build-connection" || got.Status.Connection == nil || got.Status.Connection.Address != "10.128.0.7" {
-		t.Errorf("phase %s, connection %+v, secret %q, conditions %+v; want Bound and Ready with all of them",
-			got.Status.Phase, got.Status.Connection, got.Status.ConnectionSecretName, got.Status.Conditions)
+		got.Status.BoundAt == nil || got.Status.ReadyAt == nil || conn == nil || conn.Address != "10.128.0.7" || conn.User != "admin" ||
+		conn.Host != "build.macs.team.svc" || conn.ServiceName != "macs" || len(conn.HostKeys) != 1 {
+		t.Errorf("phase %s, connection %+v; want Bound and Ready with the whole connection", got.Status.Phase, conn)
 	}
-	if n := len(rec.Events); n != 1 {
-		t.Fatalf("%d events; want one, for Ready", n)
+	for _, cond := range got.Status.Conditions {
+		if cond.Type != macvirtv1alpha1.ConditionBound && cond.Type != macvirtv1alpha1.ConditionReady {
+			t.Errorf("condition %s=%s on a Ready claim; want only Bound and Ready", cond.Type, cond.Status)
+		}
 	}
-	if e := <-rec.Events; !strings.Contains(e, "ClaimReady") {
-		t.Errorf("event %q; want ClaimReady", e)
+	if e := controllertest.Events(rec); e != "" {
+		t.Errorf("events %q; want none on success", e)
+	}
+
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := w.take(), []string{"create Service", "create EndpointSlice"}; !slices.Equal(got, want) {
+		t.Errorf("after Ready: writes %q; want %q", got, want)
+	}
+	slice := &discoveryv1.EndpointSlice{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "team", Name: "build.macs"}, slice); err != nil {
+		t.Fatal(err)
+	}
+	if len(slice.Endpoints) != 1 || slice.Endpoints[0].Hostname == nil || *slice.Endpoints[0].Hostname != "build" ||
+		slice.Endpoints[0].Addresses[0] != "10.128.0.7" || slice.Labels[discoveryv1.LabelServiceName] != "macs" {
+		t.Errorf("slice %+v; want build at 10.128.0.7 under macs", slice)
+	}
+	svc := &corev1.Service{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "team", Name: "macs"}, svc); err != nil || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("namespace Service %+v, %v; want a headless one", svc.Spec, err)
 	}
 
 	if _, err := r.Reconcile(ctx, req); err != nil {
@@ -134,6 +210,36 @@ func TestAClaimIsBoundAndReachableInOneRequestPerObject(t *testing.T) {
 	}
 	if got := w.take(); len(got) != 0 {
 		t.Errorf("a reconcile with nothing new wrote %q", got)
+	}
+}
+
+// A claim whose machine's policy never catches up (the exposure
+// controller is down) is not left silent: once exposureHold has passed its
+// status says it is bound, and what it waits for.
+func TestAClaimSaysItWaitsForItsNetworkPolicyAfterTheHold(t *testing.T) {
+	ctx := context.Background()
+	c, w, _, r, req, _ := claimFixture(t, macvirtv1alpha1.MacClaimSpec{})
+	now := time.Now()
+	clk := clocktesting.NewFakePassiveClock(now)
+	r.Clock = clk
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	w.take()
+	clk.SetTime(now.Add(exposureHold))
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := w.take(), []string{"patch MacClaim/status"}; !slices.Equal(got, want) {
+		t.Errorf("writes %q; want %q", got, want)
+	}
+	got := &macvirtv1alpha1.MacClaim{}
+	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	ready := meta.FindStatusCondition(got.Status.Conditions, macvirtv1alpha1.ConditionReady)
+	if got.Status.Phase != macvirtv1alpha1.ClaimBound || ready == nil || ready.Reason != macvirtv1alpha1.ReasonWaitingForNetworkPolicy {
+		t.Errorf("phase %s, Ready %+v; want Bound, not Ready for %s", got.Status.Phase, ready, macvirtv1alpha1.ReasonWaitingForNetworkPolicy)
 	}
 }
 
@@ -149,68 +255,127 @@ func (r refuseSecretCreates) Create(ctx context.Context, obj client.Object, opts
 	return r.Client.Create(ctx, obj, opts...)
 }
 
-// A create of the connection Secret that admission refuses leaves the
-// patch to decide: a Secret the claim left before a crash is written, and
-// with none the claim shows the refusal in the API server's words, and a
-// Warning event. (A tenant's Secret of that name is the controller suite's:
-// only a real API server answers the patch's ownership test as it does.)
-func TestARefusedConnectionSecretCreateIsDecidedByThePatchAndShown(t *testing.T) {
+// readyClaim takes the fixture's claim to Ready.
+func readyClaim(t *testing.T, c client.Client, r *Reconciler, req ctrl.Request, m *macvirtv1alpha1.MacMachine) {
+	t.Helper()
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	exposeTo(t, c, m, "team")
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A claim that asks for a connection Secret gets it once it is Ready, by a
+// create; when its connection changes the Secret is deleted, by the UID its
+// create returned, and created again. Nothing else is ever written to a
+// Secret, and nothing read.
+func TestAConnectionSecretIsCreatedAfterReadyAndReplacedWhenTheConnectionChanges(t *testing.T) {
+	ctx := context.Background()
+	c, w, _, r, req, m := claimFixture(t, macvirtv1alpha1.MacClaimSpec{
+		WriteConnectionSecretToRef: &macvirtv1alpha1.LocalSecretReference{Name: "build-ssh"}})
+	readyClaim(t, c, r, req, m)
+	w.take()
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := w.take(), []string{"create Service", "create EndpointSlice", "create Secret", "patch MacClaim/status"}; !slices.Equal(got, want) {
+		t.Errorf("after Ready: writes %q; want %q", got, want)
+	}
+	got := &macvirtv1alpha1.MacClaim{}
+	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "team", Name: "build-ssh"}, secret); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.ConnectionSecretName != "build-ssh" || got.Status.ConnectionSecretUID != secret.UID || secret.UID == "" ||
+		!meta.IsStatusConditionTrue(got.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady) ||
+		string(secret.Data["address"]) != "10.128.0.7" || string(secret.Data["user"]) != "admin" ||
+		!strings.Contains(string(secret.Data["known_hosts"]), "build.macs.team.svc,10.128.0.7 ssh-ed25519") {
+		t.Errorf("status %q %q %+v, Secret %q; want the Secret recorded, holding the connection",
+			got.Status.ConnectionSecretName, got.Status.ConnectionSecretUID, got.Status.Conditions, secret.Data)
+	}
+
+	// The machine's instance was recreated elsewhere: a new address.
+	moved := &macvirtv1alpha1.MacMachine{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(m), moved); err != nil {
+		t.Fatal(err)
+	}
+	moved.Status.Addresses = []string{"10.128.3.9"}
+	if err := c.Status().Update(ctx, moved); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := w.take(), []string{"update EndpointSlice", "delete Secret", "create Secret", "patch MacClaim/status"}; !slices.Equal(got, want) {
+		t.Errorf("moved: writes %q; want %q", got, want)
+	}
+	again := &corev1.Secret{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "team", Name: "build-ssh"}, again); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(again.Data["address"]) != "10.128.3.9" || again.UID == secret.UID || got.Status.ConnectionSecretUID != again.UID {
+		t.Errorf("Secret %q (UID %s, was %s), status UID %s; want the new address in a new Secret, recorded",
+			again.Data["address"], again.UID, secret.UID, got.Status.ConnectionSecretUID)
+	}
+}
+
+// A connection Secret that cannot be written leaves the claim Ready and
+// says why: admission's refusal in the API server's words (and a Warning,
+// and a retry), or a Secret of that name that is not the claim's, which is
+// left as it is.
+func TestAConnectionSecretThatCannotBeWrittenIsShown(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		existing   func(claim *macvirtv1alpha1.MacClaim) *corev1.Secret
-		wantStatus metav1.ConditionStatus
+		existing   []client.Object
+		refuse     bool
 		wantReason string
-		wantErr    bool
 	}{
-		{"the claim's own Secret from before a crash", func(claim *macvirtv1alpha1.MacClaim) *corev1.Secret {
-			return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "build-connection", Namespace: "team",
-				OwnerReferences: []metav1.OwnerReference{base.ControllerRef("MacClaim", claim.Name, claim.UID)}}}
-		}, metav1.ConditionTrue, macvirtv1alpha1.ReasonAsExpected, false},
-		{"none", nil, metav1.ConditionFalse, macvirtv1alpha1.ReasonCreateFailed, true},
+		{"refused by a quota", nil, true, macvirtv1alpha1.ReasonCreateFailed},
+		{"a tenant's Secret of that name", []client.Object{&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "build-ssh", Namespace: "team"},
+			Data: map[string][]byte{"mine": []byte("yes")}}}, false, macvirtv1alpha1.ReasonSecretConflict},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			m := trustMachine(func(m *macvirtv1alpha1.MacMachine) {
-				m.UID, m.Status.Addresses = "m-uid", []string{"10.128.0.7"}
-			})
-			claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team", UID: "claim-uid", Generation: 1},
-				Spec: macvirtv1alpha1.MacClaimSpec{PoolName: "ci"}}
-			objs := []client.Object{&macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}, trustPool(), m,
-				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, claim}
-			if tc.existing != nil {
-				objs = append(objs, tc.existing(claim))
+			c, _, rec, r, req, m := claimFixture(t, macvirtv1alpha1.MacClaimSpec{
+				WriteConnectionSecretToRef: &macvirtv1alpha1.LocalSecretReference{Name: "build-ssh"}}, tc.existing...)
+			readyClaim(t, c, r, req, m)
+			if tc.refuse {
+				r.Client = refuseSecretCreates{r.Client}
 			}
-			c := controllertest.FakeClient(t, objs...)
-			rec := events.NewFakeRecorder(8)
-			r := &Reconciler{Client: refuseSecretCreates{c}, APIReader: c, Recorder: rec, Clock: clock.RealClock{}}
-			req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "team", Name: "build"}}
 			_, err := r.Reconcile(ctx, req)
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("Reconcile: %v; want an error: %v", err, tc.wantErr)
+			if (err != nil) != tc.refuse {
+				t.Fatalf("Reconcile: %v; want an error: %v", err, tc.refuse)
 			}
 			got := &macvirtv1alpha1.MacClaim{}
 			if err := c.Get(ctx, req.NamespacedName, got); err != nil {
 				t.Fatal(err)
 			}
 			cond := meta.FindStatusCondition(got.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady)
-			if cond == nil || cond.Status != tc.wantStatus || cond.Reason != tc.wantReason {
-				t.Fatalf("ConnectionSecretReady %+v; want %s %s", cond, tc.wantStatus, tc.wantReason)
+			if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != tc.wantReason || got.Status.Phase != macvirtv1alpha1.ClaimReady {
+				t.Fatalf("phase %s, ConnectionSecretReady %+v; want Ready, and False %s", got.Status.Phase, cond, tc.wantReason)
 			}
-			if !meta.IsStatusConditionTrue(got.Status.Conditions, macvirtv1alpha1.ConditionBound) {
-				t.Errorf("the claim is not recorded Bound: %+v", got.Status.Conditions)
+			if got.Status.ConnectionSecretName != "" {
+				t.Errorf("status names Secret %q; want none", got.Status.ConnectionSecretName)
 			}
-			switch tc.wantReason {
-			case macvirtv1alpha1.ReasonCreateFailed:
-				if !strings.Contains(cond.Message, "exceeded quota: no-more") {
-					t.Errorf("message %q; want the API server's words", cond.Message)
-				}
-				if e := <-rec.Events; !strings.Contains(e, "Warning "+macvirtv1alpha1.ReasonCreateFailed) {
-					t.Errorf("event %q; want a Warning %s", e, macvirtv1alpha1.ReasonCreateFailed)
-				}
-			default:
+			e := controllertest.Events(rec)
+			if !strings.Contains(e, "Warning "+tc.wantReason) {
+				t.Errorf("events %q; want a Warning %s", e, tc.wantReason)
+			}
+			if tc.refuse && !strings.Contains(cond.Message, "exceeded quota: no-more") {
+				t.Errorf("message %q; want the API server's words", cond.Message)
+			}
+			if !tc.refuse {
 				s := &corev1.Secret{}
-				if err := c.Get(ctx, types.NamespacedName{Namespace: "team", Name: "build-connection"}, s); err != nil || string(s.Data["address"]) != "10.128.0.7" {
-					t.Errorf("the claim's Secret was not written: %v %v", s.Data, err)
+				if err := c.Get(ctx, types.NamespacedName{Namespace: "team", Name: "build-ssh"}, s); err != nil || string(s.Data["mine"]) != "yes" {
+					t.Errorf("the tenant's Secret was touched: %v %v", s.Data, err)
 				}
 			}
 		})

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,29 +16,77 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
-// ensureService answers: does the bound claim's Service route to its
-// machine? A Service or EndpointSlice of the name that the claim does not
+// loadClass reads the class of the bound machine, once per reconcile; nil
+// when it is gone (the machine keeps its own revision of it).
+func (r *Reconciler) loadClass(ctx context.Context, s *claimScope) error {
+	if s.class != nil {
+		return nil
+	}
+	class := &macvirtv1alpha1.MacClass{}
+	if err := r.Get(ctx, types.NamespacedName{Name: s.machine.Spec.ClassName}, class); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("getting MacClass %s: %w", s.machine.Spec.ClassName, err)
+		}
+		return nil
+	}
+	s.class = class
+	return nil
+}
+
+// checkExposure answers: does the bound machine's NetworkPolicy, which its
+// exposure controller writes from the binding, let the claim's namespace
+// in? Until it does the Mac cannot be reached, and the claim is not Ready.
+func (r *Reconciler) checkExposure(ctx context.Context, s *claimScope) (bool, error) {
+	if s.machine == nil || s.lost != "" {
+		return true, nil
+	}
+	np := &networkingv1.NetworkPolicy{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: s.machine.Namespace, Name: render.NetworkPolicyName(s.machine)}, np)
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("getting the NetworkPolicy of machine %s/%s: %w", s.machine.Namespace, s.machine.Name, err)
+	}
+	s.exposed = metav1.IsControlledBy(np, s.machine) && render.AdmitsNamespace(np, s.claim.Namespace)
+	return true, nil
+}
+
+// ensureService answers: does the claim's own Service route to its
+// machine? NodePort and LoadBalancer claims have one; a ClusterIP claim has
+// none (its name is published under the namespace Service once it is
+// Ready, publishName) unless an older operator made it one, which is kept
+// as it was. A Service or EndpointSlice of the name that the claim does not
 // control is left alone and recorded; a refused write shows in status.
 func (r *Reconciler) ensureService(ctx context.Context, s *claimScope) (bool, error) {
 	if s.machine == nil || s.lost != "" {
 		return true, nil
 	}
-	class := s.class
-	if class == nil {
-		class = &macvirtv1alpha1.MacClass{}
-		if err := r.Get(ctx, types.NamespacedName{Name: s.machine.Spec.ClassName}, class); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return false, fmt.Errorf("getting MacClass %s: %w", s.machine.Spec.ClassName, err)
-			}
-			class = nil
-		}
-		s.class = class
+	if err := r.loadClass(ctx, s); err != nil {
+		return false, err
 	}
-	want := desiredService(s.claim, class)
-	if _, refusal := tenancy.Access(class, s.claim.Spec.Access.Type); refusal != nil {
+	access, refusal := tenancy.Access(s.class, s.claim.Spec.Access.Type)
+	if refusal != nil {
+		s.serviceProblem = &base.Problem{Reason: refusal.Reason, Message: refusal.Message + "; the Mac is reachable inside the cluster meanwhile"}
+	}
+	if access == macvirtv1alpha1.AccessClusterIP {
+		kept := &corev1.Service{}
+		err := r.Get(ctx, types.NamespacedName{Namespace: s.claim.Namespace, Name: serviceName(s.claim)}, kept)
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case err != nil:
+			return false, fmt.Errorf("getting Service %s/%s: %w", s.claim.Namespace, serviceName(s.claim), err)
+		case !metav1.IsControlledBy(kept, s.claim):
+			return true, nil
+		}
+	}
+	want := desiredService(s.claim, s.class)
+	if refusal != nil {
 		s.serviceProblem = &base.Problem{Reason: refusal.Reason, Message: refusal.Message + "; the Service is ClusterIP meanwhile"}
 	}
 	svc, err := r.writeOwned(ctx, s, "Service", want, &corev1.Service{}, func(have, want client.Object) bool {
@@ -53,8 +102,98 @@ func (r *Reconciler) ensureService(ctx context.Context, s *claimScope) (bool, er
 	}
 	s.service = svc.(*corev1.Service)
 	nodeErr := r.readNodeAddress(ctx, s)
-	wantSlice := desiredSlice(s.claim, s.service, s.machine)
-	slice, err := r.writeOwned(ctx, s, "EndpointSlice", wantSlice, &discoveryv1.EndpointSlice{}, func(have, want client.Object) bool {
+	slice, err := r.writeSlice(ctx, s, desiredSlice(s.claim, s.service, s.machine))
+	if err != nil || slice == nil {
+		return err == nil, err
+	}
+	s.endpointsReady = true
+	return true, nodeErr
+}
+
+// publishName answers: does the claim's name resolve, as
+// <claim>.macs.<namespace>.svc, to its Mac? Only for ClusterIP claims
+// without a Service of their own, and only once the claim is Ready: the
+// namespace's headless Service (made once, for every claim there) and the
+// claim's EndpointSlice are not on the way to Ready, which the address in
+// the status already gives. A slice once written follows the machine (its
+// address, its readiness) from then on.
+func (r *Reconciler) publishName(ctx context.Context, s *claimScope) (bool, error) {
+	c := s.claim
+	if s.machine == nil || s.lost != "" || s.service != nil || s.writeFailed != nil ||
+		s.serviceProblem != nil && s.serviceProblem.Reason != macvirtv1alpha1.ReasonAccessTypeNotAllowed {
+		return true, nil
+	}
+	if access, _ := tenancy.Access(s.class, c.Spec.Access.Type); access != macvirtv1alpha1.AccessClusterIP {
+		return true, nil
+	}
+	want := desiredNameSlice(c, s.class, s.machine)
+	if c.Status.Phase != macvirtv1alpha1.ClaimReady {
+		have := &discoveryv1.EndpointSlice{}
+		if err := r.Get(ctx, client.ObjectKeyFromObject(want), have); apierrors.IsNotFound(err) {
+			return true, nil
+		} else if err != nil {
+			return false, fmt.Errorf("getting EndpointSlice %s/%s: %w", want.Namespace, want.Name, err)
+		}
+	}
+	s.dns = &dnsOutcome{}
+	if ok, err := r.ensureNamespaceService(ctx, s); err != nil || !ok {
+		return err == nil, err
+	}
+	notAllowed := s.serviceProblem
+	s.serviceProblem = nil
+	slice, err := r.writeSlice(ctx, s, want)
+	if p := s.serviceProblem; p != nil {
+		// A slice of that name the claim does not control.
+		s.dns.problem = p
+	}
+	s.serviceProblem = notAllowed
+	if err != nil || slice == nil {
+		return err == nil, err
+	}
+	s.dns.published = true
+	return true, nil
+}
+
+// ensureNamespaceService makes the namespace's headless Service, macs,
+// when it is missing. It has no selector, no cluster IP and no owner: it
+// serves every claim of the namespace and stays when they are gone. One of
+// that name that macvirt did not make is left alone, and the claim says so.
+func (r *Reconciler) ensureNamespaceService(ctx context.Context, s *claimScope) (bool, error) {
+	want := desiredNamespaceService(s.claim.Namespace)
+	have := &corev1.Service{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(want), have)
+	if apierrors.IsNotFound(err) {
+		err = r.Create(ctx, want)
+		switch {
+		case err == nil:
+			ctrl.LoggerFrom(ctx).Info("created the namespace's Service for its Macs' names", "service", want.Name)
+			return true, nil
+		case apierrors.IsAlreadyExists(err):
+			err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), have)
+		case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+			return false, nil
+		default:
+			err = fmt.Errorf("creating Service %s/%s: %w", want.Namespace, want.Name, err)
+			s.dns.problem = &base.Problem{Reason: macvirtv1alpha1.ReasonCreateFailed, Message: err.Error()}
+			base.RecordEvent(r.Recorder, s.claim, corev1.EventTypeWarning, macvirtv1alpha1.ReasonCreateFailed, "Expose", err.Error())
+			return false, err
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading Service %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	if !isNamespaceService(have) {
+		s.dns.problem = &base.Problem{Reason: macvirtv1alpha1.ReasonServiceConflict, Message: fmt.Sprintf(
+			"Service %s/%s exists and is not macvirt's headless Service, so the Mac has no DNS name; it is reachable at its address: "+
+				"rename or delete that Service to have the name published", want.Namespace, want.Name)}
+		return false, nil
+	}
+	return true, nil
+}
+
+// writeSlice writes an EndpointSlice the claim controls (writeOwned).
+func (r *Reconciler) writeSlice(ctx context.Context, s *claimScope, want *discoveryv1.EndpointSlice) (client.Object, error) {
+	return r.writeOwned(ctx, s, "EndpointSlice", want, &discoveryv1.EndpointSlice{}, func(have, want client.Object) bool {
 		h, w := have.(*discoveryv1.EndpointSlice), want.(*discoveryv1.EndpointSlice)
 		if h.AddressType == w.AddressType && equality.Semantic.DeepEqual(h.Endpoints, w.Endpoints) && equality.Semantic.DeepEqual(h.Ports, w.Ports) {
 			return false
@@ -67,11 +206,6 @@ func (r *Reconciler) ensureService(ctx context.Context, s *claimScope) (bool, er
 		h.Endpoints, h.Ports = w.Endpoints, w.Ports
 		return true
 	})
-	if err != nil || slice == nil {
-		return err == nil, err
-	}
-	s.endpointsReady = true
-	return true, nodeErr
 }
 
 // readNodeAddress reads the address of the node a NodePort claim's machine

@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,13 +18,26 @@ import (
 )
 
 // findBound finds the machine bound to the claim: the one its status names,
-// or, after a restart between the two binding writes, the one whose
+// or, before the status records it (this process has just bound it, or a
+// restart came between the machine's write and the claim's), the one whose
 // claimRef carries the claim's UID. A named machine that is gone, bound to
 // another UID, or Failed makes the claim Lost; it is never re-bound.
 func (r *Reconciler) findBound(ctx context.Context, s *claimScope) (bool, error) {
 	var listed macvirtv1alpha1.MacMachineList
 	if err := r.List(ctx, &listed, client.MatchingFields{index.MachineClaimUID: string(s.claim.UID)}); err != nil {
 		return false, fmt.Errorf("listing the machines bound to claim %s/%s: %w", s.claim.Namespace, s.claim.Name, err)
+	}
+	now := r.now()
+	if m, at := r.assumed.get(s.claim.UID, now); m != nil {
+		// This process bound it; the cache may not show it yet.
+		s.boundAt = at
+		if !slices.ContainsFunc(listed.Items, func(l macvirtv1alpha1.MacMachine) bool { return l.UID == m.UID }) {
+			listed.Items = append(listed.Items, *m)
+		}
+	}
+	if s.claim.Status.BoundAt != nil {
+		// The status records the binding: the cache is the authority now.
+		r.assumed.forget(s.claim.UID)
 	}
 	won, err := r.mayServe(ctx, s.claim.Namespace, listed.Items)
 	if err != nil {

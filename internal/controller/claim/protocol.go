@@ -20,38 +20,58 @@ import (
 
 // The binding protocol. A claim holds at most one machine at any moment:
 //
-//  1. The claim's status names the machine first (machineRef, Bound=False
-//     reason Binding), written with the claim's resourceVersion. This is
-//     the lock: of two operators (or two workers with stale copies)
-//     binding the same claim, only one writes it, so only one machine is
-//     ever reserved for a claim.
-//  2. The machine's claimRef is written, with the machine's
-//     resourceVersion; of two claims that reserved the same machine, only
-//     one gets it.
-//  3. The claim's status records the binding (Bound=True).
+//  1. The machine's claimRef is written, with the machine's
+//     resourceVersion: of two claims after the same machine, only one
+//     gets it, and claimRef is set once and never changes. This process
+//     remembers the binding (assumed, by claim UID) until the claim's
+//     status records it, so no later reconcile of the claim, its cache
+//     lagging, binds a second machine.
+//  2. The claim's status records the binding (Bound=True), usually in the
+//     same write that says it is Ready.
 //
-// A claim found between 1 and 3 (a crash, a paused operator, another
-// operator at work) is completed when its machine is still free or already
-// names it, and undone (machineRef cleared, under the claim's
-// resourceVersion) only when the machine can never name it: gone,
-// replaced, being deleted, or bound to another claim (claimRef is set once
-// and never changes). So no machine is ever bound to a claim that names
-// another, and none is deleted as an orphan.
+// A claim found between 1 and 2 (a crash, another operator at work) adopts
+// the machine whose claimRef names it (findBound): the binding is
+// completed, never repeated. Two operators during a leader hand-over try
+// the same machine first (candidateOrder), so the second meets the first
+// one's binding and adopts it; only when their caches disagree about which
+// machines are idle can both bind one, and then the status names one and
+// the other is deleted as an orphan, loudly (an event and
+// macvirt_claim_orphans_deleted_total).
+//
+// Operators before this protocol reserved the machine in the claim's
+// status first (machineRef with Bound=False, reason Binding). A claim left
+// so (an upgrade in the middle of a binding) is completed when its machine
+// is still free or already names it, and undone only when the machine can
+// never name it: gone, replaced, being deleted, or bound to another claim.
+// A claim made on demand still commits in its status before its machine
+// is created (the machine is new, and named after the claim).
 
-// bindMachine runs the protocol for an idle machine: reserve it in the
-// claim's status, then write the machine's side. It reports whether the
-// claim got it; a machine taken meanwhile is released from the claim.
+// bindMachine writes the claim's binding into an idle machine. It reports
+// whether the claim got it; a machine taken meanwhile is simply not the
+// claim's, and the next one is tried.
 func (r *Reconciler) bindMachine(ctx context.Context, s *claimScope, m *macvirtv1alpha1.MacMachine) (bool, error) {
-	ref := &macvirtv1alpha1.ObjectRef{Namespace: m.Namespace, Name: m.Name, UID: m.UID}
-	if err := r.writeReservation(ctx, s, ref, macvirtv1alpha1.ReasonBinding,
-		fmt.Sprintf("reserved MacMachine %s/%s; binding it", m.Namespace, m.Name)); err != nil {
+	won, err := r.claimMachine(ctx, s.claim, m)
+	switch {
+	case err != nil:
+		if !apierrors.IsConflict(err) {
+			// An admission webhook or policy refused the binding, or a
+			// webhook is down: the tenant sees the API server's words.
+			s.writeFailed = &base.Problem{Reason: macvirtv1alpha1.ReasonUpdateFailed, Message: err.Error()}
+			base.RecordEvent(r.Recorder, s.claim, corev1.EventTypeWarning, macvirtv1alpha1.ReasonUpdateFailed, "Bind", err.Error())
+		}
 		return false, err
+	case !won:
+		return false, nil
 	}
-	return r.finishBind(ctx, s, m)
+	now := r.now()
+	r.assumed.assume(s.claim.UID, m, now)
+	s.machine, s.boundAt, s.retrySoon = m, now, false
+	return true, nil
 }
 
-// completeBind resolves a claim whose status names a machine whose side of
-// the binding was not seen: complete it, or undo it when it cannot be.
+// completeBind resolves a claim whose status reserved a machine (an older
+// operator's protocol) whose side of the binding was not seen: complete
+// it, or undo it when it cannot be.
 func (r *Reconciler) completeBind(ctx context.Context, s *claimScope) (bool, error) {
 	ref := s.claim.Status.MachineRef
 	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
@@ -90,7 +110,8 @@ func (r *Reconciler) completeBind(ctx context.Context, s *claimScope) (bool, err
 	return r.finishBind(ctx, s, m)
 }
 
-// finishBind writes the machine's side of a reserved binding. A machine
+// finishBind writes the machine's side of a reservation an older operator
+// made. A machine
 // that can never be the claim's releases the reservation, and the claim
 // looks again soon.
 func (r *Reconciler) finishBind(ctx context.Context, s *claimScope, m *macvirtv1alpha1.MacMachine) (bool, error) {
@@ -165,14 +186,15 @@ const lostRaceRetry = 10 * time.Millisecond
 // to this claim already (by another operator) means won; bound to another
 // claim, gone, replaced, being deleted or Failed means lost, for good; still free
 // means one more try with the fresh copy, then the conflict is returned.
-// Lost is only ever said of a machine that can never be the claim's: the
-// binding protocol undoes a reservation on it.
+// Lost is only ever said of a machine that can never be the claim's.
 func (r *Reconciler) claimMachine(ctx context.Context, claim *macvirtv1alpha1.MacClaim, m *macvirtv1alpha1.MacMachine) (bool, error) {
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
-		err = r.Update(ctx, bindingOf(claim, m))
+		b := bindingOf(claim, m)
+		err = r.Update(ctx, b)
 		switch {
 		case err == nil:
+			*m = *b
 			return true, nil
 		case apierrors.IsNotFound(err):
 			return false, nil
@@ -195,11 +217,10 @@ func (r *Reconciler) claimMachine(ctx context.Context, claim *macvirtv1alpha1.Ma
 		if fresh.UID != m.UID || !fresh.DeletionTimestamp.IsZero() || fresh.Status.Phase == macvirtv1alpha1.MachineFailed {
 			return false, nil
 		}
-		// Still free: the claim's reservation of it stands (readiness may
-		// have changed; a bound machine may go unready too), so try again.
-		m = fresh
+		// Still free (its readiness may have changed; a bound machine may
+		// go unready too), so try again with the fresh copy.
+		*m = *fresh
 	}
-	// Still free after every try: the machine may yet be this claim's, so
-	// the reservation must stand. The conflict sends the claim round again.
+	// Still free after every try: the conflict sends the claim round again.
 	return false, fmt.Errorf("binding machine %s/%s: %w", m.Namespace, m.Name, err)
 }

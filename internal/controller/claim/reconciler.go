@@ -12,7 +12,7 @@ import (
 
 // Reconciler binds claims to machines. The machine side is written
 // first (spec.claimRef, with the machine's resourceVersion, so two claims
-// can never win the same machine), then the claim's status.
+// can never win the same machine), then the claim's status, once.
 type Reconciler struct {
 	client.Client
 	// APIReader confirms, uncached, that a bound machine is really gone.
@@ -22,14 +22,19 @@ type Reconciler struct {
 	// MaxConcurrentReconciles is the number of claims bound in parallel.
 	MaxConcurrentReconciles int
 	ControllerName          string
-	// ConnectionResync is how often a Ready claim's connection Secret is
-	// applied again, so one deleted by hand comes back (the operator may
-	// not watch Secrets); DefaultConnectionResync when zero.
+	// ConnectionResync is how often a Ready claim's connection Secret (for
+	// claims that ask for one) is created again, so one deleted by hand
+	// comes back (the operator may not read Secrets);
+	// DefaultConnectionResync when zero.
 	ConnectionResync time.Duration
 
 	// connectionApplied holds when each claim's connection Secret was last
-	// applied by this process.
+	// written or found in place by this process.
 	connectionApplied sync.Map
+
+	// assumed holds the machines this process has just bound, by claim,
+	// until the claims' status records them.
+	assumed assumed
 
 	// inFlight holds machines a worker of this operator is binding or has
 	// just bound, until the cache shows their claimRef. Workers skip them, so
@@ -59,4 +64,12 @@ func (r *Reconciler) connectionResync() time.Duration {
 func (r *Reconciler) connectionDue(key types.NamespacedName, now time.Time) bool {
 	at, ok := r.connectionApplied.Load(key)
 	return !ok || now.Sub(at.(time.Time)) >= r.connectionResync()
+}
+
+// now is the reconciler's clock's time; the real time without one.
+func (r *Reconciler) now() time.Time {
+	if r.Clock == nil {
+		return time.Now()
+	}
+	return r.Clock.Now()
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
 
 // reservationTTL bounds how long a won machine is skipped: long enough for
@@ -109,4 +111,63 @@ func (l *retainLedger) count(key string, cached []types.UID, now time.Time) int 
 		delete(l.recent, key)
 	}
 	return n
+}
+
+// assumeTTL bounds how long a binding this process made stands in for the
+// cache's view of it: far longer than the cache lags, short enough that a
+// machine whose binding was undone by hand is not assumed for ever.
+const assumeTTL = 2 * time.Minute
+
+// assumed is an in-process record of the machines this process has just
+// bound, by claim UID, as the PersistentVolume controller keeps its assume
+// cache: until the cache shows a machine's claimRef, a claim found unbound
+// there is known to hold it. It replaces the reservation the claim's status
+// used to carry: within one process a claim can never be bound twice, and
+// between processes (a leader hand-over) both try the same machine first
+// (candidateOrder), so the second adopts the first one's binding.
+type assumed struct {
+	mu    sync.Mutex
+	items map[types.UID]assumption
+}
+
+type assumption struct {
+	machine *macvirtv1alpha1.MacMachine
+	at      time.Time
+}
+
+// assume records m, as written with the claim's claimRef, at now.
+func (a *assumed) assume(claim types.UID, m *macvirtv1alpha1.MacMachine, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.items == nil {
+		a.items = map[types.UID]assumption{}
+	}
+	if len(a.items) > 1024 {
+		for k, v := range a.items {
+			if now.Sub(v.at) >= assumeTTL {
+				delete(a.items, k)
+			}
+		}
+	}
+	a.items[claim] = assumption{machine: m.DeepCopy(), at: now}
+}
+
+// get is the machine assumed bound to claim and when it was bound; nil
+// when none is, or the record is older than assumeTTL.
+func (a *assumed) get(claim types.UID, now time.Time) (*macvirtv1alpha1.MacMachine, time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v, ok := a.items[claim]
+	if !ok || now.Sub(v.at) >= assumeTTL {
+		return nil, time.Time{}
+	}
+	return v.machine, v.at
+}
+
+// forget drops claim's record once the cache shows its binding, or the
+// claim is gone.
+func (a *assumed) forget(claim types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.items, claim)
 }

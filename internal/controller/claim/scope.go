@@ -4,6 +4,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
@@ -22,8 +23,15 @@ type claimScope struct {
 	// retrySoon says every idle machine tried was taken under us: look
 	// again soon, without a status write (the cache is about to catch up).
 	retrySoon bool
-	// service is the claim's Service as it is; nil until it is written, or
-	// while one of its name is not the claim's.
+	// boundAt is when this process bound the machine; zero when it does
+	// not know (another process bound it, or this one restarted since).
+	boundAt time.Time
+	// exposed says the machine's NetworkPolicy lets the claim's namespace
+	// in: without it the Mac is not reachable, and the claim not Ready.
+	exposed bool
+	// service is the claim's own Service as it is (NodePort, LoadBalancer,
+	// or a ClusterIP one an older operator made); nil when the claim has
+	// none, until it is written, or while one of its name is not the claim's.
 	service *corev1.Service
 	// endpointsReady says the Service's EndpointSlice names the machine.
 	endpointsReady bool
@@ -32,17 +40,27 @@ type claimScope struct {
 	// nodeAddress is the address of the machine's node, where a NodePort
 	// Service reaches it; empty when unknown.
 	nodeAddress string
+	// dns is what publishing the claim's name under the namespace Service
+	// came to in this reconcile; nil when it was not tried.
+	dns *dnsOutcome
 	// secret is what writing the connection Secret came to in this
-	// reconcile; nil when nothing was written (the connection unchanged,
-	// and not due again).
+	// reconcile; nil when nothing was written.
 	secret *secretOutcome
 }
 
+// dnsOutcome is what publishing the claim's DNS name came to: its
+// EndpointSlice written, or why not.
+type dnsOutcome struct {
+	published bool
+	problem   *base.Problem
+}
+
 // secretOutcome is what a write of the connection Secret came to: the
-// connection written, or why not (a Secret of its name that is not the
-// claim's, or a write the API server refused).
+// Secret created (its name and UID) or found in place, or why not (a Secret
+// of its name that is not the claim's, or a write the API server refused).
 type secretOutcome struct {
-	applied  *macvirtv1alpha1.ClaimConnection
+	name     string
+	uid      types.UID
 	conflict string
 	refused  *secretWriteError
 	// at is when it was written.

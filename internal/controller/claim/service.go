@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -18,15 +19,19 @@ import (
 	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
-// Each bound claim gets a Service in its own namespace: a stable name for
-// its Mac (<service>.<namespace>.svc, the same across re-binds of a claim of
-// that name), of the type the claim asks for and its class allows. The
-// Service has no selector (the Mac's virt-launcher pod lives in another
-// namespace); the operator keeps its one EndpointSlice pointing at the
-// machine's pod-network address, as KubeVirt reports it, on whatever node
-// the machine runs. Both are controlled by the claim and go with it. A
-// Service or EndpointSlice of that name the claim does not control is never
-// written: the claim says so.
+// A bound claim's Mac has a stable DNS name, the same across re-binds of a
+// claim of that name. A ClusterIP claim's is <label>.macs.<namespace>.svc:
+// the namespace has one headless Service, macs (no selector, no cluster
+// IP, so nothing is allocated per claim), and each claim one EndpointSlice
+// of it whose endpoint carries the claim's DNS label as its hostname. A
+// NodePort or LoadBalancer claim gets a Service of its own
+// (<service>.<namespace>.svc) of that type, as the class allows, which a
+// ClusterIP claim bound by an older operator also keeps. Either way the
+// slice points at the machine's pod-network address, as KubeVirt reports
+// it, on whatever node the machine runs (its virt-launcher pod lives in
+// another namespace, so no selector could find it). What a claim makes is
+// controlled by it and goes with it; a Service or EndpointSlice of its name
+// that it does not control is never written: the claim says so.
 
 // Service ports of a claim.
 const (
@@ -48,6 +53,62 @@ func serviceName(c *macvirtv1alpha1.MacClaim) string {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(c.Name))
 	return fmt.Sprintf("mac-%016x", h.Sum64())
+}
+
+// namespaceServiceName is the headless Service of every ClusterIP claim of
+// a namespace.
+const namespaceServiceName = "macs"
+
+// dnsLabel is the claim's host name under the namespace Service: its own
+// name when that is one DNS label (at most 63 characters, no dots);
+// otherwise its first 46 characters, dots made dashes, a dash and 16 hex
+// digits of a hash of the whole name, so names that differ stay apart.
+func dnsLabel(c *macvirtv1alpha1.MacClaim) string {
+	if len(validation.IsDNS1123Label(c.Name)) == 0 {
+		return c.Name
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(c.Name))
+	head := strings.ReplaceAll(c.Name, ".", "-")
+	if len(head) > 46 {
+		head = head[:46]
+	}
+	return fmt.Sprintf("%s-%016x", strings.Trim(head, "-"), h.Sum64())
+}
+
+// nameHost is a ClusterIP claim's DNS name under the namespace Service.
+func nameHost(c *macvirtv1alpha1.MacClaim) string {
+	return dnsLabel(c) + "." + namespaceServiceName + "." + c.Namespace + ".svc"
+}
+
+// desiredNamespaceService is the namespace's headless Service. Its claim
+// label, empty, keeps it in the operator's cache of the claims' Services.
+func desiredNamespaceService(namespace string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: namespaceServiceName, Namespace: namespace,
+			Labels: map[string]string{macvirtv1alpha1.LabelClaim: "", discoveryv1.LabelManagedBy: serviceManagedBy}},
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Type: corev1.ServiceTypeClusterIP,
+			Ports: []corev1.ServicePort{{Name: sshPortName, Protocol: corev1.ProtocolTCP, Port: sshPort, TargetPort: intstr.FromInt32(sshPort)}}},
+	}
+}
+
+// isNamespaceService says a Service is the headless one macvirt made.
+func isNamespaceService(svc *corev1.Service) bool {
+	return svc.Labels[discoveryv1.LabelManagedBy] == serviceManagedBy && svc.Spec.ClusterIP == corev1.ClusterIPNone && len(svc.Spec.Selector) == 0
+}
+
+// desiredNameSlice is the EndpointSlice that gives a ClusterIP claim its
+// name under the namespace Service. Its name has a dot, which no claim
+// Service's name (one DNS label) has, so it never meets one of theirs.
+func desiredNameSlice(c *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) *discoveryv1.EndpointSlice {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: namespaceServiceName},
+		Spec: corev1.ServiceSpec{Ports: desiredService(c, class).Spec.Ports}}
+	slice := desiredSlice(c, svc, m)
+	slice.Name = dnsLabel(c) + "." + namespaceServiceName
+	for i := range slice.Endpoints {
+		slice.Endpoints[i].Hostname = ptr.To(dnsLabel(c))
+	}
+	return slice
 }
 
 // serviceHost is the DNS name of the claim's Service.

@@ -166,3 +166,33 @@ func TestAnUnreadableNodeShowsOnTheClaim(t *testing.T) {
 		t.Errorf("ServiceReady = %+v, want NodeUnreadable in the API server's words", cond)
 	}
 }
+
+// A claim's host name under the namespace Service is one DNS label: its
+// own name when that is one, else a readable head and a hash of the whole
+// name, so dotted or long names that differ never share a label.
+func TestDNSLabel(t *testing.T) {
+	long := strings.Repeat("a", 70)
+	for name, want := range map[string]string{
+		"build":                        "build",
+		strings.Repeat("b", 63):        strings.Repeat("b", 63),
+		"team.build":                   "team-build-",
+		"team-build":                   "team-build",
+		long:                           strings.Repeat("a", 46) + "-",
+		"ci.1.sonoma":                  "ci-1-sonoma-",
+		"x." + strings.Repeat("y", 70): "x-" + strings.Repeat("y", 44) + "-",
+	} {
+		c := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		got := dnsLabel(c)
+		if errs := validation.IsDNS1123Label(got); len(errs) != 0 {
+			t.Errorf("dnsLabel(%q) = %q, not a DNS label: %v", name, got, errs)
+		}
+		if !strings.HasPrefix(got, want) || (strings.HasSuffix(want, "-") && len(got) != len(want)+16) {
+			t.Errorf("dnsLabel(%q) = %q; want %q followed by the hash when the name is not a label", name, got, want)
+		}
+	}
+	a := dnsLabel(&macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "team.build"}})
+	b := dnsLabel(&macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "team-build."}})
+	if a == b || a == "team-build" {
+		t.Errorf("team.build and team-build. share %q, or team.build took team-build's label", a)
+	}
+}

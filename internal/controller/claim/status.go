@@ -2,6 +2,7 @@ package claim
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,6 +12,7 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/base"
 	"github.com/macvirt/macvirt/internal/controller/drain"
 	"github.com/macvirt/macvirt/internal/controller/state"
+	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
 // computeClaimStatus derives a claim's status from its scope: its phase
@@ -37,6 +39,12 @@ func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatu
 			Message: msg, ObservedGeneration: c.Generation})
 	}
 	stalled := func(p *base.Problem) {
+		// Stalled is there while it is True, and gone otherwise: a claim
+		// without a problem carries no condition that says so.
+		if p == nil {
+			meta.RemoveStatusCondition(&st.Conditions, macvirtv1alpha1.ConditionStalled)
+			return
+		}
 		meta.SetStatusCondition(&st.Conditions, base.StalledCondition(c.Generation, p))
 	}
 	drain.Mirror(&st.Conditions, s.machine, c.Generation)
@@ -80,7 +88,7 @@ func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatu
 		// What the binding runs is fixed as it is made.
 		st.Bootstrap = bootstrap.Plan(s.class, c)
 	}
-	set(macvirtv1alpha1.ConditionBound, true, macvirtv1alpha1.ReasonBound, fmt.Sprintf("bound to MacMachine %s/%s", m.Namespace, m.Name))
+	set(macvirtv1alpha1.ConditionBound, true, macvirtv1alpha1.ReasonBound, "bound to "+m.Namespace+"/"+m.Name)
 	if !state.MachineReady(m) {
 		st.Phase = macvirtv1alpha1.ClaimBound
 		msg := "machine is " + string(m.Status.Phase)
@@ -120,6 +128,12 @@ func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatu
 		stalled(&p)
 		return st
 	}
+	if !s.exposed {
+		st.Phase = macvirtv1alpha1.ClaimBound
+		set(macvirtv1alpha1.ConditionReady, false, macvirtv1alpha1.ReasonWaitingForNetworkPolicy,
+			fmt.Sprintf("machine %s's NetworkPolicy does not let namespace %s in yet", m.Name, c.Namespace))
+		return st
+	}
 	if hasBootstrap && boot.HoldsReady {
 		st.Phase = macvirtv1alpha1.ClaimBound
 		set(macvirtv1alpha1.ConditionReady, false, bootstrapReadyReason(boot.Reason), fmt.Sprintf(
@@ -130,16 +144,16 @@ func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatu
 	if st.ReadyAt == nil {
 		st.ReadyAt = &now
 	}
-	set(macvirtv1alpha1.ConditionReady, true, macvirtv1alpha1.ReasonAsExpected,
-		fmt.Sprintf("machine %s is Ready at %s", m.Name, machineAddress(m)))
+	set(macvirtv1alpha1.ConditionReady, true, macvirtv1alpha1.ReasonAsExpected, "Ready at "+machineAddress(m))
 	return st
 }
 
 // connectionOf is how the claim's tenant reaches its Mac, as the status
 // says it: nothing once the claim is lost; what the status said while the
 // machine is not reachable yet or for a while (not bound, not Ready, no
-// address); once it is, the machine's address, its Service, and the host
-// keys its guest agent reported. The connection Secret holds the same.
+// address); once it is, the machine's address, its DNS name, the login
+// user and the host keys its guest agent reported. A connection Secret,
+// where the claim asks for one, holds the same.
 func connectionOf(s *claimScope) *macvirtv1alpha1.ClaimConnection {
 	c, m := s.claim, s.machine
 	switch {
@@ -148,7 +162,7 @@ func connectionOf(s *claimScope) *macvirtv1alpha1.ClaimConnection {
 	case m == nil || !state.MachineReady(m) || machineAddress(m) == "":
 		return c.Status.Connection.DeepCopy()
 	}
-	conn := &macvirtv1alpha1.ClaimConnection{Address: machineAddress(m), SSHPort: defaultSSHPort}
+	conn := &macvirtv1alpha1.ClaimConnection{Address: machineAddress(m), SSHPort: defaultSSHPort, User: defaultSSHUser}
 	if svc := s.service; svc != nil {
 		conn.Host, conn.ServiceName = serviceHost(c), svc.Name
 		for _, p := range svc.Spec.Ports {
@@ -157,6 +171,11 @@ func connectionOf(s *claimScope) *macvirtv1alpha1.ClaimConnection {
 			}
 		}
 		conn.External = externalAccess(svc, s.nodeAddress)
+	} else if published(s) {
+		conn.Host, conn.ServiceName = nameHost(c), namespaceServiceName
+		if s.class != nil && s.class.Spec.Access.ScreenSharing {
+			conn.VNCPort = vncPort
+		}
 	}
 	if g := m.Status.Guest; g != nil {
 		conn.HostKeys = g.SSHHostKeys
@@ -164,10 +183,29 @@ func connectionOf(s *claimScope) *macvirtv1alpha1.ClaimConnection {
 	return conn
 }
 
+// published says a claim without a Service of its own has, or is about to
+// have, its name under the namespace Service: it is ClusterIP, and neither
+// the namespace Service nor its slice turned out to be someone else's. The
+// name is in the status from Ready on; it resolves once publishName has
+// written the slice, moments later.
+func published(s *claimScope) bool {
+	if access, _ := tenancy.Access(s.class, s.claim.Spec.Access.Type); access != macvirtv1alpha1.AccessClusterIP {
+		return false
+	}
+	if s.dns != nil {
+		return s.dns.problem == nil || s.dns.problem.Reason != macvirtv1alpha1.ReasonServiceConflict
+	}
+	// Not tried in this reconcile: as the status said before.
+	if conn := s.claim.Status.Connection; conn != nil && conn.ServiceName == "" && conn.Address != "" {
+		return false
+	}
+	return true
+}
+
 // setConnectionSecret says what the connection Secret's write came to:
-// ConnectionSecretReady and the Secret's name once it holds the
+// ConnectionSecretReady, the Secret's name and UID once it holds the
 // connection; the clash, or the API server's refusal, otherwise. With no
-// write in this reconcile both stay as they were.
+// write in this reconcile they stay as they were.
 func setConnectionSecret(s *claimScope, st *macvirtv1alpha1.MacClaimStatus) {
 	o := s.secret
 	if o == nil {
@@ -180,16 +218,36 @@ func setConnectionSecret(s *claimScope, st *macvirtv1alpha1.MacClaimStatus) {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, o.refused.reason, o.refused.Error()
 	case o.conflict != "":
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, macvirtv1alpha1.ReasonSecretConflict, o.conflict
-		st.ConnectionSecretName = ""
+		st.ConnectionSecretName, st.ConnectionSecretUID = "", ""
 	default:
 		cond.Status, cond.Reason = metav1.ConditionTrue, macvirtv1alpha1.ReasonAsExpected
-		cond.Message = fmt.Sprintf("Secret %s holds the connection", connectionSecretName(c))
-		st.ConnectionSecretName = connectionSecretName(c)
+		cond.Message = "Secret " + o.name + " holds the connection"
+		st.ConnectionSecretName, st.ConnectionSecretUID = o.name, o.uid
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
 }
 
-// setServiceReady says whether the claim's Service routes to its machine.
+// statusHold is how long a claim this process has just bound holds its
+// status write while the machine's NetworkPolicy catches up with the
+// binding: then Bound and Ready are one write, not two. Zero when there is
+// nothing to wait for, or exposureHold has passed since the binding (the
+// status then says what it waits for).
+func statusHold(s *claimScope, now time.Time) time.Duration {
+	c, m := s.claim, s.machine
+	if m == nil || s.lost != "" || s.exposed || s.boundAt.IsZero() || c.Status.BoundAt != nil || s.writeFailed != nil ||
+		!state.MachineReady(m) || machineAddress(m) == "" {
+		return 0
+	}
+	return max(0, exposureHold-now.Sub(s.boundAt))
+}
+
+// exposureHold bounds statusHold.
+const exposureHold = 5 * time.Second
+
+// setServiceReady says whether the claim's Service routes to its machine:
+// its own Service's, or its name's under the namespace Service. A name
+// published as it should be needs no condition; one that could not be
+// says why.
 func setServiceReady(s *claimScope, st *macvirtv1alpha1.MacClaimStatus) {
 	c := s.claim
 	cond := metav1.Condition{Type: macvirtv1alpha1.ConditionServiceReady, ObservedGeneration: c.Generation}
@@ -198,16 +256,21 @@ func setServiceReady(s *claimScope, st *macvirtv1alpha1.MacClaimStatus) {
 		// The API server refused the Service or its EndpointSlice: the
 		// Mac is reachable at its address only, until it is written.
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, s.writeFailed.Reason, s.writeFailed.Message
+	case s.dns != nil && s.dns.problem != nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, s.dns.problem.Reason, s.dns.problem.Message
 	case s.serviceProblem != nil:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, s.serviceProblem.Reason, s.serviceProblem.Message
-		if s.service != nil && s.endpointsReady && s.serviceProblem.Reason == macvirtv1alpha1.ReasonAccessTypeNotAllowed {
+		if s.serviceProblem.Reason == macvirtv1alpha1.ReasonAccessTypeNotAllowed &&
+			(s.service != nil && s.endpointsReady || s.dns != nil && s.dns.published) {
 			// Reachable all the same, inside the cluster.
 			cond.Status = metav1.ConditionTrue
 		}
 	case s.service != nil && s.endpointsReady:
 		cond.Status, cond.Reason = metav1.ConditionTrue, macvirtv1alpha1.ReasonAsExpected
-		cond.Message = fmt.Sprintf("Service %s (%s) routes to machine %s at %s", s.service.Name, s.service.Spec.Type,
-			s.machine.Name, machineAddress(s.machine))
+		cond.Message = fmt.Sprintf("Service %s (%s) routes to %s", s.service.Name, s.service.Spec.Type, machineAddress(s.machine))
+	case s.dns != nil && s.dns.published:
+		meta.RemoveStatusCondition(&st.Conditions, cond.Type)
+		return
 	default:
 		return
 	}

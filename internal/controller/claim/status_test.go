@@ -3,6 +3,7 @@ package claim
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,8 +48,10 @@ func TestComputeClaimStatus(t *testing.T) {
 			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonMachineNotReady, metav1.ConditionFalse, false},
 		"bound, machine killed at the end of a stop": {claimScope{machine: killed},
 			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonForcedPowerOff, metav1.ConditionTrue, false},
-		"ready": {claimScope{machine: ready},
+		"ready": {claimScope{machine: ready, exposed: true},
 			macvirtv1alpha1.ClaimReady, macvirtv1alpha1.ReasonAsExpected, metav1.ConditionFalse, true},
+		"ready, but its NetworkPolicy does not let the claim in yet": {claimScope{machine: ready},
+			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonWaitingForNetworkPolicy, metav1.ConditionFalse, true},
 		"ready, but the guest could not apply the keys": {claimScope{machine: keysRefused},
 			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonGuestConfigFailed, metav1.ConditionTrue, true},
 		"ready, but with no address but the guest's own": {claimScope{machine: unaddressed},
@@ -66,8 +69,10 @@ func TestComputeClaimStatus(t *testing.T) {
 			if c := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionReady); c == nil || c.Reason != tc.reason {
 				t.Errorf("Ready = %+v, want reason %s", c, tc.reason)
 			}
-			if c := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionStalled); c == nil || c.Status != tc.stalled {
-				t.Errorf("Stalled = %+v, want %s", c, tc.stalled)
+			// Stalled is there only while it is True: no padding.
+			c := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionStalled)
+			if tc.stalled == metav1.ConditionTrue && (c == nil || c.Status != metav1.ConditionTrue) || tc.stalled == metav1.ConditionFalse && c != nil {
+				t.Errorf("Stalled = %+v, want %s (absent when False)", c, tc.stalled)
 			}
 			if (st.Connection != nil) != tc.wantConnection {
 				t.Errorf("connection = %+v, want one: %v", st.Connection, tc.wantConnection)
@@ -163,5 +168,36 @@ func TestTheConnectionAddressIsNeverTheGuestsMasqueradeAddress(t *testing.T) {
 				t.Errorf("connection address %q, want KubeVirt's 10.244.7.9 and never the guest's side of masquerade", st.Connection.Address)
 			}
 		})
+	}
+}
+
+// A claim this process has just bound holds its status write only while
+// the one thing missing for Ready is its machine's NetworkPolicy, and only
+// for exposureHold.
+func TestStatusHold(t *testing.T) {
+	now := time.Now()
+	ready := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "pools"},
+		Status: macvirtv1alpha1.MacMachineStatus{Phase: macvirtv1alpha1.MachineReady, Addresses: []string{"10.0.0.7"},
+			Conditions: []metav1.Condition{{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AsExpected"}}}}
+	booting := ready.DeepCopy()
+	booting.Status.Phase, booting.Status.Conditions = macvirtv1alpha1.MachineBooting, nil
+	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team"}}
+	recorded := claim.DeepCopy()
+	recorded.Status.BoundAt = &metav1.Time{Time: now}
+	for name, tc := range map[string]struct {
+		s    claimScope
+		want time.Duration
+	}{
+		"just bound, policy behind":       {claimScope{claim: claim, machine: ready, boundAt: now.Add(-time.Second)}, exposureHold - time.Second},
+		"just bound, policy in step":      {claimScope{claim: claim, machine: ready, boundAt: now, exposed: true}, 0},
+		"bound too long ago":              {claimScope{claim: claim, machine: ready, boundAt: now.Add(-exposureHold)}, 0},
+		"bound by someone else":           {claimScope{claim: claim, machine: ready}, 0},
+		"the status records it already":   {claimScope{claim: recorded, machine: ready, boundAt: now}, 0},
+		"the machine is not Ready anyway": {claimScope{claim: claim, machine: booting, boundAt: now}, 0},
+		"a refusal the status must show":  {claimScope{claim: claim, machine: ready, boundAt: now, writeFailed: &base.Problem{Reason: "UpdateFailed"}}, 0},
+	} {
+		if got := statusHold(&tc.s, now); got != tc.want {
+			t.Errorf("%s: statusHold = %v; want %v", name, got, tc.want)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -47,6 +48,9 @@ func FakeClient(t *testing.T, objs ...client.Object) client.WithWatch {
 	t.Helper()
 	s := Scheme(t)
 	if err := discoveryv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := networkingv1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
 	b := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).

@@ -229,29 +229,11 @@ func (r *Reconciler) vmiToMachine(_ context.Context, o client.Object) []reconcil
 
 // claimToMachines maps a claim (also its deletion) to the machine bound to it.
 func (r *Reconciler) claimToMachines(ctx context.Context, o client.Object) []reconcile.Request {
-	var list macvirtv1alpha1.MacMachineList
-	if err := r.List(ctx, &list, client.MatchingFields{index.MachineClaimUID: string(o.GetUID())}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "listing the machine bound to a claim; it waits for its next event", "claim", client.ObjectKeyFromObject(o))
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-	}
-	return reqs
+	return machinesIndexed(ctx, r.Client, index.MachineClaimUID, string(o.GetUID()))
 }
 
 func (r *Reconciler) classToMachines(ctx context.Context, o client.Object) []reconcile.Request {
-	var list macvirtv1alpha1.MacMachineList
-	if err := r.List(ctx, &list, client.MatchingFields{index.MachineClass: o.GetName()}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "listing machines of class", "class", o.GetName())
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-	}
-	return reqs
+	return machinesIndexed(ctx, r.Client, index.MachineClass, o.GetName())
 }
 
 // namesakeMachine maps an object whose controller is not a machine to the

@@ -12,6 +12,8 @@
 // vm.go, guest.go) and status.go; reconciler.go, with what the steps share;
 // the steps (record.go, class.go, agent.go, read.go, network.go,
 // domainhook.go, provision.go, hostrules.go, runstate.go, release.go,
-// delete.go); events.go, what a status change announces; and controller.go,
-// Reconcile, the status write and the watches. No file uses one above it.
+// delete.go); exposure.go, the second controller of machines, which keeps
+// a machine's NetworkPolicy in step with its binding; events.go, what a
+// status change announces; and controller.go, Reconcile, the status write
+// and the watches. No file uses one above it.
 package machine

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,16 +16,17 @@ import (
 	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
-// exposure is what the machine's NetworkPolicy lets in: nothing while it is
-// unbound (or its claim is gone); its claim's namespace once bound, and
+// exposureOf is what a machine's NetworkPolicy lets in: nothing while it
+// is unbound (or its claim is gone); its claim's namespace once bound, and
 // anything when the claim's Service reaches it from outside the cluster.
-func (r *Reconciler) exposure(ctx context.Context, o *machineObservation) (render.Exposure, error) {
-	ref := o.Machine.Spec.ClaimRef
+// Both the machine's reconcile and its exposure controller decide it here.
+func exposureOf(ctx context.Context, c client.Reader, class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) (render.Exposure, error) {
+	ref := m.Spec.ClaimRef
 	if ref == nil {
 		return render.Exposure{}, nil
 	}
 	claim := &macvirtv1alpha1.MacClaim{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, claim); err != nil {
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, claim); err != nil {
 		if apierrors.IsNotFound(err) {
 			return render.Exposure{}, nil
 		}
@@ -35,16 +35,19 @@ func (r *Reconciler) exposure(ctx context.Context, o *machineObservation) (rende
 	if claim.UID != ref.UID {
 		return render.Exposure{}, nil
 	}
-	access, _ := tenancy.Access(o.Class, claim.Spec.Access.Type)
+	access, _ := tenancy.Access(class, claim.Spec.Access.Type)
 	return render.Exposure{ClaimNamespace: ref.Namespace, External: access != macvirtv1alpha1.AccessClusterIP}, nil
 }
 
-// ensureNetworkPolicy answers: does the machine's NetworkPolicy let in only
-// what its binding allows? It is written before the VM, so the launcher pod
-// is never without it. One of its name the machine does not control is
-// left alone, and the machine says so (NotOwned), creating nothing more.
+// ensureNetworkPolicy answers: does the machine have its NetworkPolicy? It
+// is created before the VM, so the launcher pod is never without it, letting
+// in what the binding allows. Keeping it in step with the binding later is
+// the exposure controller's (exposure.go), one writer of every change, which
+// a binding reaches without waiting for this reconcile's other steps. One
+// of its name the machine does not control is left alone, and the machine
+// says so (NotOwned), creating nothing more.
 func (r *Reconciler) ensureNetworkPolicy(ctx context.Context, o *machineObservation) (bool, error) {
-	ex, err := r.exposure(ctx, o)
+	ex, err := exposureOf(ctx, r.Client, o.Class, o.Machine)
 	if err != nil {
 		return false, err
 	}
@@ -74,13 +77,5 @@ func (r *Reconciler) ensureNetworkPolicy(ctx context.Context, o *machineObservat
 		ctrl.LoggerFrom(ctx).Info("a NetworkPolicy of the machine's name is not the machine's; leaving it alone", "networkPolicy", have.Name)
 		return false, nil
 	}
-	if equality.Semantic.DeepEqual(have.Spec, want.Spec) {
-		return true, nil
-	}
-	have.Spec = want.Spec
-	if err := r.Update(ctx, have); err != nil {
-		return false, r.updateFailed(o, fmt.Errorf("updating NetworkPolicy %s/%s: %w", have.Namespace, have.Name, err))
-	}
-	ctrl.LoggerFrom(ctx).Info("updated the machine's NetworkPolicy", "ingressFrom", ex.ClaimNamespace, "external", ex.External)
 	return true, nil
 }
