@@ -18,7 +18,7 @@ import (
 	"github.com/macvirt/macvirt/internal/simulator"
 )
 
-// service gets the claim's Service and EndpointSlice (named like the claim).
+// serviceOf gets the Service and the EndpointSlice of a name.
 func serviceOf(ns, name string) (*corev1.Service, *discoveryv1.EndpointSlice) {
 	svc, slice := &corev1.Service{}, &discoveryv1.EndpointSlice{}
 	key := types.NamespacedName{Namespace: ns, Name: name}
@@ -32,7 +32,7 @@ func serviceOf(ns, name string) (*corev1.Service, *discoveryv1.EndpointSlice) {
 }
 
 var _ = Describe("A claim's Service", func() {
-	It("has the claim's name, routes to its machine's address, offers Screen Sharing when the class does, and is what the Secret names", func() {
+	It("of a NodePort claim has the claim's name, routes to its machine's address, offers Screen Sharing when the class does, and is what the Secret names", func() {
 		DeferCleanup(startOperator())
 		class := newClass(func(c *macvirtv1alpha1.MacClass) {
 			c.Spec.Access.ScreenSharing = true
@@ -44,6 +44,7 @@ var _ = Describe("A claim's Service", func() {
 		k := key(newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) {
 			c.GenerateName, c.Name = "", "build"
 			c.Spec.PoolName, c.Spec.Access.Type = pool.Name, macvirtv1alpha1.AccessNodePort
+			c.Spec.WriteConnectionSecretToRef = &macvirtv1alpha1.LocalSecretReference{Name: "build-ssh"}
 		}))
 		Eventually(claimPhase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
 		Eventually(claimCondition(k, macvirtv1alpha1.ConditionServiceReady)).WithTimeout(timeout).Should(HaveField("Status", metav1.ConditionTrue))
@@ -71,9 +72,12 @@ var _ = Describe("A claim's Service", func() {
 		}
 		host := "build." + tenant + ".svc"
 		Expect(c.Status.Connection).To(And(HaveField("Host", host), HaveField("Address", podIP), HaveField("VNCPort", int32(5900)),
-			HaveField("External", HaveValue(HaveField("SSHPort", nodePort)))))
+			HaveField("User", "admin"), HaveField("External", HaveValue(HaveField("SSHPort", nodePort)))))
+		// Asked for, the Secret follows Ready.
+		Eventually(func(g Gomega) string { return getClaimWith(g, k).Status.ConnectionSecretName }).WithTimeout(timeout).Should(Equal("build-ssh"))
 		secret := &corev1.Secret{}
-		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: tenant, Name: c.Status.ConnectionSecretName}, secret)).To(Succeed())
+		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: tenant, Name: "build-ssh"}, secret)).To(Succeed())
+		Expect(secret.UID).To(Equal(getClaim(k).Status.ConnectionSecretUID))
 		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte(host)), HaveKeyWithValue("address", []byte(podIP)),
 			HaveKeyWithValue("vnc-port", []byte("5900")), HaveKey("external-port"),
 			HaveKeyWithValue("known_hosts", []byte(host+","+podIP+" "+testHostKey+"\n"))))
@@ -126,19 +130,29 @@ var _ = Describe("A claim's Service", func() {
 			tenant = newNamespace()
 		})
 
-		It("follows the machine to another node and address", func() {
+		It("publishes a ClusterIP claim's name under the namespace Service, following the machine to another node and address", func() {
 			k := key(newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) { c.GenerateName, c.Name, c.Spec.PoolName = "", "ci", pool.Name }))
 			Eventually(func(g Gomega) {
-				_, slice := serviceOf(tenant, "ci")
+				_, slice := serviceOf(tenant, "ci.macs")
 				g.Expect(slice).NotTo(BeNil())
-				g.Expect(slice.Endpoints).To(ConsistOf(And(HaveField("Addresses", ConsistOf("10.244.0.5")), HaveField("NodeName", HaveValue(Equal("apple-1"))))))
+				g.Expect(slice.Labels).To(HaveKeyWithValue(discoveryv1.LabelServiceName, "macs"))
+				g.Expect(slice.Endpoints).To(ConsistOf(And(HaveField("Addresses", ConsistOf("10.244.0.5")),
+					HaveField("Hostname", HaveValue(Equal("ci"))), HaveField("NodeName", HaveValue(Equal("apple-1"))))))
 			}).WithTimeout(timeout).Should(Succeed())
+			svc, _ := serviceOf(tenant, "macs")
+			Expect(svc).NotTo(BeNil())
+			Expect(svc.Spec.ClusterIP).To(Equal(corev1.ClusterIPNone), "headless: no cluster IP allocated")
+			Expect(svc.Spec.Selector).To(BeEmpty())
+			Expect(svc.OwnerReferences).To(BeEmpty(), "it serves every claim of the namespace")
+			own, _ := serviceOf(tenant, "ci")
+			Expect(own).To(BeNil(), "a ClusterIP claim has no Service of its own")
+			Expect(getClaim(k).Status.Connection).To(And(HaveField("Host", "ci.macs."+tenant+".svc"), HaveField("ServiceName", "macs")))
 			By("its instance restarts on another node")
 			m := getMachine(types.NamespacedName{Namespace: pool.Spec.Namespace, Name: getClaim(k).Status.MachineRef.Name})
 			m.Status.Addresses, m.Status.NodeName = []string{"10.244.3.7"}, "apple-2"
 			Expect(k8sClient.Status().Update(context.Background(), m)).To(Succeed())
 			Eventually(func(g Gomega) {
-				_, slice := serviceOf(tenant, "ci")
+				_, slice := serviceOf(tenant, "ci.macs")
 				g.Expect(slice.Endpoints).To(ConsistOf(And(HaveField("Addresses", ConsistOf("10.244.3.7")), HaveField("NodeName", HaveValue(Equal("apple-2"))))))
 				g.Expect(getClaimWith(g, k).Status.Connection).To(HaveField("Address", "10.244.3.7"))
 			}).WithTimeout(timeout).Should(Succeed())
@@ -163,32 +177,37 @@ var _ = Describe("A claim's Service", func() {
 			}).WithTimeout(timeout).Should(Succeed())
 		})
 
-		It("is ClusterIP, saying why, when the claim asks for an access type its class does not allow", func() {
+		It("is reached inside the cluster, saying why, when the claim asks for an access type its class does not allow", func() {
 			k := key(newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) {
 				c.GenerateName, c.Name, c.Spec.PoolName, c.Spec.Access.Type = "", "np", pool.Name, macvirtv1alpha1.AccessNodePort
 			}))
 			Eventually(claimCondition(k, macvirtv1alpha1.ConditionServiceReady)).WithTimeout(timeout).Should(And(
-				HaveField("Reason", macvirtv1alpha1.ReasonAccessTypeNotAllowed), HaveField("Message", ContainSubstring("allowedAccessTypes"))))
+				HaveField("Reason", macvirtv1alpha1.ReasonAccessTypeNotAllowed), HaveField("Message", ContainSubstring("allowedAccessTypes")),
+				HaveField("Status", metav1.ConditionTrue)))
 			svc, _ := serviceOf(tenant, "np")
-			Expect(svc.Spec.Type).To(Equal(corev1.ServiceTypeClusterIP))
+			Expect(svc).To(BeNil(), "no node port")
+			Expect(getClaim(k).Status.Connection).To(HaveField("Host", "np.macs."+tenant+".svc"))
 		})
 
-		It("leaves a tenant's own Service of its name alone, and says so", func() {
-			mine := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: tenant},
+		It("leaves a tenant's own Service named like the namespace Service alone, and says so", func() {
+			mine := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "macs", Namespace: tenant},
 				Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "pg", Port: 5432}}, Selector: map[string]string{"app": "db"}}}
 			Expect(k8sClient.Create(context.Background(), mine)).To(Succeed())
 			k := key(newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) { c.GenerateName, c.Name, c.Spec.PoolName = "", "db", pool.Name }))
 			Eventually(claimCondition(k, macvirtv1alpha1.ConditionServiceReady)).WithTimeout(timeout).Should(And(
 				HaveField("Status", metav1.ConditionFalse), HaveField("Reason", macvirtv1alpha1.ReasonServiceConflict)))
-			Eventually(claimPhase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady), "reachable at its address all the same")
+			Expect(claimPhase(k)()).To(Equal(macvirtv1alpha1.ClaimReady), "reachable at its address all the same")
 			got := &corev1.Service{}
 			Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(mine), got)).To(Succeed())
 			Expect(got.Spec.Ports).To(ConsistOf(HaveField("Name", "pg")))
 			Expect(got.Spec.Selector).To(HaveKeyWithValue("app", "db"))
 			Expect(got.OwnerReferences).To(BeEmpty())
 			Expect(getClaim(k).Status.Connection.Host).To(BeEmpty())
+			Expect(getClaim(k).Status.Connection.Address).To(Equal("10.244.0.5"))
 			Expect(strings.Contains(meta.FindStatusCondition(getClaim(k).Status.Conditions, macvirtv1alpha1.ConditionServiceReady).Message,
-				"Service "+tenant+"/db exists and is not controlled by this claim")).To(BeTrue())
+				"Service "+tenant+"/macs exists and is not macvirt's headless Service")).To(BeTrue())
+			_, slice := serviceOf(tenant, "db.macs")
+			Expect(slice).To(BeNil(), "no name published under a Service that is not macvirt's")
 		})
 	})
 })

@@ -21,7 +21,9 @@ import (
 // readyIdleMachines creates n machines of a pool, controlled by it as the
 // pool controller makes them, that are already Ready (the machine
 // controller is not running in these tests, so their status stays as
-// written).
+// written), each with the NetworkPolicy the machine controller would have
+// made for it, letting nobody in (the exposure controller, which runs with
+// the claim controller, opens it to the claim's namespace once bound).
 func readyIdleMachines(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass, n int) {
 	ctx := context.Background()
 	parallel(n, func(i int) {
@@ -36,6 +38,7 @@ func readyIdleMachines(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.Mac
 		meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionReady,
 			Status: metav1.ConditionTrue, Reason: macvirtv1alpha1.ReasonAsExpected, Message: "ready"})
 		Expect(k8sClient.Status().Update(ctx, m)).To(Succeed())
+		Expect(k8sClient.Create(ctx, render.NetworkPolicy(class, m, render.Exposure{}))).To(Succeed())
 	})
 }
 
@@ -119,7 +122,12 @@ func setPaused(p *macvirtv1alpha1.MacPool, v bool) {
 	Expect(k8sClient.Patch(context.Background(), fresh, client.MergeFrom(before))).To(Succeed())
 }
 
-var claimsOnly = func(o *operator.Options) { o.Controllers = []operator.Controller{operator.ClaimController} }
+// claimsOnly runs the claim controller and the machines' exposure
+// controller (the machine's half of a binding's path to Ready), against
+// hand-made machines.
+var claimsOnly = func(o *operator.Options) {
+	o.Controllers = []operator.Controller{operator.ClaimController, operator.ExposureController}
+}
 
 var _ = Describe("Binding", func() {
 	const n = 100

@@ -18,7 +18,7 @@ import (
 var _ = Describe("Pools and claims", func() {
 	BeforeEach(func() { DeferCleanup(startOperator()) })
 
-	It("keep warm machines, bind a claim to one, make it Ready with a connection Secret, and refill", func() {
+	It("keep warm machines, bind a claim to one, make it Ready, write the connection Secret it asks for, and refill", func() {
 		class := newClass()
 		pool, poolNS := newPool(class.Name, 2, 4)
 		startGuests(poolNS)
@@ -26,7 +26,10 @@ var _ = Describe("Pools and claims", func() {
 			HaveField("Idle", int32(2)), HaveField("Conditions", ContainElement(HaveField("Status", metav1.ConditionTrue)))))
 
 		tenant := newNamespace()
-		claim := newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name })
+		claim := newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) {
+			c.Spec.PoolName = pool.Name
+			c.Spec.WriteConnectionSecretToRef = &macvirtv1alpha1.LocalSecretReference{Name: "ssh"}
+		})
 		k := key(claim)
 		Eventually(claimPhase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
 		c := getClaim(k)
@@ -35,16 +38,19 @@ var _ = Describe("Pools and claims", func() {
 		// never the one the guest sees behind masquerade (10.0.2.2), which
 		// the guests here report, as real ones do.
 		podIP := simulator.IPAddressFor(poolNS, c.Status.MachineRef.Name)
-		host := claim.Name + "." + tenant + ".svc"
-		Expect(c.Status.Connection).To(Equal(&macvirtv1alpha1.ClaimConnection{Host: host, ServiceName: claim.Name, Address: podIP,
-			SSHPort: 22, HostKeys: []string{testHostKey}}))
+		host := claim.Name + ".macs." + tenant + ".svc"
+		Expect(c.Status.Connection).To(Equal(&macvirtv1alpha1.ClaimConnection{Host: host, ServiceName: "macs", Address: podIP,
+			SSHPort: 22, User: "admin", HostKeys: []string{testHostKey}}))
 		Expect(c.Status.BoundAt).NotTo(BeNil())
+		By("the connection Secret it asked for follows Ready")
+		Eventually(func(g Gomega) string { return getClaimWith(g, k).Status.ConnectionSecretName }).WithTimeout(timeout).Should(Equal("ssh"))
 		secret := &corev1.Secret{}
-		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: tenant, Name: c.Status.ConnectionSecretName}, secret)).To(Succeed())
+		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: tenant, Name: "ssh"}, secret)).To(Succeed())
 		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte(host)), HaveKeyWithValue("address", []byte(podIP)),
-			HaveKeyWithValue("port", []byte("22")), HaveKey("user"),
+			HaveKeyWithValue("port", []byte("22")), HaveKeyWithValue("user", []byte("admin")),
 			HaveKeyWithValue("known_hosts", []byte(host+","+podIP+" "+testHostKey+"\n"))))
 		Expect(secret.OwnerReferences).To(ConsistOf(HaveField("UID", claim.UID)))
+		Expect(secret.Immutable).To(HaveValue(BeTrue()))
 
 		m := getMachine(types.NamespacedName{Namespace: poolNS, Name: c.Status.MachineRef.Name})
 		Expect(m.Spec.ClaimRef.UID).To(Equal(claim.UID))

@@ -126,10 +126,11 @@ var _ = Describe("A pool", func() {
 })
 
 var _ = Describe("A bind", func() {
-	// crashAfterReservation starts a claims-only operator whose first write
-	// in the two namespaces (the claim's reservation) goes through and
-	// whose process then "crashes", and returns the claim.
-	crashAfterReservation := func(poolName, claimNS, poolNS string) *macvirtv1alpha1.MacClaim {
+	// crashAfterMachineWrite starts a claims-only operator whose first
+	// write in the two namespaces (the machine's claimRef) goes through and
+	// whose process then "crashes", before the claim's status records it,
+	// and returns the claim and the machine.
+	crashAfterMachineWrite := func(poolName, claimNS, poolNS string) (*macvirtv1alpha1.MacClaim, string) {
 		var faulty *faultyClient
 		stop := startOperator(func(o *operator.Options) {
 			o.Controllers = []operator.Controller{operator.ClaimController}
@@ -143,13 +144,27 @@ var _ = Describe("A bind", func() {
 		claim := newClaim(claimNS, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = poolName })
 		Eventually(faulty.crashed).WithTimeout(timeout).Should(BeClosed())
 		stop()
+		var bound []string
 		for _, m := range machinesIn(poolNS) {
-			Expect(m.Spec.ClaimRef).To(BeNil(), "the machine side was not written before the crash")
+			if m.Spec.ClaimRef != nil {
+				Expect(m.Spec.ClaimRef.UID).To(Equal(claim.UID))
+				bound = append(bound, m.Name)
+			}
 		}
+		Expect(bound).To(HaveLen(1), "the machine side was written before the crash")
 		got := getClaim(key(claim))
-		Expect(got.Status.MachineRef).NotTo(BeNil(), "the claim's reservation was written")
-		Expect(meta.FindStatusCondition(got.Status.Conditions, macvirtv1alpha1.ConditionBound)).To(HaveField("Reason", macvirtv1alpha1.ReasonBinding))
-		return got
+		Expect(got.Status.MachineRef).To(BeNil(), "the claim's status was not written")
+		return got, bound[0]
+	}
+	// reserveAsAnOlderOperatorDid leaves the claim's status as an operator
+	// before the write budget left it between its reservation and the
+	// machine's write: the machine named, Bound=False reason Binding.
+	reserveAsAnOlderOperatorDid := func(claim *macvirtv1alpha1.MacClaim, m *macvirtv1alpha1.MacMachine) {
+		claim.Status.MachineRef = &macvirtv1alpha1.ObjectRef{Namespace: m.Namespace, Name: m.Name, UID: m.UID}
+		claim.Status.Phase = macvirtv1alpha1.ClaimPending
+		meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionBound,
+			Status: metav1.ConditionFalse, Reason: macvirtv1alpha1.ReasonBinding, Message: "reserved " + m.Name})
+		Expect(k8sClient.Status().Update(context.Background(), claim)).To(Succeed())
 	}
 	boundName := func(k types.NamespacedName) func(Gomega) string {
 		return func(g Gomega) string {
@@ -161,28 +176,42 @@ var _ = Describe("A bind", func() {
 		}
 	}
 
-	It("interrupted between the claim's reservation and the machine write is completed with the reserved machine", func() {
+	It("interrupted between the machine write and the claim's status write is completed with that machine, binding no other", func() {
 		class := newClass()
 		pool, poolNS := newPool(class.Name, 5, 5, paused)
 		readyIdleMachines(pool, class, 5)
 		claimNS := newNamespace()
-		claim := crashAfterReservation(pool.Name, claimNS, poolNS)
-		reserved := claim.Status.MachineRef.Name
+		claim, bound := crashAfterMachineWrite(pool.Name, claimNS, poolNS)
 
 		DeferCleanup(startOperator(claimsOnly))
-		Eventually(boundName(key(claim))).WithTimeout(timeout).Should(Equal(reserved))
+		Eventually(boundName(key(claim))).WithTimeout(timeout).Should(Equal(bound))
 		expectOneToOne(claim.Namespace, poolNS, 1)
 	})
 
-	It("whose reserved machine went to another claim meanwhile takes another, and burns none", func() {
+	It("left reserved by an older operator is completed with the reserved machine", func() {
+		class := newClass()
+		pool, poolNS := newPool(class.Name, 5, 5, paused)
+		readyIdleMachines(pool, class, 5)
+		claimNS := newNamespace()
+		claim := newClaim(claimNS, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name })
+		reserved := machinesIn(poolNS)[3]
+		reserveAsAnOlderOperatorDid(getClaim(key(claim)), &reserved)
+
+		DeferCleanup(startOperator(claimsOnly))
+		Eventually(boundName(key(claim))).WithTimeout(timeout).Should(Equal(reserved.Name))
+		expectOneToOne(claim.Namespace, poolNS, 1)
+	})
+
+	It("left reserved by an older operator, whose machine went to another claim meanwhile, takes another, and burns none", func() {
 		class := newClass()
 		pool, poolNS := newPool(class.Name, 2, 2, paused)
 		readyIdleMachines(pool, class, 2)
 		claimNS := newNamespace()
-		claim := crashAfterReservation(pool.Name, claimNS, poolNS)
-		reserved := getMachine(types.NamespacedName{Namespace: poolNS, Name: claim.Status.MachineRef.Name})
+		claim := newClaim(claimNS, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name })
+		reserved := machinesIn(poolNS)[0]
+		reserveAsAnOlderOperatorDid(getClaim(key(claim)), &reserved)
 
-		By("another operator binds the reserved machine to another claim while this one is down")
+		By("another operator binds the reserved machine to another claim")
 		other := newClaim(claimNS, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = pool.Name })
 		bound := reserved.DeepCopy()
 		bound.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: claimNS, Name: other.Name, UID: other.UID}

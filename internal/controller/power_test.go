@@ -6,8 +6,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -85,21 +85,30 @@ var _ = Describe("The guest's power", func() {
 		claim, k := readyClaim(func(*macvirtv1alpha1.MacClass) {})
 		uid := getMachine(k).UID
 
+		// The new instance may run before a poll sees the claim: a watch
+		// sees every status the claim had (claims record no events on the
+		// way to Ready and back).
+		wc, err := client.NewWithWatch(cfg, client.Options{Scheme: k8sClient.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
+		w, err := wc.Watch(context.Background(), &macvirtv1alpha1.MacClaimList{}, client.InNamespace(claim.Namespace),
+			client.MatchingFields{"metadata.name": claim.Name})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(w.Stop)
 		Expect(sim.ShutDownGuest(context.Background(), types.NamespacedName{Namespace: k.Namespace, Name: vmOf(k)().Name})).To(Succeed())
-		// The new instance may run before a poll sees the claim; the claim's
-		// phase event keeps the message it left Ready with.
+		var notes []string
 		Eventually(func() []string {
-			var list eventsv1.EventList
-			if err := k8sClient.List(context.Background(), &list, client.InNamespace(claim.Namespace)); err != nil {
-				return nil
-			}
-			var notes []string
-			for _, e := range list.Items {
-				if e.Regarding.Name == claim.Name && e.Reason == "Claim"+string(macvirtv1alpha1.ClaimBound) {
-					notes = append(notes, e.Note)
+			for {
+				select {
+				case ev := <-w.ResultChan():
+					if c, ok := ev.Object.(*macvirtv1alpha1.MacClaim); ok && c.Status.Phase == macvirtv1alpha1.ClaimBound {
+						if rc := meta.FindStatusCondition(c.Status.Conditions, macvirtv1alpha1.ConditionReady); rc != nil {
+							notes = append(notes, rc.Message)
+						}
+					}
+				default:
+					return notes
 				}
 			}
-			return notes
 		}).WithTimeout(timeout).Should(ContainElement(ContainSubstring("macOS shut itself down")))
 
 		By("KubeVirt starts a new instance; macOS boots and heartbeats")

@@ -32,7 +32,8 @@ const pool = "ci-sonoma" // the sample pool, in macvirt-pools
 func claimFor(user, name string) *macvirtv1alpha1.MacClaim {
 	c := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tenants[user]},
 		Spec: macvirtv1alpha1.MacClaimSpec{PoolName: pool, SSHAuthorizedKeys: []string{
-			"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBu3mZ9f0rQeQ0yJ1S0Ukq8Vw3lJz1qW2x9b7kXo4h2c " + user + "@example.com"}}}
+			"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBu3mZ9f0rQeQ0yJ1S0Ukq8Vw3lJz1qW2x9b7kXo4h2c " + user + "@example.com"},
+			WriteConnectionSecretToRef: &macvirtv1alpha1.LocalSecretReference{Name: name + "-ssh"}}}
 	Expect(as(user).Create(context.Background(), c)).To(Succeed())
 	Eventually(func(g Gomega) {
 		g.Expect(as(user).Get(context.Background(), client.ObjectKeyFromObject(c), c)).To(Succeed())
@@ -87,14 +88,19 @@ var _ = Describe("Tenants with the shipped roles", Ordered, func() {
 		Expect(st.NodeName).NotTo(BeEmpty())
 		m := machineOf(aliceClaim)
 		forbidden(as("alice").Get(ctx, client.ObjectKeyFromObject(m), &macvirtv1alpha1.MacMachine{}))
-		secret := &corev1.Secret{}
-		Expect(as("alice").Get(ctx, types.NamespacedName{Namespace: "team-a", Name: aliceClaim.Status.ConnectionSecretName}, secret)).To(Succeed())
-		Expect(secret.Data).To(HaveKey("host"))
+		Expect(aliceClaim.Status.Connection).To(And(HaveField("Host", Not(BeEmpty())), HaveField("User", "admin"),
+			HaveField("HostKeys", Not(BeEmpty()))), "everything to connect is on the claim, which she may read")
+		By("and in the Secret she asked for, once the claim is Ready")
+		Eventually(func(g Gomega) {
+			secret := &corev1.Secret{}
+			g.Expect(as("alice").Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "build-ssh"}, secret)).To(Succeed())
+			g.Expect(secret.Data).To(HaveKeyWithValue("user", []byte("admin")))
+		}).Should(Succeed())
 	})
 
 	It("cannot read another namespace's connection Secret, claim or machine", func() {
 		c := mallory()
-		forbidden(c.Get(ctx, types.NamespacedName{Namespace: "team-b", Name: bobClaim.Status.ConnectionSecretName}, &corev1.Secret{}))
+		forbidden(c.Get(ctx, types.NamespacedName{Namespace: "team-b", Name: "db-ssh"}, &corev1.Secret{}))
 		forbidden(c.List(ctx, &corev1.SecretList{}, client.InNamespace("team-b")))
 		forbidden(c.List(ctx, &corev1.SecretList{}))
 		forbidden(c.Get(ctx, client.ObjectKeyFromObject(bobClaim), &macvirtv1alpha1.MacClaim{}))
@@ -201,7 +207,8 @@ var _ = Describe("Tenants with the shipped roles", Ordered, func() {
 			StringData: map[string]string{"diary": "mine"}}
 		Expect(alice.Create(ctx, mine)).To(Succeed())
 		claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "notes", Namespace: "team-a"},
-			Spec: macvirtv1alpha1.MacClaimSpec{PoolName: pool}}
+			Spec: macvirtv1alpha1.MacClaimSpec{PoolName: pool,
+				WriteConnectionSecretToRef: &macvirtv1alpha1.LocalSecretReference{Name: "notes-connection"}}}
 		Expect(alice.Create(ctx, claim)).To(Succeed())
 		Eventually(func(g Gomega) {
 			g.Expect(alice.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())

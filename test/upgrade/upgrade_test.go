@@ -19,6 +19,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -121,6 +123,11 @@ func TestAnOperatorUpgradeLosesNothingAndRestartsNoMac(t *testing.T) {
 	// The upgrade, as OLM, kustomize or Argo CD carry it out: the old
 	// operator goes, the CRDs are replaced, the new operator starts.
 	sys.StopOperator()
+	// Before claims were reached through their namespace's headless
+	// Service, every claim had a ClusterIP Service of its own, its
+	// EndpointSlice and a connection Secret: the sample claim is given
+	// them, as the previous operator left them.
+	legacy := leaveClaimAsThePreviousOperatorDid(ctx, t, admin)
 	newer, err := testenv.KustomizeBuild("config/crd")
 	if err != nil {
 		t.Fatal(err)
@@ -147,6 +154,7 @@ func TestAnOperatorUpgradeLosesNothingAndRestartsNoMac(t *testing.T) {
 	if diff := lostOrChanged(before, after); len(diff) > 0 {
 		t.Errorf("the upgrade lost or changed %d objects:\n%s", len(diff), strings.Join(diff, "\n"))
 	}
+	checkLegacyClaimKeptWorking(ctx, t, admin, legacy)
 	rewritten := 0
 	for k, v := range hooksBefore {
 		if hooksAfter[k] != v {
@@ -604,4 +612,103 @@ func kindOf(o any) string {
 		return "VirtualMachineInstance"
 	}
 	return ""
+}
+
+// legacyClaim is what the previous operator gave a claim: a Service of its
+// own, that Service's EndpointSlice and a connection Secret.
+type legacyClaim struct {
+	claim   types.NamespacedName
+	service *corev1.Service
+	secret  *corev1.Secret
+}
+
+// leaveClaimAsThePreviousOperatorDid gives the first claim, Ready, what the
+// operator before the write-budget change made for every claim: a ClusterIP
+// Service named after it with an EndpointSlice at its machine's address, a
+// connection Secret (patched by that operator, so it records no UID), and
+// the status that named both.
+func leaveClaimAsThePreviousOperatorDid(ctx context.Context, t *testing.T, c client.Client) legacyClaim {
+	t.Helper()
+	var claims macvirtv1alpha1.MacClaimList
+	if err := c.List(ctx, &claims); err != nil || len(claims.Items) == 0 {
+		t.Fatalf("listing claims: %v (%d)", err, len(claims.Items))
+	}
+	cl := &claims.Items[0]
+	conn := cl.Status.Connection
+	if conn == nil || conn.Address == "" {
+		t.Fatalf("claim %s has no connection: %+v", cl.Name, cl.Status)
+	}
+	owner := metav1.OwnerReference{APIVersion: macvirtv1alpha1.GroupVersion.String(), Kind: "MacClaim", Name: cl.Name, UID: cl.UID, Controller: ptr.To(true)}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: cl.Name, Namespace: cl.Namespace,
+		Labels: map[string]string{macvirtv1alpha1.LabelClaim: cl.Name}, OwnerReferences: []metav1.OwnerReference{owner}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP,
+			Ports: []corev1.ServicePort{{Name: "ssh", Protocol: corev1.ProtocolTCP, Port: 22, TargetPort: intstr.FromInt32(22)}}}}
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: cl.Name, Namespace: cl.Namespace,
+		Labels: map[string]string{macvirtv1alpha1.LabelClaim: cl.Name, discoveryv1.LabelServiceName: cl.Name,
+			discoveryv1.LabelManagedBy: "macvirt.io"}, OwnerReferences: []metav1.OwnerReference{owner}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("ssh"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](22)}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{conn.Address}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: cl.Name + "-connection", Namespace: cl.Namespace,
+		OwnerReferences: []metav1.OwnerReference{owner}},
+		Data: map[string][]byte{"host": []byte(cl.Name + "." + cl.Namespace + ".svc"), "address": []byte(conn.Address), "port": []byte("22"), "user": []byte("admin")}}
+	for _, o := range []client.Object{svc, slice, secret} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Host, conn.ServiceName, conn.User = cl.Name+"."+cl.Namespace+".svc", cl.Name, ""
+	cl.Status.ConnectionSecretName = secret.Name
+	for _, cond := range []metav1.Condition{
+		{Type: macvirtv1alpha1.ConditionServiceReady, Status: metav1.ConditionTrue, Reason: macvirtv1alpha1.ReasonAsExpected, Message: "routes"},
+		{Type: macvirtv1alpha1.ConditionConnectionSecretReady, Status: metav1.ConditionTrue, Reason: macvirtv1alpha1.ReasonAsExpected, Message: "holds"},
+		{Type: macvirtv1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: macvirtv1alpha1.ReasonAsExpected, Message: "no action needed"},
+	} {
+		meta.SetStatusCondition(&cl.Status.Conditions, cond)
+	}
+	if err := c.Status().Update(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	return legacyClaim{claim: client.ObjectKeyFromObject(cl), service: svc, secret: secret}
+}
+
+// checkLegacyClaimKeptWorking: after the upgrade the claim is reached as it
+// was: its own Service, kept, routing to its machine, under the same host
+// name; its connection Secret holds the connection with its user, replaced
+// once by the new operator (which never patches a Secret) and recorded by
+// UID.
+func checkLegacyClaimKeptWorking(ctx context.Context, t *testing.T, c client.Client, l legacyClaim) {
+	t.Helper()
+	cl := &macvirtv1alpha1.MacClaim{}
+	var why string
+	waitFor(ctx, t, "the claim bound before the upgrade to record its Secret again", func() (bool, string) {
+		if err := c.Get(ctx, l.claim, cl); err != nil {
+			return false, err.Error()
+		}
+		why = fmt.Sprintf("status %+v", cl.Status)
+		return cl.Status.ConnectionSecretUID != "", why
+	})
+	conn := cl.Status.Connection
+	if !meta.IsStatusConditionTrue(cl.Status.Conditions, macvirtv1alpha1.ConditionReady) || conn == nil ||
+		conn.Host != l.service.Name+"."+l.service.Namespace+".svc" || conn.ServiceName != l.service.Name || conn.User != "admin" {
+		t.Errorf("the claim bound before the upgrade: %s; want Ready, reached at its own Service's name as before, with its user", why)
+	}
+	svc := &corev1.Service{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(l.service), svc); err != nil || svc.UID != l.service.UID {
+		t.Errorf("its Service: %v (UID %s, was %s); want it kept", err, svc.UID, l.service.UID)
+	}
+	slice := &discoveryv1.EndpointSlice{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(l.service), slice); err != nil || len(slice.Endpoints) != 1 ||
+		slice.Endpoints[0].Addresses[0] != conn.Address {
+		t.Errorf("its EndpointSlice: %v %+v; want it at %s", err, slice.Endpoints, conn.Address)
+	}
+	secret := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(l.secret), secret); err != nil || secret.UID != cl.Status.ConnectionSecretUID ||
+		string(secret.Data["user"]) != "admin" || string(secret.Data["address"]) != conn.Address ||
+		!strings.Contains(string(secret.Data["host"]), l.service.Name+"."+l.service.Namespace+".svc") {
+		t.Errorf("its Secret: %v %q (UID %s, status %s); want the connection, recorded", err, secret.Data, secret.UID, cl.Status.ConnectionSecretUID)
+	}
+	if cond := meta.FindStatusCondition(cl.Status.Conditions, macvirtv1alpha1.ConditionStalled); cond != nil {
+		t.Errorf("Stalled %+v on a Ready claim; want the padding gone", cond)
+	}
 }

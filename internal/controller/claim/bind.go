@@ -73,11 +73,22 @@ func (r *Reconciler) bind(ctx context.Context, s *claimScope) (bool, error) {
 		}
 		held++
 		key := client.ObjectKeyFromObject(m)
-		if !r.inFlight.reserve(key, r.Clock.Now()) {
+		switch r.inFlight.reserve(key, r.now()) {
+		case alreadyWon:
 			continue
+		case beingBound:
+			// Another worker is binding it this moment, and may lose it
+			// to this very claim's binding by another operator, which
+			// this claim would then adopt: look again in a moment rather
+			// than bind a second machine meanwhile.
+			s.waiting = &base.Problem{Reason: macvirtv1alpha1.ReasonWaitingForMachine, Message: "waiting for a machine"}
+			s.retrySoon = true
+			return true, nil
 		}
 		won, err := r.bindMachine(ctx, s, m.DeepCopy())
-		if !won {
+		if won {
+			r.inFlight.won(key, r.now())
+		} else {
 			r.inFlight.release(key)
 		}
 		if err != nil || won {

@@ -16,28 +16,55 @@ const reservationTTL = 30 * time.Second
 // reservations is an in-process set of machines being bound or just bound.
 type reservations struct {
 	mu    sync.Mutex
-	items map[types.NamespacedName]time.Time
+	items map[types.NamespacedName]reservation
 }
 
-// reserve takes key for one binding attempt; false if another worker holds it.
-func (r *reservations) reserve(key types.NamespacedName, now time.Time) bool {
+type reservation struct {
+	at  time.Time
+	won bool
+}
+
+// A machine's standing for one more binding attempt.
+const (
+	// reserved: the caller holds it now.
+	reserved = iota
+	// beingBound: another worker is writing its binding; whether that
+	// worker gets it is not known yet.
+	beingBound
+	// alreadyWon: a worker of this process bound it; the cache has not
+	// shown it yet.
+	alreadyWon
+)
+
+// reserve takes key for one binding attempt, or says why not.
+func (r *reservations) reserve(key types.NamespacedName, now time.Time) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.items == nil {
-		r.items = map[types.NamespacedName]time.Time{}
+		r.items = map[types.NamespacedName]reservation{}
 	}
-	if at, held := r.items[key]; held && now.Sub(at) < reservationTTL {
-		return false
+	if held, ok := r.items[key]; ok && now.Sub(held.at) < reservationTTL {
+		if held.won {
+			return alreadyWon
+		}
+		return beingBound
 	}
 	if len(r.items) > 1024 {
-		for k, at := range r.items {
-			if now.Sub(at) >= reservationTTL {
+		for k, v := range r.items {
+			if now.Sub(v.at) >= reservationTTL {
 				delete(r.items, k)
 			}
 		}
 	}
-	r.items[key] = now
-	return true
+	r.items[key] = reservation{at: now}
+	return reserved
+}
+
+// won marks key bound by this process.
+func (r *reservations) won(key types.NamespacedName, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.items[key] = reservation{at: now, won: true}
 }
 
 // release gives key back after a lost or failed attempt.

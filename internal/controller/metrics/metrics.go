@@ -170,11 +170,13 @@ var StopFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Graceful stops of MacMachines that failed and wait for a human (Stalled reason StopFailed), by machine namespace.",
 }, []string{"machine_namespace"})
 
-// OrphansDeleted counts machines deleted because a claim held two; the
-// binding protocol keeps it at zero, so any rise is a defect to report.
+// OrphansDeleted counts machines deleted because a claim held two: only
+// two operators at once whose caches disagree about which machines are
+// idle (a leader hand-over) can bind a second, so a rise outside one is a
+// defect to report.
 var OrphansDeleted = prometheus.NewCounter(prometheus.CounterOpts{
 	Name: "macvirt_claim_orphans_deleted_total",
-	Help: "Machines deleted because a claim was bound to two at once (expected to stay 0).",
+	Help: "Machines deleted because a claim was bound to two at once (0 but for two operators at once with caches that disagree).",
 })
 
 // ForgetPool drops a deleted pool's series, which would otherwise report
