@@ -15,7 +15,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -213,30 +215,137 @@ func (c *waitCmd) run(ctx context.Context, env *Env, args []string) (int, error)
 	return waitReady(ctx, env, name, c.timeout)
 }
 
-// waitReady polls the claim until it is Ready, printing each new step of
-// its progress; it gives up when the claim is Stalled (a human must act),
-// Lost or gone, or after timeout.
+// waitReady follows the claim by a watch until it is Ready, printing each
+// new step of its progress; it gives up when the claim is Stalled (a human
+// must act), Lost or gone, or after timeout. A watch that ends is watched
+// again from the last version seen; one whose version is too old (410 Gone)
+// starts over with a fresh list.
 func waitReady(ctx context.Context, env *Env, name string, timeout time.Duration) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	start, last := env.now(), ""
+	w := &claimWaiter{env: env, name: name, start: env.now()}
+	code, done, err := w.wait(ctx)
+	if done || ctx.Err() == nil {
+		return code, err
+	}
+	return 1, fmt.Errorf("macclaim %s/%s is not Ready after %s: %s", env.Namespace, name, timeout, w.last)
+}
+
+// claimWaiter is the state of one waitReady.
+type claimWaiter struct {
+	env   *Env
+	name  string
+	start time.Time
+	// last is the step printed last.
+	last string
+}
+
+// errRelist says the watch's version is too old: list again.
+var errRelist = errors.New("relist")
+
+// wait lists and watches until the claim settles (done: Ready, Stalled,
+// Lost or gone) or an error ends waiting.
+func (w *claimWaiter) wait(ctx context.Context) (code int, done bool, err error) {
+	rv := ""
 	for {
-		c := &macvirtv1alpha1.MacClaim{}
-		err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: name}, c)
+		if rv == "" {
+			code, done, listed, err := w.list(ctx)
+			if done || err != nil {
+				return code, done, err
+			}
+			rv = listed
+		}
+		code, done, next, err := w.watch(ctx, rv)
 		switch {
-		case apierrors.IsNotFound(err):
-			return 1, fmt.Errorf("macclaim %s/%s does not exist", env.Namespace, name)
-		case err != nil && ctx.Err() == nil:
-			return 1, err
-		case err == nil:
-			if code, done, err := claimSettled(env, c, start, &last); done {
-				return code, err
+		case errors.Is(err, errRelist):
+			rv = ""
+			continue
+		case done || err != nil:
+			return code, done, err
+		case next == rv:
+			// The watch ended with nothing, not even a bookmark: pause before
+			// watching again, so a server that ends watches at once is not
+			// hammered.
+			select {
+			case <-ctx.Done():
+				return 1, false, ctx.Err()
+			case <-time.After(w.env.pollInterval()):
 			}
 		}
+		if next != "" {
+			rv = next
+		}
+	}
+}
+
+// selector picks the one claim from the namespace's.
+func (w *claimWaiter) selector(raw *metav1.ListOptions) *client.ListOptions {
+	return &client.ListOptions{Namespace: w.env.Namespace, FieldSelector: fields.OneTermEqualSelector("metadata.name", w.name), Raw: raw}
+}
+
+// list reads the claim and the version to watch from.
+func (w *claimWaiter) list(ctx context.Context) (code int, done bool, rv string, err error) {
+	list := &macvirtv1alpha1.MacClaimList{}
+	if err := w.env.Client.List(ctx, list, w.selector(nil)); err != nil {
+		return 1, false, "", err
+	}
+	for i := range list.Items {
+		if c := &list.Items[i]; c.Name == w.name {
+			if code, done, err := claimSettled(w.env, c, w.start, &w.last); done {
+				return code, true, "", err
+			}
+			return 0, false, list.ResourceVersion, nil
+		}
+	}
+	return 1, true, "", fmt.Errorf("macclaim %s/%s does not exist", w.env.Namespace, w.name)
+}
+
+// watch follows the claim from version rv until the watch ends, and says
+// the last version it saw (rv when none).
+func (w *claimWaiter) watch(ctx context.Context, rv string) (code int, done bool, last string, err error) {
+	last = rv
+	wi, err := w.env.Client.Watch(ctx, &macvirtv1alpha1.MacClaimList{},
+		w.selector(&metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}))
+	switch {
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+		return 0, false, last, errRelist
+	case err != nil:
+		return 1, false, last, err
+	}
+	defer wi.Stop()
+	for {
+		var ev watch.Event
+		var open bool
 		select {
 		case <-ctx.Done():
-			return 1, fmt.Errorf("macclaim %s/%s is not Ready after %s: %s", env.Namespace, name, timeout, last)
-		case <-time.After(env.pollInterval()):
+			return 1, false, last, ctx.Err()
+		case ev, open = <-wi.ResultChan():
+		}
+		if !open {
+			return 0, false, last, nil
+		}
+		if ev.Type == watch.Error {
+			err := apierrors.FromObject(ev.Object)
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				return 0, false, last, errRelist
+			}
+			return 1, false, last, fmt.Errorf("watching macclaim %s/%s: %w", w.env.Namespace, w.name, err)
+		}
+		c, ok := ev.Object.(*macvirtv1alpha1.MacClaim)
+		if !ok {
+			return 1, false, last, fmt.Errorf("watching macclaim %s/%s: a %s event of a %T", w.env.Namespace, w.name, ev.Type, ev.Object)
+		}
+		if c.ResourceVersion != "" {
+			last = c.ResourceVersion
+		}
+		if ev.Type == watch.Bookmark || c.Name != w.name || c.Namespace != w.env.Namespace {
+			continue
+		}
+		if ev.Type == watch.Deleted {
+			return 1, true, last, fmt.Errorf("macclaim %s/%s was deleted", w.env.Namespace, w.name)
+		}
+		if code, done, err := claimSettled(w.env, c, w.start, &w.last); done {
+			return code, true, last, err
 		}
 	}
 }

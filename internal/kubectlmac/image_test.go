@@ -37,7 +37,7 @@ import (
 )
 
 // imageEnv is an Env over a fake cluster holding objs, in namespace dev.
-func imageEnv(t *testing.T, c client.Client) (*Env, *bytes.Buffer) {
+func imageEnv(t *testing.T, c client.WithWatch) (*Env, *bytes.Buffer) {
 	t.Helper()
 	var out bytes.Buffer
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)

@@ -1,7 +1,9 @@
 // Package kubectlmac is the kubectl mac plugin: a tenant's commands for
 // claiming, reaching and releasing a Mac, with the tenant's own kubeconfig
-// and RBAC (MacClaims and the claim's connection Secret in one namespace),
-// and a cluster admin's for capturing a Mac as a golden image (MacImages).
+// and RBAC (MacClaims in one namespace: everything ssh needs is in the
+// claim's status, and a connection Secret is written only for a claim that
+// asks for one), and a cluster admin's for capturing a Mac as a golden
+// image (MacImages).
 package kubectlmac
 
 import (
@@ -10,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -32,14 +35,19 @@ type Streams struct {
 // Env is what a command runs against: the API server as the user, the
 // namespace, and the user's home (for ~/.ssh). Tests build one directly.
 type Env struct {
-	Client    client.Client
+	// Client reads, writes and watches (wait follows a claim by a watch).
+	Client    client.WithWatch
 	Namespace string
 	Home      string
 	Streams
 	// Now is the clock for ages; time.Now when nil.
 	Now func() time.Time
-	// PollInterval is how often wait looks at a claim; 1 s when zero.
+	// PollInterval is how often release --wait and image --wait look, and
+	// how long wait pauses before it watches again after a watch that ended
+	// with nothing; 1 s when zero.
 	PollInterval time.Duration
+	// dial connects ssh; a net.Dialer with the connect timeout when nil.
+	dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // usage is the plugin's help.
@@ -77,7 +85,14 @@ image list shows the cluster's images (MacImages).
 
 ssh connects with your own key (ssh-agent, or ~/.ssh/id_ed25519, id_ecdsa,
 id_rsa, or -i) as the claim's user, and accepts only a host key that the
-claim's connection Secret lists (strict host key checking).
+claim's status lists (strict host key checking). Both are in the claim's
+status.connection, so ssh needs rights on MacClaims only, no Secrets. When
+the claim's in-cluster name does not resolve yet, ssh connects to its
+address instead. A connection Secret is written only for a claim that sets
+spec.writeConnectionSecretToRef, for tools that want one.
+
+wait, and claim --wait, watch the claim until it is Ready and print each
+step on the way.
 `
 
 // Main runs the plugin with args (without the program name) and returns
@@ -178,8 +193,8 @@ func (g *globals) env(streams Streams) (*Env, error) {
 	return &Env{Client: c, Namespace: ns, Home: home, Streams: streams}, nil
 }
 
-// NewClient is a client for what the plugin reads and writes.
-func NewClient(cfg *rest.Config) (client.Client, error) {
+// NewClient is a client for what the plugin reads, writes and watches.
+func NewClient(cfg *rest.Config) (client.WithWatch, error) {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		return nil, err
@@ -189,7 +204,7 @@ func NewClient(cfg *rest.Config) (client.Client, error) {
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "kubectl-mac"
-	return client.New(cfg, client.Options{Scheme: s})
+	return client.NewWithWatch(cfg, client.Options{Scheme: s})
 }
 
 // interspersed moves flags after positional arguments to the front, so that
@@ -237,6 +252,15 @@ func (e *Env) now() time.Time {
 		return e.Now()
 	}
 	return time.Now()
+}
+
+// dialer is how ssh connects, giving up after timeout.
+func (e *Env) dialer(timeout time.Duration) func(ctx context.Context, network, address string) (net.Conn, error) {
+	if e.dial != nil {
+		return e.dial
+	}
+	d := &net.Dialer{Timeout: timeout}
+	return d.DialContext
 }
 
 func (e *Env) pollInterval() time.Duration {

@@ -7,11 +7,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -51,19 +49,12 @@ func TestSSHWarnsOnStderrThatTheHostIsDraining(t *testing.T) {
 	if err := macvirtv1alpha1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	if err := corev1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
 	c := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team", UID: "claim-uid"}}
-	c.Status.Connection = &macvirtv1alpha1.ClaimConnection{Address: "10.244.1.2", SSHPort: 22}
-	c.Status.ConnectionSecretName = "build-connection"
+	c.Status.Connection = &macvirtv1alpha1.ClaimConnection{Address: "10.244.1.2", SSHPort: 22, User: "admin", HostKeys: []string{testHostKeyLine}}
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionHostDraining, Status: metav1.ConditionTrue,
 		Reason: macvirtv1alpha1.ReasonDrainStop, Message: "machine pools/m: node mac-1 is being drained and drainGracePeriod (1h0m0s) is over"})
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "build-connection", Namespace: "team",
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "macvirt.io/v1alpha1", Kind: "MacClaim", Name: "build", UID: "claim-uid", Controller: ptr.To(true)}}},
-		Data: map[string][]byte{"user": []byte("admin"), "known_hosts": []byte("10.244.1.2 " + testHostKeyLine + "\n")}}
 	var out, errs bytes.Buffer
-	env := &Env{Client: fake.NewClientBuilder().WithScheme(s).WithObjects(c, secret).Build(), Namespace: "team", Streams: Streams{Out: &out, Err: &errs}}
+	env := &Env{Client: fake.NewClientBuilder().WithScheme(s).WithObjects(c).Build(), Namespace: "team", Streams: Streams{Out: &out, Err: &errs}}
 	if _, err := connection(context.Background(), env, "build"); err != nil {
 		t.Fatal(err)
 	}

@@ -93,11 +93,11 @@ func newKey(t *testing.T) ssh.Signer {
 func TestHostKeysAreCheckedStrictly(t *testing.T) {
 	mac, other := newKey(t), newKey(t)
 	line := func(s ssh.Signer) string {
-		return "build.team.svc,10.244.1.2 " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(s.PublicKey()))) + "\n"
+		return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(s.PublicKey())))
 	}
-	keys, err := parseKnownHosts([]byte(line(mac)))
+	keys, err := parseHostKeys([]string{line(mac)})
 	if err != nil || len(keys) != 1 {
-		t.Fatalf("parseKnownHosts: %v, %d keys", err, len(keys))
+		t.Fatalf("parseHostKeys: %v, %d keys", err, len(keys))
 	}
 	if err := keys.check("192.0.2.4:31022", nil, mac.PublicKey()); err != nil {
 		t.Errorf("the Mac's own key, reached by a node's address: %v", err)
@@ -105,14 +105,23 @@ func TestHostKeysAreCheckedStrictly(t *testing.T) {
 	if err := keys.check("192.0.2.4:31022", nil, other.PublicKey()); err == nil || !strings.Contains(err.Error(), "host key verification failed") {
 		t.Errorf("another key: %v", err)
 	}
-	if _, err := parseKnownHosts([]byte("build.team.svc not-a-key\n")); err == nil {
-		t.Error("a malformed known_hosts parses")
+	if keys, err := parseHostKeys([]string{line(mac) + " root@mac", line(other)}); err != nil || len(keys) != 2 {
+		t.Errorf("two keys, one with a comment: %v, %d keys", err, len(keys))
 	}
-	if keys, err := parseKnownHosts(nil); err != nil || len(keys) != 0 {
-		t.Errorf("an empty known_hosts: %v, %d keys", err, len(keys))
+	if _, err := parseHostKeys([]string{"not-a-key"}); err == nil {
+		t.Error("a malformed host key parses")
 	}
-	if _, err := parseKnownHosts([]byte("@cert-authority " + line(other))); err == nil || !strings.Contains(err.Error(), "@cert-authority") {
-		t.Errorf("a marked line: %v, want it refused", err)
+	if _, err := parseHostKeys([]string{"build.team.svc " + line(mac)}); err == nil {
+		t.Error("a known_hosts line (a host name before the key) is taken for a plain host key")
+	}
+	if keys, err := parseHostKeys(nil); err != nil || len(keys) != 0 {
+		t.Errorf("no host keys: %v, %d keys", err, len(keys))
+	}
+	if _, err := parseHostKeys([]string{"cert-authority " + line(other)}); err == nil || !strings.Contains(err.Error(), "cert-authority") {
+		t.Errorf("a key with options: %v, want it refused", err)
+	}
+	if _, err := parseHostKeys([]string{line(mac) + "\n" + line(other)}); err == nil {
+		t.Error("two keys in one entry parse")
 	}
 	if got := keys.algorithms(); !reflect.DeepEqual(got, []string{ssh.KeyAlgoED25519}) {
 		t.Errorf("algorithms = %q, want the listed key's only", got)

@@ -18,9 +18,6 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 	"golang.org/x/term"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -68,8 +65,16 @@ func (c *sshCmd) run(ctx context.Context, env *Env, args []string) (int, error) 
 	defer closeAuth()
 	cfg := &ssh.ClientConfig{User: conn.user, Auth: auth, HostKeyCallback: conn.hostKeys.check,
 		HostKeyAlgorithms: conn.hostKeys.algorithms(), Timeout: c.timeout}
-	d := net.Dialer{Timeout: c.timeout}
-	raw, err := d.DialContext(ctx, "tcp", target)
+	dial := env.dialer(c.timeout)
+	raw, err := dial(ctx, "tcp", target)
+	if fallback := addressFallback(conn.claim, c.address, target, err); fallback != "" && ctx.Err() == nil {
+		// A ClusterIP claim's name resolves a moment after it is Ready; its
+		// address is the same Mac, and the host key check is the same.
+		_, _ = fmt.Fprintf(env.Err, "kubectl mac: %s does not resolve (yet); connecting to macclaim %s/%s's address %s instead\n",
+			conn.claim.Status.Connection.Host, env.Namespace, name, fallback)
+		target = fallback
+		raw, err = dial(ctx, "tcp", target)
+	}
 	if err != nil {
 		return 255, fmt.Errorf("connecting to %s for macclaim %s/%s: %w", target, env.Namespace, name, err)
 	}
@@ -140,43 +145,39 @@ func exitCode(err error) (int, error) {
 	return 255, err
 }
 
-// claimConnection is what the claim and its Secret say about reaching it.
+// claimConnection is what the claim's status says about reaching it.
 type claimConnection struct {
 	claim    *macvirtv1alpha1.MacClaim
 	user     string
 	hostKeys hostKeys
 }
 
-// connection reads the claim and its connection Secret.
+// defaultUser is the account a claim written by an operator from before
+// status.connection.user logs in as.
+const defaultUser = "admin"
+
+// connection reads the claim: its status.connection has the address, the
+// user and the host keys. No Secret is read: a tenant needs rights on
+// MacClaims only.
 func connection(ctx context.Context, env *Env, name string) (*claimConnection, error) {
 	c := &macvirtv1alpha1.MacClaim{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: name}, c); err != nil {
 		return nil, err
 	}
-	if cond := meta.FindStatusCondition(c.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady); c.Status.ConnectionSecretName == "" &&
-		cond != nil && cond.Status == metav1.ConditionFalse {
-		return nil, fmt.Errorf("macclaim %s/%s has no connection Secret (%s): %s", c.Namespace, c.Name, cond.Reason, cond.Message)
-	}
-	if c.Status.Connection == nil || c.Status.ConnectionSecretName == "" {
+	conn := c.Status.Connection
+	if conn == nil {
 		return nil, fmt.Errorf("macclaim %s/%s has no connection yet (phase %s): kubectl mac wait %s", c.Namespace, c.Name, orNone(string(c.Status.Phase)), c.Name)
 	}
-	secret := &corev1.Secret{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Status.ConnectionSecretName}, secret); err != nil {
-		return nil, fmt.Errorf("reading the claim's connection Secret: %w", err)
-	}
-	if !metav1.IsControlledBy(secret, c) {
-		return nil, fmt.Errorf("the connection Secret %s/%s is not the claim's (it is not controlled by macclaim %s): refusing its host keys", c.Namespace, secret.Name, c.Name)
-	}
-	keys, err := parseKnownHosts(secret.Data["known_hosts"])
+	keys, err := parseHostKeys(conn.HostKeys)
 	if err != nil {
-		return nil, fmt.Errorf("the connection Secret %s/%s: known_hosts: %w", c.Namespace, secret.Name, err)
+		return nil, fmt.Errorf("macclaim %s/%s: status.connection.hostKeys: %w", c.Namespace, c.Name, err)
 	}
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("macclaim %s/%s: its Mac has not reported its host keys yet, so it cannot be checked: kubectl mac wait %s", c.Namespace, c.Name, c.Name)
 	}
-	user := string(secret.Data["user"])
+	user := conn.User
 	if user == "" {
-		return nil, fmt.Errorf("the connection Secret %s/%s has no user", c.Namespace, secret.Name)
+		user = defaultUser
 	}
 	if note := drainNote(c); note != "" {
 		_, _ = fmt.Fprintf(env.Err, "kubectl mac: macclaim %s/%s: %s\n", c.Namespace, c.Name, note)
@@ -186,7 +187,8 @@ func connection(ctx context.Context, env *Env, name string) (*claimConnection, e
 
 // sshTarget is host:port to connect to: override when given; else the
 // external address (NodePort or LoadBalancer), which works from outside the
-// cluster; else the claim's Service name, which works inside it.
+// cluster; else the claim's DNS name (status.connection.host), which works
+// inside it; else its address.
 func sshTarget(c *macvirtv1alpha1.MacClaim, override string) (string, error) {
 	if override != "" {
 		if _, _, err := net.SplitHostPort(override); err != nil {
@@ -215,23 +217,47 @@ func sshTarget(c *macvirtv1alpha1.MacClaim, override string) (string, error) {
 	return net.JoinHostPort(host, strconv.Itoa(int(port))), nil
 }
 
-// hostKeys are the host keys a claim's Secret lists.
+// addressFallback is where to connect when dialing target failed with err:
+// the claim's address, at the same port, when target was the claim's DNS
+// name (not --address, not the external address) and the name did not
+// resolve; "" otherwise.
+func addressFallback(c *macvirtv1alpha1.MacClaim, override, target string, err error) string {
+	var dnsErr *net.DNSError
+	if err == nil || override != "" || !errors.As(err, &dnsErr) {
+		return ""
+	}
+	conn := c.Status.Connection
+	if conn == nil || conn.Host == "" || conn.Address == "" || conn.Address == conn.Host {
+		return ""
+	}
+	host, port, splitErr := net.SplitHostPort(target)
+	if splitErr != nil || host != conn.Host {
+		return ""
+	}
+	return net.JoinHostPort(conn.Address, port)
+}
+
+// hostKeys are the host keys a claim's status lists.
 type hostKeys []ssh.PublicKey
 
-// parseKnownHosts reads the keys of known_hosts lines. A marked line
-// (@cert-authority, @revoked) is refused: the operator writes none, and
-// neither may be taken for a host key.
-func parseKnownHosts(b []byte) (hostKeys, error) {
+// parseHostKeys reads the keys of status.connection.hostKeys, one
+// "type base64 [comment]" line each, as the guest agent reported them. A
+// line with options (cert-authority, say) is refused: the agent reports
+// none, and no such key may be taken for a host key.
+func parseHostKeys(lines []string) (hostKeys, error) {
 	var keys hostKeys
-	for len(bytes.TrimSpace(b)) > 0 {
-		marker, _, key, _, rest, err := ssh.ParseKnownHosts(b)
+	for i, line := range lines {
+		key, _, options, rest, err := ssh.ParseAuthorizedKey([]byte(line))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("[%d] %q: %w", i, line, err)
 		}
-		if marker != "" {
-			return nil, fmt.Errorf("a line marked @%s: the claim's Secret lists plain host keys only", marker)
+		if len(options) > 0 {
+			return nil, fmt.Errorf("[%d] has options (%s): the claim's status lists plain host keys only", i, strings.Join(options, ","))
 		}
-		keys, b = append(keys, key), rest
+		if len(bytes.TrimSpace(rest)) > 0 {
+			return nil, fmt.Errorf("[%d] holds more than one key", i)
+		}
+		keys = append(keys, key)
 	}
 	return keys, nil
 }
@@ -253,7 +279,7 @@ func (k hostKeys) algorithms() []string {
 }
 
 // check is strict host key checking: the server must present one of the
-// keys the claim's Secret lists, whatever name it was reached by (any node
+// keys the claim's status lists, whatever name it was reached by (any node
 // of a NodePort, a tunnel).
 func (k hostKeys) check(hostname string, _ net.Addr, key ssh.PublicKey) error {
 	for _, want := range k {
