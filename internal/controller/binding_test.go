@@ -167,7 +167,14 @@ var _ = Describe("Binding", func() {
 		claimNS := claimsFor(pool.Name, n)
 		expectOneToOne(claimNS, poolNS, n)
 		Expect(clients[0].updates.Load()+clients[1].updates.Load()).To(BeNumerically(">=", n), "both operators were binding")
-		Expect(clients[0].deletesIn(poolNS)+clients[1].deletesIn(poolNS)).To(BeZero(), "machines deleted (orphans of a double bind)")
+		// The claim's status no longer reserves a machine before its bind:
+		// two operators whose caches disagree could each bind one, and the
+		// one the status does not name would be deleted (burnt). Both try
+		// the same machine first, and a worker waits for a machine another
+		// is binding, so none is.
+		burnt := clients[0].deletesIn(poolNS) + clients[1].deletesIn(poolNS)
+		AddReportEntry("machines burnt by two operators at once (target 0)", burnt)
+		Expect(burnt).To(BeZero(), "machines deleted (orphans of a double bind)")
 		Expect(warningsIn(claimNS, "OrphanDeleted")).To(BeEmpty())
 
 		By("never exceeding maxMachines while both operators fill a pool with a stale view")
