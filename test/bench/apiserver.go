@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -83,4 +85,32 @@ func sampleServer(ctx context.Context, cfg *rest.Config) (serverLoad, error) {
 		}
 	}
 	return l, nil
+}
+
+// waitIdle waits until the API server is idle: its mutating requests
+// (apiserver_request_total) unchanged over quiet. After timeout it says so
+// on stderr and goes on: a writer that never stops would be counted in
+// what follows, and the figures would show it.
+func waitIdle(ctx context.Context, cfg *rest.Config, quiet, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	prev, err := sampleServer(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	for {
+		time.Sleep(quiet)
+		cur, err := sampleServer(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		if cur.mutating == prev.mutating {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(os.Stderr, "bench: the API server still served %.0f writes in the last %s after %s; measuring anyway: %s\n",
+				cur.mutating-prev.mutating, quiet, timeout, breakdown(cur.minus(prev).byResource, 1))
+			return nil
+		}
+		prev = cur
+	}
 }

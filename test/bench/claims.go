@@ -2,21 +2,26 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/operator"
@@ -26,18 +31,32 @@ import (
 // maxPoolIdle is the most idle machines a MacPool may ask for.
 const maxPoolIdle = 1000
 
-// benchClaims binds n claims over n Ready idle machines with the claim
-// controller alone and measures each claim from its create call to the
-// first watch event showing it bound.
-func benchClaims(ctx context.Context, cfg *rest.Config, c client.Client, n int) (result, error) {
+// The namespaces of the macvirt side: the pools' machines, and the claims.
+const poolNS, claimNS = "bench-pool", "bench-claims"
+
+// warmPool is n Ready idle machines, each with its NetworkPolicy as the
+// machine controller made it while unbound, in pools of at most
+// maxPoolIdle.
+type warmPool struct {
+	pools []*macvirtv1alpha1.MacPool
+}
+
+// claim is claim i of the pools, spread over them.
+func (w warmPool) claim(i int) client.Object {
+	return &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c-%d", i), Namespace: claimNS},
+		Spec: macvirtv1alpha1.MacClaimSpec{PoolName: w.pools[i%len(w.pools)].Name}}
+}
+
+// makeWarmPool creates the class, the namespaces, the pools and n Ready
+// idle machines with their NetworkPolicies.
+func makeWarmPool(ctx context.Context, c client.Client, n int) (warmPool, error) {
 	class, err := benchClass(ctx, c)
 	if err != nil {
-		return result{}, err
+		return warmPool{}, err
 	}
-	poolNS, claimNS := "bench-pool", "bench-claims"
 	for _, ns := range []string{poolNS, claimNS} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return result{}, err
+			return warmPool{}, err
 		}
 	}
 	// A pool holds at most maxPoolIdle idle machines (the CRD's limit):
@@ -48,54 +67,128 @@ func benchClaims(ctx context.Context, cfg *rest.Config, c client.Client, n int) 
 		pools[k] = &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%d", k)},
 			Spec: macvirtv1alpha1.MacPoolSpec{ClassName: class.Name, Namespace: poolNS, Idle: &size, MaxMachines: &size, Paused: true}}
 		if err := c.Create(ctx, pools[k]); err != nil {
-			return result{}, err
+			return warmPool{}, err
 		}
 	}
 	if err := parallel(n, func(i int) error {
 		return readyMachine(ctx, c, class, pools[i/maxPoolIdle], i)
 	}); err != nil {
-		return result{}, err
+		return warmPool{}, err
 	}
+	return warmPool{pools: pools}, nil
+}
 
-	writes := &writeCounter{}
-	op, err := operator.New(ctx, cfg, operator.Options{NameSuffix: fmt.Sprintf("-%d", n), Controllers: []operator.Controller{operator.ClaimController}, ClaimWorkers: benchWorkers,
-		WrapClient: func(inner client.Client) client.Client { return &countingClient{Client: inner, writes: writes} }})
-	if err != nil {
-		return result{}, err
-	}
-	stop, err := startOperator(ctx, op)
-	if err != nil {
-		return result{}, err
-	}
-	defer stop()
-	r, err := measure(ctx, cfg, n, "macvirt", &macvirtv1alpha1.MacClaimList{}, claimNS,
-		func(i int) client.Object {
-			return &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c-%d", i), Namespace: claimNS},
-				Spec: macvirtv1alpha1.MacClaimSpec{PoolName: pools[i%len(pools)].Name}}
-		},
-		func(o runtime.Object) (string, bool, bool) {
+// claimWatches are the macvirt side's watches: machines, bound when their
+// spec.claimRef names a claim (the binding itself), and claims, ready when
+// their Ready condition is True (the whole readiness criterion: Bound,
+// the machine Ready at its address, its NetworkPolicy letting the claim's
+// namespace in, recorded in one status write).
+func claimWatches() []watchSpec {
+	return []watchSpec{
+		{list: &macvirtv1alpha1.MacMachineList{}, ns: poolNS, stages: func(o runtime.Object) (string, bool, bool) {
+			m, ok := o.(*macvirtv1alpha1.MacMachine)
+			if !ok || m.Spec.ClaimRef == nil || m.Spec.ClaimRef.Namespace != claimNS {
+				return "", false, false
+			}
+			return m.Spec.ClaimRef.Name, true, false
+		}},
+		{list: &macvirtv1alpha1.MacClaimList{}, ns: claimNS, stages: func(o runtime.Object) (string, bool, bool) {
 			cl, ok := o.(*macvirtv1alpha1.MacClaim)
 			if !ok {
 				return "", false, false
 			}
-			// A claim whose status names a machine may only have reserved
-			// it; bound is when the machine's side is recorded too.
-			bound := cl.Status.MachineRef != nil && meta.IsStatusConditionTrue(cl.Status.Conditions, macvirtv1alpha1.ConditionBound)
-			// Ready for its tenant: the machine answers at its address, the
-			// Service routes to it and the connection Secret is written.
-			ready := bound && meta.IsStatusConditionTrue(cl.Status.Conditions, macvirtv1alpha1.ConditionReady) &&
-				meta.IsStatusConditionTrue(cl.Status.Conditions, macvirtv1alpha1.ConditionServiceReady) &&
-				meta.IsStatusConditionTrue(cl.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady)
-			return cl.GetName(), bound, ready
-		}, c, writes)
-	r.toBound = writes.toBound(n)
+			return cl.Name, false, meta.IsStatusConditionTrue(cl.Status.Conditions, macvirtv1alpha1.ConditionReady)
+		}},
+	}
+}
+
+// benchClaims binds n claims over n Ready idle machines with the claim and
+// exposure controllers in the operator's process, and measures each claim
+// from its create call to the first watch event showing its machine bound
+// to it, and to the first showing it Ready.
+func benchClaims(ctx context.Context, env *envtest.Environment, c client.Client, n int, label string) (result, error) {
+	pool, err := makeWarmPool(ctx, c, n)
+	if err != nil {
+		return result{}, err
+	}
+	op, err := startOperatorProcess(env)
+	if err != nil {
+		return result{}, err
+	}
+	defer op.stop()
+	r, err := measure(ctx, env.Config, c, side{label: label, n: n, build: pool.claim, watches: claimWatches(), binder: op})
+	if err != nil {
+		return r, err
+	}
+	r.bytes, err = sizeOf(ctx, c, macvirtv1alpha1.GroupVersion.WithKind("MacClaim"), types.NamespacedName{Namespace: claimNS, Name: "c-0"})
 	return r, err
 }
 
-// measure creates n objects at once and times each until stages says it
-// is bound, and until it says it is ready for its user (for a PVC, bound).
-func measure(ctx context.Context, cfg *rest.Config, n int, side string, list client.ObjectList, ns string,
-	build func(int) client.Object, stages func(runtime.Object) (name string, bound, ready bool), c client.Client, writes *writeCounter) (result, error) {
+// side is what measure needs of one side of a run.
+type side struct {
+	// label names the side's profiles: <n>-<side>-run<k>.
+	label string
+	n     int
+	// build is object i, the one created i-th.
+	build   func(int) client.Object
+	watches []watchSpec
+	// binder is the process that binds; its CPU is read over the window.
+	binder binder
+	// oneAtATime creates each object once the one before is ready and the
+	// API server is quiet again (the single-claim latency).
+	oneAtATime bool
+}
+
+// binder is the process binding a side's objects.
+type binder interface {
+	pid() int
+	// begin and end bracket the window inside the process, where it
+	// counts (the operator); end says what it counted, nil for none.
+	begin(label string) error
+	end() (*opReport, error)
+}
+
+// watchSpec is one watch of a side: the objects of list in ns, and what
+// each event of one says of the object measured it is about (its name, ""
+// for none): bound, and ready for its user.
+type watchSpec struct {
+	list   client.ObjectList
+	ns     string
+	stages func(runtime.Object) (name string, bound, ready bool)
+}
+
+// result is one side's measurements in one run.
+type result struct {
+	n int
+	// bound and ready are each object's time from its create call to the
+	// first watch event showing it bound (a machine's claimRef naming the
+	// claim; a PVC Bound) and ready for its user (a claim Ready; a PVC
+	// bound); boundElapsed and readyElapsed from the first create to the
+	// last of them.
+	bound, ready               []time.Duration
+	boundElapsed, readyElapsed time.Duration
+	// created is how long the n create calls took; no binder can finish
+	// sooner, so it bounds binds per second from above.
+	created time.Duration
+	// server is the API server's load from the first create until settle
+	// after the last one ready, the bench's own creates included.
+	server serverLoad
+	// binderCPU is the binder's process CPU seconds (user and system) over
+	// the same window, benchCPU this process's (creates and watches).
+	binderCPU, benchCPU float64
+	// op is the operator's count of its writes over the window; nil for
+	// the PV binder.
+	op *opReport
+	// bytes is the size of one object at the end: a Ready claim, a bound
+	// PVC.
+	bytes objectSize
+}
+
+// measure creates s.n objects, all at once or one at a time, and times
+// each until the watches see it bound and ready. Before the first create,
+// the API server is idle.
+func measure(ctx context.Context, cfg *rest.Config, c client.Client, s side) (result, error) {
+	n := s.n
 	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: c.Scheme()})
 	if err != nil {
 		return result{}, err
@@ -103,73 +196,119 @@ func measure(ctx context.Context, cfg *rest.Config, n int, side string, list cli
 	var mu sync.Mutex
 	started := map[string]time.Time{}
 	bound, ready := map[string]time.Time{}, map[string]time.Time{}
-	all := make(chan struct{})
-	record := func(o runtime.Object) {
-		name, isBound, isReady := stages(o)
+	all, done := make(chan struct{}), false
+	readied := make(chan string, n)
+	record := func(name string, isBound, isReady bool) {
+		if name == "" {
+			return
+		}
+		now := time.Now()
 		mu.Lock()
 		defer mu.Unlock()
 		if _, seen := bound[name]; isBound && !seen && len(bound) < n {
-			bound[name] = time.Now()
+			bound[name] = now
 		}
 		if _, seen := ready[name]; isReady && !seen && len(ready) < n {
-			ready[name] = time.Now()
-			if len(ready) == n {
-				close(all)
-			}
+			ready[name] = now
+			readied <- name
+		}
+		if len(bound) == n && len(ready) == n && !done {
+			done = true
+			close(all)
 		}
 	}
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	first, err := wc.Watch(wctx, list, client.InNamespace(ns))
-	if err != nil {
+	for _, w := range s.watches {
+		first, err := wc.Watch(wctx, w.list, client.InNamespace(w.ns))
+		if err != nil {
+			return result{}, err
+		}
+		// A watch the API server closes (a slow reader under load) is
+		// replaced after a relist, so no binding goes unseen.
+		go followWatch(wctx, wc, first, w.list, w.ns, func(o runtime.Object) { record(w.stages(o)) })
+	}
+	if err := waitIdle(ctx, cfg, time.Second, time.Minute); err != nil {
 		return result{}, err
 	}
-	// A watch the API server closes (a slow reader under load) is replaced
-	// after a relist, so no binding goes unseen.
-	go followWatch(wctx, wc, first, list, ns, record)
-	writes.reset()
+	if err := s.binder.begin(s.label); err != nil {
+		return result{}, err
+	}
 	before, err := sampleServer(ctx, cfg)
 	if err != nil {
 		return result{}, err
 	}
-	stopProfiles, err := startProfiles(ctx, cfg, fmt.Sprintf("%d-%s", n, side))
+	stopProfiles, err := startProfiles(ctx, cfg, s.label)
 	if err != nil {
 		return result{}, err
 	}
-	cpuBefore := processCPU()
+	binderBefore, err := procCPU(s.binder.pid())
+	if err != nil {
+		stopProfiles()
+		return result{}, err
+	}
+	benchBefore := processCPU()
 	begin := time.Now()
-	if err := parallel(n, func(i int) error {
-		obj := build(i)
+	create := func(i int) error {
+		obj := s.build(i)
 		mu.Lock()
 		started[obj.GetName()] = time.Now()
 		mu.Unlock()
 		return c.Create(ctx, obj)
-	}); err != nil {
+	}
+	timeout := 3 * time.Minute
+	if s.oneAtATime {
+		for i := range n {
+			if err := create(i); err != nil {
+				stopProfiles()
+				return result{}, err
+			}
+			select {
+			case <-readied:
+			case <-time.After(30 * time.Second):
+				stopProfiles()
+				return result{}, fmt.Errorf("claim %d of %d not ready after 30 s", i+1, n)
+			}
+			// A quiet cluster for the next: what follows Ready (the
+			// claim's name published) is done.
+			if err := waitIdle(ctx, cfg, 250*time.Millisecond, 10*time.Second); err != nil {
+				stopProfiles()
+				return result{}, err
+			}
+		}
+	} else if err := parallel(n, create); err != nil {
 		stopProfiles()
 		return result{}, err
 	}
 	created := time.Since(begin)
 	select {
 	case <-all:
-	case <-time.After(2 * time.Minute):
+	case <-time.After(timeout):
 		stopProfiles()
 		mu.Lock()
 		defer mu.Unlock()
-		return result{}, fmt.Errorf("only %d of %d bound and %d ready after 2 minutes", len(bound), len(ready), n)
+		return result{}, fmt.Errorf("after %s, only %d of %d bound and %d ready", timeout, len(bound), n, len(ready))
 	}
-	// Work a binder does after the last claim is ready (events, a last
-	// status) belongs to this side too.
+	// Work a binder does after the last object is ready (events, a last
+	// status, a claim's name published) belongs to this side too.
 	time.Sleep(settle)
 	stopProfiles()
 	after, err := sampleServer(ctx, cfg)
 	if err != nil {
 		return result{}, err
 	}
+	binderAfter, err := procCPU(s.binder.pid())
+	if err != nil {
+		return result{}, err
+	}
+	r := result{n: n, created: created, server: after.minus(before), binderCPU: binderAfter - binderBefore, benchCPU: processCPU() - benchBefore}
+	if r.op, err = s.binder.end(); err != nil {
+		return result{}, err
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	r := result{writes: writes.total.Load(), created: created, server: after.minus(before), processCPU: processCPU() - cpuBefore}
-	r.latencies, r.elapsed = since(started, bound, begin)
-	r.readyLatencies, r.readyElapsed = since(started, ready, begin)
+	r.bound, r.boundElapsed = since(started, bound, begin)
+	r.ready, r.readyElapsed = since(started, ready, begin)
 	return r, nil
 }
 
@@ -188,7 +327,7 @@ func since(started, at map[string]time.Time, begin time.Time) ([]time.Duration, 
 }
 
 // settle is how long a side's server load is still counted after its last
-// bind.
+// object is ready.
 const settle = time.Second
 
 // followWatch feeds every event to record until ctx is done. A watch the
@@ -229,6 +368,32 @@ func followWatch(ctx context.Context, wc client.WithWatch, w watch.Interface, li
 	}
 }
 
+// objectSize is an object's size as JSON, as the API server stores and
+// serves it: in full (managedFields included), and without managedFields.
+type objectSize struct {
+	full, withoutManagedFields int
+}
+
+// sizeOf reads one object as unstructured, so nothing the API server
+// sends is dropped, and measures it.
+func sizeOf(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, key types.NamespacedName) (objectSize, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	if err := c.Get(ctx, key, u); err != nil {
+		return objectSize{}, fmt.Errorf("reading %s %s for its size: %w", gvk.Kind, key, err)
+	}
+	full, err := json.Marshal(u.Object)
+	if err != nil {
+		return objectSize{}, err
+	}
+	unstructured.RemoveNestedField(u.Object, "metadata", "managedFields")
+	bare, err := json.Marshal(u.Object)
+	if err != nil {
+		return objectSize{}, err
+	}
+	return objectSize{full: len(full), withoutManagedFields: len(bare)}, nil
+}
+
 func benchClass(ctx context.Context, c client.Client) (*macvirtv1alpha1.MacClass, error) {
 	ns := "macvirt-images"
 	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
@@ -242,8 +407,10 @@ func benchClass(ctx context.Context, c client.Client) (*macvirtv1alpha1.MacClass
 }
 
 // readyMachine creates pool machine i, controlled by the pool as the pool
-// controller makes them, and marks it Ready at a pod-network address of its
-// own, as the machine controller would once its guest answered.
+// controller makes them, marks it Ready at a pod-network address of its
+// own, as the machine controller would once its guest answered, and
+// creates its NetworkPolicy as the machine controller made it while the
+// machine was unbound (letting nothing in).
 func readyMachine(ctx context.Context, c client.Client, class *macvirtv1alpha1.MacClass, pool *macvirtv1alpha1.MacPool, i int) error {
 	name := fmt.Sprintf("bench-%d", i)
 	m := &macvirtv1alpha1.MacMachine{
@@ -253,6 +420,9 @@ func readyMachine(ctx context.Context, c client.Client, class *macvirtv1alpha1.M
 		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: class.Name, ClassRevision: render.ClassRevision(class)},
 	}
 	if err := c.Create(ctx, m); err != nil {
+		return err
+	}
+	if err := c.Create(ctx, render.NetworkPolicy(class, m, render.Exposure{})); err != nil {
 		return err
 	}
 	m.Status.Phase = macvirtv1alpha1.MachineReady
@@ -302,18 +472,10 @@ func startOperator(ctx context.Context, op *operator.Operator) (stop func(), err
 	return stop, nil
 }
 
-// processCPU is this process's CPU seconds so far.
-func processCPU() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-}
-
-// watchedKinds are the kinds the claim, pool and class controllers watch
-// (their SetupWithManager).
+// watchedKinds are the kinds the claim, exposure, pool and class
+// controllers watch (their SetupWithManager).
 func watchedKinds() []client.Object {
 	return []client.Object{&macvirtv1alpha1.MacClaim{}, &macvirtv1alpha1.MacMachine{}, &macvirtv1alpha1.MacClass{},
-		&macvirtv1alpha1.MacPool{}, &corev1.Namespace{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &cdiv1.DataSource{}}
+		&macvirtv1alpha1.MacPool{}, &corev1.Namespace{}, &corev1.Service{}, &discoveryv1.EndpointSlice{},
+		&networkingv1.NetworkPolicy{}, &cdiv1.DataSource{}}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,9 +90,10 @@ func memoryOf(kubeconfig, ns string) error {
 		return err
 	}
 	heap := heapInUse()
+	rss := procStatus("VmRSS:")
 	fmt.Printf("the operator's process (claim, pool and class controllers) with %d in its cache: resident set %s, peak %s "+
-		"(target under 150 MiB); heap in use %.1f MiB, %.1f MiB of it for the manager and its cache\n",
-		len(list.Items), procStatus("VmRSS:"), procStatus("VmHWM:"), mib(heap), mib(heap-base))
+		"(target under 150 MiB: %s); heap in use %.1f MiB, %.1f MiB of it for the manager and its cache\n",
+		len(list.Items), rss, procStatus("VmHWM:"), underMiB(rss, 150), mib(heap), mib(heap-base))
 	return nil
 }
 
@@ -119,4 +121,14 @@ func procStatus(field string) string {
 		}
 	}
 	return "unknown"
+}
+
+// underMiB says whether a /proc figure ("123456 kB") is under limit MiB.
+func underMiB(figure string, limit float64) string {
+	kb, ok := strings.CutSuffix(figure, " kB")
+	v, err := strconv.ParseFloat(strings.TrimSpace(kb), 64)
+	if !ok || err != nil {
+		return "unknown"
+	}
+	return verdict(v/1024 < limit)
 }

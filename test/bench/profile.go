@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 
@@ -21,10 +20,10 @@ var profileDir string
 // until the side is done (`go tool pprof` merges the files it is given).
 const profileChunk = 2
 
-// startProfiles profiles the API server and this process (the operator's
-// side runs in it) while a side is measured, into profileDir as
-// <label>-apiserver-<k>.pprof and <label>-bench.pprof. stop ends both,
-// after the server's chunk in flight.
+// startProfiles profiles the API server while a side is measured, into
+// profileDir as <label>-apiserver-<k>.pprof; stop ends it, after the
+// chunk in flight. The operator's process profiles itself over the same
+// window, into <label>-operator.pprof (operatorMain).
 func startProfiles(ctx context.Context, cfg *rest.Config, label string) (stop func(), err error) {
 	if profileDir == "" {
 		return func() {}, nil
@@ -32,18 +31,8 @@ func startProfiles(ctx context.Context, cfg *rest.Config, label string) (stop fu
 	if err := os.MkdirAll(profileDir, 0o750); err != nil {
 		return nil, err
 	}
-	own, err := os.Create(filepath.Join(profileDir, label+"-bench.pprof")) //nolint:gosec // the directory -profile-dir names.
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(own); err != nil {
-		_ = own.Close()
-		return nil, err
-	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		pprof.StopCPUProfile()
-		_ = own.Close()
 		return nil, err
 	}
 	var done atomic.Bool
@@ -66,7 +55,5 @@ func startProfiles(ctx context.Context, cfg *rest.Config, label string) (stop fu
 	return func() {
 		done.Store(true)
 		wg.Wait()
-		pprof.StopCPUProfile()
-		_ = own.Close()
 	}, nil
 }

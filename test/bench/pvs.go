@@ -19,8 +19,9 @@ import (
 )
 
 // benchPVs runs kube-controller-manager's PV binder (client limit lifted)
-// and binds n PVCs over n pre-created PVs, timed like the claims.
-func benchPVs(ctx context.Context, env *envtest.Environment, c client.Client, n int, kcmPath string) (result, error) {
+// and binds n PVCs over n pre-created PVs, timed like the claims: from
+// each create call to the first watch event showing it Bound.
+func benchPVs(ctx context.Context, env *envtest.Environment, c client.Client, n int, kcmPath, label string) (result, error) {
 	const ns, class = "bench-pvcs", "bench"
 	mode := storagev1.VolumeBindingImmediate
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -33,11 +34,11 @@ func benchPVs(ctx context.Context, env *envtest.Environment, c client.Client, n 
 	if err := parallel(n+1, func(i int) error { return c.Create(ctx, pv(fmt.Sprintf("pv-%d", i), class)) }); err != nil {
 		return result{}, err
 	}
-	stop, err := startKCM(env, kcmPath)
+	kcm, err := startKCM(env, kcmPath)
 	if err != nil {
 		return result{}, err
 	}
-	defer stop()
+	defer kcm.stop()
 	// One PVC first, so the measurement starts with the binder running.
 	if err := c.Create(ctx, pvc("warmup", ns, class)); err != nil {
 		return result{}, err
@@ -53,14 +54,51 @@ func benchPVs(ctx context.Context, env *envtest.Environment, c client.Client, n 
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return measure(ctx, env.Config, n, "pv", &corev1.PersistentVolumeClaimList{}, ns,
-		func(i int) client.Object { return pvc(fmt.Sprintf("c-%d", i), ns, class) },
-		func(o runtime.Object) (string, bool, bool) {
+	// The binder's volume worker writes each PV's status Available first:
+	// that work is setting up, not binding.
+	if err := waitAvailable(ctx, c, n); err != nil {
+		return result{}, err
+	}
+	r, err := measure(ctx, env.Config, c, side{label: label, n: n, binder: kcm,
+		build: func(i int) client.Object { return pvc(fmt.Sprintf("c-%d", i), ns, class) },
+		watches: []watchSpec{{list: &corev1.PersistentVolumeClaimList{}, ns: ns, stages: func(o runtime.Object) (string, bool, bool) {
 			p, ok := o.(*corev1.PersistentVolumeClaim)
-			bound := ok && p.Name != "warmup" && p.Status.Phase == corev1.ClaimBound
+			if !ok || p.Name == "warmup" {
+				return "", false, false
+			}
 			// A bound PVC is ready for its pod.
-			return p.GetName(), bound, bound
-		}, c, &writeCounter{})
+			bound := p.Status.Phase == corev1.ClaimBound
+			return p.Name, bound, bound
+		}}}})
+	if err != nil {
+		return r, err
+	}
+	r.bytes, err = sizeOf(ctx, c, corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), types.NamespacedName{Namespace: ns, Name: "c-0"})
+	return r, err
+}
+
+// waitAvailable waits until n PVs are Available.
+func waitAvailable(ctx context.Context, c client.Client, n int) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var list corev1.PersistentVolumeList
+		if err := c.List(ctx, &list); err != nil {
+			return err
+		}
+		available := 0
+		for i := range list.Items {
+			if list.Items[i].Status.Phase == corev1.VolumeAvailable {
+				available++
+			}
+		}
+		if available >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d PVs Available after 2 minutes", available, n)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 func pv(name, class string) *corev1.PersistentVolume {
@@ -87,9 +125,19 @@ func pvc(name, ns, class string) *corev1.PersistentVolumeClaim {
 	}
 }
 
+// kcmProcess is kube-controller-manager running the PV binder.
+type kcmProcess struct {
+	cmd  *exec.Cmd
+	stop func()
+}
+
+func (k *kcmProcess) pid() int                { return k.cmd.Process.Pid }
+func (k *kcmProcess) begin(string) error      { return nil }
+func (k *kcmProcess) end() (*opReport, error) { return nil, nil }
+
 // startKCM runs kube-controller-manager with only the PV binder, as an
 // administrator of the envtest API server.
-func startKCM(env *envtest.Environment, path string) (func(), error) {
+func startKCM(env *envtest.Environment, path string) (*kcmProcess, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("%s: %w (run 'make envtest')", path, err)
 	}
@@ -107,17 +155,21 @@ func startKCM(env *envtest.Environment, path string) (func(), error) {
 		cmd.Stdout, cmd.Stderr = logFile, logFile
 	}
 	if err := cmd.Start(); err != nil {
+		cleanup()
 		return nil, err
 	}
-	return func() {
+	return &kcmProcess{cmd: cmd, stop: func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		if logFile != nil {
+			_ = logFile.Close()
+		}
 		if os.Getenv("BENCH_KEEP_LOGS") == "" {
 			cleanup()
 		} else {
 			fmt.Fprintln(os.Stderr, "kube-controller-manager log kept in", dir)
 		}
-	}, nil
+	}}, nil
 }
 
 // adminKubeconfig writes a kubeconfig of a new administrator of the envtest
