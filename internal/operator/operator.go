@@ -212,7 +212,8 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 		}},
 		{ExposureController, func() error {
 			return (&machine.ExposureReconciler{
-				Client:         c,
+				Client:                  c,
+				MaxConcurrentReconciles: workers,
 				Classes:        classhistory.Resolver{Classes: c, Snapshots: d.snapshots, Namespace: namespace},
 				ControllerName: "macmachine-exposure" + opts.NameSuffix,
 			}).SetupWithManager(mgr)

@@ -162,8 +162,17 @@ func (r *Reconciler) ensureNamespaceService(ctx context.Context, s *claimScope) 
 	want := desiredNamespaceService(s.claim.Namespace)
 	have := &corev1.Service{}
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), have)
+	if apierrors.IsNotFound(err) && r.namespaceServices.recent(want.Namespace, r.now()) {
+		// Made (or found) by this process a moment ago; the cache has not
+		// shown it yet. Claims of one namespace turning Ready together
+		// would otherwise each try to create it.
+		return true, nil
+	}
 	if apierrors.IsNotFound(err) {
 		err = r.Create(ctx, want)
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			r.namespaceServices.saw(want.Namespace, r.now())
+		}
 		switch {
 		case err == nil:
 			ctrl.LoggerFrom(ctx).Info("created the namespace's Service for its Macs' names", "service", want.Name)

@@ -36,6 +36,10 @@ type Reconciler struct {
 	// until the claims' status records them.
 	assumed assumed
 
+	// namespaceServices holds the namespaces whose headless Service this
+	// process has just made, until the cache shows it.
+	namespaceServices seenRecently
+
 	// inFlight holds machines a worker of this operator is binding or has
 	// just bound, until the cache shows their claimRef. Workers skip them, so
 	// they neither race each other nor retry a machine the cache still shows

@@ -198,3 +198,32 @@ func (a *assumed) forget(claim types.UID) {
 	defer a.mu.Unlock()
 	delete(a.items, claim)
 }
+
+// seenRecently remembers, for reservationTTL, names this process has just
+// written and its cache may not show yet.
+type seenRecently struct {
+	mu    sync.Mutex
+	items map[string]time.Time
+}
+
+// saw records name at now.
+func (l *seenRecently) saw(name string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.items == nil {
+		l.items = map[string]time.Time{}
+	}
+	l.items[name] = now
+}
+
+// recent says name was recorded within reservationTTL of now.
+func (l *seenRecently) recent(name string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.items[name]
+	if ok && now.Sub(at) >= reservationTTL {
+		delete(l.items, name)
+		return false
+	}
+	return ok
+}

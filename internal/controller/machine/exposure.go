@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -36,6 +37,10 @@ type ExposureReconciler struct {
 	// Classes finds the class the machine renders from, as the machine's
 	// reconcile does.
 	Classes classhistory.Resolver
+	// MaxConcurrentReconciles is how many machines' policies are written
+	// at once: as many as claims are bound at once, since each binding waits
+	// for its machine's policy.
+	MaxConcurrentReconciles int
 	// ControllerName overrides the controller's name, so tests can run
 	// several managers in one process.
 	ControllerName string
@@ -100,6 +105,7 @@ func (r *ExposureReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&macvirtv1alpha1.MacClass{}, handler.EnqueueRequestsFromMapFunc(r.classToMachines),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Named(name).
 		Complete(r)
 }
