@@ -49,6 +49,7 @@ const (
 // MacClaimSpec is a tenant's request for one Mac.
 // +kubebuilder:validation:XValidation:rule="has(self.className) || has(self.poolName)",message="set className, poolName, or both"
 // +kubebuilder:validation:XValidation:rule="has(self.className) == has(oldSelf.className) && has(self.poolName) == has(oldSelf.poolName)",message="className and poolName cannot be added or removed after creation"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.writeConnectionSecretToRef) || has(self.writeConnectionSecretToRef)",message="writeConnectionSecretToRef cannot be removed once set; delete and recreate the claim to stop its Secret"
 type MacClaimSpec struct {
 	// className is the MacClass wanted; required unless poolName is set. Immutable.
 	// +kubebuilder:validation:MinLength=1

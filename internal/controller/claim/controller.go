@@ -53,6 +53,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if !claim.DeletionTimestamp.IsZero() {
 		// Release happens on the machine side, which sees its claim gone.
 		r.assumed.forget(claim.UID)
+		r.secrets.forget(claim.UID)
 		return base.DeletingResult(base.MarkDeleting(ctx, r.Client, claim, &claim.Status.Conditions,
 			"the claim is being deleted; its machine is released by its reclaimPolicy once it is gone"))
 	}
@@ -92,7 +93,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if o := s.secret; o != nil && o.refused == nil && claim.Status.Connection != nil {
 			r.connectionApplied.Store(req.NamespacedName, o.at)
 		}
-		if reterr == nil && claim.Status.ConnectionSecretName != "" {
+		if reterr == nil && connectionSecretName(claim) != "" && claim.Status.Phase == macvirtv1alpha1.ClaimReady {
 			result.RequeueAfter = r.connectionResync()
 		}
 	}()

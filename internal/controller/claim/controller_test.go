@@ -413,3 +413,166 @@ func TestADeletedClaimIsNoLongerStalled(t *testing.T) {
 		}
 	}
 }
+
+// failStatusOnce fails the first claim status write after a Secret was
+// created, as a conflict does when the claim changed meanwhile.
+type failStatusOnce struct {
+	client.Client
+	armed, fired bool
+}
+
+func (f *failStatusOnce) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if _, ok := obj.(*corev1.Secret); ok {
+		f.armed = true
+	}
+	return f.Client.Create(ctx, obj, opts...)
+}
+
+func (f *failStatusOnce) Status() client.SubResourceWriter { return &failStatusOnceWriter{f.Client.Status(), f} }
+
+type failStatusOnceWriter struct {
+	client.SubResourceWriter
+	f *failStatusOnce
+}
+
+func (w *failStatusOnceWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	if w.f.armed && !w.f.fired {
+		w.f.fired = true
+		return apierrors.NewConflict(macvirtv1alpha1.GroupVersion.WithResource("macclaims").GroupResource(), obj.GetName(), errors.New("changed meanwhile"))
+	}
+	return w.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+}
+
+// A status write lost after the connection Secret's create (a conflict)
+// leaves the Secret the claim's own: the next reconcile records it, and
+// never calls it someone else's.
+func TestAConnectionSecretStaysTheClaimsWhenTheStatusWriteAfterItIsLost(t *testing.T) {
+	ctx := context.Background()
+	c, _, rec, r, req, m := claimFixture(t, macvirtv1alpha1.MacClaimSpec{
+		WriteConnectionSecretToRef: &macvirtv1alpha1.LocalSecretReference{Name: "build-ssh"}})
+	readyClaim(t, c, r, req, m)
+	f := &failStatusOnce{Client: r.Client}
+	r.Client = f
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if !f.fired {
+		t.Fatal("the status write after the Secret's create was not failed")
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	got := &macvirtv1alpha1.MacClaim{}
+	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "team", Name: "build-ssh"}, secret); err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady) ||
+		got.Status.ConnectionSecretName != "build-ssh" || got.Status.ConnectionSecretUID != secret.UID {
+		t.Errorf("status %q %q %+v; want the claim's own Secret %s recorded", got.Status.ConnectionSecretName,
+			got.Status.ConnectionSecretUID, got.Status.Conditions, secret.UID)
+	}
+	if e := controllertest.Events(rec); strings.Contains(e, macvirtv1alpha1.ReasonSecretConflict) {
+		t.Errorf("events %q; want no SecretConflict", e)
+	}
+}
+
+// cacheView answers Gets of Services as the operator's cache does: it holds
+// only Services labelled for claims.
+type cacheView struct{ client.Client }
+
+func (v cacheView) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := v.Client.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	if _, ok := obj.(*corev1.Service); ok {
+		if _, labelled := obj.GetLabels()[macvirtv1alpha1.LabelClaim]; !labelled {
+			return apierrors.NewNotFound(corev1.Resource("services"), key.Name)
+		}
+	}
+	return nil
+}
+
+// A tenant's own Service named macs, which the operator's cache does not
+// hold, leaves the claim without a DNS name, saying so once: its status
+// settles, and is not rewritten back and forth.
+func TestATenantsServiceNamedMacsSettlesTheClaimWithoutAName(t *testing.T) {
+	ctx := context.Background()
+	mine := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "macs", Namespace: "team"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80}}}}
+	c, w, _, r, req, m := claimFixture(t, macvirtv1alpha1.MacClaimSpec{}, mine)
+	r.Client = cacheView{r.Client}
+	readyClaim(t, c, r, req, m)
+	w.take()
+	for i := range 4 {
+		if _, err := r.Reconcile(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		got := w.take()
+		var statusWrites int
+		for _, wr := range got {
+			if wr == "patch MacClaim/status" {
+				statusWrites++
+			}
+		}
+		if want := map[bool]int{true: 1, false: 0}[i == 0]; statusWrites != want {
+			t.Errorf("reconcile %d: writes %q; want %d status writes", i, got, want)
+		}
+	}
+	got := &macvirtv1alpha1.MacClaim{}
+	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	cond := meta.FindStatusCondition(got.Status.Conditions, macvirtv1alpha1.ConditionServiceReady)
+	if got.Status.Connection.Host != "" || cond == nil || cond.Reason != macvirtv1alpha1.ReasonServiceConflict || got.Status.Phase != macvirtv1alpha1.ClaimReady {
+		t.Errorf("host %q, ServiceReady %+v, phase %s; want Ready at its address only, saying why", got.Status.Connection.Host, cond, got.Status.Phase)
+	}
+}
+
+// A claim that turns to a Service of its own (its access type changed)
+// takes its name off the namespace Service: the slice left behind would
+// follow no machine.
+func TestAClaimWithAServiceOfItsOwnTakesItsNameOffTheNamespaceService(t *testing.T) {
+	ctx := context.Background()
+	c, _, _, r, req, m := claimFixture(t, macvirtv1alpha1.MacClaimSpec{})
+	readyClaim(t, c, r, req, m)
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	slice := &discoveryv1.EndpointSlice{}
+	key := types.NamespacedName{Namespace: "team", Name: "build.macs"}
+	if err := c.Get(ctx, key, slice); err != nil || len(slice.Endpoints) != 1 {
+		t.Fatalf("slice %+v, %v; want the claim's name published", slice.Endpoints, err)
+	}
+	class := &macvirtv1alpha1.MacClass{}
+	if err := c.Get(ctx, types.NamespacedName{Name: "sonoma"}, class); err != nil {
+		t.Fatal(err)
+	}
+	class.Spec.Tenancy.AllowedAccessTypes = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessLoadBalancer}
+	if err := c.Update(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	claim := &macvirtv1alpha1.MacClaim{}
+	if err := c.Get(ctx, req.NamespacedName, claim); err != nil {
+		t.Fatal(err)
+	}
+	claim.Spec.Access.Type = macvirtv1alpha1.AccessLoadBalancer
+	if err := c.Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, key, slice); err != nil || len(slice.Endpoints) != 0 {
+		t.Errorf("slice %+v, %v; want it emptied", slice.Endpoints, err)
+	}
+	if err := c.Get(ctx, req.NamespacedName, claim); err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Connection.ServiceName != "build" {
+		t.Errorf("connection %+v; want the claim's own Service", claim.Status.Connection)
+	}
+}

@@ -119,12 +119,18 @@ func (r *Reconciler) ensureService(ctx context.Context, s *claimScope) (bool, er
 // address, its readiness) from then on.
 func (r *Reconciler) publishName(ctx context.Context, s *claimScope) (bool, error) {
 	c := s.claim
-	if s.machine == nil || s.lost != "" || s.service != nil || s.writeFailed != nil ||
+	if s.lost != "" || s.service != nil {
+		// Lost, or reached through a Service of its own now: a name left
+		// behind would follow no machine (its address may be another pod's
+		// tomorrow), so it has no endpoint any more.
+		return true, r.unpublishName(ctx, s)
+	}
+	if s.machine == nil || s.writeFailed != nil ||
 		s.serviceProblem != nil && s.serviceProblem.Reason != macvirtv1alpha1.ReasonAccessTypeNotAllowed {
 		return true, nil
 	}
 	if access, _ := tenancy.Access(s.class, c.Spec.Access.Type); access != macvirtv1alpha1.AccessClusterIP {
-		return true, nil
+		return true, r.unpublishName(ctx, s)
 	}
 	want := desiredNameSlice(c, s.class, s.machine)
 	if c.Status.Phase != macvirtv1alpha1.ClaimReady {
@@ -154,6 +160,25 @@ func (r *Reconciler) publishName(ctx context.Context, s *claimScope) (bool, erro
 	return true, nil
 }
 
+// unpublishName empties the claim's EndpointSlice under the namespace
+// Service, if it has one: the name then resolves to nothing.
+func (r *Reconciler) unpublishName(ctx context.Context, s *claimScope) error {
+	have := &discoveryv1.EndpointSlice{}
+	key := types.NamespacedName{Namespace: s.claim.Namespace, Name: nameSliceName(s.claim)}
+	if err := r.Get(ctx, key, have); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(have, s.claim) || len(have.Endpoints) == 0 {
+		return nil
+	}
+	have.Endpoints = nil
+	if err := r.Update(ctx, have); err != nil {
+		return fmt.Errorf("emptying EndpointSlice %s: %w", key, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("took the claim's name off the namespace Service", "endpointSlice", key.Name)
+	return nil
+}
+
 // ensureNamespaceService makes the namespace's headless Service, macs,
 // when it is missing. It has no selector, no cluster IP and no owner: it
 // serves every claim of the namespace and stays when they are gone. One of
@@ -162,16 +187,27 @@ func (r *Reconciler) ensureNamespaceService(ctx context.Context, s *claimScope) 
 	want := desiredNamespaceService(s.claim.Namespace)
 	have := &corev1.Service{}
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), have)
-	if apierrors.IsNotFound(err) && r.namespaceServices.recent(want.Namespace, r.now()) {
-		// Made (or found) by this process a moment ago; the cache has not
-		// shown it yet. Claims of one namespace turning Ready together
-		// would otherwise each try to create it.
-		return true, nil
+	foreign := func() (bool, error) {
+		s.dns.problem = &base.Problem{Reason: macvirtv1alpha1.ReasonServiceConflict, Message: fmt.Sprintf(
+			"Service %s/%s exists and is not macvirt's headless Service, so the Mac has no DNS name; it is reachable at its address: "+
+				"rename or delete that Service to have the name published", want.Namespace, want.Name)}
+		return false, nil
+	}
+	if apierrors.IsNotFound(err) {
+		// Made, or found someone else's, by this process a moment ago,
+		// which the cache (it holds macvirt's Services only) does not show
+		// yet, or never will: claims of one namespace turning Ready
+		// together would otherwise each try to create it.
+		if seen, isForeign := r.namespaceServices.recent(want.Namespace, r.now()); seen && isForeign {
+			return foreign()
+		} else if seen {
+			return true, nil
+		}
 	}
 	if apierrors.IsNotFound(err) {
 		err = r.Create(ctx, want)
-		if err == nil || apierrors.IsAlreadyExists(err) {
-			r.namespaceServices.saw(want.Namespace, r.now())
+		if err == nil {
+			r.namespaceServices.saw(want.Namespace, false, r.now())
 		}
 		switch {
 		case err == nil:
@@ -182,8 +218,11 @@ func (r *Reconciler) ensureNamespaceService(ctx context.Context, s *claimScope) 
 		case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
 			return false, nil
 		default:
+			// A quota or an admission policy: the claim says so, in the
+			// API server's words, and the create is retried with backoff.
 			err = fmt.Errorf("creating Service %s/%s: %w", want.Namespace, want.Name, err)
-			s.dns.problem = &base.Problem{Reason: macvirtv1alpha1.ReasonCreateFailed, Message: err.Error()}
+			s.writeFailed = &base.Problem{Reason: macvirtv1alpha1.ReasonCreateFailed, Message: err.Error()}
+			s.dns.problem = s.writeFailed
 			base.RecordEvent(r.Recorder, s.claim, corev1.EventTypeWarning, macvirtv1alpha1.ReasonCreateFailed, "Expose", err.Error())
 			return false, err
 		}
@@ -192,10 +231,8 @@ func (r *Reconciler) ensureNamespaceService(ctx context.Context, s *claimScope) 
 		return false, fmt.Errorf("reading Service %s/%s: %w", want.Namespace, want.Name, err)
 	}
 	if !isNamespaceService(have) {
-		s.dns.problem = &base.Problem{Reason: macvirtv1alpha1.ReasonServiceConflict, Message: fmt.Sprintf(
-			"Service %s/%s exists and is not macvirt's headless Service, so the Mac has no DNS name; it is reachable at its address: "+
-				"rename or delete that Service to have the name published", want.Namespace, want.Name)}
-		return false, nil
+		r.namespaceServices.saw(want.Namespace, true, r.now())
+		return foreign()
 	}
 	return true, nil
 }

@@ -29,10 +29,19 @@ func (r *Reconciler) findBound(ctx context.Context, s *claimScope) (bool, error)
 	}
 	now := r.now()
 	if m, at := r.assumed.get(s.claim.UID, now); m != nil {
-		// This process bound it; the cache may not show it yet.
-		s.boundAt = at
-		if !slices.ContainsFunc(listed.Items, func(l macvirtv1alpha1.MacMachine) bool { return l.UID == m.UID }) {
-			listed.Items = append(listed.Items, *m)
+		// This process bound it; the cache may not show it yet. One the
+		// cache shows gone (deleted since) is not assumed any more.
+		err := r.Get(ctx, client.ObjectKeyFromObject(m), &macvirtv1alpha1.MacMachine{})
+		switch {
+		case apierrors.IsNotFound(err):
+			r.assumed.forget(s.claim.UID)
+		case err != nil:
+			return false, fmt.Errorf("getting machine %s/%s: %w", m.Namespace, m.Name, err)
+		default:
+			s.boundAt = at
+			if !slices.ContainsFunc(listed.Items, func(l macvirtv1alpha1.MacMachine) bool { return l.UID == m.UID }) {
+				listed.Items = append(listed.Items, *m)
+			}
 		}
 	}
 	if s.claim.Status.BoundAt != nil {

@@ -37,8 +37,12 @@ type Reconciler struct {
 	assumed assumed
 
 	// namespaceServices holds the namespaces whose headless Service this
-	// process has just made, until the cache shows it.
+	// process has just made, or found someone else's, for a while.
 	namespaceServices seenRecently
+
+	// secrets holds the connection Secrets this process created, by claim,
+	// until the claims' status records them.
+	secrets createdSecrets
 
 	// inFlight holds machines a worker of this operator is binding or has
 	// just bound, until the cache shows their claimRef. Workers skip them, so

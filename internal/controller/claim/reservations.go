@@ -199,31 +199,78 @@ func (a *assumed) forget(claim types.UID) {
 	delete(a.items, claim)
 }
 
-// seenRecently remembers, for reservationTTL, names this process has just
-// written and its cache may not show yet.
+// seenRecently remembers, for reservationTTL, what this process has just
+// learnt of names its cache may not show yet: that it made one, or that one
+// is someone else's.
 type seenRecently struct {
 	mu    sync.Mutex
-	items map[string]time.Time
+	items map[string]sighting
 }
 
-// saw records name at now.
-func (l *seenRecently) saw(name string, now time.Time) {
+type sighting struct {
+	at      time.Time
+	foreign bool
+}
+
+// saw records name at now: made by this process, or found to be foreign.
+func (l *seenRecently) saw(name string, foreign bool, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.items == nil {
-		l.items = map[string]time.Time{}
+		l.items = map[string]sighting{}
 	}
-	l.items[name] = now
+	l.items[name] = sighting{at: now, foreign: foreign}
 }
 
-// recent says name was recorded within reservationTTL of now.
-func (l *seenRecently) recent(name string, now time.Time) bool {
+// recent says whether name was recorded within reservationTTL of now, and
+// whether it was found foreign.
+func (l *seenRecently) recent(name string, now time.Time) (seen, foreign bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	at, ok := l.items[name]
-	if ok && now.Sub(at) >= reservationTTL {
+	v, ok := l.items[name]
+	if ok && now.Sub(v.at) >= reservationTTL {
 		delete(l.items, name)
-		return false
+		return false, false
 	}
-	return ok
+	return ok, v.foreign
+}
+
+// createdSecrets remembers, by claim UID, the connection Secret this
+// process created for the claim until its status records it: a status
+// write lost after the create (a conflict) must not make the claim take its
+// own Secret for someone else's.
+type createdSecrets struct {
+	mu    sync.Mutex
+	items map[types.UID]createdSecret
+}
+
+type createdSecret struct {
+	name string
+	uid  types.UID
+}
+
+func (l *createdSecrets) record(claim types.UID, name string, uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.items == nil {
+		l.items = map[types.UID]createdSecret{}
+	}
+	l.items[claim] = createdSecret{name: name, uid: uid}
+}
+
+// get is the Secret of name this process created for claim; its UID, or
+// empty.
+func (l *createdSecrets) get(claim types.UID, name string) types.UID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if v, ok := l.items[claim]; ok && v.name == name {
+		return v.uid
+	}
+	return ""
+}
+
+func (l *createdSecrets) forget(claim types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.items, claim)
 }

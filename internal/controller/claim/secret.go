@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -44,9 +45,18 @@ func (r *Reconciler) ensureConnectionSecret(ctx context.Context, s *claimScope) 
 	changed := !equality.Semantic.DeepEqual(c.Status.Connection, conn)
 	clashed := meta.IsStatusConditionFalse(c.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady)
 	if recorded && !changed && !r.connectionDue(key, now) || !recorded && clashed && !r.connectionDue(key, now) {
+		r.secrets.forget(c.UID)
 		return true, nil
 	}
-	out, err := r.writeConnectionSecret(ctx, c, name, conn, recorded && changed)
+	created := c.Status.ConnectionSecretUID
+	if !recorded || created == "" {
+		// Created by this process before a status write that did not go
+		// through (a conflict): still the claim's own.
+		if uid := r.secrets.get(c.UID, name); uid != "" {
+			recorded, created = true, uid
+		}
+	}
+	out, err := r.writeConnectionSecret(ctx, c, name, conn, recorded, created, recorded && changed)
 	out.at = now
 	var refused *secretWriteError
 	switch {
@@ -71,16 +81,15 @@ func (r *Reconciler) ensureConnectionSecret(ctx context.Context, s *claimScope) 
 }
 
 // writeConnectionSecret creates the claim's connection Secret, first
-// deleting the one the claim recorded when replace says its connection
-// changed. A Secret of the name that is there already is the claim's when
-// the status records it (resync), and someone else's otherwise.
+// deleting the one the claim recorded (created, its UID) when replace says
+// its connection changed. A Secret of the name that is there already is the
+// claim's when it is recorded (resync), and someone else's otherwise.
 func (r *Reconciler) writeConnectionSecret(ctx context.Context, c *macvirtv1alpha1.MacClaim, name string,
-	conn *macvirtv1alpha1.ClaimConnection, replace bool) (*secretOutcome, error) {
-	recorded := c.Status.ConnectionSecretName == name
+	conn *macvirtv1alpha1.ClaimConnection, recorded bool, created types.UID, replace bool) (*secretOutcome, error) {
 	if replace {
 		old := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace}}
 		var opts []client.DeleteOption
-		if uid := c.Status.ConnectionSecretUID; uid != "" {
+		if uid := created; uid != "" {
 			// Only the Secret this claim's operator created goes. A claim
 			// from before UIDs were recorded names a Secret the claim
 			// controlled when it was last written.
@@ -102,9 +111,10 @@ func (r *Reconciler) writeConnectionSecret(ctx context.Context, c *macvirtv1alph
 	err := r.Create(ctx, secret)
 	switch {
 	case err == nil:
+		r.secrets.record(c.UID, name, secret.UID)
 		return &secretOutcome{name: name, uid: secret.UID}, nil
 	case apierrors.IsAlreadyExists(err) && recorded && !replace:
-		return &secretOutcome{name: name, uid: c.Status.ConnectionSecretUID}, nil
+		return &secretOutcome{name: name, uid: created}, nil
 	case apierrors.IsAlreadyExists(err):
 		return &secretOutcome{conflict: fmt.Sprintf("Secret %s/%s exists and is not one this claim created; it is left as it is, and the "+
 			"connection is only in the claim's status: rename or delete that Secret to have it written", c.Namespace, name)}, nil

@@ -45,9 +45,10 @@ const (
 )
 
 // serviceName is the claim's Service name: the claim's own when it is a
-// valid Service name (a DNS-1035 label), otherwise "mac-" and a hash of it.
+// valid Service name (a DNS-1035 label) other than the namespace Service's,
+// otherwise "mac-" and a hash of it.
 func serviceName(c *macvirtv1alpha1.MacClaim) string {
-	if len(validation.IsDNS1035Label(c.Name)) == 0 {
+	if len(validation.IsDNS1035Label(c.Name)) == 0 && c.Name != namespaceServiceName {
 		return c.Name
 	}
 	h := fnv.New64a()
@@ -104,11 +105,17 @@ func desiredNameSlice(c *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacCla
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: namespaceServiceName},
 		Spec: corev1.ServiceSpec{Ports: desiredService(c, class).Spec.Ports}}
 	slice := desiredSlice(c, svc, m)
-	slice.Name = dnsLabel(c) + "." + namespaceServiceName
+	slice.Name = nameSliceName(c)
 	for i := range slice.Endpoints {
 		slice.Endpoints[i].Hostname = ptr.To(dnsLabel(c))
 	}
 	return slice
+}
+
+// nameSliceName is the name of the claim's EndpointSlice under the
+// namespace Service.
+func nameSliceName(c *macvirtv1alpha1.MacClaim) string {
+	return dnsLabel(c) + "." + namespaceServiceName
 }
 
 // serviceHost is the DNS name of the claim's Service.
