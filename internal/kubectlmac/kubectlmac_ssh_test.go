@@ -161,7 +161,7 @@ func runSSH(t *testing.T, env *Env, args ...string) (int, error) {
 func readyClaim(mac *testMac, user, host string) *macvirtv1alpha1.MacClaim {
 	c := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team", UID: "claim-uid"}}
 	c.Status.Phase = macvirtv1alpha1.ClaimReady
-	c.Status.Connection = &macvirtv1alpha1.ClaimConnection{Host: host, Address: "127.0.0.1", SSHPort: int32(mac.port), User: user,
+	c.Status.Connection = &macvirtv1alpha1.ClaimConnection{Host: host, Address: "127.0.0.1", SSHPort: int32(mac.port), User: user, //nolint:gosec // a TCP port.
 		HostKeys: []string{authorizedLine(mac.hostKey.PublicKey()) + " root@build"}}
 	return c
 }

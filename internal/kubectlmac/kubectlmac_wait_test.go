@@ -207,7 +207,7 @@ func TestWaitWatchesAgainFromTheLastVersionAndRelistsOnGone(t *testing.T) {
 			listRVs = append(listRVs, list.GetResourceVersion())
 			return err
 		},
-		Watch: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
+		Watch: func(_ context.Context, _ client.WithWatch, _ client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
 			o := (&client.ListOptions{}).ApplyOptions(opts)
 			if o.Namespace != "team" || o.FieldSelector == nil || o.FieldSelector.String() != "metadata.name=build" || o.Raw == nil || !o.Raw.AllowWatchBookmarks {
 				t.Errorf("watch in %q, fields %v, raw %+v; want the one claim, with bookmarks", o.Namespace, o.FieldSelector, o.Raw)

@@ -214,8 +214,8 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 			return (&machine.ExposureReconciler{
 				Client:                  c,
 				MaxConcurrentReconciles: workers,
-				Classes:        classhistory.Resolver{Classes: c, Snapshots: d.snapshots, Namespace: namespace},
-				ControllerName: "macmachine-exposure" + opts.NameSuffix,
+				Classes:                 classhistory.Resolver{Classes: c, Snapshots: d.snapshots, Namespace: namespace},
+				ControllerName:          "macmachine-exposure" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},
 		{ClassController, func() error {

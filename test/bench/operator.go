@@ -152,7 +152,9 @@ func (p *operatorProcess) stop() {
 	case <-time.After(time.Minute):
 		fmt.Fprintln(os.Stderr, "bench: the operator's process did not stop within a minute; killing it")
 		_ = p.cmd.Process.Kill()
-		<-p.exited
+		if err := <-p.exited; err != nil {
+			fmt.Fprintln(os.Stderr, "bench: the operator's process, killed:", err)
+		}
 	}
 	p.cleanup()
 }

@@ -428,7 +428,9 @@ func (f *failStatusOnce) Create(ctx context.Context, obj client.Object, opts ...
 	return f.Client.Create(ctx, obj, opts...)
 }
 
-func (f *failStatusOnce) Status() client.SubResourceWriter { return &failStatusOnceWriter{f.Client.Status(), f} }
+func (f *failStatusOnce) Status() client.SubResourceWriter {
+	return &failStatusOnceWriter{f.Client.Status(), f}
+}
 
 type failStatusOnceWriter struct {
 	client.SubResourceWriter

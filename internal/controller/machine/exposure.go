@@ -19,6 +19,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/classhistory"
+	"github.com/macvirt/macvirt/internal/controller/base"
 	"github.com/macvirt/macvirt/internal/controller/index"
 	"github.com/macvirt/macvirt/internal/render"
 )
@@ -78,7 +79,7 @@ func (r *ExposureReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	have.Spec = want.Spec
 	if err := r.Update(ctx, have); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return ctrl.Result{Requeue: true}, nil
+			return ctrl.Result{RequeueAfter: base.ConflictRetry}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("updating NetworkPolicy %s/%s: %w", have.Namespace, have.Name, err)
 	}
