@@ -128,6 +128,11 @@ func TestAnOperatorUpgradeLosesNothingAndRestartsNoMac(t *testing.T) {
 	// EndpointSlice and a connection Secret: the sample claim is given
 	// them, as the previous operator left them.
 	legacy := leaveClaimAsThePreviousOperatorDid(ctx, t, admin)
+	// The world was built by this operator: what it made for the claim and
+	// the previous one never did is not part of the world being upgraded.
+	for _, k := range legacy.notBefore {
+		delete(before, k)
+	}
 	newer, err := testenv.KustomizeBuild("config/crd")
 	if err != nil {
 		t.Fatal(err)
@@ -620,6 +625,10 @@ type legacyClaim struct {
 	claim   types.NamespacedName
 	service *corev1.Service
 	secret  *corev1.Secret
+	// notBefore are the fingerprint keys of what this operator made for
+	// the claim that the previous one did not (its name under the
+	// namespace Service), deleted here.
+	notBefore []string
 }
 
 // leaveClaimAsThePreviousOperatorDid gives the first claim, Ready, what the
@@ -652,6 +661,17 @@ func leaveClaimAsThePreviousOperatorDid(ctx context.Context, t *testing.T, c cli
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: cl.Name + "-connection", Namespace: cl.Namespace,
 		OwnerReferences: []metav1.OwnerReference{owner}},
 		Data: map[string][]byte{"host": []byte(cl.Name + "." + cl.Namespace + ".svc"), "address": []byte(conn.Address), "port": []byte("22"), "user": []byte("admin")}}
+	var notBefore []string
+	var slices discoveryv1.EndpointSliceList
+	if err := c.List(ctx, &slices, client.InNamespace(cl.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: "macs"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range slices.Items {
+		if err := c.Delete(ctx, &slices.Items[i]); err != nil {
+			t.Fatal(err)
+		}
+		notBefore = append(notBefore, "EndpointSlice "+client.ObjectKeyFromObject(&slices.Items[i]).String())
+	}
 	for _, o := range []client.Object{svc, slice, secret} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)
@@ -669,7 +689,7 @@ func leaveClaimAsThePreviousOperatorDid(ctx context.Context, t *testing.T, c cli
 	if err := c.Status().Update(ctx, cl); err != nil {
 		t.Fatal(err)
 	}
-	return legacyClaim{claim: client.ObjectKeyFromObject(cl), service: svc, secret: secret}
+	return legacyClaim{claim: client.ObjectKeyFromObject(cl), service: svc, secret: secret, notBefore: notBefore}
 }
 
 // checkLegacyClaimKeptWorking: after the upgrade the claim is reached as it
@@ -685,8 +705,12 @@ func checkLegacyClaimKeptWorking(ctx context.Context, t *testing.T, c client.Cli
 		if err := c.Get(ctx, l.claim, cl); err != nil {
 			return false, err.Error()
 		}
-		why = fmt.Sprintf("status %+v", cl.Status)
-		return cl.Status.ConnectionSecretUID != "", why
+		secret := &corev1.Secret{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(l.secret), secret); err != nil {
+			return false, err.Error()
+		}
+		why = fmt.Sprintf("status %+v, Secret %s", cl.Status, secret.UID)
+		return cl.Status.ConnectionSecretUID != "" && cl.Status.ConnectionSecretUID == secret.UID, why
 	})
 	conn := cl.Status.Connection
 	if !meta.IsStatusConditionTrue(cl.Status.Conditions, macvirtv1alpha1.ConditionReady) || conn == nil ||

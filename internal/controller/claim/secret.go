@@ -49,12 +49,11 @@ func (r *Reconciler) ensureConnectionSecret(ctx context.Context, s *claimScope) 
 		return true, nil
 	}
 	created := c.Status.ConnectionSecretUID
-	if !recorded || created == "" {
-		// Created by this process before a status write that did not go
-		// through (a conflict): still the claim's own.
-		if uid := r.secrets.get(c.UID, name); uid != "" {
-			recorded, created = true, uid
-		}
+	if uid := r.secrets.get(c.UID, name); uid != "" {
+		// Created by this process, maybe before a status write that did
+		// not go through (a conflict): still the claim's own, and newer
+		// than what the status says.
+		recorded, created = true, uid
 	}
 	out, err := r.writeConnectionSecret(ctx, c, name, conn, recorded, created, recorded && changed)
 	out.at = now
