@@ -44,16 +44,17 @@ func (r *Reconciler) ensureConnectionSecret(ctx context.Context, s *claimScope) 
 	recorded := c.Status.ConnectionSecretName == name
 	changed := !equality.Semantic.DeepEqual(c.Status.Connection, conn)
 	clashed := meta.IsStatusConditionFalse(c.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady)
-	if recorded && !changed && !r.connectionDue(key, now) || !recorded && clashed && !r.connectionDue(key, now) {
-		r.secrets.forget(c.UID)
-		return true, nil
-	}
-	created := c.Status.ConnectionSecretUID
+	created, stale := c.Status.ConnectionSecretUID, false
 	if uid := r.secrets.get(c.UID, name); uid != "" {
 		// Created by this process, maybe before a status write that did
-		// not go through (a conflict): still the claim's own, and newer
-		// than what the status says.
-		recorded, created = true, uid
+		// not go through (a conflict, or another operator's write during
+		// a hand-over): still the claim's own, and newer than what the
+		// status says, which is then written again.
+		recorded, created, stale = true, uid, uid != c.Status.ConnectionSecretUID
+	}
+	if recorded && !changed && !stale && !r.connectionDue(key, now) || !recorded && clashed && !r.connectionDue(key, now) {
+		r.secrets.forget(c.UID)
+		return true, nil
 	}
 	out, err := r.writeConnectionSecret(ctx, c, name, conn, recorded, created, recorded && changed)
 	out.at = now
