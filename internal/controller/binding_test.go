@@ -178,7 +178,7 @@ var _ = Describe("Binding", func() {
 		Expect(clients[0].updates.Load()+clients[1].updates.Load()).To(BeNumerically(">=", n), "both operators were binding")
 		burnt := clients[0].deletesIn(poolNS) + clients[1].deletesIn(poolNS)
 		AddReportEntry("machines burnt by two operators at once (target 0)", burnt)
-		fmt.Fprintf(GinkgoWriter, "machines burnt by two operators at once: %d (target 0)\n", burnt)
+		_, _ = fmt.Fprintf(GinkgoWriter, "machines burnt by two operators at once: %d (target 0)\n", burnt)
 		if burnt > 0 {
 			Eventually(func() []eventsv1.Event { return warningsIn(claimNS, "OrphanDeleted") }).WithTimeout(timeout).
 				ShouldNot(BeEmpty(), "a burnt machine is a Warning on its claim")
