@@ -25,6 +25,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -70,6 +72,8 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=macvirt.io,resources=macmachines,verbs=get;list;watch
 
 // nodeScope is what one reconcile of a node read and decided.
 type nodeScope struct {
@@ -109,8 +113,66 @@ func (r *Reconciler) countHeldSlots(ctx context.Context, s *nodeScope) (bool, er
 	if err := r.List(ctx, &list, client.MatchingFields{index.InstanceNode: s.Node.Name}); err != nil {
 		return false, fmt.Errorf("listing the VirtualMachineInstances on node %s: %w", s.Node.Name, err)
 	}
-	s.Held = countHeld(list.Items)
+	owners := map[types.UID]bool{}
+	var lookupErr error
+	s.Held = countHeld(list.Items, func(v *kubevirtv1.VirtualMachineInstance) bool {
+		ours, err := r.madeByMacvirt(ctx, v, owners)
+		if err != nil && lookupErr == nil {
+			lookupErr = err
+		}
+		return ours
+	})
+	if lookupErr != nil {
+		return false, lookupErr
+	}
 	return true, nil
+}
+
+// madeByMacvirt answers whether an instance that holds a licence without
+// requesting a slot is a macOS VM of macvirt's: its controller is the
+// VirtualMachine of its name, whose controller is a MacMachine (by UID).
+// Anyone who may create VMIs can label one as a machine's, and anyone who
+// may create VMs can point an owner reference at one of their own, so the
+// chain is followed to the machine the operator keeps. owners remembers
+// the VMs already answered for within one reconcile.
+func (r *Reconciler) madeByMacvirt(ctx context.Context, v *kubevirtv1.VirtualMachineInstance, owners map[types.UID]bool) (bool, error) {
+	ref := metav1.GetControllerOf(v)
+	if ref == nil || ref.Kind != "VirtualMachine" || ref.Name != v.Name || !sameGroup(ref.APIVersion, kubevirtv1.SchemeGroupVersion.Group) {
+		return false, nil
+	}
+	if ours, ok := owners[ref.UID]; ok {
+		return ours, nil
+	}
+	ours, err := r.machineControls(ctx, types.NamespacedName{Namespace: v.Namespace, Name: ref.Name}, ref.UID)
+	if err != nil {
+		return false, err
+	}
+	owners[ref.UID] = ours
+	return ours, nil
+}
+
+// machineControls answers whether the VM of that name and UID is
+// controlled by a MacMachine that exists under the UID the VM names.
+func (r *Reconciler) machineControls(ctx context.Context, key types.NamespacedName, uid types.UID) (bool, error) {
+	vm := &kubevirtv1.VirtualMachine{}
+	if err := r.Get(ctx, key, vm); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	ref := metav1.GetControllerOf(vm)
+	if vm.UID != uid || ref == nil || ref.Kind != "MacMachine" || !sameGroup(ref.APIVersion, macvirtv1alpha1.GroupVersion.Group) {
+		return false, nil
+	}
+	m := &macvirtv1alpha1.MacMachine{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: ref.Name}, m); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return m.UID == ref.UID, nil
+}
+
+// sameGroup reports whether an owner reference's apiVersion is of group.
+func sameGroup(apiVersion, group string) bool {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	return err == nil && gv.Group == group
 }
 
 // decideSlots answers: how many slots should the node advertise? An

@@ -83,8 +83,9 @@ func computeNodeSlots(node *corev1.Node, held heldSlots) nodeSlots {
 }
 
 // countHeld counts the unfinished instances that hold a macOS slot: those
-// requesting one, and macvirt's (labelled with their machine) that do not.
-func countHeld(vmis []kubevirtv1.VirtualMachineInstance) heldSlots {
+// requesting one, and macvirt's that do not (ours says which are macvirt's:
+// a label is not enough, as anyone who may create VMIs can set it).
+func countHeld(vmis []kubevirtv1.VirtualMachineInstance, ours func(*kubevirtv1.VirtualMachineInstance) bool) heldSlots {
 	var h heldSlots
 	for i := range vmis {
 		v := &vmis[i]
@@ -95,7 +96,7 @@ func countHeld(vmis []kubevirtv1.VirtualMachineInstance) heldSlots {
 		switch {
 		case ok:
 			h.Requested += n
-		case v.Labels[macvirtv1alpha1.LabelMachine] != "":
+		case v.Labels[macvirtv1alpha1.LabelMachine] != "" && ours(v):
 			h.Unrequested++
 		}
 	}

@@ -103,7 +103,11 @@ func TestComputeNodeSlotsKeepsRunningVMsAdmittable(t *testing.T) {
 	old.Labels = map[string]string{macvirtv1alpha1.LabelMachine: "m"}
 	done := *requesting.DeepCopy()
 	done.Status.Phase = kubevirtv1.Succeeded
-	g.Expect(countHeld([]kubevirtv1.VirtualMachineInstance{requesting, old, done, {}})).To(Equal(heldSlots{Requested: 1, Unrequested: 1}))
+	forged := *old.DeepCopy()
+	forged.Name = "forged"
+	ours := func(v *kubevirtv1.VirtualMachineInstance) bool { return v.Name != "forged" }
+	g.Expect(countHeld([]kubevirtv1.VirtualMachineInstance{requesting, old, done, {}, forged}, ours)).To(Equal(heldSlots{Requested: 1, Unrequested: 1}),
+		"a labelled instance that is not macvirt's holds no slot")
 }
 
 func TestAdvertised(t *testing.T) {
