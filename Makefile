@@ -287,10 +287,19 @@ upgrade-baseline: manifests kustomize ## Freeze this release's CRDs into test/up
 # dist/chart (`go run`, so nothing is installed).
 KUBEBUILDER_VERSION ?= v4.16.0
 
+# The chart is made from config/default with its network-policy option
+# turned on (in a copy of config), so the plugin templates the chart's
+# NetworkPolicies from config/network-policy instead of writing defaults of
+# its own; hack/helmcheck turns them off by default again, as config/default
+# has them.
 .PHONY: helm-chart
 helm-chart: manifests kustomize ## Generate the Helm chart dist/chart from config/default with Kubebuilder's helm/v2-alpha plugin, completed by hack/helmcheck (which checks it).
 	@tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
-	cp PROJECT "$$tmp/" && "$(KUSTOMIZE)" build config/default > "$$tmp/install.yaml" && \
+	cp PROJECT "$$tmp/" && mkdir "$$tmp/src" && cp -R config "$$tmp/src/config" && \
+	sed -i -e 's|^#- \.\./network-policy$$|- ../network-policy|' "$$tmp/src/config/default/kustomization.yaml" && \
+	{ grep -qx -e '- ../network-policy' "$$tmp/src/config/default/kustomization.yaml" || \
+		{ echo "helm-chart: config/default/kustomization.yaml has no '#- ../network-policy' line to turn on" >&2; exit 1; }; } && \
+	"$(KUSTOMIZE)" build "$$tmp/src/config/default" > "$$tmp/install.yaml" && \
 	(cd "$$tmp" && go run sigs.k8s.io/kubebuilder/v4@$(KUBEBUILDER_VERSION) edit --plugins=helm/v2-alpha \
 		--manifests install.yaml --output-dir out --force) && \
 	rm -rf dist/chart && mkdir -p dist && cp -R "$$tmp/out/chart" dist/chart && \

@@ -4,6 +4,11 @@
 // (v4.16) keeps one cert-manager Issuer only, and names files by object
 // name alone, so a Role and a ClusterRole of one name become one file:
 // macvirt's CA issuer and its namespaced manager Role would be lost.
+//
+// The kustomize output holds config/network-policy's NetworkPolicies
+// (config/default's network-policy option, turned on for the chart only),
+// so the plugin templates the chart's policies from them rather than
+// writing its own, which let in the webhooks but not the agent endpoint.
 package main
 
 import (
@@ -38,7 +43,11 @@ func run(chart, manifests, namespace, prefix, name string) error {
 	if err != nil {
 		return err
 	}
-	got, err := helmcheck.Render(chart, strings.TrimSuffix(prefix, "-"), namespace, helmcheck.HelpersOn)
+	// The NetworkPolicies render only with networkPolicy.enabled.
+	got, err := helmcheck.Render(chart, strings.TrimSuffix(prefix, "-"), namespace, map[string]any{
+		"rbac":          helmcheck.HelpersOn["rbac"],
+		"networkPolicy": map[string]any{"enabled": true},
+	})
 	if err != nil {
 		return err
 	}
@@ -52,6 +61,11 @@ func run(chart, manifests, namespace, prefix, name string) error {
 			continue
 		}
 		key := helmcheck.Key(o)
+		// An extras template is rendered whatever the values say; a policy
+		// there could not be turned off with networkPolicy.enabled.
+		if o["kind"] == "NetworkPolicy" {
+			return fmt.Errorf("the plugin left out %s; it must template it under networkPolicy.enabled", key)
+		}
 		meta, _ := o["metadata"].(map[string]any)
 		objName, _ := meta["name"].(string)
 		s, err := helmcheck.Template(o, name, namespace, prefix)
@@ -74,7 +88,9 @@ func run(chart, manifests, namespace, prefix, name string) error {
 // release is called: the operator and its certificate name the agent
 // Service macvirt-agent (cmd/main.go's --agent-endpoint default), so every
 // name is the chart's own (fullnameOverride), and it needs cluster-wide
-// RBAC, so rbac.namespaced is refused with a message that says so.
+// RBAC, so rbac.namespaced is refused with a message that says so. The
+// plugin turns networkPolicy on by default when the kustomize output has
+// policies; config/default leaves them off, and so does the chart.
 func settle(chart, name string) error {
 	values := filepath.Join(chart, "values.yaml")
 	b, err := os.ReadFile(values) //nolint:gosec // the chart's own file.
@@ -89,6 +105,15 @@ func settle(chart, name string) error {
 		"## macvirt's names do not depend on the release's: the operator reaches its\n"+
 			"## agent endpoint as the Service "+name+"-agent.\n"+
 			"fullnameOverride: "+name, 1))
+	const networkPolicyOn = "networkPolicy:\n  enabled: true\n"
+	if !strings.Contains(string(b), networkPolicyOn) {
+		return fmt.Errorf("%s has no %q to turn off", values, networkPolicyOn)
+	}
+	b = []byte(strings.Replace(string(b), networkPolicyOn,
+		"## config/network-policy's policies; off by default, as in config/default.\n"+
+			"## On, the manager's pod admits its metrics port (from namespaces labelled\n"+
+			"## metrics: enabled), its webhooks and its guest-agent endpoint.\n"+
+			"networkPolicy:\n  enabled: false\n", 1))
 	if err := os.WriteFile(values, b, 0o644); err != nil { //nolint:gosec // a chart file, world-readable.
 		return err
 	}
