@@ -40,13 +40,16 @@ func (logsCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
 		if p.Duration != nil {
 			header += ", after " + p.Duration.Duration.String()
 		}
-		if p.Message != "" {
-			header += " (" + p.Message + ")"
+		// Status text goes out protocol.Printable, as the agent endpoint now
+		// records it: an older operator recorded the guest's escape
+		// sequences, and anyone who may write a status could write some.
+		if msg := protocol.Printable(p.Message); msg != "" {
+			header += " (" + msg + ")"
 		}
 		_, _ = fmt.Fprintln(env.Out, header)
-		if p.OutputTail != "" {
-			_, _ = fmt.Fprint(env.Out, p.OutputTail)
-			if !strings.HasSuffix(p.OutputTail, "\n") {
+		if tail := protocol.Printable(p.OutputTail); tail != "" {
+			_, _ = fmt.Fprint(env.Out, tail)
+			if !strings.HasSuffix(tail, "\n") {
 				_, _ = fmt.Fprintln(env.Out)
 			}
 		}

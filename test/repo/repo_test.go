@@ -147,7 +147,9 @@ func webhookNames(t *testing.T) map[string]bool {
 
 // TestNoDocReplacesKubeVirtsFeatureGates keeps the docs from telling an
 // admin to merge-patch KubeVirt's featureGates: a merge patch replaces the
-// whole list and silently turns off every other gate the cluster had.
+// whole list and silently turns off every other gate the cluster had. Nor
+// may they set HyperConverged's jsonpatch annotation to an array of their
+// own: the annotation is one value, and that drops every patch it held.
 func TestNoDocReplacesKubeVirtsFeatureGates(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "docs", "*.md"))
 	if err != nil {
@@ -155,6 +157,9 @@ func TestNoDocReplacesKubeVirtsFeatureGates(t *testing.T) {
 	}
 	files = append(files, filepath.Join(testenv.RepoRoot(), "README.md"))
 	command := regexp.MustCompile(`kubectl(?:[^\n]*\\\n)*[^\n]*`)
+	// An annotation such as kubevirt.kubevirt.io/jsonpatch given a literal
+	// JSON array, quoted or not.
+	jsonpatchArray := regexp.MustCompile(`/jsonpatch=['"]?\[`)
 	for _, f := range files {
 		b, err := os.ReadFile(f) //nolint:gosec // fixed repository files.
 		if err != nil {
@@ -163,6 +168,10 @@ func TestNoDocReplacesKubeVirtsFeatureGates(t *testing.T) {
 		for _, cmd := range command.FindAllString(string(b), -1) {
 			if strings.Contains(cmd, "featureGates") && (strings.Contains(cmd, "--type merge") || strings.Contains(cmd, "--type=merge")) {
 				t.Errorf("%s: a merge patch of featureGates replaces every gate the cluster has; append with a JSON patch:\n%s",
+					filepath.Base(f), cmd)
+			}
+			if jsonpatchArray.MatchString(cmd) {
+				t.Errorf("%s: setting the jsonpatch annotation to an array replaces every patch it held; append to what it holds:\n%s",
 					filepath.Base(f), cmd)
 			}
 		}

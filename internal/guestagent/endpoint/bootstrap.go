@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -85,11 +83,13 @@ func (h *Handler) bootstrap(ctx context.Context, claim *macvirtv1alpha1.MacClaim
 // (protocol.MaxAnswerBytesV2) for the rest of it.
 const maxTaskBytes = protocol.MaxAnswerBytesV2 - 512<<10
 
-// guestTask is a task report as status.guest records it, without the
-// control characters (but newlines and tabs) a terminal would act on.
+// guestTask is a task report as status.guest records it, its output and
+// message without the escape sequences and control characters (but
+// newlines and tabs) a terminal would act on (protocol.Printable): the
+// claim's bootstrap status and kubectl mac logs show them.
 func guestTask(r protocol.TaskReport) macvirtv1alpha1.GuestTaskStatus {
 	t := macvirtv1alpha1.GuestTaskStatus{ID: r.ID, TaskOutcome: macvirtv1alpha1.TaskOutcome{State: macvirtv1alpha1.BootstrapState(r.State),
-		OutputTail: printable(r.OutputTail), Message: printable(r.Message)}}
+		OutputTail: protocol.Printable(r.OutputTail), Message: protocol.Printable(r.Message)}}
 	if !r.StartedAt.IsZero() {
 		at := metav1.NewTime(r.StartedAt)
 		t.StartedAt = &at
@@ -105,13 +105,3 @@ func guestTask(r protocol.TaskReport) macvirtv1alpha1.GuestTaskStatus {
 }
 
 func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
-
-// printable is s without control characters other than newline and tab.
-func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\t' || !unicode.IsControl(r) {
-			return r
-		}
-		return -1
-	}, s)
-}

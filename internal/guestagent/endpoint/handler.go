@@ -211,14 +211,18 @@ func (h *Handler) limiter(key types.NamespacedName, now time.Time) *rate.Limiter
 }
 
 // record writes the heartbeat into status.guest, with the protocol
-// version it came in and the bound claim's tasks.
+// version it came in and the bound claim's tasks. The guest's free text is
+// recorded protocol.Printable: the claim's conditions quote applyError, and
+// people read both in terminals, which a guest must not drive. IP addresses
+// and host keys need nothing: they were parsed.
 func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb *protocol.Heartbeat, version string,
 	tasks []macvirtv1alpha1.GuestTaskStatus) error {
 	now := metav1.NewTime(h.now())
 	before := m.DeepCopy()
 	g := &macvirtv1alpha1.GuestStatus{
-		AgentVersion: hb.AgentVersion, OSVersion: hb.OSVersion, OSBuild: hb.OSBuild, Hostname: hb.Hostname,
-		LastHeartbeat: &now, IPAddresses: hb.IPAddresses, SSHHostKeys: hb.SSHHostKeys, ApplyError: hb.ApplyError,
+		AgentVersion: protocol.Printable(hb.AgentVersion), OSVersion: protocol.Printable(hb.OSVersion),
+		OSBuild: protocol.Printable(hb.OSBuild), Hostname: protocol.Printable(hb.Hostname),
+		LastHeartbeat: &now, IPAddresses: hb.IPAddresses, SSHHostKeys: hb.SSHHostKeys, ApplyError: protocol.Printable(hb.ApplyError),
 		ProtocolVersion: version, Tasks: tasks,
 	}
 	if !hb.BootTime.IsZero() {

