@@ -263,13 +263,26 @@ var _ = Describe("MacMachine", func() {
 		Eventually(conditionOf(k, macvirtv1alpha1.ConditionStalled)).WithTimeout(timeout).Should(And(
 			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", macvirtv1alpha1.ReasonSecretUnavailable)))
 		Expect(ownedBy(k)(Default)).To(Equal(owned{}))
-		Expect(k8sClient.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "osk", Namespace: ns},
-			Data: map[string][]byte{"osk": []byte("test-osk")}})).To(Succeed())
+		By("a key that holds something else than the OSK: nothing is copied from it")
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "osk", Namespace: ns},
+			Data: map[string][]byte{"osk": []byte("a-token-of-another-operator")}}
+		Expect(k8sClient.Create(context.Background(), secret)).To(Succeed())
+		touch(k)
+		Eventually(conditionOf(k, macvirtv1alpha1.ConditionStalled)).WithTimeout(timeout).Should(And(
+			HaveField("Reason", macvirtv1alpha1.ReasonSecretUnavailable),
+			HaveField("Message", And(ContainSubstring("does not hold the AppleSMC OSK"), Not(ContainSubstring("a-token"))))))
+		Expect(ownedBy(k)(Default)).To(Equal(owned{}), "no VM carries the Secret's value")
+		By("the OSK")
+		secret.Data["osk"] = []byte(appleOSK)
+		Expect(k8sClient.Update(context.Background(), secret)).To(Succeed())
 		touch(k)
 		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineBooting))
-		Expect(vmOf(k)().Spec.Template.ObjectMeta.Annotations["macvirt.io/domain-hook"]).To(ContainSubstring(`"osk":"test-osk"`))
+		Expect(vmOf(k)().Spec.Template.ObjectMeta.Annotations["macvirt.io/domain-hook"]).To(ContainSubstring(`"osk":"` + appleOSK + `"`))
 	})
 })
+
+// appleOSK is the string every Apple SMC answers with, public since 2006.
+const appleOSK = "ourhardworkbythesewordsguardedpleasedontsteal(c)AppleComputerInc"
 
 func setRunning(k types.NamespacedName, running bool) {
 	m := getMachine(k)

@@ -306,7 +306,8 @@ func setUpWebhooks(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *de
 	if err != nil {
 		return err
 	}
-	if err := webhookv1alpha1.Setup(mgr, webhookv1alpha1.Options{EmulatorOverride: opts.EmulatorPath != "", OperatorUser: user}); err != nil {
+	if err := webhookv1alpha1.Setup(mgr, webhookv1alpha1.Options{EmulatorOverride: opts.EmulatorPath != "", OperatorUser: user,
+		ImagesNamespace: opts.ImagesNamespace}); err != nil {
 		return err
 	}
 	started := mgr.GetWebhookServer().StartedChecker()

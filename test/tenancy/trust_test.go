@@ -14,10 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/operator"
 	"github.com/macvirt/macvirt/internal/simulator"
 )
 
@@ -109,3 +112,118 @@ var _ = Describe("A hostile tenant", Ordered, func() {
 		}, "8s", "250ms").Should(Succeed())
 	})
 })
+
+// classEditor binds user, cluster-wide, to the shipped MacClass editor role
+// and nothing else: someone trusted to write recipes, not to read Secrets
+// or clone disks of namespaces they are no member of.
+func classEditor(user string) client.Client {
+	GinkgoHelper()
+	ctx := context.Background()
+	Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user + "-class-editor"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "macclass-editor-role"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}}})).To(Succeed())
+	Eventually(func() bool {
+		return allowed(user, authorizationv1.ResourceAttributes{Verb: "create", Group: "macvirt.io", Resource: "macclasses"})
+	}).Should(BeTrue(), "the API server's RBAC cache learns of %s's binding", user)
+	return as(user)
+}
+
+// refusedFor expects an admission refusal whose causes name field and
+// whose message says so.
+func refusedFor(err error, field, says string) {
+	GinkgoHelper()
+	Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want Invalid, got %v", err)
+	var fields []string
+	for _, c := range err.(apierrors.APIStatus).Status().Details.Causes {
+		fields = append(fields, c.Field)
+	}
+	Expect(fields).To(ContainElement(field), "refused, but not for %s: %v", field, err)
+	Expect(err.Error()).To(ContainSubstring(says))
+}
+
+var _ = Describe("A class editor who is not cluster-admin", Ordered, func() {
+	ctx := context.Background()
+	var carol client.Client
+	var sample *macvirtv1alpha1.MacClass
+
+	BeforeAll(func() {
+		carol = classEditor("carol")
+		sample = &macvirtv1alpha1.MacClass{}
+		Expect(admin.Get(ctx, types.NamespacedName{Name: "sonoma"}, sample)).To(Succeed())
+		Expect(admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "another-operators-token", Namespace: operatorNamespace()},
+			StringData: map[string]string{"token": "not for class authors"}})).To(Succeed())
+	})
+
+	recipe := func(name string, change func(*macvirtv1alpha1.MacClass)) *macvirtv1alpha1.MacClass {
+		c := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: *sample.Spec.DeepCopy()}
+		change(c)
+		return c
+	}
+
+	It("cannot make the operator read a Secret of its namespace for a class's OSK", func() {
+		c := recipe("steal-osk", func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Hardware.SMC = macvirtv1alpha1.SMCSpec{Mode: macvirtv1alpha1.SMCModeAppleSMC,
+				OSKSecretRef: &macvirtv1alpha1.SecretKeyRef{Namespace: operatorNamespace(), Name: "another-operators-token", Key: "token"}}
+		})
+		refusedFor(carol.Create(ctx, c), "spec.hardware.smc.oskSecretRef", "carol may not get secrets another-operators-token in namespace "+operatorNamespace())
+	})
+
+	It("cannot make the operator clone another tenant's disk or a golden image she may not clone", func() {
+		c := recipe("steal-disk", func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Image.SourceRef = nil
+			c.Spec.Image.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "team-b", Name: "bobs-data"}}
+		})
+		refusedFor(carol.Create(ctx, c), "spec.image.source.pvc", "carol may not create datavolumes.cdi.kubevirt.io/source in namespace team-b")
+		refusedFor(carol.Create(ctx, recipe("sample-copy", func(*macvirtv1alpha1.MacClass) {})), "spec.image.sourceRef",
+			"may not get datasources.cdi.kubevirt.io sonoma in namespace macvirt-images")
+	})
+
+	It("cannot make CDI send a Secret of a machine's namespace to a server of hers", func() {
+		c := recipe("steal-by-import", func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Image.SourceRef = nil
+			c.Spec.Image.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://carol.example.com/sonoma.img", SecretRef: "registry-credentials"}}
+		})
+		refusedFor(carol.Create(ctx, c), "spec.image.source.http.secretRef", "a class's disk source may not name a Secret")
+	})
+
+	It("may name what she may use, and edit a class whose references she could not have named", func() {
+		images := sample.Spec.Image.SourceRef.Namespace
+		Expect(admin.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "carol-clone", Namespace: *images},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"cdi.kubevirt.io"}, Resources: []string{"datasources"}, Verbs: []string{"get"}},
+				{APIGroups: []string{"cdi.kubevirt.io"}, Resources: []string{"datavolumes/source"}, Verbs: []string{"create"}}}})).To(Succeed())
+		Expect(admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "carol-clone", Namespace: *images},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "carol-clone"},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: "carol"}}})).To(Succeed())
+		Eventually(func() bool {
+			return allowed("carol", authorizationv1.ResourceAttributes{Namespace: *images, Verb: "create", Group: "cdi.kubevirt.io", Resource: "datavolumes", Subresource: "source"})
+		}).Should(BeTrue())
+		c := recipe("carols", func(*macvirtv1alpha1.MacClass) {})
+		Expect(carol.Create(ctx, c)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(admin.Delete(ctx, c))).To(Succeed()) })
+
+		By("an admin's class naming the OSK Secret she may not read: she edits its description")
+		osk := recipe("admins-applesmc", func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Hardware.SMC = macvirtv1alpha1.SMCSpec{Mode: macvirtv1alpha1.SMCModeAppleSMC,
+				OSKSecretRef: &macvirtv1alpha1.SecretKeyRef{Namespace: operatorNamespace(), Name: "apple-osk", Key: "osk"}}
+		})
+		Expect(admin.Create(ctx, osk)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(admin.Delete(ctx, osk))).To(Succeed()) })
+		edit := func(change func(*macvirtv1alpha1.MacClass)) error {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				if err := carol.Get(ctx, client.ObjectKeyFromObject(osk), osk); err != nil {
+					return err
+				}
+				change(osk)
+				return carol.Update(ctx, osk)
+			})
+		}
+		Expect(edit(func(c *macvirtv1alpha1.MacClass) { c.Spec.Description = "edited by carol" })).To(Succeed())
+		By("but not its Secret")
+		refusedFor(edit(func(c *macvirtv1alpha1.MacClass) { c.Spec.Hardware.SMC.OSKSecretRef.Name = "another-operators-token" }),
+			"spec.hardware.smc.oskSecretRef", "carol may not get secrets another-operators-token")
+	})
+})
+
+// operatorNamespace is the namespace the operator runs in, whose Secrets
+// it may read.
+func operatorNamespace() string { return operator.DefaultNamespace }

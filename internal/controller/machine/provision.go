@@ -2,6 +2,8 @@ package machine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,7 +66,26 @@ func (r *Reconciler) readOSK(ctx context.Context, ref *macvirtv1alpha1.SecretKey
 		return "", &base.Problem{Reason: macvirtv1alpha1.ReasonSecretUnavailable,
 			Message: fmt.Sprintf("Secret %s has no key %q holding the AppleSMC OSK", key, ref.Key)}
 	}
+	if !isAppleOSK(osk) {
+		// Said without the value: whatever the key holds stays in the Secret.
+		return "", &base.Problem{Reason: macvirtv1alpha1.ReasonSecretUnavailable, Message: fmt.Sprintf(
+			"key %q of Secret %s does not hold the AppleSMC OSK (the 64-character string every Mac's SMC answers with, the same on all Macs); "+
+				"the operator copies nothing else from a Secret into a VM: put the OSK there, or use smc.mode VirtualSMC", ref.Key, key)}
+	}
 	return string(osk), nil
+}
+
+// appleOSKDigest is the SHA-256 of the OSK every Apple SMC answers with.
+// The OSK reaches the VM template (read by the domain hook, and by anyone
+// who may read the VM) and QEMU's command line, so the operator copies a
+// Secret's value there only when it is that string: a class naming any
+// other Secret key cannot make the operator copy it where tenants read.
+const appleOSKDigest = "5c0caad0974db5850bfcff8f1ce4839216cac63eea42e33f0b332bbf26f9c443"
+
+// isAppleOSK reports whether value is the OSK.
+func isAppleOSK(value []byte) bool {
+	sum := sha256.Sum256(value)
+	return hex.EncodeToString(sum[:]) == appleOSKDigest
 }
 
 // ensureDataVolumes answers: do the machine's DataVolumes exist? A Failed

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -18,6 +20,11 @@ import (
 // classWebhook defaults and validates MacClasses.
 type classWebhook struct {
 	env ClassEnv
+	// reviews creates SubjectAccessReviews: a class names only what its
+	// author may use (validate_class_authority.go).
+	reviews client.Client
+	// imagesNamespace is where refreshed images are imported.
+	imagesNamespace string
 }
 
 func (w *classWebhook) Default(ctx context.Context, c *macvirtv1alpha1.MacClass) error {
@@ -32,14 +39,45 @@ func (w *classWebhook) Default(ctx context.Context, c *macvirtv1alpha1.MacClass)
 	return nil
 }
 
-func (w *classWebhook) ValidateCreate(_ context.Context, c *macvirtv1alpha1.MacClass) (admission.Warnings, error) {
+func (w *classWebhook) ValidateCreate(ctx context.Context, c *macvirtv1alpha1.MacClass) (admission.Warnings, error) {
 	errs, warns := ValidateMacClass(c, w.env)
-	return warns, invalid("MacClass", c.Name, errs)
+	authority, err := w.authorMayUse(ctx, nil, c)
+	if err != nil {
+		return warns, err
+	}
+	return warns, invalid("MacClass", c.Name, append(errs, authority...))
 }
 
-func (w *classWebhook) ValidateUpdate(_ context.Context, old, c *macvirtv1alpha1.MacClass) (admission.Warnings, error) {
+func (w *classWebhook) ValidateUpdate(ctx context.Context, old, c *macvirtv1alpha1.MacClass) (admission.Warnings, error) {
 	errs, warns := ValidateMacClassUpdate(old, c, w.env)
-	return warns, invalid("MacClass", c.Name, errs)
+	authority, err := w.authorMayUse(ctx, old, c)
+	if err != nil {
+		return warns, err
+	}
+	return warns, invalid("MacClass", c.Name, append(errs, authority...))
+}
+
+// authorMayUse refuses the references of c, new since old, that its
+// author may not use themselves.
+func (w *classWebhook) authorMayUse(ctx context.Context, old, c *macvirtv1alpha1.MacClass) (field.ErrorList, error) {
+	rights, refused := classRights(c, w.imagesNamespace)
+	if old != nil {
+		oldRights, oldRefused := classRights(old, w.imagesNamespace)
+		rights = newRights(oldRights, rights)
+		was := map[string]bool{}
+		for _, e := range oldRefused {
+			was[e.Error()] = true
+		}
+		kept := refused[:0]
+		for _, e := range refused {
+			if !was[e.Error()] {
+				kept = append(kept, e)
+			}
+		}
+		refused = kept
+	}
+	errs, err := authorOwns(ctx, w.reviews, rights)
+	return append(refused, errs...), err
 }
 
 func (w *classWebhook) ValidateDelete(context.Context, *macvirtv1alpha1.MacClass) (admission.Warnings, error) {

@@ -45,6 +45,9 @@ type Options struct {
 	// under (see Identity): only it may write what binds a machine. When
 	// empty, nobody may.
 	OperatorUser string
+	// ImagesNamespace is where refreshed images are imported (a class's
+	// registry credentials are asked about there).
+	ImagesNamespace string
 }
 
 // Setup registers the defaulting and validating webhooks of every kind
@@ -54,7 +57,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	l := &lookup{cache: mgr.GetClient(), api: mgr.GetAPIReader()}
 	for _, err := range []error{
 		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacClass{}).
-			WithDefaulter(&classWebhook{}).WithValidator(&classWebhook{env: ClassEnv{EmulatorOverride: opts.EmulatorOverride}}).Complete(),
+			WithDefaulter(&classWebhook{}).WithValidator(&classWebhook{env: ClassEnv{EmulatorOverride: opts.EmulatorOverride},
+			reviews: mgr.GetClient(), imagesNamespace: opts.ImagesNamespace}).Complete(),
 		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacPool{}).
 			WithDefaulter(&poolWebhook{}).WithValidator(&poolWebhook{lookup: l}).Complete(),
 		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacClaim{}).
