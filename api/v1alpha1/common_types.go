@@ -125,6 +125,10 @@ const (
 	// ReasonSecretConflict means a Secret of the connection Secret's name
 	// exists and is not controlled by the claim.
 	ReasonSecretConflict = "SecretConflict"
+	// ReasonConnectionSecretStale means the claim's connection Secret holds
+	// an earlier connection; the operator only creates Secrets, so the
+	// tenant deletes it to have it written again.
+	ReasonConnectionSecretStale = "ConnectionSecretStale"
 	// ReasonMachineNotReady means the bound machine is not Ready yet.
 	ReasonMachineNotReady = "MachineNotReady"
 	// ReasonWaitingForNetworkPolicy means a claim's machine is Ready but its

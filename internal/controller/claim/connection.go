@@ -32,10 +32,12 @@ func connectionData(conn *macvirtv1alpha1.ClaimConnection) map[string][]byte {
 	}
 	data := map[string][]byte{
 		"host":        []byte(host),
-		"address":     []byte(conn.Address),
 		"port":        []byte(fmt.Sprint(conn.SSHPort)),
 		"user":        []byte(conn.User),
 		"known_hosts": []byte(knownHosts(conn)),
+	}
+	if conn.Address != "" {
+		data["address"] = []byte(conn.Address)
 	}
 	if conn.VNCPort != 0 {
 		data["vnc-port"] = []byte(fmt.Sprint(conn.VNCPort))
@@ -67,7 +69,9 @@ func knownHosts(conn *macvirtv1alpha1.ClaimConnection) string {
 	if conn.Host != "" {
 		names = append(names, name(conn.Host, conn.SSHPort))
 	}
-	names = append(names, name(conn.Address, conn.SSHPort))
+	if conn.Address != "" {
+		names = append(names, name(conn.Address, conn.SSHPort))
+	}
 	if ext := conn.External; ext != nil && ext.Address != "" {
 		names = append(names, name(ext.Address, ext.SSHPort))
 	}

@@ -271,9 +271,9 @@ func readyClaim(t *testing.T, c client.Client, r *Reconciler, req ctrl.Request, 
 // create; when its connection changes the Secret is deleted, by the UID its
 // create returned, and created again. Nothing else is ever written to a
 // Secret, and nothing read.
-func TestAConnectionSecretIsCreatedAfterReadyAndReplacedWhenTheConnectionChanges(t *testing.T) {
+func TestAConnectionSecretIsCreatedOnceAfterReadyAndSaysWhenItIsStale(t *testing.T) {
 	ctx := context.Background()
-	c, w, _, r, req, m := claimFixture(t, macvirtv1alpha1.MacClaimSpec{
+	c, w, rec, r, req, m := claimFixture(t, macvirtv1alpha1.MacClaimSpec{
 		WriteConnectionSecretToRef: &macvirtv1alpha1.LocalSecretReference{Name: "build-ssh"}})
 	readyClaim(t, c, r, req, m)
 	w.take()
@@ -293,13 +293,14 @@ func TestAConnectionSecretIsCreatedAfterReadyAndReplacedWhenTheConnectionChanges
 	}
 	if got.Status.ConnectionSecretName != "build-ssh" || got.Status.ConnectionSecretUID != secret.UID || secret.UID == "" ||
 		!meta.IsStatusConditionTrue(got.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady) ||
-		string(secret.Data["address"]) != "10.128.0.7" || string(secret.Data["user"]) != "admin" ||
-		!strings.Contains(string(secret.Data["known_hosts"]), "build.macs.team.svc,10.128.0.7 ssh-ed25519") {
-		t.Errorf("status %q %q %+v, Secret %q; want the Secret recorded, holding the connection",
+		string(secret.Data["host"]) != "build.macs.team.svc" || string(secret.Data["user"]) != "admin" ||
+		secret.Data["address"] != nil || string(secret.Data["known_hosts"]) != "build.macs.team.svc ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIH0\n" {
+		t.Errorf("status %q %q %+v, Secret %q; want the Secret recorded, holding the connection by name, without the pod address",
 			got.Status.ConnectionSecretName, got.Status.ConnectionSecretUID, got.Status.Conditions, secret.Data)
 	}
 
-	// The machine's instance was recreated elsewhere: a new address.
+	// The machine's instance was recreated elsewhere: a new address, which
+	// the Secret does not hold.
 	moved := &macvirtv1alpha1.MacMachine{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(m), moved); err != nil {
 		t.Fatal(err)
@@ -311,8 +312,50 @@ func TestAConnectionSecretIsCreatedAfterReadyAndReplacedWhenTheConnectionChanges
 	if _, err := r.Reconcile(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := w.take(), []string{"update EndpointSlice", "delete Secret", "create Secret", "patch MacClaim/status"}; !slices.Equal(got, want) {
-		t.Errorf("moved: writes %q; want %q", got, want)
+	if got, want := w.take(), []string{"update EndpointSlice", "patch MacClaim/status"}; !slices.Equal(got, want) {
+		t.Errorf("moved: writes %q; want %q (the Secret still holds what connects)", got, want)
+	}
+
+	// New host keys: the Secret is stale, and the claim says so; the
+	// operator cannot delete it.
+	if err := c.Get(ctx, client.ObjectKeyFromObject(m), moved); err != nil {
+		t.Fatal(err)
+	}
+	moved.Status.Guest.SSHHostKeys = []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINEW"}
+	if err := c.Status().Update(ctx, moved); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := w.take(), []string{"create Secret", "patch MacClaim/status"}; !slices.Equal(got, want) {
+		t.Errorf("new keys: writes %q; want %q", got, want)
+	}
+	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	cond := meta.FindStatusCondition(got.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != macvirtv1alpha1.ReasonConnectionSecretStale ||
+		!strings.Contains(cond.Message, "delete it and it is written again") || got.Status.ConnectionSecretUID != secret.UID {
+		t.Errorf("ConnectionSecretReady %+v, UID %s; want False ConnectionSecretStale, asking for the Secret to be deleted", cond, got.Status.ConnectionSecretUID)
+	}
+	if ev := controllertest.Events(rec); !strings.Contains(ev, "Warning ConnectionSecretStale") {
+		t.Errorf("events %q; want a ConnectionSecretStale Warning", ev)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.take(); len(got) != 0 {
+		t.Errorf("stale, before the resync: writes %q; want none", got)
+	}
+
+	// The tenant deletes it: at the resync it is written again.
+	if err := c.Delete(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	r.ConnectionResync = time.Nanosecond
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
 	}
 	again := &corev1.Secret{}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: "team", Name: "build-ssh"}, again); err != nil {
@@ -321,9 +364,10 @@ func TestAConnectionSecretIsCreatedAfterReadyAndReplacedWhenTheConnectionChanges
 	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
 		t.Fatal(err)
 	}
-	if string(again.Data["address"]) != "10.128.3.9" || again.UID == secret.UID || got.Status.ConnectionSecretUID != again.UID {
-		t.Errorf("Secret %q (UID %s, was %s), status UID %s; want the new address in a new Secret, recorded",
-			again.Data["address"], again.UID, secret.UID, got.Status.ConnectionSecretUID)
+	if !strings.Contains(string(again.Data["known_hosts"]), "AAAAINEW") || again.UID == secret.UID || got.Status.ConnectionSecretUID != again.UID ||
+		!meta.IsStatusConditionTrue(got.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady) {
+		t.Errorf("Secret %q (UID %s, was %s), status UID %s; want the new keys in a new Secret, recorded",
+			again.Data["known_hosts"], again.UID, secret.UID, got.Status.ConnectionSecretUID)
 	}
 }
 

@@ -57,12 +57,15 @@ type dnsOutcome struct {
 
 // secretOutcome is what a write of the connection Secret came to: the
 // Secret created (its name and UID) or found in place, or why not (a Secret
-// of its name that is not the claim's, or a write the API server refused).
+// of its name that is not the claim's, or a write the API server refused),
+// and whether the claim's own holds an earlier connection.
 type secretOutcome struct {
 	name     string
 	uid      types.UID
 	conflict string
-	refused  *secretWriteError
+	// stale says the claim's own Secret holds an earlier connection.
+	stale   string
+	refused *secretWriteError
 	// at is when it was written.
 	at time.Time
 }

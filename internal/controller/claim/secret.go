@@ -20,15 +20,20 @@ import (
 // ensureConnectionSecret answers: does the Secret a claim asked for
 // (spec.writeConnectionSecretToRef, or the one an older operator gave every
 // claim) hold the connection its status gives? Only once the claim is
-// Ready: it is never on the way there. The operator creates Secrets and
-// deletes the ones it created, and never reads or patches one (an answer
-// would carry the contents of any Secret it could name). So a Secret is
-// created once; when the connection changes it is deleted, by the UID its
-// create returned, and created again; and every ConnectionResync it is
-// created again, which brings back one deleted by hand (AlreadyExists says
-// it is there). What the write came to is recorded for the status
-// (s.secret); a Secret of its name that is not the claim's, and a refusal
-// in the API server's words, are Warning events as they begin.
+// Ready: it is never on the way there. The operator only creates Secrets:
+// it never reads, patches, updates or deletes one, as each of those answers
+// with a Secret's contents (a delete does, of a Secret a finalizer holds),
+// and would do so for any Secret of the cluster it named. So the Secret
+// holds only what lasts as long as the binding (secretView: the name to
+// connect to, not the Mac's pod address), is created once, goes with the
+// claim (its owner), and every ConnectionResync is created again, which
+// brings back one deleted by hand (AlreadyExists says it is there). When
+// what it holds does change (the Mac's host keys, a load balancer's
+// address), the claim says the Secret is stale and that deleting it has it
+// written again. What the write came to is recorded for the status
+// (s.secret); a Secret of its name that is not the claim's, a stale one,
+// and a refusal in the API server's words, are Warning events as they
+// begin.
 func (r *Reconciler) ensureConnectionSecret(ctx context.Context, s *claimScope) (bool, error) {
 	c := s.claim
 	name := connectionSecretName(c)
@@ -42,21 +47,25 @@ func (r *Reconciler) ensureConnectionSecret(ctx context.Context, s *claimScope) 
 	now := r.Clock.Now()
 	key := client.ObjectKeyFromObject(c)
 	recorded := c.Status.ConnectionSecretName == name
-	changed := !equality.Semantic.DeepEqual(c.Status.Connection, conn)
-	clashed := meta.IsStatusConditionFalse(c.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady)
-	created, stale := c.Status.ConnectionSecretUID, false
+	was := meta.FindStatusCondition(c.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady)
+	clashed := was != nil && was.Status == metav1.ConditionFalse && was.Reason == macvirtv1alpha1.ReasonSecretConflict
+	wasStale := was != nil && was.Status == metav1.ConditionFalse && was.Reason == macvirtv1alpha1.ReasonConnectionSecretStale
+	created, behind := c.Status.ConnectionSecretUID, false
 	if uid := r.secrets.get(c.UID, name); uid != "" {
 		// Created by this process, maybe before a status write that did
 		// not go through (a conflict, or another operator's write during
 		// a hand-over): still the claim's own, and newer than what the
 		// status says, which is then written again.
-		recorded, created, stale = true, uid, uid != c.Status.ConnectionSecretUID
+		recorded, created, behind = true, uid, uid != c.Status.ConnectionSecretUID
 	}
-	if recorded && !changed && !stale && !r.connectionDue(key, now) || !recorded && clashed && !r.connectionDue(key, now) {
+	changed := recorded && c.Status.Connection != nil &&
+		!equality.Semantic.DeepEqual(connectionData(secretView(c.Status.Connection)), connectionData(secretView(conn)))
+	due := r.connectionDue(key, now)
+	if recorded && !changed && !behind && !due || !recorded && clashed && !due {
 		r.secrets.forget(c.UID)
 		return true, nil
 	}
-	out, err := r.writeConnectionSecret(ctx, c, name, conn, recorded, created, recorded && changed)
+	out, err := r.createConnectionSecret(ctx, c, name, conn, recorded, created, changed || wasStale)
 	out.at = now
 	var refused *secretWriteError
 	switch {
@@ -64,8 +73,7 @@ func (r *Reconciler) ensureConnectionSecret(ctx context.Context, s *claimScope) 
 		// A quota, an admission policy or webhook, or an API server that
 		// failed: the claim says so in the API server's words, and the write
 		// is retried with backoff.
-		if was := meta.FindStatusCondition(c.Status.Conditions, macvirtv1alpha1.ConditionConnectionSecretReady); was == nil ||
-			was.Status != metav1.ConditionFalse || was.Reason != refused.reason {
+		if was == nil || was.Status != metav1.ConditionFalse || was.Reason != refused.reason {
 			base.RecordEvent(r.Recorder, c, corev1.EventTypeWarning, refused.reason, "WriteConnectionSecret", refused.Error())
 		}
 		out.refused = refused
@@ -75,51 +83,54 @@ func (r *Reconciler) ensureConnectionSecret(ctx context.Context, s *claimScope) 
 		return false, err
 	case out.conflict != "" && !clashed:
 		base.RecordEvent(r.Recorder, c, corev1.EventTypeWarning, macvirtv1alpha1.ReasonSecretConflict, "WriteConnectionSecret", out.conflict)
+	case out.stale != "" && !wasStale:
+		base.RecordEvent(r.Recorder, c, corev1.EventTypeWarning, macvirtv1alpha1.ReasonConnectionSecretStale, "WriteConnectionSecret", out.stale)
 	}
 	s.secret = out
 	return true, nil
 }
 
-// writeConnectionSecret creates the claim's connection Secret, first
-// deleting the one the claim recorded (created, its UID) when replace says
-// its connection changed. A Secret of the name that is there already is the
-// claim's when it is recorded (resync), and someone else's otherwise.
-func (r *Reconciler) writeConnectionSecret(ctx context.Context, c *macvirtv1alpha1.MacClaim, name string,
-	conn *macvirtv1alpha1.ClaimConnection, recorded bool, created types.UID, replace bool) (*secretOutcome, error) {
-	if replace {
-		old := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace}}
-		var opts []client.DeleteOption
-		if uid := created; uid != "" {
-			// Only the Secret this claim's operator created goes. A claim
-			// from before UIDs were recorded names a Secret the claim
-			// controlled when it was last written.
-			opts = append(opts, client.Preconditions{UID: &uid})
-		}
-		if err := r.Delete(ctx, old, opts...); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return &secretOutcome{}, &secretWriteError{macvirtv1alpha1.ReasonUpdateFailed,
-				fmt.Errorf("replacing connection Secret %s/%s: %w", c.Namespace, name, err)}
-		}
-	}
+// createConnectionSecret creates the claim's connection Secret. A Secret
+// of the name that is there already is the claim's when it is recorded
+// (created, its UID), and then stale when the claim knows it holds an
+// earlier connection; it is someone else's otherwise.
+func (r *Reconciler) createConnectionSecret(ctx context.Context, c *macvirtv1alpha1.MacClaim, name string,
+	conn *macvirtv1alpha1.ClaimConnection, recorded bool, created types.UID, stale bool) (*secretOutcome, error) {
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace,
 			Labels:          map[string]string{macvirtv1alpha1.LabelClaim: c.Name},
 			OwnerReferences: []metav1.OwnerReference{base.ControllerRef("MacClaim", c.Name, c.UID)}},
 		Type:      corev1.SecretTypeOpaque,
 		Immutable: ptrTrue(),
-		Data:      connectionData(conn),
+		Data:      connectionData(secretView(conn)),
 	}
 	err := r.Create(ctx, secret)
 	switch {
 	case err == nil:
 		r.secrets.record(c.UID, name, secret.UID)
 		return &secretOutcome{name: name, uid: secret.UID}, nil
-	case apierrors.IsAlreadyExists(err) && recorded && !replace:
+	case apierrors.IsAlreadyExists(err) && recorded && stale:
+		return &secretOutcome{name: name, uid: created, stale: fmt.Sprintf("Secret %s/%s holds an earlier connection (the Mac's host keys "+
+			"or external address changed since it was written); the operator only creates Secrets, so delete it and it is written "+
+			"again within %s; the claim's status has the connection as it is now", c.Namespace, name, r.connectionResync())}, nil
+	case apierrors.IsAlreadyExists(err) && recorded:
 		return &secretOutcome{name: name, uid: created}, nil
 	case apierrors.IsAlreadyExists(err):
 		return &secretOutcome{conflict: fmt.Sprintf("Secret %s/%s exists and is not one this claim created; it is left as it is, and the "+
 			"connection is only in the claim's status: rename or delete that Secret to have it written", c.Namespace, name)}, nil
 	}
 	return &secretOutcome{}, &secretWriteError{macvirtv1alpha1.ReasonCreateFailed, fmt.Errorf("creating connection Secret %s/%s: %w", c.Namespace, name, err)}
+}
+
+// secretView is the part of a connection the Secret holds: all of it but
+// the Mac's pod address, which changes whenever its VM starts again, when
+// there is a name to connect to instead.
+func secretView(conn *macvirtv1alpha1.ClaimConnection) *macvirtv1alpha1.ClaimConnection {
+	v := conn.DeepCopy()
+	if v.Host != "" {
+		v.Address = ""
+	}
+	return v
 }
 
 func ptrTrue() *bool { t := true; return &t }

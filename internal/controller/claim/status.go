@@ -219,6 +219,9 @@ func setConnectionSecret(s *claimScope, st *macvirtv1alpha1.MacClaimStatus) {
 	case o.conflict != "":
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, macvirtv1alpha1.ReasonSecretConflict, o.conflict
 		st.ConnectionSecretName, st.ConnectionSecretUID = "", ""
+	case o.stale != "":
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, macvirtv1alpha1.ReasonConnectionSecretStale, o.stale
+		st.ConnectionSecretName, st.ConnectionSecretUID = o.name, o.uid
 	default:
 		cond.Status, cond.Reason = metav1.ConditionTrue, macvirtv1alpha1.ReasonAsExpected
 		cond.Message = "Secret " + o.name + " holds the connection"

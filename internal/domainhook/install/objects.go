@@ -24,11 +24,14 @@ import (
 // The Plugin and, for the plugin-sidecar transport, the admission policy
 // that adds the sidecar. Each grants power over every VM or pod of the
 // cluster, so the operator may touch these names only (create cannot be
-// limited to a name).
+// limited to a name). Writing the admission policy is granted only with
+// the plugin-sidecar transport, by the shipped ClusterRole
+// domain-hook-sidecar-writer (config/rbac) an admin binds when choosing
+// it; under the default transports the operator may only find and delete
+// a policy an earlier plugin-sidecar operator made.
 // +kubebuilder:rbac:groups=plugin.kubevirt.io,resources=plugins,verbs=create
 // +kubebuilder:rbac:groups=plugin.kubevirt.io,resources=plugins,verbs=get;update;delete,resourceNames=macvirt-macos
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingadmissionpolicies;mutatingadmissionpolicybindings,verbs=create
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingadmissionpolicies;mutatingadmissionpolicybindings,verbs=get;update;delete,resourceNames=macvirt-domain-hook-sidecar
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingadmissionpolicies;mutatingadmissionpolicybindings,verbs=get;delete,resourceNames=macvirt-domain-hook-sidecar
 
 // domainHookReady says whether the transport's objects are in place.
 var domainHookReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
