@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -15,7 +16,6 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
-	"github.com/macvirt/macvirt/internal/controller/state"
 	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
@@ -139,7 +139,7 @@ func desiredService(c *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacClass
 }
 
 // desiredSlice is the EndpointSlice of the claim's Service: the machine's
-// address, ready while the machine is.
+// address, ready while it takes connections (takesConnections).
 func desiredSlice(c *macvirtv1alpha1.MacClaim, svc *corev1.Service, m *macvirtv1alpha1.MacMachine) *discoveryv1.EndpointSlice {
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: c.Namespace,
@@ -159,7 +159,7 @@ func desiredSlice(c *macvirtv1alpha1.MacClaim, svc *corev1.Service, m *macvirtv1
 		slice.AddressType = discoveryv1.AddressTypeIPv6
 	}
 	ep := discoveryv1.Endpoint{Addresses: []string{addr.String()},
-		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(state.MachineReady(m))}}
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(takesConnections(m))}}
 	if m.Status.NodeName != "" {
 		ep.NodeName = ptr.To(m.Status.NodeName)
 	}
@@ -258,4 +258,13 @@ func machineAddress(m *macvirtv1alpha1.MacMachine) string {
 		return m.Status.Addresses[0]
 	}
 	return ""
+}
+
+// takesConnections says the machine's address routes to a running Mac: its
+// VM runs, with a pod-network address. That is what an endpoint's
+// readiness follows, not the machine's Ready, which also needs fresh
+// guest-agent heartbeats: a fault on the agent's channel must not refuse
+// SSH to a Mac whose VM and sshd run.
+func takesConnections(m *macvirtv1alpha1.MacMachine) bool {
+	return meta.IsStatusConditionTrue(m.Status.Conditions, macvirtv1alpha1.ConditionVMRunning) && machineAddress(m) != ""
 }

@@ -62,8 +62,9 @@ func TestDesiredServiceAndSlice(t *testing.T) {
 
 	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Status: macvirtv1alpha1.MacMachineStatus{
 		Phase: macvirtv1alpha1.MachineReady, Addresses: []string{"10.244.1.9"}, NodeName: "apple-1",
-		Guest:      &macvirtv1alpha1.GuestStatus{IPAddresses: []string{"10.0.2.2"}},
-		Conditions: []metav1.Condition{{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AsExpected"}}}}
+		Guest: &macvirtv1alpha1.GuestStatus{IPAddresses: []string{"10.0.2.2"}},
+		Conditions: []metav1.Condition{{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AsExpected"},
+			{Type: macvirtv1alpha1.ConditionVMRunning, Status: metav1.ConditionTrue, Reason: "AsExpected"}}}}
 	slice := desiredSlice(claim, svc, m)
 	if slice.Labels[discoveryv1.LabelServiceName] != "build" || slice.AddressType != discoveryv1.AddressTypeIPv4 || len(slice.Ports) != 2 {
 		t.Errorf("slice %+v", slice)
@@ -194,5 +195,37 @@ func TestDNSLabel(t *testing.T) {
 	b := dnsLabel(&macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "team-build."}})
 	if a == b || a == "team-build" {
 		t.Errorf("team.build and team-build. share %q, or team.build took team-build's label", a)
+	}
+}
+
+// An endpoint is ready while its address takes connections: the Mac's VM
+// runs with that address. A stale guest-agent heartbeat makes the machine
+// not Ready, but does not take a running Mac off its Service; the claim
+// says what is wrong.
+func TestAStaleHeartbeatKeepsARunningMacOnItsService(t *testing.T) {
+	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team", UID: "u"},
+		Status: macvirtv1alpha1.MacClaimStatus{MachineRef: &macvirtv1alpha1.ObjectRef{Namespace: "pools", Name: "m", UID: "m-uid"}}}
+	svc := desiredService(claim, &macvirtv1alpha1.MacClass{})
+	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "pools", UID: "m-uid"}, Status: macvirtv1alpha1.MacMachineStatus{
+		Phase: macvirtv1alpha1.MachineReady, Addresses: []string{"10.244.1.9"}, NodeName: "apple-1",
+		Guest: &macvirtv1alpha1.GuestStatus{AgentVersion: "1.0.0"},
+		Conditions: []metav1.Condition{
+			{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "GuestAgentNotReady", Message: "no heartbeat for 3m0s"},
+			{Type: macvirtv1alpha1.ConditionGuestAgentReady, Status: metav1.ConditionFalse, Reason: "HeartbeatTimeout", Message: "no heartbeat for 3m0s"},
+			{Type: macvirtv1alpha1.ConditionVMRunning, Status: metav1.ConditionTrue, Reason: "AsExpected"}}}}
+	slice := desiredSlice(claim, svc, m)
+	if len(slice.Endpoints) != 1 || slice.Endpoints[0].Conditions.Ready == nil || !*slice.Endpoints[0].Conditions.Ready {
+		t.Errorf("endpoints %+v; want the running Mac's address ready, whatever its heartbeat", slice.Endpoints)
+	}
+	st := computeClaimStatus(&claimScope{claim: claim, machine: m, class: &macvirtv1alpha1.MacClass{}}, metav1.Now())
+	ready := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionFalse || !strings.Contains(ready.Message, "its VM runs and 10.244.1.9 still takes connections") ||
+		!strings.Contains(ready.Message, "the guest agent") {
+		t.Errorf("Ready %+v; want it to say the Mac still takes connections and the guest agent is what is wrong", ready)
+	}
+
+	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionVMRunning, Status: metav1.ConditionFalse, Reason: "Stopped"})
+	if slice := desiredSlice(claim, svc, m); len(slice.Endpoints) != 1 || *slice.Endpoints[0].Conditions.Ready {
+		t.Errorf("endpoints %+v; want a stopped Mac's address not ready", slice.Endpoints)
 	}
 }

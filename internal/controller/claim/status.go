@@ -98,6 +98,12 @@ func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatu
 		if rc := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionReady); rc != nil {
 			msg = fmt.Sprintf("machine is %s: %s", m.Status.Phase, rc.Message)
 		}
+		if takesConnections(m) && m.Status.Guest != nil {
+			// Which part is wrong: the Mac is up and reachable, what it
+			// lacks is the guest agent's word (or what waits on it).
+			msg += fmt.Sprintf("; its VM runs and %s still takes connections (its Service routes there): "+
+				"what is missing is the guest agent's report from inside macOS", machineAddress(m))
+		}
 		reason := macvirtv1alpha1.ReasonMachineNotReady
 		if sc := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionStalled); sc != nil && sc.Status == metav1.ConditionTrue {
 			// The machine waits for a human (a forced power-off, an image
