@@ -3,18 +3,21 @@ package controller_test
 import (
 	"context"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/classhistory"
 	"github.com/macvirt/macvirt/internal/simulator"
 )
 
@@ -78,9 +81,9 @@ var _ = Describe("A claim's Service", func() {
 		secret := &corev1.Secret{}
 		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: tenant, Name: "build-ssh"}, secret)).To(Succeed())
 		Expect(secret.UID).To(Equal(getClaim(k).Status.ConnectionSecretUID))
-		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte(host)), HaveKeyWithValue("address", []byte(podIP)),
+		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte(host)), Not(HaveKey("address")),
 			HaveKeyWithValue("vnc-port", []byte("5900")), HaveKey("external-port"),
-			HaveKeyWithValue("known_hosts", []byte(host+","+podIP+" "+testHostKey+"\n"))))
+			HaveKeyWithValue("known_hosts", []byte(host+" "+testHostKey+"\n"))), "what lasts as long as the binding: not the pod address")
 
 		By("the bound machine lets in its claim's namespace and, exposed by a NodePort, the outside; the idle one nobody")
 		Eventually(func(g Gomega) {
@@ -175,6 +178,44 @@ var _ = Describe("A claim's Service", func() {
 				g.Expect(getClaimWith(g, k).Status.Connection).To(HaveField("External",
 					HaveValue(And(HaveField("Address", "203.0.113.7"), HaveField("SSHPort", int32(22))))))
 			}).WithTimeout(timeout).Should(Succeed())
+		})
+
+		It("keeps a LoadBalancer claim's Service and address when its class is deleted: the Service follows the machine's revision", func() {
+			k := key(newClaim(tenant, func(c *macvirtv1alpha1.MacClaim) {
+				c.GenerateName, c.Name, c.Spec.PoolName, c.Spec.Access.Type = "", "kept", pool.Name, macvirtv1alpha1.AccessLoadBalancer
+			}))
+			var svc *corev1.Service
+			Eventually(func(g Gomega) {
+				svc, _ = serviceOf(tenant, "kept")
+				g.Expect(svc).NotTo(BeNil())
+			}).WithTimeout(timeout).Should(Succeed())
+			Expect(svc.Spec.Type).To(Equal(corev1.ServiceTypeLoadBalancer))
+			svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.9"}}
+			Expect(k8sClient.Status().Update(context.Background(), svc)).To(Succeed())
+			Eventually(func(g Gomega) {
+				g.Expect(getClaimWith(g, k).Status.Connection).To(HaveField("External", HaveValue(HaveField("Address", "203.0.113.9"))))
+			}).WithTimeout(timeout).Should(Succeed())
+
+			By("the class goes; the class controller kept a snapshot of the machine's revision")
+			m := getMachine(types.NamespacedName{Namespace: pool.Spec.Namespace, Name: getClaim(k).Status.MachineRef.Name})
+			snap, err := classhistory.New(operatorNamespace, class, m.Spec.ClassRevision)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(k8sClient.Create(context.Background(), snap)).To(Succeed())
+			DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(context.Background(), snap))).To(Succeed()) })
+			Expect(k8sClient.Delete(context.Background(), class)).To(Succeed())
+			Eventually(func() bool {
+				return apierrors.IsNotFound(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(class), &macvirtv1alpha1.MacClass{}))
+			}).WithTimeout(timeout).Should(BeTrue())
+			claim := getClaim(k)
+			before := claim.DeepCopy()
+			claim.Annotations = map[string]string{"test.macvirt.io/touched": "after the class went"}
+			Expect(k8sClient.Patch(context.Background(), claim, client.MergeFrom(before))).To(Succeed())
+			Consistently(func(g Gomega) {
+				svc, _ := serviceOf(tenant, "kept")
+				g.Expect(svc).NotTo(BeNil())
+				g.Expect(svc.Spec.Type).To(Equal(corev1.ServiceTypeLoadBalancer), "a deleted class turned the claim's LoadBalancer into a %s", svc.Spec.Type)
+				g.Expect(getClaimWith(g, k).Status.Connection).To(HaveField("External", HaveValue(HaveField("Address", "203.0.113.9"))))
+			}).WithTimeout(3 * time.Second).Should(Succeed())
 		})
 
 		It("is reached inside the cluster, saying why, when the claim asks for an access type its class does not allow", func() {

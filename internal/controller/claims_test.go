@@ -46,9 +46,9 @@ var _ = Describe("Pools and claims", func() {
 		Eventually(func(g Gomega) string { return getClaimWith(g, k).Status.ConnectionSecretName }).WithTimeout(timeout).Should(Equal("ssh"))
 		secret := &corev1.Secret{}
 		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: tenant, Name: "ssh"}, secret)).To(Succeed())
-		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte(host)), HaveKeyWithValue("address", []byte(podIP)),
+		Expect(secret.Data).To(And(HaveKeyWithValue("host", []byte(host)), Not(HaveKey("address")),
 			HaveKeyWithValue("port", []byte("22")), HaveKeyWithValue("user", []byte("admin")),
-			HaveKeyWithValue("known_hosts", []byte(host+","+podIP+" "+testHostKey+"\n"))))
+			HaveKeyWithValue("known_hosts", []byte(host+" "+testHostKey+"\n"))), "what lasts as long as the binding: not the pod address")
 		Expect(secret.OwnerReferences).To(ConsistOf(HaveField("UID", claim.UID)))
 		Expect(secret.Immutable).To(HaveValue(BeTrue()))
 

@@ -21,7 +21,6 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/operator"
-	"github.com/macvirt/macvirt/internal/simulator"
 )
 
 // machineUIDs maps each machine of ns to its UID: a machine deleted and
@@ -374,8 +373,7 @@ var _ = Describe("Under faults", func() {
 			got := &corev1.Secret{}
 			g.Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(secret), got)).To(Succeed())
 			g.Expect(got.UID).NotTo(Equal(secret.UID))
-			g.Expect(got.Data).To(And(HaveKeyWithValue("host", []byte(k.Name+".macs."+tenant+".svc")),
-				HaveKeyWithValue("address", []byte(simulator.IPAddressFor(getClaim(k).Status.MachineRef.Namespace, getClaim(k).Status.MachineRef.Name)))))
+			g.Expect(got.Data).To(And(HaveKeyWithValue("host", []byte(k.Name+".macs."+tenant+".svc")), HaveKeyWithValue("user", []byte("admin"))))
 		}).WithTimeout(timeout).Should(Succeed())
 	})
 

@@ -126,7 +126,7 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 		return err
 	}
 	var snapshots client.Reader
-	if opts.runs(MachineController) || opts.runs(ExposureController) || agentServer != nil {
+	if opts.runs(MachineController) || opts.runs(ExposureController) || opts.runs(ClaimController) || agentServer != nil {
 		if snapshots, err = snapshotCache(mgr, namespace); err != nil {
 			return err
 		}
@@ -243,6 +243,7 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 				Clock:                   clk,
 				MaxConcurrentReconciles: workers,
 				ConnectionResync:        opts.ConnectionResync,
+				Classes:                 classhistory.Resolver{Classes: c, Snapshots: d.snapshots, Namespace: namespace},
 				ControllerName:          "macclaim" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},

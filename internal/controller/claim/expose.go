@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -20,10 +21,23 @@ import (
 	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
-// loadClass reads the class of the bound machine, once per reconcile; nil
-// when it is gone (the machine keeps its own revision of it).
-func (r *Reconciler) loadClass(ctx context.Context, s *claimScope) error {
-	if s.class != nil {
+// loadMachineClass reads, once per reconcile, the class the bound machine
+// was made of: its recorded revision, from the class's history when the
+// class changed or went (Classes), as the machine itself does. The claim's
+// Service and access follow it, so deleting or changing a class does not
+// turn a bound claim's LoadBalancer into a ClusterIP, drop its Screen
+// Sharing port, or lose a cloud address for good. Nil when neither the
+// class nor a snapshot of its revision exists.
+func (r *Reconciler) loadMachineClass(ctx context.Context, s *claimScope) error {
+	if s.machineClassLoaded {
+		return nil
+	}
+	if r.Classes.Snapshots != nil {
+		res, err := r.Classes.Resolve(ctx, s.machine)
+		if err != nil {
+			return fmt.Errorf("finding the class machine %s/%s was made of: %w", s.machine.Namespace, s.machine.Name, err)
+		}
+		s.machineClass, s.machineClassLoaded = res.Class, true
 		return nil
 	}
 	class := &macvirtv1alpha1.MacClass{}
@@ -31,9 +45,10 @@ func (r *Reconciler) loadClass(ctx context.Context, s *claimScope) error {
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("getting MacClass %s: %w", s.machine.Spec.ClassName, err)
 		}
+		s.machineClassLoaded = true
 		return nil
 	}
-	s.class = class
+	s.machineClass, s.machineClassLoaded = class, true
 	return nil
 }
 
@@ -63,13 +78,19 @@ func (r *Reconciler) checkExposure(ctx context.Context, s *claimScope) (bool, er
 // as it was. A Service or EndpointSlice of the name that the claim does not
 // control is left alone and recorded; a refused write shows in status.
 func (r *Reconciler) ensureService(ctx context.Context, s *claimScope) (bool, error) {
-	if s.machine == nil || s.lost != "" {
+	if s.lost != "" {
+		// Lost: the Service stays (its node port or cloud address is the
+		// tenant's), but routes nowhere, as the machine's address may be
+		// another pod's tomorrow.
+		return true, r.emptySlices(ctx, s, serviceName(s.claim))
+	}
+	if s.machine == nil {
 		return true, nil
 	}
-	if err := r.loadClass(ctx, s); err != nil {
+	if err := r.loadMachineClass(ctx, s); err != nil {
 		return false, err
 	}
-	access, refusal := tenancy.Access(s.class, s.claim.Spec.Access.Type)
+	access, refusal := tenancy.Access(s.accessClass(), s.claim.Spec.Access.Type)
 	if refusal != nil {
 		s.serviceProblem = &base.Problem{Reason: refusal.Reason, Message: refusal.Message + "; the Mac is reachable inside the cluster meanwhile"}
 	}
@@ -85,7 +106,7 @@ func (r *Reconciler) ensureService(ctx context.Context, s *claimScope) (bool, er
 			return true, nil
 		}
 	}
-	want := desiredService(s.claim, s.class)
+	want := desiredService(s.claim, s.accessClass())
 	if refusal != nil {
 		s.serviceProblem = &base.Problem{Reason: refusal.Reason, Message: refusal.Message + "; the Service is ClusterIP meanwhile"}
 	}
@@ -129,10 +150,10 @@ func (r *Reconciler) publishName(ctx context.Context, s *claimScope) (bool, erro
 		s.serviceProblem != nil && s.serviceProblem.Reason != macvirtv1alpha1.ReasonAccessTypeNotAllowed {
 		return true, nil
 	}
-	if access, _ := tenancy.Access(s.class, c.Spec.Access.Type); access != macvirtv1alpha1.AccessClusterIP {
+	if access, _ := tenancy.Access(s.accessClass(), c.Spec.Access.Type); access != macvirtv1alpha1.AccessClusterIP {
 		return true, r.unpublishName(ctx, s)
 	}
-	want := desiredNameSlice(c, s.class, s.machine)
+	want := desiredNameSlice(c, s.accessClass(), s.machine)
 	if c.Status.Phase != macvirtv1alpha1.ClaimReady {
 		have := &discoveryv1.EndpointSlice{}
 		if err := r.Get(ctx, client.ObjectKeyFromObject(want), have); apierrors.IsNotFound(err) {
@@ -163,8 +184,29 @@ func (r *Reconciler) publishName(ctx context.Context, s *claimScope) (bool, erro
 // unpublishName empties the claim's EndpointSlice under the namespace
 // Service, if it has one: the name then resolves to nothing.
 func (r *Reconciler) unpublishName(ctx context.Context, s *claimScope) error {
+	if err := r.emptySlices(ctx, s, nameSliceName(s.claim)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// emptySlices takes every endpoint out of the claim's EndpointSlices of
+// that name, in either address family (familySliceName): they then route
+// nowhere. The operator cannot delete EndpointSlices; emptied, they go
+// with the claim.
+func (r *Reconciler) emptySlices(ctx context.Context, s *claimScope, name string) error {
+	for _, n := range []string{name, familySliceName(name, discoveryv1.AddressTypeIPv4), familySliceName(name, discoveryv1.AddressTypeIPv6)} {
+		if err := r.emptySlice(ctx, s, types.NamespacedName{Namespace: s.claim.Namespace, Name: n}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// emptySlice empties one EndpointSlice the claim controls, if it has
+// endpoints.
+func (r *Reconciler) emptySlice(ctx context.Context, s *claimScope, key types.NamespacedName) error {
 	have := &discoveryv1.EndpointSlice{}
-	key := types.NamespacedName{Namespace: s.claim.Namespace, Name: nameSliceName(s.claim)}
 	if err := r.Get(ctx, key, have); err != nil {
 		return client.IgnoreNotFound(err)
 	}
@@ -175,8 +217,15 @@ func (r *Reconciler) unpublishName(ctx context.Context, s *claimScope) error {
 	if err := r.Update(ctx, have); err != nil {
 		return fmt.Errorf("emptying EndpointSlice %s: %w", key, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("took the claim's name off the namespace Service", "endpointSlice", key.Name)
+	ctrl.LoggerFrom(ctx).Info("emptied the claim's EndpointSlice", "endpointSlice", key.Name)
 	return nil
+}
+
+// familySliceName is the name of a claim's slice for an address family
+// other than the one its first slice was made for: a slice's address type
+// is immutable, and the operator may not delete one.
+func familySliceName(name string, family discoveryv1.AddressType) string {
+	return name + "." + strings.ToLower(string(family))
 }
 
 // ensureNamespaceService makes the namespace's headless Service, macs,
@@ -237,16 +286,35 @@ func (r *Reconciler) ensureNamespaceService(ctx context.Context, s *claimScope) 
 	return true, nil
 }
 
-// writeSlice writes an EndpointSlice the claim controls (writeOwned).
+// writeSlice writes an EndpointSlice the claim controls (writeOwned). A
+// slice's address type is immutable: when the machine's address is of
+// another family than the slice of want's name (its instance came back
+// with an IPv6 address, say), that slice is emptied and the endpoint goes
+// to a slice of the family's own name; the other name's slice is kept
+// empty, so no slice routes to an address the machine no longer has.
 func (r *Reconciler) writeSlice(ctx context.Context, s *claimScope, want *discoveryv1.EndpointSlice) (client.Object, error) {
+	first := client.ObjectKeyFromObject(want)
+	spare := types.NamespacedName{Namespace: want.Namespace, Name: familySliceName(want.Name, want.AddressType)}
+	have := &discoveryv1.EndpointSlice{}
+	switch err := r.Get(ctx, first, have); {
+	case err == nil && metav1.IsControlledBy(have, s.claim) && have.AddressType != want.AddressType:
+		if err := r.emptySlice(ctx, s, first); err != nil {
+			return nil, err
+		}
+		want = want.DeepCopy()
+		want.Name = spare.Name
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("getting EndpointSlice %s: %w", first, err)
+	default:
+		for _, family := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
+			if err := r.emptySlice(ctx, s, types.NamespacedName{Namespace: want.Namespace, Name: familySliceName(want.Name, family)}); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return r.writeOwned(ctx, s, "EndpointSlice", want, &discoveryv1.EndpointSlice{}, func(have, want client.Object) bool {
 		h, w := have.(*discoveryv1.EndpointSlice), want.(*discoveryv1.EndpointSlice)
-		if h.AddressType == w.AddressType && equality.Semantic.DeepEqual(h.Endpoints, w.Endpoints) && equality.Semantic.DeepEqual(h.Ports, w.Ports) {
-			return false
-		}
-		// The address type is immutable: a machine that moved families
-		// gets its slice recreated (a conflict below, then a create).
-		if h.AddressType != w.AddressType {
+		if h.AddressType != w.AddressType || equality.Semantic.DeepEqual(h.Endpoints, w.Endpoints) && equality.Semantic.DeepEqual(h.Ports, w.Ports) {
 			return false
 		}
 		h.Endpoints, h.Ports = w.Endpoints, w.Ports

@@ -8,6 +8,8 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/macvirt/macvirt/internal/classhistory"
 )
 
 // Reconciler binds claims to machines. The machine side is written
@@ -27,6 +29,9 @@ type Reconciler struct {
 	// comes back (the operator may not read Secrets);
 	// DefaultConnectionResync when zero.
 	ConnectionResync time.Duration
+	// Classes finds the class revision a bound machine was made of, which
+	// its claim's access follows; with no Snapshots, the live class.
+	Classes classhistory.Resolver
 
 	// connectionApplied holds when each claim's connection Secret was last
 	// written or found in place by this process.

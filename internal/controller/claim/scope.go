@@ -46,6 +46,10 @@ type claimScope struct {
 	// secret is what writing the connection Secret came to in this
 	// reconcile; nil when nothing was written.
 	secret *secretOutcome
+	// machineClass is the class the bound machine was made of (its
+	// recorded revision), once machineClassLoaded; what its access follows.
+	machineClass       *macvirtv1alpha1.MacClass
+	machineClassLoaded bool
 }
 
 // dnsOutcome is what publishing the claim's DNS name came to: its
@@ -68,4 +72,13 @@ type secretOutcome struct {
 	refused *secretWriteError
 	// at is when it was written.
 	at time.Time
+}
+
+// accessClass is the class a bound claim's access follows: the revision its
+// machine was made of, once read; until then the class the claim resolved.
+func (s *claimScope) accessClass() *macvirtv1alpha1.MacClass {
+	if s.machineClassLoaded {
+		return s.machineClass
+	}
+	return s.class
 }

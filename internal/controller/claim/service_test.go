@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -12,7 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -227,5 +230,98 @@ func TestAStaleHeartbeatKeepsARunningMacOnItsService(t *testing.T) {
 	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionVMRunning, Status: metav1.ConditionFalse, Reason: "Stopped"})
 	if slice := desiredSlice(claim, svc, m); len(slice.Endpoints) != 1 || *slice.Endpoints[0].Conditions.Ready {
 		t.Errorf("endpoints %+v; want a stopped Mac's address not ready", slice.Endpoints)
+	}
+}
+
+// sliceEndpoints is the endpoints of the claim's EndpointSlice of name,
+// nil when there is none.
+func sliceEndpoints(t *testing.T, c client.Client, name string) []discoveryv1.Endpoint {
+	t.Helper()
+	slice := &discoveryv1.EndpointSlice{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "team", Name: name}, slice); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		t.Fatal(err)
+	}
+	return slice.Endpoints
+}
+
+// nodePortFixture is a Ready NodePort claim with its Service and slice.
+func nodePortFixture(t *testing.T) (client.Client, *Reconciler, ctrl.Request, *macvirtv1alpha1.MacMachine) {
+	t.Helper()
+	c, _, _, r, req, m := claimFixture(t, macvirtv1alpha1.MacClaimSpec{Access: macvirtv1alpha1.ClaimAccess{Type: macvirtv1alpha1.AccessNodePort}})
+	class := &macvirtv1alpha1.MacClass{}
+	if err := c.Get(context.Background(), types.NamespacedName{Name: "sonoma"}, class); err != nil {
+		t.Fatal(err)
+	}
+	class.Spec.Tenancy.AllowedAccessTypes = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessNodePort}
+	if err := c.Update(context.Background(), class); err != nil {
+		t.Fatal(err)
+	}
+	readyClaim(t, c, r, req, m)
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if eps := sliceEndpoints(t, c, "build"); len(eps) != 1 || eps[0].Addresses[0] != "10.128.0.7" {
+		t.Fatalf("the NodePort claim's slice: %+v; want its machine's address", eps)
+	}
+	return c, r, req, m
+}
+
+// A Lost claim's NodePort Service stays (its port is the tenant's) but
+// routes nowhere: the pod network may give the address to another pod.
+func TestALostClaimsServiceRoutesNowhere(t *testing.T) {
+	c, r, req, m := nodePortFixture(t)
+	if err := c.Delete(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := r.Reconcile(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := &macvirtv1alpha1.MacClaim{}
+	if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != macvirtv1alpha1.ClaimLost {
+		t.Fatalf("phase %s; want Lost", got.Status.Phase)
+	}
+	if eps := sliceEndpoints(t, c, "build"); len(eps) != 0 {
+		t.Errorf("a Lost claim's slice: %+v; want no endpoint", eps)
+	}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "team", Name: "build"}, &corev1.Service{}); err != nil {
+		t.Errorf("its Service: %v; want it kept", err)
+	}
+}
+
+// A machine whose address changes family (its instance came back with an
+// IPv6 address) leaves no slice routing to the address it no longer has.
+func TestAnAddressOfAnotherFamilyLeavesNoStaleSlice(t *testing.T) {
+	c, r, req, m := nodePortFixture(t)
+	moved := &macvirtv1alpha1.MacMachine{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(m), moved); err != nil {
+		t.Fatal(err)
+	}
+	moved.Status.Addresses = []string{"fd00::7"}
+	if err := c.Status().Update(context.Background(), moved); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	var all discoveryv1.EndpointSliceList
+	if err := c.List(context.Background(), &all, client.InNamespace("team"), client.MatchingLabels{discoveryv1.LabelServiceName: "build"}); err != nil {
+		t.Fatal(err)
+	}
+	var routed []string
+	for _, sl := range all.Items {
+		for _, ep := range sl.Endpoints {
+			routed = append(routed, fmt.Sprintf("%s %s %v", sl.Name, sl.AddressType, ep.Addresses))
+		}
+	}
+	if len(routed) != 1 || !strings.Contains(routed[0], "IPv6 [fd00::7]") {
+		t.Errorf("the Service's slices route to %q; want the IPv6 address only", routed)
 	}
 }

@@ -179,7 +179,7 @@ func connectionOf(s *claimScope) *macvirtv1alpha1.ClaimConnection {
 		conn.External = externalAccess(svc, s.nodeAddress)
 	} else if published(s) {
 		conn.Host, conn.ServiceName = nameHost(c), namespaceServiceName
-		if s.class != nil && s.class.Spec.Access.ScreenSharing {
+		if class := s.accessClass(); class != nil && class.Spec.Access.ScreenSharing {
 			conn.VNCPort = vncPort
 		}
 	}
@@ -195,7 +195,7 @@ func connectionOf(s *claimScope) *macvirtv1alpha1.ClaimConnection {
 // name is in the status from Ready on; it resolves once publishName has
 // written the slice, moments later.
 func published(s *claimScope) bool {
-	if access, _ := tenancy.Access(s.class, s.claim.Spec.Access.Type); access != macvirtv1alpha1.AccessClusterIP {
+	if access, _ := tenancy.Access(s.accessClass(), s.claim.Spec.Access.Type); access != macvirtv1alpha1.AccessClusterIP {
 		return false
 	}
 	if s.dns != nil {
