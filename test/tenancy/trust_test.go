@@ -181,7 +181,8 @@ var _ = Describe("A class editor who is not cluster-admin", Ordered, func() {
 	It("cannot make CDI send a Secret of a machine's namespace to a server of hers", func() {
 		c := recipe("steal-by-import", func(c *macvirtv1alpha1.MacClass) {
 			c.Spec.Image.SourceRef = nil
-			c.Spec.Image.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://carol.example.com/sonoma.img", SecretRef: "registry-credentials"}}
+			secret := "registry-credentials" //nolint:gosec // the name of a Secret in each machine's namespace, not a credential
+			c.Spec.Image.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://carol.example.com/sonoma.img", SecretRef: secret}}
 		})
 		refusedFor(carol.Create(ctx, c), "spec.image.source.http.secretRef", "a class's disk source may not name a Secret")
 	})
