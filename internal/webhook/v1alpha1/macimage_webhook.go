@@ -103,14 +103,5 @@ func (w *imageWebhook) env(ctx context.Context, img *macvirtv1alpha1.MacImage) (
 
 // may asks the API server whether u may do what attrs say.
 func (w *imageWebhook) may(ctx context.Context, u authenticationv1.UserInfo, attrs authorizationv1.ResourceAttributes) (bool, error) {
-	extra := map[string]authorizationv1.ExtraValue{}
-	for k, v := range u.Extra {
-		extra[k] = authorizationv1.ExtraValue(v)
-	}
-	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra, ResourceAttributes: &attrs}}
-	if err := w.reviews.Create(ctx, sar); err != nil {
-		return false, fmt.Errorf("asking whether %s may %s %s %s/%s: %w", u.Username, attrs.Verb, attrs.Resource, attrs.Namespace, attrs.Name, err)
-	}
-	return sar.Status.Allowed, nil
+	return userMay(ctx, w.reviews, u, attrs)
 }

@@ -173,10 +173,6 @@ func mayRead(ctx context.Context, c client.Client, namespace string, refs []sour
 		return nil, fmt.Errorf("the admission request carries no user to check the sources for: %w", err)
 	}
 	u := req.UserInfo
-	extra := map[string]authorizationv1.ExtraValue{}
-	for k, v := range u.Extra {
-		extra[k] = authorizationv1.ExtraValue(v)
-	}
 	var errs field.ErrorList
 	asked := map[string]bool{}
 	for _, ref := range refs {
@@ -184,15 +180,11 @@ func mayRead(ctx context.Context, c client.Client, namespace string, refs []sour
 			continue
 		}
 		asked[ref.resource+"/"+ref.name] = true
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: "get",
-				Resource: ref.resource, Name: ref.name},
-		}}
-		if err := c.Create(ctx, sar); err != nil {
-			return nil, fmt.Errorf("asking whether %s may read %s %s/%s: %w", u.Username, ref.resource, namespace, ref.name, err)
+		allowed, err := userMay(ctx, c, u, authorizationv1.ResourceAttributes{Namespace: namespace, Verb: "get", Resource: ref.resource, Name: ref.name})
+		if err != nil {
+			return nil, err
 		}
-		if !sar.Status.Allowed {
+		if !allowed {
 			errs = append(errs, field.Forbidden(ref.field, fmt.Sprintf(
 				"%s may not get %s %q in namespace %s, so %s; "+
 					"name one they may read, or ask an admin of the namespace", u.Username, strings.TrimSuffix(ref.resource, "s"), ref.name, namespace, consequence)))

@@ -200,10 +200,6 @@ func authorOwns(ctx context.Context, reviews client.Client, rights []classRight)
 		return nil, fmt.Errorf("the admission request carries no user to check the class's references for: %w", err)
 	}
 	u := req.UserInfo
-	extra := map[string]authorizationv1.ExtraValue{}
-	for k, v := range u.Extra {
-		extra[k] = authorizationv1.ExtraValue(v)
-	}
 	var errs field.ErrorList
 	asked := map[string]bool{}
 	for _, r := range rights {
@@ -211,17 +207,15 @@ func authorOwns(ctx context.Context, reviews client.Client, rights []classRight)
 			continue
 		}
 		asked[r.key()] = true
-		attrs := r.attrs
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra, ResourceAttributes: &attrs}}
-		if err := reviews.Create(ctx, sar); err != nil {
-			return nil, fmt.Errorf("asking whether %s may %s: %w", u.Username, describeRight(attrs), err)
+		allowed, err := userMay(ctx, reviews, u, r.attrs)
+		if err != nil {
+			return nil, err
 		}
-		if !sar.Status.Allowed {
+		if !allowed {
 			errs = append(errs, field.Forbidden(r.field, fmt.Sprintf(
 				"%s may not %s, and %s: a class may name only what its author may use; "+
 					"name something you may use, or ask someone who may to author this part of the class",
-				u.Username, describeRight(attrs), r.what)))
+				u.Username, describeRight(r.attrs), r.what)))
 		}
 	}
 	return errs, nil
