@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -81,6 +82,12 @@ func appleNodeWithRoom() string {
 
 var _ = Describe("A hostile tenant", Ordered, func() {
 	ctx := context.Background()
+
+	It("cannot have a machine of hers rendered from a kept revision of its class", func() {
+		m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "old-recipe", Namespace: "evil"},
+			Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "sonoma", ClassRevision: "0123456789", Running: ptrTo(false)}}
+		refusedNaming(as("mallory").Create(ctx, m), "spec.classRevision")
+	})
 
 	It("cannot take an Apple node's macOS slots away with VMIs labelled as macvirt's", func() {
 		grantVMs("mallory", "evil")
@@ -173,7 +180,7 @@ var _ = Describe("A class editor who is not cluster-admin", Ordered, func() {
 			c.Spec.Image.SourceRef = nil
 			c.Spec.Image.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "team-b", Name: "bobs-data"}}
 		})
-		refusedFor(carol.Create(ctx, c), "spec.image.source.pvc", "carol may not create datavolumes.cdi.kubevirt.io/source in namespace team-b")
+		refusedFor(carol.Create(ctx, c), "spec.image.source.pvc", "carol may not create datavolumes.cdi.kubevirt.io/source bobs-data in namespace team-b")
 		refusedFor(carol.Create(ctx, recipe("sample-copy", func(*macvirtv1alpha1.MacClass) {})), "spec.image.sourceRef",
 			"may not get datasources.cdi.kubevirt.io sonoma in namespace macvirt-images")
 	})
@@ -222,6 +229,45 @@ var _ = Describe("A class editor who is not cluster-admin", Ordered, func() {
 		By("but not its Secret")
 		refusedFor(edit(func(c *macvirtv1alpha1.MacClass) { c.Spec.Hardware.SMC.OSKSecretRef.Name = "another-operators-token" }),
 			"spec.hardware.smc.oskSecretRef", "carol may not get secrets another-operators-token")
+	})
+
+	It("cannot reach another namespace's disk through a DataSource of hers that names it", func() {
+		ctx := context.Background()
+		Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "carols-images"}})).To(Succeed())
+		Expect(admin.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "images", Namespace: "carols-images"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"cdi.kubevirt.io"}, Resources: []string{"datasources"}, Verbs: []string{"get", "create", "update"}},
+				{APIGroups: []string{"cdi.kubevirt.io"}, Resources: []string{"datavolumes/source"}, Verbs: []string{"create"}}}})).To(Succeed())
+		Expect(admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "carol-images", Namespace: "carols-images"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "images"},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: "carol"}}})).To(Succeed())
+		Eventually(func() bool {
+			return allowed("carol", authorizationv1.ResourceAttributes{Namespace: "carols-images", Verb: "create", Group: "cdi.kubevirt.io", Resource: "datasources"})
+		}).Should(BeTrue())
+		ds := &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Name: "sonoma", Namespace: "carols-images"},
+			Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "team-b", Name: "bobs-data"}}}}
+		Expect(carol.Create(ctx, ds)).To(Succeed())
+		images := "carols-images"
+		c := recipe("through-a-datasource", func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Image.SourceRef = &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: &images, Name: "sonoma"}
+		})
+		Expect(carol.Create(ctx, c)).To(Succeed(), "she may clone from her own namespace")
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(admin.Delete(ctx, c))).To(Succeed()) })
+		m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: "through-a-datasource", Namespace: "team-a"},
+			Spec: macvirtv1alpha1.MacMachineSpec{ClassName: c.Name, Running: ptrTo(false)}}
+		Expect(admin.Create(ctx, m)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(admin.Delete(ctx, m))).To(Succeed()) })
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(m), m)).To(Succeed())
+			cond := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionStalled)
+			g.Expect(cond).NotTo(BeNil())
+			g.Expect(cond.Reason).To(Equal(macvirtv1alpha1.ReasonInvalidClass))
+			g.Expect(cond.Message).To(ContainSubstring("DataSource carols-images/sonoma names PVC team-b/..., outside its own namespace"))
+		}).Should(Succeed())
+		var dvs cdiv1.DataVolumeList
+		Expect(admin.List(ctx, &dvs, client.InNamespace("team-a"))).To(Succeed())
+		for _, dv := range dvs.Items {
+			Expect(dv.Spec.SourceRef).To(Or(BeNil(), HaveField("Name", Not(Equal("sonoma")))), "a DataVolume clones through her DataSource: %s", dv.Name)
+		}
 	})
 })
 

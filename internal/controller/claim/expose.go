@@ -37,7 +37,7 @@ func (r *Reconciler) loadMachineClass(ctx context.Context, s *claimScope) error 
 		if err != nil {
 			return fmt.Errorf("finding the class machine %s/%s was made of: %w", s.machine.Namespace, s.machine.Name, err)
 		}
-		s.machineClass, s.machineClassLoaded = res.Class, true
+		s.machineClass, s.machineClassLoaded = accessOf(res.Class, res.Live, res.Kept), true
 		return nil
 	}
 	class := &macvirtv1alpha1.MacClass{}
@@ -50,6 +50,28 @@ func (r *Reconciler) loadMachineClass(ctx context.Context, s *claimScope) error 
 	}
 	s.machineClass, s.machineClassLoaded = class, true
 	return nil
+}
+
+// accessOf is the class a bound claim's access follows: the revision its
+// machine was made of (kept), with only the access types the live class
+// still allows when it exists, so an admin who takes an access type away
+// takes it from bound claims too, while deleting a class takes nothing.
+func accessOf(made, live *macvirtv1alpha1.MacClass, kept bool) *macvirtv1alpha1.MacClass {
+	if made == nil || !kept || live == nil {
+		return made
+	}
+	out := made.DeepCopy()
+	var allowed []macvirtv1alpha1.AccessType
+	for _, t := range made.Spec.Tenancy.AccessTypes() {
+		if live.Spec.Tenancy.AllowsAccess(t) {
+			allowed = append(allowed, t)
+		}
+	}
+	out.Spec.Tenancy.AllowedAccessTypes = allowed
+	if len(allowed) == 0 {
+		out.Spec.Tenancy.AllowedAccessTypes = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP}
+	}
+	return out
 }
 
 // checkExposure answers: does the bound machine's NetworkPolicy, which its

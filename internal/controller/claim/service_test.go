@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -323,5 +324,62 @@ func TestAnAddressOfAnotherFamilyLeavesNoStaleSlice(t *testing.T) {
 	}
 	if len(routed) != 1 || !strings.Contains(routed[0], "IPv6 [fd00::7]") {
 		t.Errorf("the Service's slices route to %q; want the IPv6 address only", routed)
+	}
+}
+
+// A bound claim's access follows its machine's revision of the class, less
+// what the live class no longer allows; a deleted class takes nothing away.
+func TestAccessFollowsTheMachinesRevisionLessWhatTheClassTookAway(t *testing.T) {
+	class := func(types ...macvirtv1alpha1.AccessType) *macvirtv1alpha1.MacClass {
+		c := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}
+		c.Spec.Tenancy.AllowedAccessTypes = types
+		c.Spec.Access.ScreenSharing = true
+		return c
+	}
+	made := class(macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessLoadBalancer)
+	for _, tc := range []struct {
+		name string
+		live *macvirtv1alpha1.MacClass
+		kept bool
+		want []macvirtv1alpha1.AccessType
+	}{
+		{"the class is at the machine's revision", made, false, []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessLoadBalancer}},
+		{"the class is deleted", nil, true, []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessLoadBalancer}},
+		{"the class changed, LoadBalancer still allowed", class(macvirtv1alpha1.AccessLoadBalancer, macvirtv1alpha1.AccessNodePort), true,
+			[]macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessLoadBalancer}},
+		{"the class took LoadBalancer away", class(macvirtv1alpha1.AccessClusterIP), true, []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP}},
+		{"the class allows nothing of the machine's", class(macvirtv1alpha1.AccessNodePort), true, []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := accessOf(made, tc.live, tc.kept)
+			if !slices.Equal(got.Spec.Tenancy.AllowedAccessTypes, tc.want) || !got.Spec.Access.ScreenSharing {
+				t.Errorf("allowed %v, screen sharing %v; want %v, and the machine's screen sharing", got.Spec.Tenancy.AllowedAccessTypes, got.Spec.Access.ScreenSharing, tc.want)
+			}
+		})
+	}
+	if !slices.Equal(made.Spec.Tenancy.AllowedAccessTypes, []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessLoadBalancer}) {
+		t.Errorf("the machine's revision was changed in place: %v", made.Spec.Tenancy.AllowedAccessTypes)
+	}
+}
+
+// A claim's own Service that someone changed is put back as the claim's
+// access says, by an update (the node ports kept).
+func TestAClaimsServiceIsPutBackWhenChanged(t *testing.T) {
+	c, r, req, _ := nodePortFixture(t)
+	svc := &corev1.Service{}
+	key := types.NamespacedName{Namespace: "team", Name: "build"}
+	if err := c.Get(context.Background(), key, svc); err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec.Ports = svc.Spec.Ports[:0]
+	svc.Spec.Type = corev1.ServiceTypeClusterIP
+	if err := c.Update(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(context.Background(), key, svc); err != nil || svc.Spec.Type != corev1.ServiceTypeNodePort || len(svc.Spec.Ports) != 1 {
+		t.Errorf("Service %v %+v; want it NodePort with its SSH port again", err, svc.Spec)
 	}
 }

@@ -104,6 +104,10 @@ func (r *Reconciler) ensureDataVolumes(ctx context.Context, o *machineObservatio
 		if !ok {
 			return false, nil
 		}
+		if p, err := r.clonesInPlace(ctx, &dvs[i]); err != nil || p != nil {
+			o.Blocked = p
+			return false, err
+		}
 		err := r.Create(ctx, &dvs[i])
 		switch {
 		case err == nil:
@@ -155,4 +159,50 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, o *machineObserva
 		return false, r.createFailed(o, fmt.Errorf("creating VirtualMachine %s/%s: %w", vm.Namespace, vm.Name, err))
 	}
 	return true, nil
+}
+
+// clonesInPlace answers whether a DataVolume cloned from a DataSource
+// clones from the DataSource's own namespace. CDI follows a DataSource to
+// the PVC or snapshot it names and authorises the clone for whoever creates
+// the DataVolume, here the operator, which may clone from anywhere; a
+// class's author was asked about the DataSource's namespace only
+// (admission), so a DataSource naming a disk elsewhere would clone what
+// they may not. A DataSource not there yet is CDI's to wait for.
+func (r *Reconciler) clonesInPlace(ctx context.Context, dv *cdiv1.DataVolume) (*base.Problem, error) {
+	ref := dv.Spec.SourceRef
+	if ref == nil || ref.Kind != cdiv1.DataVolumeDataSource {
+		return nil, nil
+	}
+	ns := dv.Namespace
+	if ref.Namespace != nil && *ref.Namespace != "" {
+		ns = *ref.Namespace
+	}
+	ds := &cdiv1.DataSource{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, ds); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading DataSource %s/%s: %w", ns, ref.Name, err)
+	}
+	kind, at := "", ""
+	switch src := ds.Spec.Source; {
+	case src.PVC != nil:
+		kind, at = "PVC", src.PVC.Namespace
+	case src.Snapshot != nil:
+		kind, at = "VolumeSnapshot", src.Snapshot.Namespace
+	case src.DataSource != nil:
+		kind, at = "DataSource", src.DataSource.Namespace
+	default:
+		return nil, nil
+	}
+	if at == "" || at == ns {
+		if kind == "DataSource" {
+			return &base.Problem{Reason: macvirtv1alpha1.ReasonInvalidClass, Message: fmt.Sprintf(
+				"DataSource %s/%s names another DataSource; the operator clones only from a DataSource that names its PVC or VolumeSnapshot", ns, ref.Name)}, nil
+		}
+		return nil, nil
+	}
+	return &base.Problem{Reason: macvirtv1alpha1.ReasonInvalidClass, Message: fmt.Sprintf(
+		"DataSource %s/%s names %s %s/..., outside its own namespace; the operator clones only from the namespace a class names "+
+			"(whose author may clone there), so keep the DataSource's disk in namespace %s", ns, ref.Name, kind, at, ns)}, nil
 }

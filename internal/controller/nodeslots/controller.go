@@ -41,6 +41,7 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
 	"github.com/macvirt/macvirt/internal/controller/index"
+	"github.com/macvirt/macvirt/internal/render"
 )
 
 // Reconciler advertises the macOS licence slots of every
@@ -69,7 +70,7 @@ type Reconciler struct {
 	warned sync.Map
 }
 
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachines,verbs=get;list;watch
@@ -130,7 +131,8 @@ func (r *Reconciler) countHeldSlots(ctx context.Context, s *nodeScope) (bool, er
 
 // madeByMacvirt answers whether an instance that holds a licence without
 // requesting a slot is a macOS VM of macvirt's: its controller is the
-// VirtualMachine of its name, whose controller is a MacMachine (by UID).
+// VirtualMachine of its name, whose controller is a MacMachine (by UID)
+// whose VM it is (by the name the machine renders).
 // Anyone who may create VMIs can label one as a machine's, and anyone who
 // may create VMs can point an owner reference at one of their own, so the
 // chain is followed to the machine the operator keeps. owners remembers
@@ -166,7 +168,9 @@ func (r *Reconciler) machineControls(ctx context.Context, key types.NamespacedNa
 	if err := r.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: ref.Name}, m); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
-	return m.UID == ref.UID, nil
+	// The machine's own VM, by its name: anyone who may create VMs can point
+	// the owner reference of any number of them at a machine of theirs.
+	return m.UID == ref.UID && render.VirtualMachineName(m) == vm.Name, nil
 }
 
 // sameGroup reports whether an owner reference's apiVersion is of group.

@@ -60,6 +60,7 @@ func TestOnlyMacvirtsInstancesHoldSlotsUnrequested(t *testing.T) {
 		vm("evil", "own", "own-uid", nil),
 		vm("pools", "stale", "stale-uid", controls("macvirt.io/v1alpha1", "MacMachine", "m", "an-earlier-machine")),
 		vm("evil", "fake", "fake-uid", controls("example.com/v1", "MacMachine", "m", "machine-uid")),
+		vm("pools", "hog", "hog-uid", controls("macvirt.io/v1alpha1", "MacMachine", "m", "machine-uid")),
 	}
 	r := &Reconciler{Client: fake.NewClientBuilder().WithScheme(controllertest.Scheme(t)).WithObjects(objs...).Build()}
 	for _, tc := range []struct {
@@ -75,6 +76,7 @@ func TestOnlyMacvirtsInstancesHoldSlotsUnrequested(t *testing.T) {
 		{"a VM of an earlier machine of that name", "pools", "stale", controls("kubevirt.io/v1", "VirtualMachine", "stale", "stale-uid"), false},
 		{"a MacMachine of another group", "evil", "fake", controls("kubevirt.io/v1", "VirtualMachine", "fake", "fake-uid"), false},
 		{"a VM that is gone", "pools", "gone", controls("kubevirt.io/v1", "VirtualMachine", "gone", "gone-uid"), false},
+		{"another VM pointed at the machine", "pools", "hog", controls("kubevirt.io/v1", "VirtualMachine", "hog", "hog-uid"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: tc.ns, Name: tc.vmi,

@@ -56,6 +56,13 @@ func OperatorOnlyChanges(old, m *macvirtv1alpha1.MacMachine) field.ErrorList {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "claimRef"),
 			why+"create a MacClaim to have a machine bound to it"))
 	}
+	if old.Spec.ClassRevision != m.Spec.ClassRevision {
+		// A kept revision of a class is rendered as it was: naming one
+		// would bring back references and settings an admin has since
+		// removed, or that no admission check ever saw.
+		errs = append(errs, field.Forbidden(field.NewPath("spec", "classRevision"),
+			why+"a machine records its class's revision when it is first reconciled; leave it unset"))
+	}
 	for _, k := range operatorOnlyLabels {
 		if old.Labels[k] != m.Labels[k] {
 			errs = append(errs, field.Forbidden(field.NewPath("metadata", "labels").Key(k),

@@ -36,8 +36,8 @@ func (r classRight) key() string {
 // cloneRight is CDI's own clone authorisation (create on the virtual
 // subresource datavolumes/source in the source's namespace), which the
 // author must hold for each namespace a class clones from.
-func cloneRight(p *field.Path, namespace, what string) classRight {
-	return classRight{field: p, what: what, attrs: authorizationv1.ResourceAttributes{Namespace: namespace, Verb: "create",
+func cloneRight(p *field.Path, namespace, name, what string) classRight {
+	return classRight{field: p, what: what, attrs: authorizationv1.ResourceAttributes{Namespace: namespace, Name: name, Verb: "create",
 		Group: cdiv1.SchemeGroupVersion.Group, Resource: "datavolumes", Subresource: "source"}}
 }
 
@@ -77,7 +77,7 @@ func classRights(c *macvirtv1alpha1.MacClass, imagesNamespace string) ([]classRi
 				classRight{field: p, what: "the operator would read it for their class",
 					attrs: authorizationv1.ResourceAttributes{Namespace: *ref.Namespace, Verb: "get",
 						Group: cdiv1.SchemeGroupVersion.Group, Resource: "datasources", Name: ref.Name}},
-				cloneRight(p, *ref.Namespace, "the operator would clone from it for their class"))
+				cloneRight(p, *ref.Namespace, ref.Name, "the operator would clone from it for their class"))
 		}
 		src := d.src.Source
 		if src == nil {
@@ -85,10 +85,10 @@ func classRights(c *macvirtv1alpha1.MacClass, imagesNamespace string) ([]classRi
 		}
 		p := d.p.Child("source")
 		if src.PVC != nil {
-			rights = append(rights, cloneRight(p.Child("pvc"), src.PVC.Namespace, "the operator would clone it for their class"))
+			rights = append(rights, cloneRight(p.Child("pvc"), src.PVC.Namespace, src.PVC.Name, "the operator would clone it for their class"))
 		}
 		if src.Snapshot != nil {
-			rights = append(rights, cloneRight(p.Child("snapshot"), src.Snapshot.Namespace, "the operator would clone it for their class"))
+			rights = append(rights, cloneRight(p.Child("snapshot"), src.Snapshot.Namespace, src.Snapshot.Name, "the operator would clone it for their class"))
 		}
 		for _, named := range sourceObjects(p, src) {
 			if d.refresh && named.registry && imagesNamespace != "" {
