@@ -15,7 +15,7 @@ import (
 	"github.com/macvirt/macvirt/internal/monitoring"
 )
 
-// +kubebuilder:rbac:groups=monitoring.coreos.com,namespace=macvirt-system,resources=servicemonitors;prometheusrules,verbs=get;create;patch
+// +kubebuilder:rbac:groups=monitoring.coreos.com,namespace=macvirt-system,resources=servicemonitors;prometheusrules,verbs=create;patch
 
 var monitoringObjectsReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Name: "macvirt_monitoring_objects_ready",

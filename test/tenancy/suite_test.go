@@ -119,6 +119,7 @@ var _ = BeforeSuite(func() {
 	opCfg := rest.CopyConfig(cfg)
 	opCfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operator.DefaultNamespace, "system:authenticated"}}
+	recordCalls(opCfg) // compared with the shipped roles once the suite is over (rights_test.go)
 
 	By("macvirt, the simulator and the samples")
 	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, OperatorConfig: opCfg})
@@ -175,8 +176,9 @@ var _ = AfterSuite(func() {
 })
 
 // tenantRoleFiles are the ClusterRoles config/rbac ships for people: all of
-// them but the operator's own, the metrics endpoint's and the one
-// namespaces bind to the operator for bootstraps.
+// them but the operator's own, the metrics endpoint's, the one namespaces
+// bind to the operator for bootstraps, and the one an admin binds to it for
+// the plugin-sidecar transport.
 func tenantRoleFiles() []string {
 	entries, err := os.ReadDir(filepath.Join(testenv.RepoRoot(), "config", "rbac"))
 	Expect(err).NotTo(HaveOccurred())
@@ -184,7 +186,7 @@ func tenantRoleFiles() []string {
 	for _, e := range entries {
 		name := e.Name()
 		if !strings.HasSuffix(name, "_role.yaml") || strings.HasPrefix(name, "leader_election") || strings.HasPrefix(name, "metrics_") ||
-			strings.HasPrefix(name, "bootstrap_") {
+			strings.HasPrefix(name, "bootstrap_") || strings.HasPrefix(name, "domain_hook_") {
 			continue
 		}
 		files = append(files, name)

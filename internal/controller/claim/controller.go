@@ -32,13 +32,13 @@ import (
 )
 
 // +kubebuilder:rbac:groups=macvirt.io,resources=macclaims,verbs=get;list;watch
-// +kubebuilder:rbac:groups=macvirt.io,resources=macclaims/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=macvirt.io,resources=macclaims/status,verbs=patch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macpools,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=list;watch
 
 // Reconcile finds or makes the claim's binding, then writes status once,
 // computed from what it found.

@@ -24,8 +24,8 @@ import (
 	"github.com/macvirt/macvirt/internal/render"
 )
 
-// +kubebuilder:rbac:groups=macvirt.io,resources=macclasses/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datasources,verbs=get;list;watch
+// +kubebuilder:rbac:groups=macvirt.io,resources=macclasses/status,verbs=patch
+// +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datasources,verbs=list;watch
 // +kubebuilder:rbac:groups=apps,namespace=macvirt-system,resources=controllerrevisions,verbs=get;list;create;delete
 
 // Reconcile gathers the class into a scope, runs the ordered steps and

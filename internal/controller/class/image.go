@@ -35,9 +35,9 @@ import (
 	"github.com/macvirt/macvirt/internal/render"
 )
 
-// +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=dataimportcrons,verbs=get;list;watch;create;update;delete
-// +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=storageprofiles,verbs=get;list;watch
-// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=dataimportcrons,verbs=list;watch;create;update;delete
+// +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=storageprofiles,verbs=list;watch
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=list;watch
 
 // labelDataImportCron is CDI's label on the objects a DataImportCron made
 // (pkg/controller/common/util.go, LabelDataImportCronName).
@@ -137,8 +137,10 @@ func desiredImport(class *macvirtv1alpha1.MacClass, key types.NamespacedName) *c
 		ObjectMeta: metav1.ObjectMeta{
 			Name: key.Name, Namespace: key.Namespace,
 			Labels: map[string]string{macvirtv1alpha1.LabelClass: classhistory.ClassLabel(class.Name)},
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(class,
-				macvirtv1alpha1.GroupVersion.WithKind("MacClass"))},
+			// Without blockOwnerDeletion, which where OwnerReferencesPermissionEnforcement
+			// is on (OpenShift) would need update on macclasses/finalizers,
+			// a right the operator has no other use for.
+			OwnerReferences: []metav1.OwnerReference{base.ControllerRef("MacClass", class.Name, class.UID)},
 		},
 		Spec: cdiv1.DataImportCronSpec{
 			Template: cdiv1.DataVolume{

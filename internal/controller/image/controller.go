@@ -37,12 +37,12 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/base"
 )
 
-// +kubebuilder:rbac:groups=macvirt.io,resources=macimages,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=macvirt.io,resources=macimages/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=macvirt.io,resources=macimages,verbs=list;watch;patch
+// +kubebuilder:rbac:groups=macvirt.io,resources=macimages/status,verbs=patch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macimages/finalizers,verbs=update
-// +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datasources,verbs=get;list;watch;create;update
-// +kubebuilder:rbac:groups=snapshot.storage.k8s.io,resources=volumesnapshots,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=snapshot.storage.k8s.io,resources=volumesnapshotclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datasources,verbs=list;watch;create;update
+// +kubebuilder:rbac:groups=snapshot.storage.k8s.io,resources=volumesnapshots,verbs=list;watch;create
+// +kubebuilder:rbac:groups=snapshot.storage.k8s.io,resources=volumesnapshotclasses,verbs=list;watch
 
 // finalizer holds a MacImage until the Mac it stopped runs again.
 const finalizer = "macvirt.io/image"

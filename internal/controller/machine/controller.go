@@ -45,10 +45,10 @@ import (
 
 // +kubebuilder:rbac:groups=macvirt.io,resources=macmachines,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=macvirt.io,resources=macclaims,verbs=get;list;watch
-// +kubebuilder:rbac:groups=macvirt.io,resources=macmachines/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=macvirt.io,resources=macmachines/status,verbs=patch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macmachines/finalizers,verbs=update
 // +kubebuilder:rbac:groups=macvirt.io,resources=macclasses,verbs=get;list;watch
-// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachines,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachines,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch
 // +kubebuilder:rbac:groups=subresources.kubevirt.io,resources=virtualmachines/stop,verbs=update
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes,verbs=get;list;watch;create;delete

@@ -22,9 +22,9 @@ import (
 )
 
 // +kubebuilder:rbac:groups=macvirt.io,resources=macpools,verbs=get;list;watch
-// +kubebuilder:rbac:groups=macvirt.io,resources=macpools/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=macvirt.io,resources=macpools/status,verbs=patch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macmachines,verbs=create;delete;patch
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=list;watch
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 

@@ -22,8 +22,8 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/metrics"
 )
 
-// +kubebuilder:rbac:groups=macvirt.io,resources=macrunnersets,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=macvirt.io,resources=macrunnersets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=macvirt.io,resources=macrunnersets,verbs=list;watch;patch
+// +kubebuilder:rbac:groups=macvirt.io,resources=macrunnersets/status,verbs=patch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macclaims,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups=macvirt.io,resources=macpools,verbs=get;list;watch;create;delete;patch
 
