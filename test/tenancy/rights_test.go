@@ -55,7 +55,7 @@ import (
 // on some runs and not on others, as its specs race the operator.
 var exercisedElsewhere = map[string]elsewhere{
 	"ClusterRole manager-role: patch macimages/status.macvirt.io": {
-		why: "the images here are refused at admission or deleted at once; whether the operator writes a status first is a race",
+		why:  "the images here are refused at admission or deleted at once; whether the operator writes a status first is a race",
 		file: "test/images/capture_test.go", test: "Capturing a Mac as a golden image", sometimes: true},
 	"ClusterRole manager-role: update dataimportcrons.cdi.kubevirt.io": {
 		why:  "a refreshed class's cron follows its schedule; no class here is refreshed",
