@@ -70,17 +70,17 @@ crds: controller-gen ## Regenerate the KubeVirt and CDI CRDs in test/crds (hack/
 	CONTROLLER_GEN="$(CONTROLLER_GEN)" hack/crdgen/generate.sh
 
 .PHONY: domain-fixtures
-domain-fixtures: ## Regenerate the domain hook's KubeVirt domain XML fixtures from the render goldens (hack/domainxml; make golden does this too).
-	hack/domainxml/generate.sh
+domain-fixtures: ## Regenerate the domain hook's KubeVirt domain XML fixtures from the render goldens (hack/kubevirt/domainxml; make golden does this too).
+	hack/kubevirt/domainxml/generate.sh
 
 .PHONY: golden
 golden: ## Rewrite the render goldens, the domain XML made from them, the domain-hook goldens, the Plugin transports' domains and the Argo CD checks' upstream layout (review the diff!).
 	go test ./internal/render/ -run '^TestGoldenRenderings$$' -update
-	hack/domainxml/generate.sh
+	hack/kubevirt/domainxml/generate.sh
 	go test ./internal/domainhook/hook/ -run '^(TestGoldenDomains|TestPluginVariantsFile)$$' -update
 	go test ./internal/domainhook/install/ -run '^TestShippedManifests$$' -update
 	go test ./test/argocd/ -run '^TestUpstreamLayoutIsCurrent$$' -update
-	hack/domainxml/generate.sh plugins
+	hack/kubevirt/domainxml/generate.sh plugins
 
 .PHONY: fmt
 fmt: ## Run go fmt against code.
@@ -128,7 +128,7 @@ verify-gen: manifests generate crds golden bundle helm-chart ## Regenerate every
 	cd hack/helmcheck && go mod tidy
 	cd hack/envtest && go mod tidy
 	cd hack/crdgen && go mod tidy
-	cd hack/domainxml && go mod tidy
+	cd hack/kubevirt && go mod tidy
 	@if [ -n "$$(git status --porcelain --untracked-files=all -- . ':!bin' ':!cover.out')" ]; then \
 		echo "Generated files are out of date; run 'make verify-gen' and commit the result:"; \
 		git status --porcelain --untracked-files=all -- . ':!bin' ':!cover.out'; \
@@ -137,9 +137,9 @@ verify-gen: manifests generate crds golden bundle helm-chart ## Regenerate every
 	fi
 
 # Every Go module of the repository that is built on its own; verify-modules
-# checks each. (The stand-ins under hack/domainxml/stubs are parts of
-# hack/domainxml's build, not modules of their own.)
-GO_MODULE_DIRS = $(filter-out hack/domainxml/stubs/%,$(patsubst %/,%,$(dir $(shell git ls-files -- go.mod '*/go.mod'))))
+# checks each. (The stand-ins under hack/kubevirt/stubs are parts of
+# hack/kubevirt's build, not modules of their own.)
+GO_MODULE_DIRS = $(filter-out hack/kubevirt/stubs/%,$(patsubst %/,%,$(dir $(shell git ls-files -- go.mod '*/go.mod'))))
 
 .PHONY: verify-modules
 verify-modules: ## Fetch every module each go.mod needs into an empty module cache, as a new machine would; fails on one the proxy refuses.

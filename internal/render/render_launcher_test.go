@@ -17,7 +17,7 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
 
-// launcherFacts is what hack/domainxml wrote, with KubeVirt v1.9.0's own
+// launcherFacts is what hack/kubevirt/domainxml wrote, with KubeVirt v1.9.0's own
 // code, for each golden rendering: virt-api's admission causes
 // (ValidateVirtualMachineInstanceSpec) and the virt-launcher pod's compute
 // container as virt-controller renders it (TemplateService.

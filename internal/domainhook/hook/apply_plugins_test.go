@@ -19,14 +19,14 @@ import (
 )
 
 // The Plugin transports are proven with KubeVirt's own code, which lives in
-// another module (hack/domainxml): these tests write, for every golden
+// another module (hack/kubevirt/domainxml): these tests write, for every golden
 // variant, the VMI annotations and the Plugin (testdata/plugin/variants.yaml),
-// hack/domainxml applies them with kubevirt.io/kubevirt v1.9.0's
+// hack/kubevirt/domainxml applies them with kubevirt.io/kubevirt v1.9.0's
 // plugins.ApplyDomainHooks (CEL) and with KubeVirt's generated
 // DomainHookService client against the hook binary (sidecar), and the
 // results (testdata/plugin/{cel,sidecar}/*.xml) must be the golden domain.
 
-// pluginVariants is the file hack/domainxml reads.
+// pluginVariants is the file hack/kubevirt/domainxml reads.
 type pluginVariants struct {
 	// Plugins are the CEL Plugins by name: the operator's without and with
 	// an emulator override.
@@ -34,7 +34,7 @@ type pluginVariants struct {
 	// Variants are the golden variants.
 	Variants []pluginVariant `json:"variants"`
 	// Refusals are VMIs with a wrong value, which the CEL Plugin must
-	// refuse (hack/domainxml writes KubeVirt's error for each into
+	// refuse (hack/kubevirt/domainxml writes KubeVirt's error for each into
 	// testdata/plugin/refusals.yaml).
 	Refusals []pluginRefusal `json:"refusals"`
 }

@@ -10,7 +10,7 @@
 // The CEL reads each machine's values from the VMI annotations
 // contract.PluginAnnotations writes, and writes the same domain as
 // internal/domainhook/hook.Apply: the tests compare both on every golden
-// variant with KubeVirt's own evaluator (hack/domainxml).
+// variant with KubeVirt's own evaluator (hack/kubevirt/domainxml).
 package install
 
 import (

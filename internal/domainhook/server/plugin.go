@@ -8,7 +8,7 @@
 // The two messages are encoded by hand with protowire instead of generated
 // code: they are four scalar fields, and the alternative is KubeVirt's
 // module graph in macvirt's. The field numbers are the proto's; the tests
-// speak the proto from an independent encoding, and hack/domainxml calls the
+// speak the proto from an independent encoding, and hack/kubevirt/domainxml calls the
 // server with KubeVirt's own generated client.
 package server
 

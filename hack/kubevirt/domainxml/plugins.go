@@ -128,7 +128,7 @@ func runPlugins(variantsPath, renderDir, out, hookBinary string) error {
 		if err != nil {
 			return fmt.Errorf("variant %s: KubeVirt's ApplyDomainHooks: %w", v.Name, err)
 		}
-		header := fmt.Sprintf("<!-- Code generated %s by hack/domainxml: %s %s's plugins.ApplyDomainHooks with Plugin %q of %s, on the domain of %s. DO NOT EDIT. -->\n",
+		header := fmt.Sprintf("<!-- Code generated %s by hack/kubevirt/domainxml: %s %s's plugins.ApplyDomainHooks with Plugin %q of %s, on the domain of %s. DO NOT EDIT. -->\n",
 			stamp, kubevirtModule, kubevirtVersion, v.Plugin, filepath.Base(variantsPath), v.Fixture)
 		if err := os.WriteFile(filepath.Join(out, "cel", v.Name+".xml"), []byte(header+celXML+"\n"), 0o644); err != nil {
 			return err
@@ -151,7 +151,7 @@ func runPlugins(variantsPath, renderDir, out, hookBinary string) error {
 			return fmt.Errorf("variant %s: MutateDomain: %w", v.Name, err)
 		}
 		// (Its arguments are not named here: an XML comment may not hold "--".)
-		header = fmt.Sprintf("<!-- Code generated %s by hack/domainxml: macvirt's hook binary, started with the variant's sidecarArgs, answering %s %s's DomainHookService client, on the domain of %s. DO NOT EDIT. -->\n",
+		header = fmt.Sprintf("<!-- Code generated %s by hack/kubevirt/domainxml: macvirt's hook binary, started with the variant's sidecarArgs, answering %s %s's DomainHookService client, on the domain of %s. DO NOT EDIT. -->\n",
 			stamp, kubevirtModule, kubevirtVersion, v.Fixture)
 		if err := os.WriteFile(filepath.Join(out, "sidecar", v.Name+".xml"), []byte(header+sidecarXML+"\n"), 0o644); err != nil {
 			return err
@@ -175,7 +175,7 @@ func runPlugins(variantsPath, renderDir, out, hookBinary string) error {
 	if err != nil {
 		return err
 	}
-	header := fmt.Sprintf("# Code generated %s by hack/domainxml: what %s %s's plugins.ApplyDomainHooks answered each refusal of %s. DO NOT EDIT.\n",
+	header := fmt.Sprintf("# Code generated %s by hack/kubevirt/domainxml: what %s %s's plugins.ApplyDomainHooks answered each refusal of %s. DO NOT EDIT.\n",
 		stamp, kubevirtModule, kubevirtVersion, filepath.Base(variantsPath))
 	return os.WriteFile(filepath.Join(out, "refusals.yaml"), append([]byte(header), data...), 0o644)
 }

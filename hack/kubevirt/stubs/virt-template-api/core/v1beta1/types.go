@@ -1,6 +1,6 @@
 // Package v1beta1 is a compile-time stand-in for
 // kubevirt.io/virt-template-api/core/v1beta1 (see
-// hack/domainxml/stubs/README.md).
+// hack/kubevirt/stubs/README.md).
 package v1beta1
 
 import (
@@ -17,5 +17,5 @@ type VirtualMachineTemplate struct {
 
 // DeepCopyObject is never called by the domain XML generator.
 func (*VirtualMachineTemplate) DeepCopyObject() runtime.Object {
-	panic("hack/domainxml/stubs: virt-template-api is a compile-time stand-in and must not run")
+	panic("hack/kubevirt/stubs: virt-template-api is a compile-time stand-in and must not run")
 }

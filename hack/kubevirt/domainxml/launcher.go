@@ -88,7 +88,7 @@ func (g *generator) launcher(in *input, inputPath, base, outPath string) error {
 		return err
 	}
 	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "# Code generated from %s (sha256 %x) by hack/domainxml with %s %s's virt-api admission and virt-controller template service. DO NOT EDIT.\n",
+	fmt.Fprintf(&buf, "# Code generated from %s (sha256 %x) by hack/kubevirt/domainxml with %s %s's virt-api admission and virt-controller template service. DO NOT EDIT.\n",
 		shown, sha256.Sum256(raw), kubevirtModule, g.kubevirtVersion)
 	buf.Write(body)
 	return os.WriteFile(outPath, buf.Bytes(), 0o644)

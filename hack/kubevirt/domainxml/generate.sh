@@ -12,7 +12,7 @@
 set -euo pipefail
 
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo_root="$(cd "${script_dir}/../.." && pwd)"
+repo_root="$(cd "${script_dir}/../../.." && pwd)"
 out_dir="${repo_root}/internal/domainhook/hook/testdata/kubevirt"
 # What virt-api's admission and virt-controller's virt-launcher pod make of
 # each rendering (the render tests check the macOS slot reaches the pod).

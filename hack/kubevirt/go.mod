@@ -1,4 +1,4 @@
-module github.com/macvirt/macvirt/hack/domainxml
+module github.com/macvirt/macvirt/hack/kubevirt
 
 go 1.26.0
 

@@ -1,6 +1,6 @@
 // Package virttemplate is a compile-time stand-in for
 // kubevirt.io/virt-template-client-go/virttemplate (see
-// hack/domainxml/stubs/README.md).
+// hack/kubevirt/stubs/README.md).
 package virttemplate
 
 import (
@@ -20,10 +20,10 @@ type Clientset struct{}
 
 // TemplateV1beta1 is never reached, since NewForConfig always fails.
 func (*Clientset) TemplateV1beta1() TemplateV1beta1Interface {
-	panic("hack/domainxml/stubs: virt-template-client-go is a compile-time stand-in and must not run")
+	panic("hack/kubevirt/stubs: virt-template-client-go is a compile-time stand-in and must not run")
 }
 
 // NewForConfig always fails: the stand-in cannot talk to an API server.
 func NewForConfig(*rest.Config) (*Clientset, error) {
-	return nil, errors.New("hack/domainxml/stubs: virt-template-client-go is a compile-time stand-in and must not run")
+	return nil, errors.New("hack/kubevirt/stubs: virt-template-client-go is a compile-time stand-in and must not run")
 }

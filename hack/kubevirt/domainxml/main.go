@@ -3,7 +3,7 @@
 // OnDefineDomain when the VirtualMachine starts. The XML files are the input
 // fixtures of the domain-hook tests (internal/domainhook/hook/testdata/kubevirt).
 //
-// Usage, from hack/domainxml (generate.sh runs it over internal/render/testdata):
+// Usage, from hack/kubevirt/domainxml (generate.sh runs it over internal/render/testdata):
 //
 //	go run . -out DIR [-base DIR] VM.yaml...
 //
@@ -344,7 +344,7 @@ func (g *generator) generate(inputPath, base string) ([]byte, error) {
 	// The input's hash lets the domain hook's tests tell a fixture made from
 	// an older rendering.
 	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "<!-- Code generated from %s (sha256 %x) by hack/domainxml with %s %s's converter. DO NOT EDIT. -->\n",
+	fmt.Fprintf(&buf, "<!-- Code generated from %s (sha256 %x) by hack/kubevirt/domainxml with %s %s's converter. DO NOT EDIT. -->\n",
 		shown, sha256.Sum256(raw), kubevirtModule, g.kubevirtVersion)
 	buf.Write(domainXML)
 	buf.WriteByte('\n')

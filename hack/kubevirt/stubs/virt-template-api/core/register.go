@@ -1,5 +1,5 @@
 // Package api is a compile-time stand-in for kubevirt.io/virt-template-api/core
-// (see hack/domainxml/stubs/README.md): the constants KubeVirt's
+// (see hack/kubevirt/stubs/README.md): the constants KubeVirt's
 // pkg/controller names, with the values of the real package.
 package api
 
