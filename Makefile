@@ -91,7 +91,7 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate fmt vet envtest kustomize ## Run every test layer: unit, golden, envtest integration, bundle, Helm chart and GitOps checks.
+test: manifests generate fmt vet envtest kubevirt kustomize ## Run every test layer: unit, golden, envtest integration, bundle, Helm chart and GitOps checks.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 20m -coverprofile cover.out
 	cd hack/helmcheck && go test ./... -count=1
 
@@ -367,6 +367,23 @@ $(ENVTEST_DIR)/kube-apiserver: hack/envtest/go.mod hack/envtest/kube-apiserver/m
 
 $(ENVTEST_DIR)/etcd: hack/envtest/go.mod hack/envtest/etcd/main.go
 	cd hack/envtest && go build -o "$@" ./etcd
+
+# KubeVirt's own control plane for the test clusters: virt-api and
+# virt-controller built from the kubevirt.io/kubevirt version hack/kubevirt
+# pins, and its install generator (internal/testenv runs it for every
+# cluster). A cold build takes several minutes on two cores; the files are
+# rebuilt only when hack/kubevirt changes.
+KUBEVIRT_DIR ?= $(LOCALBIN)/kubevirt
+KUBEVIRT_SOURCES = hack/kubevirt/go.mod hack/kubevirt/go.sum $(wildcard hack/kubevirt/install/*.go hack/kubevirt/stubs/*/*.go hack/kubevirt/stubs/*/*/*.go hack/kubevirt/stubs/*/*/*/*.go)
+
+.PHONY: kubevirt
+kubevirt: $(KUBEVIRT_DIR)/virt-api $(KUBEVIRT_DIR)/virt-controller $(KUBEVIRT_DIR)/install ## Build KubeVirt's virt-api and virt-controller and its install generator into bin/kubevirt (once per pinned version).
+
+$(KUBEVIRT_DIR)/virt-api $(KUBEVIRT_DIR)/virt-controller: $(KUBEVIRT_DIR)/%: $(KUBEVIRT_SOURCES)
+	cd hack/kubevirt && go build -o "$@" kubevirt.io/kubevirt/cmd/$*
+
+$(KUBEVIRT_DIR)/install: $(KUBEVIRT_SOURCES)
+	cd hack/kubevirt && go build -o "$@" ./install
 
 # Only `make bench` needs it: Kubernetes' controller manager, for its PV binder.
 $(ENVTEST_DIR)/kube-controller-manager: hack/envtest/go.mod hack/envtest/kube-controller-manager/main.go

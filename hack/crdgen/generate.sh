@@ -42,7 +42,9 @@ mkdir -p "${out_dir}"
 # KubeVirt.
 go run . -out "${out_dir}"
 
-# CDI: controller-gen writes every CRD of the package; keep four.
+# CDI: controller-gen writes every CRD of the package; keep the four macvirt
+# uses and the two whose informers KubeVirt's virt-controller waits for (CDI,
+# CDIConfig).
 tmp_dir="$(mktemp -d)"
 trap 'rm -rf "${tmp_dir}"' EXIT
 "${controller_gen}" crd \
@@ -51,7 +53,7 @@ trap 'rm -rf "${tmp_dir}"' EXIT
 
 cdi_module="kubevirt.io/containerized-data-importer-api"
 cdi_version="$(go list -m -f '{{if .Replace}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}' "${cdi_module}")"
-for name in datavolumes datasources dataimportcrons storageprofiles; do
+for name in datavolumes datasources dataimportcrons storageprofiles cdis cdiconfigs; do
 	file="cdi.kubevirt.io_${name}.yaml"
 	if [[ ! -s "${tmp_dir}/${file}" ]]; then
 		echo "controller-gen did not write ${file}" >&2
