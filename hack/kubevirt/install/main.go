@@ -11,7 +11,7 @@
 // Usage (the test harness runs it for every new test cluster, so each
 // cluster has certificates of its own):
 //
-//	install -out DIR [-feature-gates Sidecar,...]
+//	install -out DIR [-feature-gates Sidecar,...] [-default-architecture ARCH]
 //
 // It writes DIR/crds/*.yaml (every CustomResourceDefinition) and
 // DIR/install.yaml (the namespace, the KubeVirt CR, service accounts,
@@ -60,19 +60,20 @@ var certDuration = &metav1.Duration{Duration: 7 * 24 * time.Hour}
 func main() {
 	out := flag.String("out", "", "directory to write crds/*.yaml and install.yaml into")
 	gates := flag.String("feature-gates", "", "comma-separated KubeVirt feature gates for the KubeVirt CR")
+	arch := flag.String("default-architecture", "", "the KubeVirt CR's default architecture (virt-operator's own, amd64 here, when empty)")
 	flag.Parse()
 	if *out == "" || flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: install -out DIR [-feature-gates Gate,...]")
+		fmt.Fprintln(os.Stderr, "usage: install -out DIR [-feature-gates Gate,...] [-default-architecture ARCH]")
 		os.Exit(2)
 	}
-	if err := run(*out, *gates); err != nil {
+	if err := run(*out, *gates, *arch); err != nil {
 		fmt.Fprintln(os.Stderr, "install:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, gates string) error {
-	kv := kubeVirtCR(gates)
+func run(out, gates, arch string) error {
+	kv := kubeVirtCR(gates, arch)
 	config := operatorutil.GetTargetConfigFromKVWithEnvVarManager(kv, images{})
 	strategy, err := install.GenerateCurrentInstallStrategy(config, "", namespace)
 	if err != nil {
@@ -182,10 +183,22 @@ func run(out, gates string) error {
 // Beta gate, are turned off: they are a server of their own that a test
 // cluster does not run, and an APIService without its server breaks
 // discovery for every client.
-func kubeVirtCR(gates string) *v1.KubeVirt {
+func kubeVirtCR(gates, arch string) *v1.KubeVirt {
 	off := false
 	kv := &v1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt", Namespace: namespace}}
 	kv.Spec.Configuration.VirtTemplateDeployment = &v1.VirtTemplateDeployment{Enabled: &off}
+	// What virt-operator reports once it has deployed: virt-api and
+	// virt-controller read the configuration only of a KubeVirt CR with a
+	// phase (the harness writes this status after creating the CR).
+	kv.Status.Phase = v1.KubeVirtPhaseDeployed
+	kv.Status.ObservedKubeVirtVersion = kubeVirtVersion()
+	kv.Status.TargetKubeVirtVersion = kubeVirtVersion()
+	// virt-operator records the architecture VMs default to: the CR's, or
+	// its own when the CR names none.
+	if arch != "" {
+		kv.Spec.Configuration.ArchitectureConfiguration = &v1.ArchConfiguration{DefaultArchitecture: arch}
+	}
+	operatorutil.SetDefaultArchitecture(kv)
 	if gates != "" {
 		kv.Spec.Configuration.DeveloperConfiguration = &v1.DeveloperConfiguration{
 			FeatureGates: strings.Split(gates, ","),
