@@ -78,14 +78,23 @@ func VirtualMachine(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachi
 	return vm, DataVolumes(class, m), nil
 }
 
+// Architecture is the only architecture macOS guests run on under KubeVirt
+// (docs/install.md: Intel Macs).
+const Architecture = "amd64"
+
 // HostRules gives an instance spec what every macOS VM carries for its
 // Apple host: one macOS licence slot requested and limited (an extended
 // resource cannot be overcommitted: the pod must request what it limits;
 // docs/licensing.md), and evictionStrategy External, so that a drain
 // evicting the launcher pod has virt-api refuse the eviction and mark the
 // instance for evacuation, which the operator acts on, instead of stopping
-// or killing macOS under its tenant (docs/operations.md).
+// or killing macOS under its tenant (docs/operations.md). And the
+// architecture, amd64, named: a VM that names none gets the one KubeVirt's
+// operator records, its own node's, which on a cluster with an arm64 control
+// plane is arm64; virt-api then refuses the VM ("Memory hotplug is only
+// available for x86_64 VMs", for the maxGuest every machine sets).
 func HostRules(spec *kubevirtv1.VirtualMachineInstanceSpec) {
+	spec.Architecture = Architecture
 	res := &spec.Domain.Resources
 	if res.Requests == nil {
 		res.Requests = corev1.ResourceList{}
