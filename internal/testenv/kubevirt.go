@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -134,7 +135,7 @@ func StartWithKubeVirt(scheme *kruntime.Scheme, opts KubeVirtOptions) (_ *Cluste
 	if err != nil {
 		return nil, err
 	}
-	objs, err := readManifests(filepath.Join(manifests, "install.yaml"))
+	objs, err := ReadObjects(filepath.Join(manifests, "install.yaml"))
 	if err != nil {
 		return nil, err
 	}
@@ -150,6 +151,31 @@ func StartWithKubeVirt(scheme *kruntime.Scheme, opts KubeVirtOptions) (_ *Cluste
 		return nil, err
 	}
 	return c, nil
+}
+
+// StartKubeVirtForTest starts a cluster as StartWithKubeVirt does, for t
+// (skipped in the unit run), stops it when t ends, printing what KubeVirt's
+// processes printed if t failed, and returns it with a client of scheme.
+func StartKubeVirtForTest(t testing.TB, scheme *kruntime.Scheme, opts KubeVirtOptions) (*Cluster, client.Client) {
+	t.Helper()
+	NeedsAPIServer(t)
+	cluster, err := StartWithKubeVirt(scheme, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(cluster.KubeVirtLogs())
+		}
+		if err := cluster.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cluster, c
 }
 
 // Stop ends KubeVirt's processes, then the API server and etcd.
@@ -236,8 +262,9 @@ func create(ctx context.Context, cl client.Client, o *unstructured.Unstructured)
 	return cl.Status().Update(ctx, o)
 }
 
-func readManifests(path string) ([]*unstructured.Unstructured, error) {
-	f, err := os.Open(path) //nolint:gosec // the generator's output.
+// ReadObjects reads the objects of a multi-document YAML (or JSON) file.
+func ReadObjects(path string) ([]*unstructured.Unstructured, error) {
+	f, err := os.Open(path) //nolint:gosec // a file the test names.
 	if err != nil {
 		return nil, err
 	}

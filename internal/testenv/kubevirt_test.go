@@ -29,31 +29,15 @@ import (
 // becomes a VMI and a virt-launcher pod by virt-controller's hand, and the
 // `stop` subresource, reached through API aggregation, halts it.
 func TestKubeVirtsOwnControlPlaneAnswers(t *testing.T) {
-	testenv.NeedsAPIServer(t)
 	scheme := kruntime.NewScheme()
 	for _, add := range []func(*kruntime.Scheme) error{clientgoscheme.AddToScheme, kubevirtv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cluster, err := testenv.StartWithKubeVirt(scheme, testenv.KubeVirtOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(cluster.KubeVirtLogs())
-		}
-		if err := cluster.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	cluster, c := testenv.StartKubeVirtForTest(t, scheme, testenv.KubeVirtOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "builds"}}
 	if err := c.Create(ctx, ns); err != nil {
 		t.Fatal(err)
@@ -63,7 +47,7 @@ func TestKubeVirtsOwnControlPlaneAnswers(t *testing.T) {
 	// virt-api's validating webhook does not.
 	bad := vm(ns.Name, "orphan-disk")
 	bad.Spec.Template.Spec.Domain.Devices.Disks = append(bad.Spec.Template.Spec.Domain.Devices.Disks, kubevirtv1.Disk{Name: "nowhere"})
-	err = c.Create(ctx, bad)
+	err := c.Create(ctx, bad)
 	if err == nil || !strings.Contains(err.Error(), `admission webhook "virtualmachine-validator.kubevirt.io" denied the request`) ||
 		!strings.Contains(err.Error(), "nowhere") {
 		t.Fatalf("creating a VM with a disk and no volume: got %v, want virt-api's refusal naming the disk", err)
