@@ -200,7 +200,11 @@ func (r *snapshotReconciler) createContent(ctx context.Context, snap *snapshotv1
 	}
 	r.event(snap, corev1.EventTypeNormal, "CreatingSnapshot",
 		fmt.Sprintf("Waiting for a snapshot %s/%s to be created by the CSI driver.", snap.Namespace, snap.Name))
-	return ctrl.Result{}, r.updateStatus(ctx, snap, content)
+	// Come back for the cut: the content's watch event may reach a cache
+	// that does not hold the content yet (this function then runs again,
+	// finds it AlreadyExists and writes the same status), after which no
+	// further event comes.
+	return again, r.updateStatus(ctx, snap, content)
 }
 
 // claimOf returns the snapshot's bound source claim, or the controller's
