@@ -21,6 +21,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/devserve"
+	"github.com/macvirt/macvirt/internal/localnet"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/testenv"
 )
@@ -59,7 +60,7 @@ func TestLocalWebhooks(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	agentPort, err := devserve.FreePort("127.0.0.1")
+	agentPort, err := localnet.FreePort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,17 +1,12 @@
 package controller_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
-	"os"
 	"path/filepath"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/macvirt/macvirt/internal/testenv"
 )
@@ -47,23 +42,12 @@ var _ = Describe("Golden renderings", func() {
 	})
 })
 
-// readObjects decodes a multi-document YAML file.
+// readObjects decodes a multi-document YAML file, without status.
 func readObjects(path string) []*unstructured.Unstructured {
-	data, err := os.ReadFile(path) //nolint:gosec // test fixture path built from a glob.
+	objs, err := testenv.ReadObjects(path)
 	Expect(err).NotTo(HaveOccurred())
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var out []*unstructured.Unstructured
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := dec.Decode(&obj.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return out
-			}
-			Expect(err).NotTo(HaveOccurred())
-		}
-		if len(obj.Object) > 0 {
-			unstructured.RemoveNestedField(obj.Object, "status")
-			out = append(out, obj)
-		}
+	for _, obj := range objs {
+		unstructured.RemoveNestedField(obj.Object, "status")
 	}
+	return objs
 }

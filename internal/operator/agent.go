@@ -14,6 +14,7 @@ import (
 
 	"github.com/macvirt/macvirt/internal/devserve"
 	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
+	"github.com/macvirt/macvirt/internal/localnet"
 )
 
 // agentEndpoint decides where the guest-agent endpoint listens, with which
@@ -41,7 +42,7 @@ func agentEndpoint(opts *Options, dev *devserve.Server) (endpoint.Address, *endp
 			return addr, nil, fmt.Errorf("--agent-bind-address %q: %w", a.Addr, err)
 		}
 		if port == "" || port == "0" {
-			p, err := devserve.FreePort(dev.Host)
+			p, err := localnet.FreePort(dev.Host)
 			if err != nil {
 				return addr, nil, err
 			}

@@ -30,25 +30,10 @@ func TestVirtAPIAdmitsEveryRendering(t *testing.T) {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	cluster, err := testenv.StartWithKubeVirt(scheme, testenv.KubeVirtOptions{
+	_, c := testenv.StartKubeVirtForTest(t, scheme, testenv.KubeVirtOptions{
 		FeatureGates: []string{"Sidecar"}, DefaultArchitecture: "arm64"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(cluster.KubeVirtLogs())
-		}
-		if err := cluster.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	vms := goldenVMs(t)
 	for _, vm := range vms {

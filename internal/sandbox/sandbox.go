@@ -36,6 +36,7 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/devserve"
 	"github.com/macvirt/macvirt/internal/github/fakegithub"
+	"github.com/macvirt/macvirt/internal/localnet"
 	"github.com/macvirt/macvirt/internal/operator"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/simulator"
@@ -336,7 +337,7 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 		stopAPI.Close()
 		return nil, err
 	}
-	agentPort, err := devserve.FreePort(local.Host)
+	agentPort, err := localnet.FreePort(local.Host)
 	if err != nil {
 		stopAPI.Close()
 		local.Close()

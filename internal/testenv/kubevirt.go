@@ -28,6 +28,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/macvirt/macvirt/internal/localnet"
 )
 
 // KubeVirt's install namespace and the service accounts its components run
@@ -335,16 +337,7 @@ func (c *Cluster) kubeconfig(sa string) (string, error) {
 	return path, clientcmd.WriteToFile(*conf, path)
 }
 
-func freeLocalPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func (c *Cluster) start(name string, args ...string) {
+func (c *Cluster) start(name string, args ...string) *controlPlaneProcess {
 	p := &controlPlaneProcess{
 		name: name,
 		cmd:  exec.Command(filepath.Join(KubeVirtAssets(), name), args...), //nolint:gosec // the repository's own build.
@@ -359,15 +352,16 @@ func (c *Cluster) start(name string, args ...string) {
 	if err := p.cmd.Start(); err != nil {
 		_, _ = fmt.Fprintf(p.out, "starting %s: %v\n", name, err)
 		close(p.done)
-		return
+		return p
 	}
 	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	return p
 }
 
 // startVirtAPI starts virt-api, routes its Service to it, and waits until
 // the API server's aggregator finds KubeVirt's subresource API available.
 func (c *Cluster) startVirtAPI(ctx context.Context, cl client.Client, objs []*unstructured.Unstructured) error {
-	port, err := freeLocalPort()
+	port, err := localnet.FreePort("127.0.0.1")
 	if err != nil {
 		return err
 	}
@@ -393,10 +387,10 @@ func (c *Cluster) startVirtAPI(ctx context.Context, cl client.Client, objs []*un
 	for _, p := range svc.Spec.Ports {
 		c.network.route(net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(p.Port))), net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	}
-	c.start("virt-api", "--kubeconfig", kubeconfig, "--listen", "127.0.0.1", "--port", strconv.Itoa(port),
+	virtAPI := c.start("virt-api", "--kubeconfig", kubeconfig, "--listen", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--tls-cert-file", crt, "--tls-key-file", key,
 		"--handler-cert-file", handlerCrt, "--handler-key-file", handlerKey)
-	return c.waitAvailable(ctx, cl)
+	return c.waitAvailable(ctx, cl, virtAPI)
 }
 
 // publishEndpoint gives virt-api's Service the EndpointSlice a ready
@@ -427,7 +421,7 @@ func publishEndpoint(ctx context.Context, cl client.Client, svc *corev1.Service)
 	return cl.Create(ctx, slice)
 }
 
-func (c *Cluster) waitAvailable(ctx context.Context, cl client.Client) error {
+func (c *Cluster) waitAvailable(ctx context.Context, cl client.Client, virtAPI *controlPlaneProcess) error {
 	api := &unstructured.Unstructured{}
 	api.SetAPIVersion("apiregistration.k8s.io/v1")
 	api.SetKind("APIService")
@@ -439,7 +433,7 @@ func (c *Cluster) waitAvailable(ctx context.Context, cl client.Client) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("KubeVirt's APIService %s did not become available: %v\n%s", subresourcesAPIService, api.Object["status"], c.KubeVirtLogs())
-		case <-c.procs[len(c.procs)-1].done:
+		case <-virtAPI.done:
 			return fmt.Errorf("virt-api exited:\n%s", c.KubeVirtLogs())
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -461,7 +455,7 @@ func apiServiceAvailable(api *unstructured.Unstructured) bool {
 // service account: virt-api's admission reverts VMI status written by
 // anyone else.
 func (c *Cluster) startVirtController(objs []*unstructured.Unstructured) error {
-	port, err := freeLocalPort()
+	port, err := localnet.FreePort("127.0.0.1")
 	if err != nil {
 		return err
 	}
@@ -473,7 +467,7 @@ func (c *Cluster) startVirtController(objs []*unstructured.Unstructured) error {
 	if err != nil {
 		return err
 	}
-	c.start("virt-controller", "--kubeconfig", kubeconfig, "--listen", "127.0.0.1", "--port", strconv.Itoa(port),
+	_ = c.start("virt-controller", "--kubeconfig", kubeconfig, "--listen", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--prom-cert-file", crt, "--prom-key-file", key,
 		"--launcher-image", "quay.io/kubevirt/virt-launcher:test-cluster",
 		"--exporter-image", "quay.io/kubevirt/virt-exportserver:test-cluster")

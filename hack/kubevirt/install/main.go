@@ -102,37 +102,21 @@ func run(out, gates, arch string) error {
 		return err
 	}
 
-	var objs []runtime.Object
-	add := func(gv, kind string, o runtime.Object) {
-		o.GetObjectKind().SetGroupVersionKind(schema.FromAPIVersionAndKind(gv, kind))
-		objs = append(objs, o)
-	}
-	add("v1", "Namespace", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
-	add("kubevirt.io/v1", "KubeVirt", kv)
-	for _, o := range strategy.ServiceAccounts() {
-		add("v1", "ServiceAccount", o)
-	}
-	for _, o := range strategy.ClusterRoles() {
-		add("rbac.authorization.k8s.io/v1", "ClusterRole", o)
-	}
-	for _, o := range strategy.ClusterRoleBindings() {
-		add("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", o)
-	}
-	for _, o := range strategy.Roles() {
-		add("rbac.authorization.k8s.io/v1", "Role", o)
-	}
-	for _, o := range strategy.RoleBindings() {
-		add("rbac.authorization.k8s.io/v1", "RoleBinding", o)
-	}
+	const rbacV1, admissionV1 = "rbac.authorization.k8s.io/v1", "admissionregistration.k8s.io/v1"
+	objs := appendAs(nil, "v1", "Namespace", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
+	objs = appendAs(objs, "kubevirt.io/v1", "KubeVirt", kv)
+	objs = appendAs(objs, "v1", "ServiceAccount", strategy.ServiceAccounts()...)
+	objs = appendAs(objs, rbacV1, "ClusterRole", strategy.ClusterRoles()...)
+	objs = appendAs(objs, rbacV1, "ClusterRoleBinding", strategy.ClusterRoleBindings()...)
+	objs = appendAs(objs, rbacV1, "Role", strategy.Roles()...)
+	objs = appendAs(objs, rbacV1, "RoleBinding", strategy.RoleBindings()...)
 	for _, o := range strategy.Services() {
 		if o.Name == components.VirtOperatorServiceName {
 			continue // virt-operator does not run
 		}
-		add("v1", "Service", o)
+		objs = appendAs(objs, "v1", "Service", o)
 	}
-	for _, o := range secrets {
-		add("v1", "Secret", o)
-	}
+	objs = appendAs(objs, "v1", "Secret", secrets...)
 	seen := map[string]bool{}
 	for _, o := range strategy.ConfigMaps() {
 		// The strategy lists the CA ConfigMaps twice; virt-operator's
@@ -144,7 +128,7 @@ func run(out, gates, arch string) error {
 		if o.Name == components.KubeVirtCASecretName {
 			o.Data = map[string]string{components.CABundleKey: string(bundle)}
 		}
-		add("v1", "ConfigMap", o)
+		objs = appendAs(objs, "v1", "ConfigMap", o)
 	}
 	for _, o := range strategy.ValidatingWebhookConfigurations() {
 		if o.Name == components.KubeVirtOperatorValidatingWebhookName {
@@ -153,7 +137,7 @@ func run(out, gates, arch string) error {
 		for i := range o.Webhooks {
 			o.Webhooks[i].ClientConfig.CABundle = bundle
 		}
-		add("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", o)
+		objs = appendAs(objs, admissionV1, "ValidatingWebhookConfiguration", o)
 	}
 	for _, o := range strategy.MutatingWebhookConfigurations() {
 		if o.Name == components.VirtLauncherPodMutatingWebhookName {
@@ -162,19 +146,25 @@ func run(out, gates, arch string) error {
 		for i := range o.Webhooks {
 			o.Webhooks[i].ClientConfig.CABundle = bundle
 		}
-		add("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", o)
+		objs = appendAs(objs, admissionV1, "MutatingWebhookConfiguration", o)
 	}
-	for _, o := range strategy.ValidatingAdmissionPolicies() {
-		add("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", o)
-	}
-	for _, o := range strategy.ValidatingAdmissionPolicyBindings() {
-		add("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", o)
-	}
+	objs = appendAs(objs, admissionV1, "ValidatingAdmissionPolicy", strategy.ValidatingAdmissionPolicies()...)
+	objs = appendAs(objs, admissionV1, "ValidatingAdmissionPolicyBinding", strategy.ValidatingAdmissionPolicyBindings()...)
 	for _, o := range strategy.APIServices() {
 		o.Spec.CABundle = bundle
-		add("apiregistration.k8s.io/v1", "APIService", o)
+		objs = appendAs(objs, "apiregistration.k8s.io/v1", "APIService", o)
 	}
 	return writeYAML(filepath.Join(out, "install.yaml"), objs...)
+}
+
+// appendAs appends items to out, each stamped with apiVersion and kind
+// (KubeVirt's typed objects leave their TypeMeta empty or partial).
+func appendAs[T runtime.Object](out []runtime.Object, apiVersion, kind string, items ...T) []runtime.Object {
+	for _, o := range items {
+		o.GetObjectKind().SetGroupVersionKind(schema.FromAPIVersionAndKind(apiVersion, kind))
+		out = append(out, o)
+	}
+	return out
 }
 
 // kubeVirtCR is the KubeVirt CR the test cluster carries: virt-api and
