@@ -183,13 +183,15 @@ func StartKubeVirtForTest(t testing.TB, scheme *kruntime.Scheme, opts KubeVirtOp
 // Stop ends KubeVirt's processes, then the API server and etcd.
 func (c *Cluster) Stop() error {
 	for _, p := range c.procs {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		if p.cmd.Process != nil { // nil when it never started
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
 	}
 	for _, p := range c.procs {
 		select {
 		case <-p.done:
 		case <-time.After(20 * time.Second):
-			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Process.Kill() // started: done would be closed otherwise
 			<-p.done
 		}
 	}
