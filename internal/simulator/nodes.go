@@ -19,6 +19,7 @@ package simulator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -97,6 +99,9 @@ func (s *Simulator) registerNode(ctx context.Context, name string, checkpointLos
 	if err := s.client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
+	if err := s.handlerHeartbeat(ctx, name); err != nil {
+		return err
+	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		// Uncached: the Node may have been created a moment ago.
 		if err := s.reader.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
@@ -111,6 +116,9 @@ func (s *Simulator) registerNode(ctx context.Context, name string, checkpointLos
 			}
 		}
 		setKubeletStatus(node)
+		if s.opts.ControlPlane != nil {
+			setDevicePlugins(node)
+		}
 		return s.client.Status().Update(ctx, node)
 	})
 	if err != nil {
@@ -165,6 +173,82 @@ func setKubeletStatus(node *corev1.Node) {
 	}
 }
 
+// KubeVirt's device plugins advertise these on every node virt-handler runs
+// on, 1000 of each (cmd/virt-handler/virt-handler.go); virt-controller asks
+// for one of each in every launcher pod (pkg/virt-controller/services/
+// renderresources.go).
+var kubevirtDevices = []corev1.ResourceName{"devices.kubevirt.io/kvm", "devices.kubevirt.io/tun", "devices.kubevirt.io/vhost-net"}
+
+// setDevicePlugins writes what KubeVirt's device plugins make the kubelet
+// advertise.
+func setDevicePlugins(node *corev1.Node) {
+	for _, d := range kubevirtDevices {
+		node.Status.Capacity[d] = quantity(1000)
+		node.Status.Allocatable[d] = quantity(1000)
+	}
+}
+
+// handlerHeartbeat writes what the kubelet and virt-handler keep on a node
+// when KubeVirt's own control plane runs: the node's labels (nodeLabels),
+// and virt-handler's heartbeat (pkg/virt-handler/heartbeat), kept fresh
+// (virt-controller's node controller fails the instances of a node whose
+// heartbeat is more than 5 minutes old).
+func (s *Simulator) handlerHeartbeat(ctx context.Context, name string) error {
+	if s.opts.ControlPlane == nil {
+		return nil
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node := &corev1.Node{}
+		if err := s.reader.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
+			return err
+		}
+		patch := client.MergeFrom(node.DeepCopy())
+		for k, v := range nodeLabels() {
+			metav1.SetMetaDataLabel(&node.ObjectMeta, k, v)
+		}
+		stamp, err := metav1.Now().MarshalJSON()
+		if err != nil {
+			return err
+		}
+		metav1.SetMetaDataAnnotation(&node.ObjectMeta, kubevirtv1.VirtHandlerHeartbeat, strings.Trim(string(stamp), `"`))
+		return s.client.Patch(ctx, node, patch)
+	})
+}
+
+// hostCPU is the processor of every simulated node: a Mac Pro (2019)'s Xeon
+// W (Cascade Lake). usableModels are the named CPU models libvirt reports
+// usable on it, as virt-handler's node labeller lists them (none of
+// KubeVirt's default obsolete models is among them).
+const hostCPU = "Cascadelake-Server-noTSX"
+
+var usableModels = []string{"Penryn", "Nehalem", "Westmere", "SandyBridge", "IvyBridge",
+	"Haswell-noTSX", "Haswell-noTSX-IBRS", "Broadwell-noTSX", "Broadwell-noTSX-IBRS",
+	"Skylake-Client-noTSX-IBRS", "Skylake-Server-noTSX-IBRS", hostCPU}
+
+// nodeLabels are the labels the kubelet and virt-handler put on a node, which
+// virt-controller's node selectors name: the architecture (kubelet), and
+// from virt-handler (pkg/virt-handler/node-labeller) that VMs may run there,
+// the usable CPU models, the host's own model and vendor, and the machine
+// types QEMU offers.
+func nodeLabels() map[string]string {
+	labels := map[string]string{
+		corev1.LabelArchStable: "amd64", corev1.LabelOSStable: "linux",
+		kubevirtv1.NodeSchedulable:                                "true",
+		kubevirtv1.HostModelCPULabel + hostCPU:                    "true",
+		kubevirtv1.CPUModelVendorLabel + "Intel":                  "true",
+		kubevirtv1.SupportedMachineTypeLabel + "q35":              "true",
+		kubevirtv1.SupportedMachineTypeLabel + "pc-q35-rhel9.6.0": "true",
+	}
+	for _, m := range usableModels {
+		labels[kubevirtv1.CPUModelLabel+m] = "true"
+	}
+	return labels
+}
+
+// heartbeatInterval is how often the simulated virt-handlers refresh their
+// node's heartbeat, well inside virt-controller's 5 minutes.
+const heartbeatInterval = time.Minute
+
 // RestartKubelet restarts the named node's kubelet. With checkpointLost
 // its device manager finds no checkpoint, as on a re-created or wiped
 // node, and the kubelet zeroes every extended resource it advertises.
@@ -209,7 +293,21 @@ func (n nodesRunnable) Start(ctx context.Context) error {
 			return fmt.Errorf("registering simulated node %s: %w", name, err)
 		}
 	}
-	return nil
+	if n.sim.opts.ControlPlane == nil {
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(heartbeatInterval):
+		}
+		for _, name := range n.sim.nodeNames() {
+			if err := n.sim.handlerHeartbeat(ctx, name); err != nil && ctx.Err() == nil {
+				ctrl.Log.WithName("sim-virt-handler").Error(err, "Heartbeat not written", "node", name)
+			}
+		}
+	}
 }
 
 func (n nodesRunnable) NeedLeaderElection() bool { return false }
@@ -231,7 +329,11 @@ func (s *Simulator) place(ctx context.Context, vmi *kubevirtv1.VirtualMachineIns
 	if err := s.reader.List(ctx, vmis); err != nil {
 		return placement{}, fmt.Errorf("listing VirtualMachineInstances: %w", err)
 	}
-	return schedule(vmi, nodes.Items, vmis.Items), nil
+	placed := make([]workload, 0, len(vmis.Items))
+	for i := range vmis.Items {
+		placed = append(placed, instanceWorkload(&vmis.Items[i]))
+	}
+	return schedule(instanceWorkload(vmi), nodes.Items, placed), nil
 }
 
 // DrainResult is what one pass of kubectl drain over a node saw.

@@ -23,6 +23,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -70,22 +71,64 @@ type placement struct {
 	Message string
 }
 
-// extendedRequests are the instance's extended resource requests (limits
-// stand in for missing requests, as the API server's pod defaulting does).
-func extendedRequests(vmi *kubevirtv1.VirtualMachineInstance) corev1.ResourceList {
-	out := corev1.ResourceList{}
+// workload is what kube-scheduler sees of a virt-launcher pod: where it
+// must go, what it tolerates, the extended resources it asks for, and where
+// it is. The simulator schedules pods (podWorkload) when KubeVirt's own
+// control plane runs, and otherwise the instances that stand for them
+// (instanceWorkload).
+type workload struct {
+	UID          types.UID
+	Node         string
+	Done         bool
+	NodeSelector map[string]string
+	Tolerations  []corev1.Toleration
+	Requests     corev1.ResourceList
+}
+
+// instanceWorkload is the pod an instance's spec stands for.
+func instanceWorkload(vmi *kubevirtv1.VirtualMachineInstance) workload {
 	res := vmi.Spec.Domain.Resources
-	for name, q := range res.Limits {
-		if isExtended(name) {
-			out[name] = q
+	return workload{UID: vmi.UID, Node: vmi.Status.NodeName, Done: vmi.IsFinal(),
+		NodeSelector: vmi.Spec.NodeSelector, Tolerations: vmi.Spec.Tolerations,
+		Requests: extendedRequests(res.Requests, res.Limits, nil)}
+}
+
+// podWorkload is a pod as kube-scheduler reads it: the sum of its
+// containers' requests (init containers run before, one at a time, and ask
+// for no more here).
+func podWorkload(pod *corev1.Pod) workload {
+	sum := corev1.ResourceList{}
+	for _, c := range pod.Spec.Containers {
+		sum = extendedRequests(c.Resources.Requests, c.Resources.Limits, sum)
+	}
+	done := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	return workload{UID: pod.UID, Node: pod.Spec.NodeName, Done: done,
+		NodeSelector: pod.Spec.NodeSelector, Tolerations: pod.Spec.Tolerations, Requests: sum}
+}
+
+// extendedRequests adds the extended resources of requests to sum (limits
+// stand in for missing requests, as the API server's pod defaulting does).
+func extendedRequests(requests, limits, sum corev1.ResourceList) corev1.ResourceList {
+	if sum == nil {
+		sum = corev1.ResourceList{}
+	}
+	for name, q := range limits {
+		if _, ok := requests[name]; !ok && isExtended(name) {
+			add(sum, name, q)
 		}
 	}
-	for name, q := range res.Requests {
+	for name, q := range requests {
 		if isExtended(name) {
-			out[name] = q
+			add(sum, name, q)
 		}
 	}
-	return out
+	return sum
+}
+
+func add(sum corev1.ResourceList, name corev1.ResourceName, q resource.Quantity) {
+	total := sum[name]
+	total.Add(q)
+	sum[name] = total
 }
 
 // isExtended reports a resource name with a domain outside kubernetes.io,
@@ -95,25 +138,16 @@ func isExtended(name corev1.ResourceName) bool {
 	return strings.Contains(s, "/") && !strings.Contains(s, "kubernetes.io/") && !strings.HasPrefix(s, "requests.")
 }
 
-// schedule places the instance on one of nodes. placed are the instances
-// already assigned to a node and not finished (kube-scheduler does not see
-// Succeeded or Failed pods).
-func schedule(vmi *kubevirtv1.VirtualMachineInstance, nodes []corev1.Node, placed []kubevirtv1.VirtualMachineInstance) placement {
-	want := extendedRequests(vmi)
+// schedule places w on one of nodes. placed are the workloads already
+// assigned to a node; finished ones are not counted (kube-scheduler does not
+// see Succeeded or Failed pods).
+func schedule(w workload, nodes []corev1.Node, placed []workload) placement {
 	used := map[string]corev1.ResourceList{}
-	for i := range placed {
-		p := &placed[i]
-		if p.UID == vmi.UID || p.Status.NodeName == "" || p.IsFinal() {
+	for _, p := range placed {
+		if p.UID == w.UID || p.Node == "" || p.Done {
 			continue
 		}
-		if used[p.Status.NodeName] == nil {
-			used[p.Status.NodeName] = corev1.ResourceList{}
-		}
-		for name, q := range extendedRequests(p) {
-			sum := used[p.Status.NodeName][name]
-			sum.Add(q)
-			used[p.Status.NodeName][name] = sum
-		}
+		used[p.Node] = extendedRequests(p.Requests, nil, used[p.Node])
 	}
 	reasons, preemption := map[string]int{}, map[string]int{}
 	best, bestFree := "", int64(-1)
@@ -121,7 +155,7 @@ func schedule(vmi *kubevirtv1.VirtualMachineInstance, nodes []corev1.Node, place
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for i := range sorted {
 		node := &sorted[i]
-		reason, free := filterNode(vmi, node, want, used[node.Name])
+		reason, free := filterNode(w, node, used[node.Name])
 		if reason != "" {
 			reasons[reason]++
 			if strings.HasPrefix(reason, reasonInsufficient) {
@@ -147,8 +181,8 @@ func schedule(vmi *kubevirtv1.VirtualMachineInstance, nodes []corev1.Node, place
 
 // filterNode runs the filters on one node and returns the first failing
 // reason, or the free amount of the first requested extended resource.
-func filterNode(vmi *kubevirtv1.VirtualMachineInstance, node *corev1.Node, want, used corev1.ResourceList) (string, int64) {
-	tolerations := vmi.Spec.Tolerations
+func filterNode(w workload, node *corev1.Node, used corev1.ResourceList) (string, int64) {
+	want, tolerations := w.Requests, w.Tolerations
 	if node.Spec.Unschedulable && !tolerates(tolerations, corev1.Taint{Key: unschedulableTaintKey, Effect: corev1.TaintEffectNoSchedule}) {
 		return reasonNodeCordoned, 0
 	}
@@ -159,7 +193,7 @@ func filterNode(vmi *kubevirtv1.VirtualMachineInstance, node *corev1.Node, want,
 		// tainttoleration's Filter (taint_toleration.go, Kubernetes 1.36).
 		return reasonUntoleratedTaint, 0
 	}
-	for k, v := range vmi.Spec.NodeSelector {
+	for k, v := range w.NodeSelector {
 		if node.Labels[k] != v {
 			return reasonNodeSelector, 0
 		}

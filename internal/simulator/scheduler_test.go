@@ -107,7 +107,11 @@ func TestScheduleFiltersNodesAndCountsSlots(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
 			vmi := tc.vmi
-			g.Expect(schedule(&vmi, tc.nodes, tc.placed)).To(Equal(tc.want))
+			placed := []workload{}
+			for i := range tc.placed {
+				placed = append(placed, instanceWorkload(&tc.placed[i]))
+			}
+			g.Expect(schedule(instanceWorkload(&vmi), tc.nodes, placed)).To(Equal(tc.want))
 		})
 	}
 }

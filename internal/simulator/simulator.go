@@ -23,6 +23,7 @@ import (
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -118,6 +119,14 @@ type Options struct {
 	// SnapshotDelay is the time a CSI driver takes to cut a VolumeSnapshot
 	// and report it readyToUse (volumesnapshot.go); default StepInterval.
 	SnapshotDelay time.Duration
+	// ControlPlane, when set, says the cluster runs KubeVirt's own virt-api
+	// and virt-controller (testenv.StartWithKubeVirt), and is an
+	// administrator's connection to it. The simulator then plays only what
+	// runs on nodes: kube-scheduler and the kubelet for virt-launcher pods
+	// (kubelet.go), and virt-handler (handler.go), whose writes impersonate
+	// its service account from this config. Without it the simulator plays
+	// virt-controller and virt-api's stop endpoint too.
+	ControlPlane *rest.Config
 	// Registry is the container registry DataImportCrons poll for their
 	// images' digests (registry.go, dataimportcron_poll.go). Nil: there is
 	// none, and every poll fails as for an image that does not exist.
@@ -168,6 +177,8 @@ type Simulator struct {
 	// nodes are the Apple-hardware nodes instances are scheduled onto
 	// (Options.Nodes, or SetNodes); none: every instance goes to NodeName.
 	nodes []string
+	// handlers are the clients of the nodes' virt-handlers (ControlPlane).
+	handlers map[string]client.Client
 
 	dataVolumeEvents chan event.GenericEvent
 	vmEvents         chan event.GenericEvent
@@ -237,8 +248,10 @@ func (s *Simulator) SetupWithManager(mgr ctrl.Manager) error {
 	if err := s.setupStorage(mgr); err != nil {
 		return err
 	}
-	if err := (&vmReconciler{sim: s}).setup(mgr); err != nil {
-		return err
+	if s.opts.ControlPlane == nil {
+		if err := (&vmReconciler{sim: s}).setup(mgr); err != nil {
+			return err
+		}
 	}
 	if err := mgr.Add(guestRunnable{sim: s}); err != nil {
 		return err
@@ -248,7 +261,7 @@ func (s *Simulator) SetupWithManager(mgr ctrl.Manager) error {
 			return err
 		}
 	}
-	if s.opts.Network || len(s.opts.Nodes) > 0 {
+	if s.opts.Network || len(s.opts.Nodes) > 0 || s.opts.ControlPlane != nil {
 		if err := mgr.Add(nodesRunnable{sim: s}); err != nil {
 			return err
 		}
@@ -257,6 +270,12 @@ func (s *Simulator) SetupWithManager(mgr ctrl.Manager) error {
 		if err := (&serviceProxy{sim: s}).setup(mgr); err != nil {
 			return err
 		}
+	}
+	if s.opts.ControlPlane != nil {
+		if err := (&launcherReconciler{sim: s}).setup(mgr); err != nil {
+			return err
+		}
+		return (&handlerReconciler{sim: s}).setup(mgr)
 	}
 	return (&vmiReconciler{sim: s}).setup(mgr)
 }

@@ -105,10 +105,8 @@ func stepVMI(vmi *kubevirtv1.VirtualMachineInstance, f vmiFaults, where placemen
 // setVMIPhase enters phase, records the transition and sets the Ready
 // condition virt-controller derives from the launcher pod in that phase.
 func setVMIPhase(vmi *kubevirtv1.VirtualMachineInstance, phase kubevirtv1.VirtualMachineInstancePhase, now time.Time) {
+	enterPhase(vmi, phase, now)
 	t := metav1.NewTime(now)
-	vmi.Status.Phase = phase
-	vmi.Status.PhaseTransitionTimestamps = append(vmi.Status.PhaseTransitionTimestamps,
-		kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: t})
 	ready := kubevirtv1.VirtualMachineInstanceCondition{
 		Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse,
 		LastProbeTime: t, LastTransitionTime: t,
@@ -124,6 +122,14 @@ func setVMIPhase(vmi *kubevirtv1.VirtualMachineInstance, phase kubevirtv1.Virtua
 		ready.Reason, ready.Message = kubevirtv1.GuestNotRunningReason, "Guest VM is not reported as running"
 	}
 	setVMICondition(vmi, ready)
+}
+
+// enterPhase enters phase and records the transition, as virt-handler
+// does for the phases it reports (Running, Succeeded, Failed).
+func enterPhase(vmi *kubevirtv1.VirtualMachineInstance, phase kubevirtv1.VirtualMachineInstancePhase, now time.Time) {
+	vmi.Status.Phase = phase
+	vmi.Status.PhaseTransitionTimestamps = append(vmi.Status.PhaseTransitionTimestamps,
+		kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: metav1.NewTime(now)})
 }
 
 // podInterface is the instance's interface on the pod network as

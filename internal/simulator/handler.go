@@ -1,0 +1,213 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package simulator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// KubeVirt's identity on a node. virt-api accepts an instance's status only
+// from KubeVirt's service accounts (its VMI mutator puts any other writer's
+// status back), and with the NodeRestriction gate (on by default) only from
+// the handler of the node the instance runs on, named in the request's
+// extra user info (pkg/virt-api/webhooks/validating-webhook/admitters/
+// vmi-update-admitter.go).
+const (
+	handlerUser   = "system:serviceaccount:kubevirt:kubevirt-handler"
+	nodeNameExtra = "authentication.kubernetes.io/node-name"
+)
+
+// handlerReconciler plays virt-handler on the simulated nodes: it starts the
+// domain of an instance virt-controller has Scheduled onto one of them,
+// applies the guest-side faults of a Running one, and shuts down the domain
+// of a deleted instance, or one whose pod is going. Every write goes as the
+// node's virt-handler.
+type handlerReconciler struct {
+	sim *Simulator
+}
+
+func (r *handlerReconciler) setup(mgr ctrl.Manager) error {
+	launchers := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.GetLabels()[kubevirtv1.AppLabel] == "virt-launcher"
+	})
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("sim-virt-handler").
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
+		For(&kubevirtv1.VirtualMachineInstance{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(instanceOfPod), builder.WithPredicates(launchers)).
+		WatchesRawSource(source.Channel(r.sim.vmiEvents, &handler.EnqueueRequestForObject{})).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("setting up the virt-handler simulator: %w", err)
+	}
+	return nil
+}
+
+// instanceOfPod maps a launcher pod to the instance that controls it.
+func instanceOfPod(_ context.Context, obj client.Object) []reconcile.Request {
+	ref := metav1.GetControllerOf(obj)
+	if ref == nil || ref.Kind != "VirtualMachineInstance" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}}}
+}
+
+// Reconcile moves one instance on its node by at most one step.
+func (r *handlerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	key := pacerKey("VirtualMachineInstance", req.NamespacedName)
+	vmi, err := r.sim.getVMI(ctx, req.NamespacedName)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	r.sim.syncGuest(req.NamespacedName, vmi)
+	if vmi == nil || vmi.IsFinal() {
+		r.sim.pacer.forget(key)
+		return ctrl.Result{}, nil
+	}
+	if vmi.Status.NodeName == "" {
+		return ctrl.Result{}, nil
+	}
+	going, err := r.podGoing(ctx, vmi)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	now := time.Now()
+	f := r.sim.faultsOf(req.NamespacedName)
+	switch {
+	case vmi.DeletionTimestamp != nil || going:
+		delay, off := r.sim.powerOff(vmi)
+		if wait := r.sim.pacer.wait(key, vmi.UID, "ShuttingDown", delay); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		enterPhase(vmi, off, now)
+	case vmi.Status.Phase == kubevirtv1.Scheduled:
+		if wait := r.sim.pacer.wait(key, vmi.UID, "Starting", r.sim.opts.StartDelay/launcherStartSteps); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		if f.crash {
+			enterPhase(vmi, kubevirtv1.Failed, now)
+			break
+		}
+		setPodInterface(vmi)
+		enterPhase(vmi, kubevirtv1.Running, now)
+	case vmi.Status.Phase == kubevirtv1.Running:
+		// Node loss is virt-controller's verdict on a node gone quiet, not
+		// the handler's; a domain crash is the handler's.
+		f.nodeLost = false
+		if f.crash {
+			enterPhase(vmi, kubevirtv1.Failed, now)
+			break
+		}
+		if !stepRunning(vmi, f, now) {
+			return ctrl.Result{}, nil
+		}
+	default:
+		return ctrl.Result{}, nil
+	}
+	if err := r.write(ctx, vmi); err != nil {
+		return ctrl.Result{}, err
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("VirtualMachineInstance reported by virt-handler", "phase", vmi.Status.Phase)
+	return ctrl.Result{}, nil
+}
+
+// podGoing reports whether the instance's launcher pod is being deleted
+// (evicted, or its node drained): virt-launcher then shuts the domain down.
+func (r *handlerReconciler) podGoing(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (bool, error) {
+	pods := &corev1.PodList{}
+	if err := r.sim.client.List(ctx, pods, client.InNamespace(vmi.Namespace),
+		client.MatchingLabels{kubevirtv1.CreatedByLabel: string(vmi.UID)}); err != nil {
+		return false, fmt.Errorf("listing the pods of VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.Spec.NodeName == vmi.Status.NodeName && p.DeletionTimestamp != nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// write updates the instance as its node's virt-handler (the instance CRD
+// has no status subresource: one update writes all).
+func (r *handlerReconciler) write(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) error {
+	c, err := r.sim.handlerClient(vmi.Status.NodeName)
+	if err != nil {
+		return err
+	}
+	if err := c.Update(ctx, vmi); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("updating VirtualMachineInstance %s/%s as virt-handler: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return nil
+}
+
+// handlerClient is a client that speaks as the virt-handler of node.
+func (s *Simulator) handlerClient(node string) (client.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.handlers[node]; ok {
+		return c, nil
+	}
+	cfg := rest.CopyConfig(s.opts.ControlPlane)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: handlerUser, Extra: map[string][]string{nodeNameExtra: {node}}}
+	c, err := client.New(cfg, client.Options{Scheme: s.client.Scheme()})
+	if err != nil {
+		return nil, fmt.Errorf("a client for the virt-handler of node %s: %w", node, err)
+	}
+	if s.handlers == nil {
+		s.handlers = map[string]client.Client{}
+	}
+	s.handlers[node] = c
+	return c, nil
+}
+
+// setPodInterface reports the instance's pod-network interface as
+// virt-handler does, into the entry virt-controller made for it (which
+// holds podInterfaceName).
+func setPodInterface(vmi *kubevirtv1.VirtualMachineInstance) {
+	iface := podInterface(vmi)
+	for i := range vmi.Status.Interfaces {
+		if vmi.Status.Interfaces[i].Name == iface.Name {
+			if name := vmi.Status.Interfaces[i].PodInterfaceName; name != "" {
+				iface.PodInterfaceName = name
+			}
+			vmi.Status.Interfaces[i] = iface
+			return
+		}
+	}
+	vmi.Status.Interfaces = append(vmi.Status.Interfaces, iface)
+}
