@@ -234,7 +234,10 @@ type System struct {
 	admin     client.Client
 	local     *devserve.Server
 	agentAddr string
-	stopURL   string
+	// stopConfig is where the operator calls the stop subresource: the
+	// simulator's stand-in of virt-api, or nil for the API server (virt-api
+	// behind it).
+	stopConfig *rest.Config
 	// simStopped receives when the simulator's manager returns.
 	simStopped chan struct{}
 	// operator is the running operator; nil when stopped.
@@ -261,8 +264,41 @@ func (s *System) Stop() {
 	case <-s.simStopped:
 	case <-time.After(30 * time.Second):
 	}
-	s.stopAPI.Close()
-	s.local.Close()
+	s.closeServers()
+}
+
+// closeServers closes what the system serves outside the API server.
+func (s *System) closeServers() {
+	if s.stopAPI != nil {
+		s.stopAPI.Close()
+	}
+	if s.local != nil {
+		s.local.Close()
+	}
+}
+
+// prepareServing sets up the addresses the operator serves its webhooks and
+// the agent endpoint at, and learns who the operator is.
+func (s *System) prepareServing(ctx context.Context) error {
+	manifests, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "webhook", "manifests.yaml"))
+	if err != nil {
+		return err
+	}
+	if s.local, err = devserve.Prepare(devserve.Options{Manifests: manifests}); err != nil {
+		return err
+	}
+	agentPort, err := localnet.FreePort(s.local.Host)
+	if err != nil {
+		return err
+	}
+	s.agentAddr = net.JoinHostPort(s.local.Host, strconv.Itoa(agentPort))
+	s.AgentEndpoint, s.CABundle = "https://"+s.agentAddr, s.local.CABundle
+	c, err := client.New(s.opCfg, client.Options{Scheme: s.scheme})
+	if err != nil {
+		return err
+	}
+	s.OperatorUser, err = webhookv1alpha1.Identity(ctx, c)
+	return err
 }
 
 // SystemOptions say how a System runs.
@@ -285,6 +321,11 @@ type SystemOptions struct {
 	// Registry is the container registry the simulated CDI polls for
 	// refreshed images (simulator.Options.Registry); none when nil.
 	Registry *simulator.Registry
+	// KubeVirt says the cluster runs KubeVirt's own virt-api and
+	// virt-controller (testenv.StartWithKubeVirt): the simulator then plays
+	// only the nodes (simulator.Options.ControlPlane) and the operator stops
+	// VMs through virt-api's stop subresource.
+	KubeVirt bool
 }
 
 // StartSystem starts the simulator and the operator until ctx ends, and
@@ -321,39 +362,21 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 	for i := range opts.AppleNodes {
 		simOpts.Nodes = append(simOpts.Nodes, fmt.Sprintf("apple-node-%d", i+1))
 	}
+	if opts.KubeVirt {
+		simOpts.ControlPlane = cfg
+	}
 	sim := simulator.New(simMgr.GetClient(), simOpts)
 	if err := sim.SetupWithManager(simMgr); err != nil {
 		return nil, err
 	}
-	stopAPI := httptest.NewServer(sim.StopHandler())
-
-	manifests, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "webhook", "manifests.yaml"))
-	if err != nil {
-		stopAPI.Close()
-		return nil, err
+	sys := &System{Simulator: sim, opCfg: opCfg, scheme: scheme, admin: admin,
+		simStopped: make(chan struct{}), runnerSets: opts.RunnerSets}
+	if !opts.KubeVirt {
+		sys.stopAPI = httptest.NewServer(sim.StopHandler())
+		sys.stopConfig = &rest.Config{Host: sys.stopAPI.URL}
 	}
-	local, err := devserve.Prepare(devserve.Options{Manifests: manifests})
-	if err != nil {
-		stopAPI.Close()
-		return nil, err
-	}
-	agentPort, err := localnet.FreePort(local.Host)
-	if err != nil {
-		stopAPI.Close()
-		local.Close()
-		return nil, err
-	}
-	agentAddr := net.JoinHostPort(local.Host, strconv.Itoa(agentPort))
-	sys := &System{AgentEndpoint: "https://" + agentAddr, CABundle: local.CABundle, Simulator: sim,
-		opCfg: opCfg, scheme: scheme, admin: admin, local: local, agentAddr: agentAddr,
-		stopURL: stopAPI.URL, stopAPI: stopAPI, simStopped: make(chan struct{}), runnerSets: opts.RunnerSets}
-	var c client.Client
-	if c, err = client.New(opCfg, client.Options{Scheme: scheme}); err == nil {
-		sys.OperatorUser, err = webhookv1alpha1.Identity(ctx, c)
-	}
-	if err != nil {
-		stopAPI.Close()
-		local.Close()
+	if err := sys.prepareServing(ctx); err != nil {
+		sys.closeServers()
 		return nil, err
 	}
 	go func() {
@@ -391,7 +414,7 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 	}
 	// The dev server and the agent's address outlive each operator, as the
 	// Services in front of an operator's pod do.
-	op, err := operator.New(ctx, s.opCfg, operator.Options{Webhooks: true, StopConfig: &rest.Config{Host: s.stopURL},
+	op, err := operator.New(ctx, s.opCfg, operator.Options{Webhooks: true, StopConfig: s.stopConfig,
 		DevServing:      &operator.DevServing{Server: s.local, Registrar: s.admin},
 		Agent:           operator.AgentEndpoint{Addr: s.agentAddr},
 		HookImage:       opts.HookImage,
