@@ -31,6 +31,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -328,6 +329,17 @@ type SystemOptions struct {
 	KubeVirt bool
 }
 
+// KubeVirtFeatureGates are the feature gates of the KubeVirt that
+// StartCluster runs: the hook sidecar's, the domain hook's transport where
+// KubeVirt's Plugins gate is off (docs/install.md).
+var KubeVirtFeatureGates = []string{"Sidecar"}
+
+// StartCluster starts an API server and etcd with KubeVirt's own virt-api
+// and virt-controller, for a System with SystemOptions.KubeVirt.
+func StartCluster(scheme *runtime.Scheme) (*testenv.Cluster, error) {
+	return testenv.StartWithKubeVirt(scheme, testenv.KubeVirtOptions{FeatureGates: KubeVirtFeatureGates})
+}
+
 // StartSystem starts the simulator and the operator until ctx ends, and
 // returns once the webhooks answer.
 func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts SystemOptions) (*System, error) {
@@ -434,10 +446,15 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 			ctrl.Log.Error(err, "sandbox operator stopped")
 		}
 	}()
-	// Objects are applied only once the webhooks answer, as in a cluster.
+	// Objects are applied only once the API server calls the webhooks, as
+	// in a cluster: the webhook server is up and the API server has taken
+	// in the configurations registered after that.
 	deadline := time.Now().Add(time.Minute)
 	for {
 		err := mgr.GetWebhookServer().StartedChecker()(nil)
+		if err == nil {
+			err = s.admissionCalls(ctx)
+		}
 		if err == nil {
 			return nil
 		}
@@ -453,6 +470,51 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 			return fmt.Errorf("the operator's webhooks did not answer within a minute: %w", err)
 		}
 	}
+}
+
+// admissionProbePaths are the webhook paths a pool's creation calls: one of
+// each webhook configuration the operator registers.
+var admissionProbePaths = []string{"/mutate-macvirt-io-v1alpha1-macpool", "/validate-macvirt-io-v1alpha1-macpool"}
+
+// admissionCalls creates a pool in a dry run and reports an error unless
+// the API server called both the mutating and the validating webhook for
+// it, as counted by the webhook server's request metric.
+func (s *System) admissionCalls(ctx context.Context) error {
+	before := webhookRequests()
+	probe := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: "sandbox-admission-probe"},
+		Spec: macvirtv1alpha1.MacPoolSpec{ClassName: "sandbox-admission-probe", Namespace: "default"}}
+	// Refused or not, the call went through admission when it was counted.
+	_ = s.admin.Create(ctx, probe, client.DryRunAll)
+	after := webhookRequests()
+	for _, path := range admissionProbePaths {
+		if after[path] <= before[path] {
+			return fmt.Errorf("the API server does not call the operator's webhook %s yet", path)
+		}
+	}
+	return nil
+}
+
+// webhookRequests counts the requests the webhook servers of this process
+// have answered, by path.
+func webhookRequests() map[string]float64 {
+	out := map[string]float64{}
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		return out
+	}
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_webhook_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "webhook" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }
 
 // StopOperator stops the running operator, if any, and waits for it: its

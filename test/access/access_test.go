@@ -40,17 +40,18 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, cfg, err := testenv.Start(scheme)
+	cluster, err := sandbox.StartCluster(scheme)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Stop() })
+	t.Cleanup(func() { _ = cluster.Stop() })
+	cfg, env := cluster.Config, cluster.Environment
 	admin, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Network: true})
+	sys, err := sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{KubeVirt: true, Options: sandbox.Options{Speed: 4}, Network: true})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

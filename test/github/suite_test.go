@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -51,7 +50,7 @@ func TestMain(m *testing.M) {
 
 var (
 	cfg     *rest.Config
-	testEnv *envtest.Environment
+	cluster *testenv.Cluster
 	scheme  *runtime.Scheme
 	admin   client.Client
 	system  *sandbox.System
@@ -76,8 +75,9 @@ var _ = BeforeSuite(func() {
 	var err error
 	scheme, err = macvirtscheme.New()
 	Expect(err).NotTo(HaveOccurred())
-	testEnv, cfg, err = testenv.Start(scheme)
+	cluster, err = sandbox.StartCluster(scheme)
 	Expect(err).NotTo(HaveOccurred())
+	cfg = cluster.Config
 	admin, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, stopAll = context.WithCancel(context.Background())
@@ -88,7 +88,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	runSh := fmt.Sprintf("#!/bin/sh\nexec '%s' %s \"$@\"\n", self, fakeRunnerArg)
 	hang := "#!/bin/sh\n# a runner that never comes online\nexec sleep 3600\n"
-	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4},
+	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{KubeVirt: true, Options: sandbox.Options{Speed: 4},
 		GuestFiles: map[string]simulator.GuestFile{
 			"Users/admin/actions-runner/run.sh": {Mode: 0o755, Content: []byte(runSh)},
 			"Users/admin/hung-runner/run.sh":    {Mode: 0o755, Content: []byte(hang)},
@@ -119,8 +119,8 @@ var _ = AfterSuite(func() {
 	if gh != nil {
 		gh.Close()
 	}
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
+	if cluster != nil {
+		Expect(cluster.Stop()).To(Succeed())
 	}
 })
 

@@ -26,7 +26,6 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -38,7 +37,7 @@ import (
 
 var (
 	cfg      *rest.Config
-	testEnv  *envtest.Environment
+	cluster  *testenv.Cluster
 	scheme   *runtime.Scheme
 	admin    client.Client
 	system   *sandbox.System
@@ -60,13 +59,14 @@ var _ = BeforeSuite(func() {
 	var err error
 	scheme, err = macvirtscheme.New()
 	Expect(err).NotTo(HaveOccurred())
-	testEnv, cfg, err = testenv.Start(scheme)
+	cluster, err = sandbox.StartCluster(scheme)
 	Expect(err).NotTo(HaveOccurred())
+	cfg = cluster.Config
 	admin, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, stopAll = context.WithCancel(context.Background())
 	registry = simulator.NewRegistry()
-	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Registry: registry})
+	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{KubeVirt: true, Options: sandbox.Options{Speed: 4}, Registry: registry})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(sandbox.ApplySamples(ctx, admin, 0)).To(Succeed())
 
@@ -95,8 +95,8 @@ var _ = AfterSuite(func() {
 	if system != nil {
 		system.Stop()
 	}
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
+	if cluster != nil {
+		Expect(cluster.Stop()).To(Succeed())
 	}
 })
 

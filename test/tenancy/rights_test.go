@@ -99,27 +99,14 @@ var exercisedElsewhere = map[string]elsewhere{
 		why: "CDI asks it, by SubjectAccessReview, of the creator of a DataVolume that clones a PVC of another namespace; " +
 			"the operator never calls it, and the simulated CDI does not ask",
 		file: "internal/controller/rbac_test.go", test: "may clone across namespaces (create datavolumes/source)"},
-	"ClusterRole manager-role: update virtualmachines/stop.subresources.kubevirt.io": {
-		why: "the sandbox sends the operator's graceful stops to the simulator's stand-in of virt-api " +
-			"(operator.Options.StopConfig), past this recorder",
-		file: "internal/controller/rbac_test.go", test: "may stop a VirtualMachine through subresources.kubevirt.io"},
 	"ClusterRole manager-role: patch virtualmachines.kubevirt.io": {
 		why:  "a halted VM of a machine that should run is started by a patch of its run strategy; no Mac here shuts down",
 		file: "internal/controller/power_test.go", test: "a shutdown from the macOS menu on a claimed machine keeps the claim bound"},
-	"ClusterRole manager-role: list kubevirts.kubevirt.io": {
-		why:  "the hook image is chosen by the KubeVirt CR's version; the sandbox's API server has no KubeVirt kind (the test lists through a fake client)",
-		file: "internal/domainhook/install/image_test.go", test: "TestWaitForKubeVirtVersion"},
-	"ClusterRole manager-role: create plugins.plugin.kubevirt.io": {
-		why:  "the Plugin of the plugin transports; the sandbox's KubeVirt has no Plugin kind, so its operator uses the sidecar",
-		file: "internal/domainhook/install/objects_test.go", test: "TestDomainHookTransportsAgainstAnAPIServer"},
-	"ClusterRole manager-role: get plugins.plugin.kubevirt.io macvirt-macos": {
-		why:  "the Plugin of the plugin transports; the sandbox's KubeVirt has no Plugin kind, so its operator uses the sidecar",
-		file: "internal/domainhook/install/objects_test.go", test: "TestDomainHookTransportsAgainstAnAPIServer"},
 	"ClusterRole manager-role: update plugins.plugin.kubevirt.io macvirt-macos": {
-		why:  "the Plugin of the plugin transports; the sandbox's KubeVirt has no Plugin kind, so its operator uses the sidecar",
+		why:  "the Plugin of the plugin transports; the sandbox's KubeVirt runs without the Plugins gate, so its operator uses the sidecar",
 		file: "internal/domainhook/install/objects_test.go", test: "TestDomainHookTransportsAgainstAnAPIServer"},
 	"ClusterRole manager-role: delete plugins.plugin.kubevirt.io macvirt-macos": {
-		why:  "the Plugin goes when another transport is chosen; the sandbox's KubeVirt has no Plugin kind",
+		why:  "the Plugin goes when another transport is chosen; the sandbox's operator never made one (its KubeVirt runs without the Plugins gate)",
 		file: "internal/domainhook/install/objects_test.go", test: "TestDomainHookTransportsAgainstAnAPIServer"},
 	"ClusterRole manager-role: delete mutatingadmissionpolicies.admissionregistration.k8s.io macvirt-domain-hook-sidecar": {
 		why:  "the plugin-sidecar transport's policy goes when another transport is chosen; the sandbox's operator never made one",

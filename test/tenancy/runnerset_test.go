@@ -37,6 +37,10 @@ var _ = Describe("Runner sets", func() {
 		By("alice, who may read her namespace's Secrets, may name them")
 		own := set("own")
 		Expect(as("alice").Create(ctx, own)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(own), own)).To(Succeed())
+			g.Expect(own.Finalizers).NotTo(BeEmpty())
+		}).Should(Succeed(), "the operator, under the shipped rules, adds its finalizer")
 		Expect(admin.Delete(ctx, own)).To(Succeed())
 		Eventually(func() error { return admin.Get(ctx, client.ObjectKeyFromObject(own), &macvirtv1alpha1.MacRunnerSet{}) }).
 			Should(MatchError(ContainSubstring("not found")), "the operator, under the shipped rules, lets its finalizer go")

@@ -26,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
@@ -39,7 +38,7 @@ import (
 
 var (
 	cfg     *rest.Config
-	testEnv *envtest.Environment
+	cluster *testenv.Cluster
 	scheme  *runtime.Scheme
 	admin   client.Client
 	system  *sandbox.System
@@ -88,8 +87,9 @@ var _ = BeforeSuite(func() {
 	var err error
 	scheme, err = macvirtscheme.New()
 	Expect(err).NotTo(HaveOccurred())
-	testEnv, cfg, err = testenv.Start(scheme)
+	cluster, err = sandbox.StartCluster(scheme)
 	Expect(err).NotTo(HaveOccurred())
+	cfg = cluster.Config
 	admin, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -122,7 +122,7 @@ var _ = BeforeSuite(func() {
 	recordCalls(opCfg) // compared with the shipped roles once the suite is over (rights_test.go)
 
 	By("macvirt, the simulator and the samples")
-	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, OperatorConfig: opCfg})
+	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{KubeVirt: true, Options: sandbox.Options{Speed: 4}, OperatorConfig: opCfg})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(system.OperatorUser).To(Equal(operatorUser))
 	Expect(sandbox.ApplySamples(ctx, admin, 2)).To(Succeed())
@@ -170,8 +170,8 @@ var _ = AfterSuite(func() {
 	if system != nil {
 		system.Stop()
 	}
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
+	if cluster != nil {
+		Expect(cluster.Stop()).To(Succeed())
 	}
 })
 

@@ -216,6 +216,10 @@ var _ = Describe("A class editor who is not cluster-admin", Ordered, func() {
 		})
 		Expect(admin.Create(ctx, osk)).To(Succeed())
 		DeferCleanup(func() { Expect(client.IgnoreNotFound(admin.Delete(ctx, osk))).To(Succeed()) })
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(osk), osk)).To(Succeed())
+			g.Expect(osk.Status.ObservedGeneration).To(Equal(osk.Generation))
+		}).Should(Succeed(), "the operator checks the class's sources, its OSK Secret among them")
 		edit := func(change func(*macvirtv1alpha1.MacClass)) error {
 			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				if err := carol.Get(ctx, client.ObjectKeyFromObject(osk), osk); err != nil {
