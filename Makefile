@@ -192,7 +192,7 @@ kubectl-mac-dist: ## Build the kubectl mac plugin for each of KUBECTL_MAC_PLATFO
 SANDBOX_ARGS ?=
 
 .PHONY: sandbox
-sandbox: envtest ## Run all of macvirt on this machine (API server, operator, webhooks, simulated KubeVirt and macOS) with the samples.
+sandbox: envtest kubevirt ## Run all of macvirt on this machine (API server, KubeVirt's virt-api and virt-controller, operator, webhooks, simulated nodes, CDI and macOS) with the samples.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./cmd/macvirt-sandbox $(SANDBOX_ARGS)
 
 .PHONY: run

@@ -106,15 +106,16 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	_, _ = fmt.Fprintln(opts.Out, "starting the API server and etcd ...")
+	_, _ = fmt.Fprintln(opts.Out, "starting the API server, etcd, and KubeVirt's virt-api and virt-controller ...")
 	if opts.Realistic {
 		_, _ = fmt.Fprintf(opts.Out, "realistic timings (--seed %d repeats them)\n", opts.Seed)
 	}
-	env, cfg, err := testenv.Start(scheme)
+	cluster, err := StartCluster(scheme)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = env.Stop() }()
+	defer func() { _ = cluster.Stop() }()
+	env, cfg := cluster.Environment, cluster.Config
 	kubeconfig, err := writeKubeconfig(env, opts.Kubeconfig, tmp)
 	if err != nil {
 		return err
@@ -130,7 +131,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	sysOpts := SystemOptions{Options: opts, Network: true}
+	sysOpts := SystemOptions{Options: opts, Network: true, KubeVirt: true}
 	var gh *fakegithub.Server
 	if opts.GitHubFake {
 		if opts.RunnerCommand == "" {

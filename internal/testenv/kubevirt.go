@@ -18,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
@@ -57,6 +58,9 @@ type KubeVirtOptions struct {
 	// CR names one; a cluster whose virt-operator runs on an arm64 node
 	// records arm64.
 	DefaultArchitecture string
+	// MacvirtCRDs, when set, are installed in place of config/crd/bases:
+	// an earlier release's, for a test of the upgrade from it.
+	MacvirtCRDs []*apiextensionsv1.CustomResourceDefinition
 }
 
 // Cluster is a test cluster: envtest's API server and etcd, with KubeVirt's
@@ -114,6 +118,10 @@ func StartWithKubeVirt(scheme *kruntime.Scheme, opts KubeVirtOptions) (_ *Cluste
 	paths, err := crdPathsWithKubeVirts(filepath.Join(manifests, "crds"))
 	if err != nil {
 		return nil, err
+	}
+	if opts.MacvirtCRDs != nil {
+		paths = paths[1:]
+		env.CRDInstallOptions.CRDs = opts.MacvirtCRDs
 	}
 	env.CRDDirectoryPaths = paths
 	if err := enableAggregation(env, c.dir); err != nil {
@@ -233,7 +241,7 @@ func (c *Cluster) generate(out string, opts KubeVirtOptions) error {
 	return nil
 }
 
-// crdPathsWithKubeVirts lists the CRDs of New, but with KubeVirt's own
+// crdPathsWithKubeVirts lists the CRDs of New, macvirt's first, but with KubeVirt's own
 // (kubevirtCRDs, every kind virt-operator installs) in place of the
 // KubeVirt CRDs kept in test/crds.
 func crdPathsWithKubeVirts(kubevirtCRDs string) ([]string, error) {

@@ -77,24 +77,22 @@ func TestAnOperatorUpgradeLosesNothingAndRestartsNoMac(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := testenv.New(scheme)
-	env.CRDDirectoryPaths = []string{filepath.Join(testenv.RepoRoot(), "test", "crds")}
 	old, err := readCRDs(mustRead(t, baseline))
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.CRDInstallOptions.CRDs = old
-	cfg, err := env.Start()
+	cluster, err := testenv.StartWithKubeVirt(scheme, testenv.KubeVirtOptions{FeatureGates: sandbox.KubeVirtFeatureGates, MacvirtCRDs: old})
 	if err != nil {
-		t.Fatal(testenv.MissingBinariesHint(err))
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Stop() })
+	t.Cleanup(func() { _ = cluster.Stop() })
+	cfg := cluster.Config
 	admin, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	sys, err := sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Network: true})
+	sys, err := sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{KubeVirt: true, Options: sandbox.Options{Speed: 4}, Network: true})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
