@@ -78,7 +78,19 @@ func killedByStop(o machineObservation) *kubevirtv1.VirtualMachineInstance {
 }
 
 func isKilledByStop(vmi *kubevirtv1.VirtualMachineInstance) bool {
-	return vmi != nil && vmi.DeletionTimestamp != nil && vmi.Status.Phase == kubevirtv1.Failed && vmiEverRan(vmi)
+	if vmi == nil || vmi.DeletionTimestamp == nil || vmi.Status.Phase != kubevirtv1.Failed || !vmiEverRan(vmi) {
+		return false
+	}
+	// An instance that failed before its deletion began crashed, and
+	// KubeVirt is deleting it to start another (runStrategy Always): no
+	// stop killed it. A kill ends a grace period after the deletion, so
+	// its Failed transition is later (timestamps are whole seconds).
+	for _, t := range vmi.Status.PhaseTransitionTimestamps {
+		if t.Phase == kubevirtv1.Failed && !t.PhaseTransitionTimestamp.After(vmi.DeletionTimestamp.Time) {
+			return false
+		}
+	}
+	return true
 }
 
 func vmiEverRan(vmi *kubevirtv1.VirtualMachineInstance) bool {

@@ -27,6 +27,13 @@ func endedVMI(phase kubevirtv1.VirtualMachineInstancePhase, deleting bool) *kube
 	return vmi
 }
 
+// failedAt records the instance's Failed transition at t.
+func failedAt(vmi *kubevirtv1.VirtualMachineInstance, t time.Time) *kubevirtv1.VirtualMachineInstance {
+	vmi.Status.PhaseTransitionTimestamps = append(vmi.Status.PhaseTransitionTimestamps,
+		kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: kubevirtv1.Failed, PhaseTransitionTimestamp: metav1.NewTime(t)})
+	return vmi
+}
+
 func stopped(m *macvirtv1alpha1.MacMachine) { m.Spec.Running = ptr.To(false) }
 
 func withCondition(t, reason, msg string) func(*macvirtv1alpha1.MacMachine) {
@@ -59,6 +66,14 @@ func TestComputeMachineStatusPower(t *testing.T) {
 			message: "so KubeVirt killed it"},
 		"the killed instance is gone: the forced power-off stays": {obs: machineObservation{Machine: machine(stopped, forcedBefore), VM: halted},
 			phase: macvirtv1alpha1.MachineStopped, reason: macvirtv1alpha1.ReasonForcedPowerOff, stalled: metav1.ConditionTrue},
+		"killed a grace period after its deletion began": {obs: machineObservation{Machine: machine(stopped), VM: halted,
+			VMI: failedAt(endedVMI(kubevirtv1.Failed, true), t0.Add(180*time.Second))},
+			phase: macvirtv1alpha1.MachineStopped, reason: macvirtv1alpha1.ReasonForcedPowerOff, stalled: metav1.ConditionTrue},
+		// virt-controller deletes a failed instance to start another; the
+		// machine deleted meanwhile is stopped, not killed.
+		"a crashed instance KubeVirt deletes, the machine then deleted": {obs: machineObservation{Machine: machine(), VM: always,
+			VMI: failedAt(endedVMI(kubevirtv1.Failed, true), t0), Deleting: true},
+			phase: macvirtv1alpha1.MachineTerminating, reason: macvirtv1alpha1.ReasonDeleting, stalled: metav1.ConditionFalse},
 		"a clean stop": {obs: machineObservation{Machine: machine(stopped), VM: halted, VMI: endedVMI(kubevirtv1.Succeeded, true)},
 			phase: macvirtv1alpha1.MachineStopping, reason: macvirtv1alpha1.ReasonStopping, stalled: metav1.ConditionFalse},
 		"started again after a forced power-off": {obs: machineObservation{Machine: machine(forcedBefore), VM: always},
@@ -111,5 +126,24 @@ func TestTheWatchKeepsAKilledInstanceForItsMachine(t *testing.T) {
 	reqs = r.vmiToMachine(context.Background(), clean)
 	if _, ok := r.killed.Load(reqs[0].NamespacedName); ok {
 		t.Errorf("a clean stop was kept as killed")
+	}
+}
+
+// A machine deleted while KubeVirt deletes its crashed instance to start
+// another (runStrategy Always) was not stopped into a kill: no forced
+// power-off is counted or announced, and no First Aid advised.
+func TestACrashedInstanceKubeVirtDeletesIsNoForcedPowerOff(t *testing.T) {
+	crashed := failedAt(endedVMI(kubevirtv1.Failed, true), t0)
+	o := machineObservation{Machine: machine(), VMI: crashed, Deleting: true, Now: t0}
+	if vmi := killedByStop(o); vmi != nil {
+		t.Errorf("an instance Failed at %s and deleted at %s is reported killed by a stop", t0, t0)
+	}
+	if c, ok := forcedPowerOff(o); ok {
+		t.Errorf("forced power-off reported: %s", c.Message)
+	}
+	killed := failedAt(endedVMI(kubevirtv1.Failed, true), t0.Add(3*time.Minute))
+	o.VMI = killed
+	if killedByStop(o) == nil {
+		t.Error("an instance Failed a grace period after its deletion began is not reported killed")
 	}
 }
