@@ -105,6 +105,7 @@ func (s *Simulator) prompt(f Fault) {
 	}
 	send(s.vmEvents, &kubevirtv1.VirtualMachine{ObjectMeta: meta})
 	send(s.vmiEvents, &kubevirtv1.VirtualMachineInstance{ObjectMeta: meta})
+	send(s.podEvents, &kubevirtv1.VirtualMachineInstance{ObjectMeta: meta})
 }
 
 // send never blocks: with no controller reading (SetupWithManager not

@@ -205,8 +205,9 @@ func syncPaused(vmi *kubevirtv1.VirtualMachineInstance, paused bool, now time.Ti
 // syncMigration starts a migration, or ends the one in progress, in
 // status.migrationState: KubeVirt counts an instance as migrating from the
 // state's start timestamp until its end timestamp
-// (pkg/util/migrations/migrations.go, IsMigrating). The simulator has one
-// node, so the instance lands where it was.
+// (pkg/util/migrations/migrations.go, IsMigrating). Only the source node's
+// part is played: virt-api's node restriction refuses a virt-handler that
+// names a target node, which is virt-controller's to choose.
 func syncMigration(vmi *kubevirtv1.VirtualMachineInstance, migrating bool, now time.Time) bool {
 	ms := vmi.Status.MigrationState
 	inProgress := ms != nil && ms.StartTimestamp != nil && ms.EndTimestamp == nil
@@ -214,7 +215,7 @@ func syncMigration(vmi *kubevirtv1.VirtualMachineInstance, migrating bool, now t
 	switch {
 	case migrating && !inProgress:
 		vmi.Status.MigrationState = &kubevirtv1.VirtualMachineInstanceMigrationState{
-			StartTimestamp: &t, SourceNode: vmi.Status.NodeName, TargetNode: vmi.Status.NodeName,
+			StartTimestamp: &t, SourceNode: vmi.Status.NodeName,
 			MigrationUID: types.UID(fmt.Sprintf("%s-migration-%d", vmi.UID, now.UnixNano())),
 		}
 	case !migrating && inProgress:

@@ -99,8 +99,17 @@ func (s *Simulator) ShutDownGuest(ctx context.Context, key types.NamespacedName)
 	if vmi == nil || vmi.Status.Phase != kubevirtv1.Running || vmi.DeletionTimestamp != nil {
 		return fmt.Errorf("shutting down the guest of %s: its VirtualMachineInstance is not running", key)
 	}
-	setVMIPhase(vmi, kubevirtv1.Succeeded, time.Now())
-	if err := s.client.Update(ctx, vmi); err != nil {
+	writer := s.client
+	if s.opts.ControlPlane != nil {
+		// virt-handler reports it; virt-controller derives the rest.
+		enterPhase(vmi, kubevirtv1.Succeeded, time.Now())
+		if writer, err = s.handlerClient(vmi.Status.NodeName); err != nil {
+			return err
+		}
+	} else {
+		setVMIPhase(vmi, kubevirtv1.Succeeded, time.Now())
+	}
+	if err := writer.Update(ctx, vmi); err != nil {
 		return fmt.Errorf("shutting down the guest of %s: %w", key, err)
 	}
 	return nil

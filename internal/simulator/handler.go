@@ -92,6 +92,15 @@ func (r *handlerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	r.sim.syncGuest(req.NamespacedName, vmi)
+	f := r.sim.faultsOf(req.NamespacedName)
+	if vmi != nil && f.nodeLost && vmi.IsFinal() {
+		// virt-controller has failed the instance: the node comes back, or,
+		// registered only to be lost, goes.
+		if err := r.sim.nodeBack(ctx, vmi.Status.NodeName); err != nil {
+			return ctrl.Result{}, err
+		}
+		r.sim.Clear(Fault{Kind: NodeLost, Namespace: vmi.Namespace, Name: vmi.Name})
+	}
 	if vmi == nil || vmi.IsFinal() {
 		r.sim.pacer.forget(key)
 		return ctrl.Result{}, nil
@@ -104,7 +113,6 @@ func (r *handlerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	now := time.Now()
-	f := r.sim.faultsOf(req.NamespacedName)
 	switch {
 	case vmi.DeletionTimestamp != nil || going:
 		delay, off := r.sim.powerOff(vmi)
@@ -122,10 +130,9 @@ func (r *handlerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		setPodInterface(vmi)
 		enterPhase(vmi, kubevirtv1.Running, now)
+	case vmi.Status.Phase == kubevirtv1.Running && f.nodeLost:
+		return ctrl.Result{RequeueAfter: r.sim.opts.StartDelay}, r.loseNode(ctx, vmi)
 	case vmi.Status.Phase == kubevirtv1.Running:
-		// Node loss is virt-controller's verdict on a node gone quiet, not
-		// the handler's; a domain crash is the handler's.
-		f.nodeLost = false
 		if f.crash {
 			enterPhase(vmi, kubevirtv1.Failed, now)
 			break
@@ -141,6 +148,35 @@ func (r *handlerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("VirtualMachineInstance reported by virt-handler", "phase", vmi.Status.Phase)
 	return ctrl.Result{}, nil
+}
+
+// loseNode plays the loss of the instance's node: its launcher pod is gone
+// (the kubelet reports its containers ended) and virt-handler's heartbeat
+// stops, which virt-controller's node controller notices
+// (pkg/virt-controller/watch/node/node.go): it fails the instance with
+// reason NodeUnresponsive.
+func (r *handlerReconciler) loseNode(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) error {
+	pods := &corev1.PodList{}
+	if err := r.sim.client.List(ctx, pods, client.InNamespace(vmi.Namespace),
+		client.MatchingLabels{kubevirtv1.CreatedByLabel: string(vmi.UID)}); err != nil {
+		return fmt.Errorf("listing the pods of VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if podDone(pod) {
+			continue
+		}
+		pod.Status = exitedStatus(pod, vmi, time.Now())
+		if err := r.sim.client.Status().Update(ctx, pod); err != nil {
+			return fmt.Errorf("failing the pod %s/%s of a lost node: %w", pod.Namespace, pod.Name, err)
+		}
+	}
+	// virt-controller checks a node when its Node changes: one, with its
+	// virt-handler pod, is registered if none stood for it yet.
+	if err := r.sim.registerNode(ctx, vmi.Status.NodeName, false); err != nil {
+		return fmt.Errorf("registering the lost node %s: %w", vmi.Status.NodeName, err)
+	}
+	return r.sim.writeHeartbeat(ctx, vmi.Status.NodeName, time.Now().Add(-staleHeartbeat))
 }
 
 // podGoing reports whether the instance's launcher pod is being deleted

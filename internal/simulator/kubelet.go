@@ -19,6 +19,7 @@ package simulator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
 // With KubeVirt's own control plane (Options.ControlPlane) virt-controller
@@ -63,6 +65,7 @@ func (r *launcherReconciler) setup(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
 		For(&corev1.Pod{}, builder.WithPredicates(launchers)).
 		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(r.podsOf)).
+		WatchesRawSource(source.Channel(r.sim.podEvents, handler.EnqueueRequestsFromMapFunc(r.podsOf))).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("setting up the kubelet simulator: %w", err)
@@ -70,16 +73,19 @@ func (r *launcherReconciler) setup(mgr ctrl.Manager) error {
 	return nil
 }
 
-// podsOf maps an instance to its virt-launcher pods.
+// podsOf maps an instance (or a fault's prompt naming one) to its
+// virt-launcher pods.
 func (r *launcherReconciler) podsOf(ctx context.Context, obj client.Object) []reconcile.Request {
 	pods := &corev1.PodList{}
 	if err := r.sim.client.List(ctx, pods, client.InNamespace(obj.GetNamespace()),
-		client.MatchingLabels{kubevirtv1.CreatedByLabel: string(obj.GetUID())}); err != nil {
+		client.MatchingLabels{kubevirtv1.AppLabel: "virt-launcher"}); err != nil {
 		return nil
 	}
-	out := make([]reconcile.Request, 0, len(pods.Items))
+	var out []reconcile.Request
 	for i := range pods.Items {
-		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pods.Items[i])})
+		if ref := metav1.GetControllerOf(&pods.Items[i]); ref != nil && ref.Name == obj.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pods.Items[i])})
+		}
 	}
 	return out
 }
@@ -100,19 +106,27 @@ func (r *launcherReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, err
 	}
 	now := time.Now()
+	var f vmiFaults
+	if ref := metav1.GetControllerOf(pod); ref != nil {
+		f = r.sim.faultsOf(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name})
+	}
 	switch {
 	case pod.DeletionTimestamp != nil:
 		return r.terminate(ctx, key, pod, vmi)
 	case pod.Spec.NodeName == "":
-		return r.bind(ctx, key, pod)
+		return r.bind(ctx, key, pod, f)
 	case podDone(pod):
 		return ctrl.Result{}, nil
 	case vmi == nil || vmi.IsFinal():
 		// virt-launcher exits once its domain is gone.
 		return ctrl.Result{}, r.writeStatus(ctx, pod, exitedStatus(pod, vmi, now))
 	case pod.Status.Phase != corev1.PodRunning:
-		if wait := r.sim.pacer.wait(key, pod.UID, "Starting", r.sim.opts.StartDelay/launcherStartSteps); wait > 0 {
+		step := r.sim.opts.StartDelay / launcherStartSteps
+		if wait := r.sim.pacer.wait(key, pod.UID, pullState(pod), step); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		if f.imagePull {
+			return ctrl.Result{RequeueAfter: step}, r.writeStatus(ctx, pod, failedPullStatus(pod))
 		}
 	}
 	want := runningStatus(pod, vmi, now)
@@ -126,13 +140,16 @@ func (r *launcherReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 // binding subresource, which also records PodScheduled. A pod no node takes
 // keeps the scheduler's answer in its PodScheduled condition and is tried
 // again after StartDelay, as the scheduler retries when nodes or pods change.
-func (r *launcherReconciler) bind(ctx context.Context, key string, pod *corev1.Pod) (ctrl.Result, error) {
+func (r *launcherReconciler) bind(ctx context.Context, key string, pod *corev1.Pod, f vmiFaults) (ctrl.Result, error) {
 	if wait := r.sim.pacer.wait(key, pod.UID, "Pending", r.sim.opts.StartDelay/launcherStartSteps); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	where, err := r.sim.placePod(ctx, pod)
-	if err != nil {
-		return ctrl.Result{}, err
+	where := placement{Message: unschedulableMessage}
+	if !f.unschedulable {
+		var err error
+		if where, err = r.sim.placePod(ctx, pod); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if where.Node == "" {
 		status := pod.Status.DeepCopy()
@@ -145,6 +162,10 @@ func (r *launcherReconciler) bind(ctx context.Context, key string, pod *corev1.P
 		Target:     corev1.ObjectReference{Kind: "Node", Name: where.Node},
 	}
 	if err := r.sim.client.SubResource("binding").Create(ctx, pod, binding); err != nil {
+		if apierrors.IsConflict(err) {
+			// Bound already: the cache had not seen it yet.
+			return ctrl.Result{}, nil
+		}
 		return ctrl.Result{}, fmt.Errorf("binding pod %s/%s to node %s: %w", pod.Namespace, pod.Name, where.Node, err)
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Pod bound", "node", where.Node)
@@ -199,31 +220,74 @@ func (s *Simulator) instanceOf(ctx context.Context, pod *corev1.Pod) (*kubevirtv
 	return vmi, nil
 }
 
-// placePod runs the scheduler stand-in for an unbound pod. Without
-// Options.Nodes every pod goes to NodeName. Reads are uncached, standing in
-// for kube-scheduler's assumed pods: two pods placed one after the other
-// must not both take a node's last slot.
+// placePod runs the scheduler stand-in for an unbound pod.
 func (s *Simulator) placePod(ctx context.Context, pod *corev1.Pod) (placement, error) {
-	if len(s.appleNodes()) == 0 {
-		return placement{Node: s.opts.NodeName}, nil
-	}
-	nodes := &corev1.NodeList{}
-	if err := s.reader.List(ctx, nodes); err != nil {
-		return placement{}, fmt.Errorf("listing nodes: %w", err)
-	}
-	pods := &corev1.PodList{}
-	if err := s.reader.List(ctx, pods); err != nil {
-		return placement{}, fmt.Errorf("listing pods: %w", err)
-	}
-	placed := make([]workload, 0, len(pods.Items))
-	for i := range pods.Items {
-		placed = append(placed, podWorkload(&pods.Items[i]))
-	}
-	return schedule(podWorkload(pod), nodes.Items, placed), nil
+	return s.placeWorkload(ctx, podWorkload(pod), func() ([]workload, error) {
+		pods := &corev1.PodList{}
+		if err := s.reader.List(ctx, pods); err != nil {
+			return nil, fmt.Errorf("listing pods: %w", err)
+		}
+		placed := make([]workload, 0, len(pods.Items))
+		for i := range pods.Items {
+			placed = append(placed, podWorkload(&pods.Items[i]))
+		}
+		return placed, nil
+	})
 }
 
 func podDone(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// pulledContainer is the container whose image a failing pull names: the
+// first hook sidecar, else compute.
+func pulledContainer(pod *corev1.Pod) *corev1.Container {
+	for i := range pod.Spec.Containers {
+		if strings.HasPrefix(pod.Spec.Containers[i].Name, "hook-sidecar-") {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == "compute" {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+// pullState is the state the pacer times a starting pod in: a failing
+// pull's stage, so that ErrImagePull lasts a step before ImagePullBackOff.
+func pullState(pod *corev1.Pod) string {
+	c := pulledContainer(pod)
+	for _, st := range pod.Status.ContainerStatuses {
+		if c != nil && st.Name == c.Name && st.State.Waiting != nil {
+			return "Starting/" + st.State.Waiting.Reason
+		}
+	}
+	return "Starting"
+}
+
+// failedPullStatus is the kubelet's status of a pod whose image it cannot
+// pull (pkg/kubelet/images): the container waits with ErrImagePull and the
+// registry's answer, then with ImagePullBackOff; the pod stays Pending.
+func failedPullStatus(pod *corev1.Pod) corev1.PodStatus {
+	status := pod.Status.DeepCopy()
+	c := pulledContainer(pod)
+	if c == nil {
+		return *status
+	}
+	waiting := &corev1.ContainerStateWaiting{Reason: reasonErrImagePull,
+		Message: fmt.Sprintf("rpc error: code = NotFound desc = failed to pull and unpack image %q: "+
+			"failed to resolve reference %q: %s: not found", c.Image, c.Image, c.Image)}
+	if pullState(pod) != "Starting" {
+		waiting = &corev1.ContainerStateWaiting{Reason: reasonImagePullBackOff, Message: fmt.Sprintf("Back-off pulling image %q", c.Image)}
+	}
+	status.ContainerStatuses = containerStatuses(pod.Spec.Containers, status.ContainerStatuses, func(st *corev1.ContainerStatus) {
+		if st.Name == c.Name {
+			st.State = corev1.ContainerState{Waiting: waiting}
+		}
+	})
+	return *status
 }
 
 // runningStatus is the status the kubelet reports for a started launcher

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,6 +101,9 @@ func (s *Simulator) registerNode(ctx context.Context, name string, checkpointLos
 		return err
 	}
 	if err := s.handlerHeartbeat(ctx, name); err != nil {
+		return err
+	}
+	if err := s.runHandlerPod(ctx, name); err != nil {
 		return err
 	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -194,19 +198,30 @@ func setDevicePlugins(node *corev1.Node) {
 // (virt-controller's node controller fails the instances of a node whose
 // heartbeat is more than 5 minutes old).
 func (s *Simulator) handlerHeartbeat(ctx context.Context, name string) error {
+	return s.writeHeartbeat(ctx, name, time.Now())
+}
+
+// staleHeartbeat is how old a lost node's heartbeat is made: past
+// virt-controller's 5 minutes.
+const staleHeartbeat = 6 * time.Minute
+
+// writeHeartbeat writes the node's labels and a heartbeat of time at.
+func (s *Simulator) writeHeartbeat(ctx context.Context, name string, at time.Time) error {
 	if s.opts.ControlPlane == nil {
 		return nil
 	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		node := &corev1.Node{}
 		if err := s.reader.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
-			return err
+			// A node not registered (NodeName without Options.Network or
+			// Nodes) has no virt-handler to beat for it.
+			return client.IgnoreNotFound(err)
 		}
 		patch := client.MergeFrom(node.DeepCopy())
 		for k, v := range nodeLabels() {
 			metav1.SetMetaDataLabel(&node.ObjectMeta, k, v)
 		}
-		stamp, err := metav1.Now().MarshalJSON()
+		stamp, err := metav1.NewTime(at).MarshalJSON()
 		if err != nil {
 			return err
 		}
@@ -243,6 +258,52 @@ func nodeLabels() map[string]string {
 		labels[kubevirtv1.CPUModelLabel+m] = "true"
 	}
 	return labels
+}
+
+// nodeBack ends a node's loss: its heartbeat is fresh again, or, where
+// nodes are not registered (NodeName without Options.Network or Nodes), the
+// Node and virt-handler pod registered for the loss go again, so that no
+// later test sees them.
+func (s *Simulator) nodeBack(ctx context.Context, node string) error {
+	if s.opts.Network || len(s.appleNodes()) > 0 {
+		return s.handlerHeartbeat(ctx, node)
+	}
+	handler := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: kubevirtNamespace, Name: "virt-handler-" + node}}
+	if err := s.client.Delete(ctx, handler, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	return client.IgnoreNotFound(s.client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}))
+}
+
+// kubevirtNamespace is where KubeVirt's install runs virt-handler.
+const kubevirtNamespace = "kubevirt"
+
+// runHandlerPod gives the node the virt-handler pod KubeVirt's DaemonSet
+// runs on every node, Running. virt-controller's node controller looks for
+// it before it judges the node's instances (createEventIfNodeHasOrphanedVMIs
+// in pkg/virt-controller/watch/node/node.go). A lost node's pod stays, as
+// the API server keeps a pod its kubelet no longer reports.
+func (s *Simulator) runHandlerPod(ctx context.Context, node string) error {
+	if s.opts.ControlPlane == nil {
+		return nil
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: kubevirtNamespace, Name: "virt-handler-" + node,
+			Labels: map[string]string{kubevirtv1.AppLabel: "virt-handler"}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "virt-handler", Image: "quay.io/kubevirt/virt-handler:v1.9.0"}}},
+	}
+	if err := s.client.Create(ctx, pod); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return fmt.Errorf("running virt-handler on node %s: %w", node, err)
+	}
+	now := metav1.Now()
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, HostIP: NodeAddress, StartTime: &now,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "virt-handler", Image: pod.Spec.Containers[0].Image, Ready: true,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}}
+	return s.client.Status().Update(ctx, pod)
 }
 
 // heartbeatInterval is how often the simulated virt-handlers refresh their
@@ -284,13 +345,18 @@ func (s *Simulator) ReregisterNode(ctx context.Context, node string) error {
 	return s.RestartKubelet(ctx, node, true)
 }
 
-// nodesRunnable registers the simulated nodes once the manager runs.
+// nodesRunnable registers the simulated nodes once the manager runs (with
+// Options.Network or Nodes; otherwise pods are bound to NodeName, which no
+// Node object stands for) and, with KubeVirt's own control plane, keeps
+// their virt-handlers' heartbeats fresh.
 type nodesRunnable struct{ sim *Simulator }
 
 func (n nodesRunnable) Start(ctx context.Context) error {
-	for _, name := range n.sim.nodeNames() {
-		if err := n.sim.registerNode(ctx, name, false); err != nil {
-			return fmt.Errorf("registering simulated node %s: %w", name, err)
+	if n.sim.opts.Network || len(n.sim.opts.Nodes) > 0 {
+		for _, name := range n.sim.nodeNames() {
+			if err := n.sim.registerNode(ctx, name, false); err != nil {
+				return fmt.Errorf("registering simulated node %s: %w", name, err)
+			}
 		}
 	}
 	if n.sim.opts.ControlPlane == nil {
@@ -313,11 +379,26 @@ func (n nodesRunnable) Start(ctx context.Context) error {
 func (n nodesRunnable) NeedLeaderElection() bool { return false }
 
 // place runs the scheduler stand-in for an instance in phase Scheduling:
-// the node it goes to, or the scheduler's message. Without Options.Nodes
-// every instance goes to NodeName. Reads are uncached, standing in for
-// kube-scheduler's assumed pods: two instances placed one after the other
-// must not both take a node's last slot.
+// the node it goes to, or the scheduler's message.
 func (s *Simulator) place(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (placement, error) {
+	return s.placeWorkload(ctx, instanceWorkload(vmi), func() ([]workload, error) {
+		vmis := &kubevirtv1.VirtualMachineInstanceList{}
+		if err := s.reader.List(ctx, vmis); err != nil {
+			return nil, fmt.Errorf("listing VirtualMachineInstances: %w", err)
+		}
+		placed := make([]workload, 0, len(vmis.Items))
+		for i := range vmis.Items {
+			placed = append(placed, instanceWorkload(&vmis.Items[i]))
+		}
+		return placed, nil
+	})
+}
+
+// placeWorkload runs the scheduler stand-in for w among the workloads
+// placed lists. Without Options.Nodes everything goes to NodeName. Reads
+// are uncached, standing in for kube-scheduler's assumed pods: two placed
+// one after the other must not both take a node's last slot.
+func (s *Simulator) placeWorkload(ctx context.Context, w workload, placed func() ([]workload, error)) (placement, error) {
 	if len(s.appleNodes()) == 0 {
 		return placement{Node: s.opts.NodeName}, nil
 	}
@@ -325,15 +406,11 @@ func (s *Simulator) place(ctx context.Context, vmi *kubevirtv1.VirtualMachineIns
 	if err := s.reader.List(ctx, nodes); err != nil {
 		return placement{}, fmt.Errorf("listing nodes: %w", err)
 	}
-	vmis := &kubevirtv1.VirtualMachineInstanceList{}
-	if err := s.reader.List(ctx, vmis); err != nil {
-		return placement{}, fmt.Errorf("listing VirtualMachineInstances: %w", err)
+	others, err := placed()
+	if err != nil {
+		return placement{}, err
 	}
-	placed := make([]workload, 0, len(vmis.Items))
-	for i := range vmis.Items {
-		placed = append(placed, instanceWorkload(&vmis.Items[i]))
-	}
-	return schedule(instanceWorkload(vmi), nodes.Items, placed), nil
+	return schedule(w, nodes.Items, others), nil
 }
 
 // DrainResult is what one pass of kubectl drain over a node saw.
@@ -384,6 +461,9 @@ func (s *Simulator) Drain(ctx context.Context, node string) (DrainResult, error)
 			return res, fmt.Errorf("cordoning node %s: %w", node, err)
 		}
 	}
+	if s.opts.ControlPlane != nil {
+		return s.evictLaunchers(ctx, node)
+	}
 	vmis := &kubevirtv1.VirtualMachineInstanceList{}
 	if err := s.reader.List(ctx, vmis); err != nil {
 		return res, fmt.Errorf("listing VirtualMachineInstances: %w", err)
@@ -406,6 +486,45 @@ func (s *Simulator) Drain(ctx context.Context, node string) (DrainResult, error)
 			continue
 		}
 		res.Refused = append(res.Refused, msg)
+	}
+	return res, nil
+}
+
+// evictLaunchers evicts, as kubectl drain does (policy/v1 Eviction), every
+// unfinished virt-launcher pod on node. virt-api's eviction webhook answers
+// for KubeVirt: it refuses or marks the instance for evacuation according
+// to its eviction strategy.
+func (s *Simulator) evictLaunchers(ctx context.Context, node string) (DrainResult, error) {
+	var res DrainResult
+	pods := &corev1.PodList{}
+	if err := s.reader.List(ctx, pods, client.MatchingLabels{kubevirtv1.AppLabel: "virt-launcher"}); err != nil {
+		return res, fmt.Errorf("listing virt-launcher pods: %w", err)
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.Spec.NodeName != node || podDone(pod) {
+			continue
+		}
+		res.Remaining++
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		vmi := pod.Namespace + "/" + pod.Name
+		if ref := metav1.GetControllerOf(pod); ref != nil {
+			vmi = pod.Namespace + "/" + ref.Name
+		}
+		err := s.client.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{
+			ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name}})
+		switch {
+		case err == nil:
+			res.Evicted = append(res.Evicted, vmi)
+		case apierrors.IsNotFound(err):
+			res.Remaining--
+		case apierrors.IsTooManyRequests(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+			res.Refused = append(res.Refused, err.Error())
+		default:
+			return res, fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
 	}
 	return res, nil
 }

@@ -19,6 +19,7 @@ package simulator_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -43,7 +44,8 @@ import (
 // (scheduler, kubelet, virt-handler) under KubeVirt's own virt-api and
 // virt-controller: virt-controller makes the instance and its launcher pod,
 // the simulated node runs them, and a stop through virt-api's subresource
-// shuts the domain down gracefully before the pod and the instance go.
+// shuts the domain down gracefully before the pod and the instance go; a
+// lost node's instance is failed by virt-controller's node controller.
 func TestTheNodesUnderKubeVirtsOwnControlPlane(t *testing.T) {
 	scheme := kruntime.NewScheme()
 	for _, add := range []func(*kruntime.Scheme) error{clientgoscheme.AddToScheme, simulator.AddToScheme} {
@@ -145,10 +147,39 @@ func TestTheNodesUnderKubeVirtsOwnControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
+
+	// The node goes quiet and its launcher pod is gone: virt-controller's
+	// node controller fails the instance, and runStrategy Always starts
+	// another.
+	lost := vmi.UID
+	sim.Inject(simulator.Fault{Kind: simulator.NodeLost, Namespace: vm.Namespace, Name: vm.Name})
+	var reason string
+	for ev := range w.ResultChan() {
+		if v, ok := ev.Object.(*kubevirtv1.VirtualMachineInstance); ok && v.UID == lost && v.Status.Phase == kubevirtv1.Failed {
+			reason = v.Status.Reason
+			break
+		}
+	}
+	if reason != "NodeUnresponsive" {
+		t.Errorf("the lost node's VMI failed with reason %q, want NodeUnresponsive", reason)
+	}
+	eventually(ctx, t, "a new VMI runs", func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {
+			return err
+		}
+		if vmi.UID == lost || vmi.Status.Phase != kubevirtv1.Running {
+			return fmt.Errorf("VMI %s in phase %q", vmi.UID, vmi.Status.Phase)
+		}
+		return nil
+	})
 	stopper, err := vmstop.NewRESTStopper(cluster.Config, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := c.List(ctx, pods, client.InNamespace(ns.Name), client.MatchingLabels{kubevirtv1.CreatedByLabel: string(vmi.UID)}); err != nil || len(pods.Items) != 1 {
+		t.Fatalf("the new VMI's launcher pods: %v, %v", pods.Items, err)
+	}
+	*pod = pods.Items[0]
 	if err := stopper.Stop(ctx, vm.Namespace, vm.Name, 30); err != nil {
 		t.Fatalf("the stop subresource: %v", err)
 	}
@@ -171,14 +202,20 @@ func TestTheNodesUnderKubeVirtsOwnControlPlane(t *testing.T) {
 	})
 	var phases []kubevirtv1.VirtualMachineInstancePhase
 	for ev := range w.ResultChan() {
-		if v, ok := ev.Object.(*kubevirtv1.VirtualMachineInstance); ok {
-			if n := len(phases); n == 0 || phases[n-1] != v.Status.Phase {
-				phases = append(phases, v.Status.Phase)
-			}
+		v, ok := ev.Object.(*kubevirtv1.VirtualMachineInstance)
+		if !ok || v.UID != vmi.UID {
+			continue
+		}
+		if n := len(phases); n == 0 || phases[n-1] != v.Status.Phase {
+			phases = append(phases, v.Status.Phase)
 		}
 		if ev.Type == "DELETED" {
 			break
 		}
+	}
+	// The new VMI's start is in the watch too: what follows Running counts.
+	if i := slices.Index(phases, kubevirtv1.Running); i > 0 {
+		phases = phases[i:]
 	}
 	if want := []kubevirtv1.VirtualMachineInstancePhase{kubevirtv1.Running, kubevirtv1.Succeeded}; fmt.Sprint(phases) != fmt.Sprint(want) {
 		t.Errorf("the VMI went through %v after the stop, want %v: a graceful shutdown", phases, want)

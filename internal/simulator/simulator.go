@@ -183,6 +183,9 @@ type Simulator struct {
 	dataVolumeEvents chan event.GenericEvent
 	vmEvents         chan event.GenericEvent
 	vmiEvents        chan event.GenericEvent
+	// podEvents prompt the kubelet for the launcher pods of the instance
+	// they name (ControlPlane).
+	podEvents chan event.GenericEvent
 
 	guests  guests
 	network podNetwork
@@ -209,6 +212,7 @@ func New(c client.Client, opts Options) *Simulator {
 		dataVolumeEvents: make(chan event.GenericEvent, faultEventBuffer),
 		vmEvents:         make(chan event.GenericEvent, faultEventBuffer),
 		vmiEvents:        make(chan event.GenericEvent, faultEventBuffer),
+		podEvents:        make(chan event.GenericEvent, faultEventBuffer),
 	}
 }
 

@@ -39,6 +39,7 @@ import (
 // user names).
 const (
 	KubeVirtNamespace     = "kubevirt"
+	kubevirtCR            = "kubevirt"
 	virtAPIServiceAccount = "kubevirt-apiserver"
 	virtControllerAccount = "kubevirt-controller"
 	virtAPIService        = "virt-api"
@@ -161,6 +162,29 @@ func StartWithKubeVirt(scheme *kruntime.Scheme, opts KubeVirtOptions) (_ *Cluste
 		return nil, err
 	}
 	return c, nil
+}
+
+// SetKubeVirtFeatureGates sets the feature gates of the cluster's KubeVirt
+// CR, as an administrator would; virt-api and virt-controller follow.
+func SetKubeVirtFeatureGates(ctx context.Context, c client.Client, gates ...string) error {
+	kv := &unstructured.Unstructured{}
+	kv.SetAPIVersion("kubevirt.io/v1")
+	kv.SetKind("KubeVirt")
+	if err := c.Get(ctx, client.ObjectKey{Namespace: KubeVirtNamespace, Name: kubevirtCR}, kv); err != nil {
+		return fmt.Errorf("reading the KubeVirt CR: %w", err)
+	}
+	patch := client.MergeFrom(kv.DeepCopy())
+	list := make([]any, 0, len(gates))
+	for _, g := range gates {
+		list = append(list, g)
+	}
+	if err := unstructured.SetNestedSlice(kv.Object, list, "spec", "configuration", "developerConfiguration", "featureGates"); err != nil {
+		return err
+	}
+	if err := c.Patch(ctx, kv, patch); err != nil {
+		return fmt.Errorf("setting KubeVirt's feature gates to %v: %w", gates, err)
+	}
+	return nil
 }
 
 // StartKubeVirtForTest starts a cluster as StartWithKubeVirt does, for t
