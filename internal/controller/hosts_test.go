@@ -279,17 +279,25 @@ var _ = Describe("An Apple node's running macOS VMs", func() {
 		Eventually(slotsOf(node)).Should(Equal("2/2"))
 		stop()
 		vm := vmOf(k)()
-		uid := instanceOf(ns, vm.Name)(Default).UID
-		strip := func(o client.Object, spec *kubevirtv1.VirtualMachineInstanceSpec) {
-			patch := client.MergeFrom(o.DeepCopyObject().(client.Object))
-			delete(spec.Domain.Resources.Requests, macvirtv1alpha1.ResourceMacOSSlots)
-			delete(spec.Domain.Resources.Limits, macvirtv1alpha1.ResourceMacOSSlots)
-			spec.EvictionStrategy = nil
-			Expect(k8sClient.Patch(context.Background(), o, patch)).To(Succeed())
-		}
-		vmi := instanceOf(ns, vm.Name)(Default)
-		strip(vmi, &vmi.Spec)
-		strip(vm, &vm.Spec.Template.Spec)
+		patch := client.MergeFrom(vm.DeepCopy())
+		spec := &vm.Spec.Template.Spec
+		delete(spec.Domain.Resources.Requests, macvirtv1alpha1.ResourceMacOSSlots)
+		delete(spec.Domain.Resources.Limits, macvirtv1alpha1.ResourceMacOSSlots)
+		spec.EvictionStrategy = nil
+		Expect(k8sClient.Patch(context.Background(), vm, patch)).To(Succeed())
+		// virt-api lets nobody but KubeVirt change a running instance's
+		// spec: the old operator's instance is started from the old
+		// template.
+		old := instanceOf(ns, vm.Name)(Default)
+		Expect(k8sClient.Delete(context.Background(), old)).To(Succeed())
+		var uid types.UID
+		Eventually(func(g Gomega) {
+			vmi := instanceOf(ns, vm.Name)(g)
+			g.Expect(vmi.UID).NotTo(Equal(old.UID))
+			g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
+			g.Expect(vmi.Spec.Domain.Resources.Requests).NotTo(HaveKey(corev1.ResourceName(macvirtv1alpha1.ResourceMacOSSlots)))
+			uid = vmi.UID
+		}).Should(Succeed())
 		DeferCleanup(startOperator())
 		Eventually(slotsOf(node)).Should(Equal("1/1"), "its running instance holds a licence the scheduler does not count")
 		Eventually(warningsAbout(node, "MacOSSlotsAdjusted")).Should(ContainElement(HaveField("Note",
@@ -301,7 +309,7 @@ var _ = Describe("An Apple node's running macOS VMs", func() {
 			g.Expect(t.EvictionStrategy).To(HaveValue(Equal(kubevirtv1.EvictionStrategyExternal)))
 		}).Should(Succeed())
 		Expect(instanceOf(ns, vm.Name)(Default).UID).To(Equal(uid), "not restarted for it")
-		Expect(phase(k)()).To(Equal(macvirtv1alpha1.MachineReady))
+		Eventually(phase(k)).Should(Equal(macvirtv1alpha1.MachineReady), "the guest started from the old template heartbeats")
 	})
 })
 

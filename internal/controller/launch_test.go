@@ -57,33 +57,37 @@ var _ = Describe("MacMachine launch", func() {
 	})
 
 	It("is Stalled with virt-api's refusal while the Sidecar feature gate is off, and starts once it is on", func() {
-		fault := simulator.Fault{Kind: simulator.SidecarGateOff, Namespace: ns, Name: "nogate"}
-		sim.Inject(fault)
+		By("the cluster's KubeVirt loses the Sidecar gate the suite's operator needs (its Plugins gate is off too)")
+		setKubeVirtFeatureGates()
+		DeferCleanup(setKubeVirtFeatureGates, "Sidecar")
 		k := named("nogate")
 
 		Eventually(conditionOf(k, macvirtv1alpha1.ConditionReady)).WithTimeout(timeout).Should(And(
-			HaveField("Reason", macvirtv1alpha1.ReasonInstanceCreateFailed),
-			HaveField("Message", ContainSubstring("sidecar feature gate is not enabled in kubevirt-config"))))
+			HaveField("Reason", macvirtv1alpha1.ReasonCreateFailed),
+			HaveField("Message", ContainSubstring(`admission webhook "virtualmachine-validator.kubevirt.io" denied the request: `+
+				"sidecar feature gate is not enabled in kubevirt-config"))))
 		Expect(conditionOf(k, macvirtv1alpha1.ConditionStalled)().Status).To(Equal(metav1.ConditionTrue))
-		Eventually(warningsAbout(k.Name, macvirtv1alpha1.ReasonInstanceCreateFailed)).WithTimeout(timeout).ShouldNot(BeEmpty())
+		Eventually(warningsAbout(k.Name, macvirtv1alpha1.ReasonCreateFailed)).WithTimeout(timeout).ShouldNot(BeEmpty())
 
-		sim.Clear(fault)
+		setKubeVirtFeatureGates("Sidecar")
 		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineBooting))
 	})
 
 	It("retries, and does not fail, an instance that failed early while its disks were importing", func() {
+		// The first instance's domain fails before it runs, as when its
+		// launcher dies.
+		fault := simulator.Fault{Kind: simulator.CrashLoop, Namespace: ns, Name: "early"}
+		sim.Inject(fault)
 		k := named("early")
 		var failedUID types.UID
-		// Fail the first instance before it runs, as virt-controller
-		// would for a launcher that died.
 		Eventually(func(g Gomega) {
 			vmi := &kubevirtv1.VirtualMachineInstance{}
 			g.Expect(k8sClient.Get(context.Background(), k, vmi)).To(Succeed())
-			g.Expect(vmi.Status.Phase).NotTo(Equal(kubevirtv1.Running))
-			vmi.Status.Phase = kubevirtv1.Failed
-			g.Expect(k8sClient.Update(context.Background(), vmi)).To(Succeed())
+			g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Failed))
 			failedUID = vmi.UID
-		}).WithTimeout(timeout).WithPolling(5 * time.Millisecond).Should(Succeed())
+		}).WithTimeout(timeout).Should(Succeed())
+		sim.Clear(fault)
+		Expect(phase(k)()).NotTo(Equal(macvirtv1alpha1.MachineFailed))
 
 		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineBooting))
 		vmi := &kubevirtv1.VirtualMachineInstance{}

@@ -178,7 +178,10 @@ var _ = Describe("MacMachine", func() {
 		k := key(newMachine(ns, class.Name, func(m *macvirtv1alpha1.MacMachine) { m.GenerateName, m.Name = "", "crashy" }))
 		DeferCleanup(sim.Clear, simulator.Fault{Kind: simulator.CrashLoop, Namespace: ns, Name: "crashy"})
 		DeferCleanup(deleteAndWait, k)
-		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineFailed))
+		// virt-controller waits 10-15 s after the first failed start and
+		// 40-60 s after the second (calculateStartBackoffTime in
+		// pkg/virt-controller/watch/vm/vm.go); the third fails the machine.
+		Eventually(phase(k)).WithTimeout(2 * time.Minute).Should(Equal(macvirtv1alpha1.MachineFailed))
 		Expect(conditionOf(k, macvirtv1alpha1.ConditionReady)().Reason).To(Equal(macvirtv1alpha1.ReasonCrashLoop))
 	})
 
@@ -291,14 +294,8 @@ func setRunning(k types.NamespacedName, running bool) {
 	Expect(k8sClient.Patch(context.Background(), m, client.MergeFrom(before))).To(Succeed())
 }
 
-func stopRequestsFor(k types.NamespacedName) []simulator.StopRequest {
-	var out []simulator.StopRequest
-	for _, r := range sim.StopRequests() {
-		if r.Namespace == k.Namespace && r.Name == k.Name {
-			out = append(out, r)
-		}
-	}
-	return out
+func stopRequestsFor(k types.NamespacedName) []stopRequest {
+	return stopAPI.requests(k)
 }
 
 func watchClient() client.WithWatch {

@@ -17,10 +17,16 @@ limitations under the License.
 package controller_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,10 +38,11 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -48,16 +55,17 @@ import (
 )
 
 // The suite runs a real kube-apiserver and etcd with macvirt's CRDs and
-// KubeVirt's and CDI's full CRDs, the KubeVirt/CDI simulator in its own
-// manager, a stand-in of virt-api's stop endpoint, and the operator composed
-// by operator.New, which tests stop and start again to prove recovery.
+// CDI's full CRDs, KubeVirt's own virt-api and virt-controller, the
+// simulator of the nodes and CDI in its own manager, a recording proxy in
+// front of virt-api's stop subresource, and the operator composed by
+// operator.New, which tests stop and start again to prove recovery.
 var (
 	cfg       *rest.Config
-	testEnv   *envtest.Environment
+	cluster   *testenv.Cluster
 	scheme    *runtime.Scheme
 	k8sClient client.Client
 	sim       *simulator.Simulator
-	stopAPI   *stopStandIn
+	stopAPI   *stopProxy
 	clock     = &offsetClock{}
 	suiteCtx  context.Context
 	cancelAll context.CancelFunc
@@ -85,8 +93,11 @@ var _ = BeforeSuite(func() {
 	// Tests also read CustomResourceDefinitions; the operator does not.
 	Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
 
-	testEnv, cfg, err = testenv.Start(scheme)
+	// The Sidecar gate: the operator's domain hook is KubeVirt's hook
+	// sidecar where the Plugins gate is off (docs/install.md).
+	cluster, err = testenv.StartWithKubeVirt(scheme, testenv.KubeVirtOptions{FeatureGates: []string{"Sidecar"}})
 	Expect(err).NotTo(HaveOccurred())
+	cfg = cluster.Config
 
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
@@ -97,14 +108,15 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	sim = simulator.New(simMgr.GetClient(), simulator.Options{
 		StepInterval: 40 * time.Millisecond, StartDelay: 60 * time.Millisecond,
-		ShutdownDelay: 400 * time.Millisecond, CrashLoopBackoff: 100 * time.Millisecond,
+		ShutdownDelay: 400 * time.Millisecond, ControlPlane: cfg,
 	})
 	Expect(sim.SetupWithManager(simMgr)).To(Succeed())
 	go func() {
 		defer GinkgoRecover()
 		Expect(simMgr.Start(suiteCtx)).To(Succeed())
 	}()
-	stopAPI = newStopStandIn(sim.StopHandler())
+	stopAPI, err = newStopProxy(cfg)
+	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(stopAPI.Close)
 	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
 	// The golden images newClass refers to.
@@ -127,8 +139,8 @@ var _ = AfterEach(func() {
 
 var _ = AfterSuite(func() {
 	cancelAll()
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
+	if cluster != nil {
+		Expect(cluster.Stop()).To(Succeed())
 	}
 })
 
@@ -179,25 +191,77 @@ func (c *offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 func (c *offsetClock) Advance(d time.Duration)         { c.offset.Add(int64(d)) }
 func (c *offsetClock) Reset()                          { c.offset.Store(0) }
 
-// stopStandIn serves virt-api's stop endpoint through the simulator, or
-// answers every request with a forced failure while one is set.
-type stopStandIn struct {
+// stopProxy passes the operator's calls of virt-api's stop subresource on
+// to the API server, recording each, or answers them all with a forced
+// failure while one is set.
+type stopProxy struct {
 	*httptest.Server
 	failWith atomic.Int32
+
+	mu    sync.Mutex
+	stops []stopRequest
 }
 
-func newStopStandIn(h http.Handler) *stopStandIn {
-	s := &stopStandIn{}
+// stopRequest is one call of the stop subresource.
+type stopRequest struct {
+	Namespace, Name string
+	// GracePeriod is the body's gracePeriod, nil when absent.
+	GracePeriod *int64
+}
+
+// stopPath is the stop subresource's path.
+var stopPath = regexp.MustCompile(`^/apis/subresources\.kubevirt\.io/v1/namespaces/([^/]+)/virtualmachines/([^/]+)/stop$`)
+
+func newStopProxy(cfg *rest.Config) (*stopProxy, error) {
+	target, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, err
+	}
+	transport, err := rest.TransportFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = transport
+	s := &stopProxy{}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m := stopPath.FindStringSubmatch(r.URL.Path); m != nil && r.Method == http.MethodPut {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var opts kubevirtv1.StopOptions
+			_ = json.Unmarshal(body, &opts)
+			s.mu.Lock()
+			s.stops = append(s.stops, stopRequest{Namespace: m[1], Name: m[2], GracePeriod: opts.GracePeriod})
+			s.mu.Unlock()
+		}
 		if code := int(s.failWith.Load()); code != 0 {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(code)
-			_, _ = fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"virtualmachines.subresources.kubevirt.io \"x\" is forbidden: User \"system:serviceaccount:macvirt-system:macvirt\" cannot update resource \"virtualmachines/stop\"","reason":"Forbidden","code":%d}`, code)
+			_, _ = fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"virtualmachines.subresources.kubevirt.io \"x\" is forbidden: User \"system:serviceaccount:macvirt-system:macvirt\" cannot update resource \"virtualmachines/stop\" in API group \"subresources.kubevirt.io\"","reason":"Forbidden","code":%d}`, code)
 			return
 		}
-		h.ServeHTTP(w, r)
+		proxy.ServeHTTP(w, r)
 	}))
-	return s
+	return s, nil
+}
+
+// requests returns the stop calls received so far for the VM k.
+func (s *stopProxy) requests(k types.NamespacedName) []stopRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []stopRequest
+	for _, r := range s.stops {
+		if r.Namespace == k.Namespace && r.Name == k.Name {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// setKubeVirtFeatureGates sets the KubeVirt CR's feature gates.
+func setKubeVirtFeatureGates(gates ...string) {
+	GinkgoHelper()
+	Expect(testenv.SetKubeVirtFeatureGates(suiteCtx, k8sClient, gates...)).To(Succeed())
 }
 
 // newNamespace creates a namespace for one test and deletes it afterwards.

@@ -17,7 +17,6 @@ limitations under the License.
 package kubevirt_test
 
 import (
-	"fmt"
 	"slices"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -171,16 +170,8 @@ func managers(obj client.Object) []string {
 	return out
 }
 
-// setFeatureGates sets the KubeVirt CR's feature gates, as an administrator
-// would; virt-api follows the change.
+// setFeatureGates sets the KubeVirt CR's feature gates.
 func setFeatureGates(gates ...string) {
 	GinkgoHelper()
-	kv := &kubevirtv1.KubeVirt{}
-	Expect(admin.Get(ctx, types.NamespacedName{Namespace: testenv.KubeVirtNamespace, Name: "kubevirt"}, kv)).To(Succeed())
-	patch := client.MergeFrom(kv.DeepCopy())
-	if kv.Spec.Configuration.DeveloperConfiguration == nil {
-		kv.Spec.Configuration.DeveloperConfiguration = &kubevirtv1.DeveloperConfiguration{}
-	}
-	kv.Spec.Configuration.DeveloperConfiguration.FeatureGates = gates
-	Expect(admin.Patch(ctx, kv, patch)).To(Succeed(), fmt.Sprintf("setting KubeVirt's feature gates to %v", gates))
+	Expect(testenv.SetKubeVirtFeatureGates(ctx, admin, gates...)).To(Succeed())
 }
