@@ -45,15 +45,21 @@ func TestVirtAPIAdmitsEveryRendering(t *testing.T) {
 		}
 	}
 
-	// Turn the gate off; virt-api follows the KubeVirt CR.
-	kv := &unstructured.Unstructured{}
-	kv.SetAPIVersion("kubevirt.io/v1")
-	kv.SetKind("KubeVirt")
-	if err := c.Get(ctx, client.ObjectKey{Namespace: testenv.KubeVirtNamespace, Name: "kubevirt"}, kv); err != nil {
-		t.Fatal(err)
+	// Guest memory that is not a whole number of 2Mi blocks: the class
+	// webhook refuses it (spec.resources.memory), since virt-api refuses
+	// the VM, whose maxGuest equals its memory.
+	odd := vms[0].DeepCopy()
+	for _, f := range []string{"guest", "maxGuest"} {
+		if err := unstructured.SetNestedField(odd.Object, "8001Mi", "spec", "template", "spec", "domain", "memory", f); err != nil {
+			t.Fatal(err)
+		}
 	}
-	unstructured.RemoveNestedField(kv.Object, "spec", "configuration", "developerConfiguration", "featureGates")
-	if err := c.Update(ctx, kv); err != nil {
+	if err := c.Create(ctx, odd, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "Guest memory must be 2Mi aligned") {
+		t.Errorf("a VM of 8001Mi: got %v, want virt-api's refusal of memory that is not 2Mi aligned", err)
+	}
+
+	// Turn the gate off; virt-api follows the KubeVirt CR.
+	if err := testenv.SetKubeVirtFeatureGates(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	vm := vms[0]

@@ -35,6 +35,10 @@ var (
 	minSafeBootTimeout      = 5 * time.Minute
 	minSafeImageSize        = resource.MustParse("64Gi")
 	minMemory               = resource.MustParse("4Gi")
+	// memoryBlock is KubeVirt's memory hotplug block: virt-api refuses a
+	// VM whose guest memory, or maxGuest, is not a multiple of it
+	// (pkg/liveupdate/memory, ValidateLiveUpdateMemory).
+	memoryBlock int64 = 2 << 20
 )
 
 // ValidateMacClass returns what is wrong with a class, each error naming the
@@ -51,6 +55,9 @@ func ValidateMacClass(c *macvirtv1alpha1.MacClass, env ClassEnv) (field.ErrorLis
 	}
 	if m := s.Resources.Memory; m != nil && m.Cmp(minMemory) < 0 {
 		errs = append(errs, field.Invalid(res.Child("memory"), m.String(), "must be at least 4Gi: macOS does not boot with less"))
+	} else if m != nil && m.Value()%memoryBlock != 0 {
+		errs = append(errs, field.Invalid(res.Child("memory"), m.String(),
+			"must be a whole number of 2Mi blocks (KubeVirt refuses other guest memory when maxGuest is set, as for every machine): use 8Gi, 8192Mi or similar"))
 	}
 
 	errs = append(errs, validateImage(spec, s, &warns)...)

@@ -30,6 +30,7 @@ var classRejections = map[string]struct {
 	"one vCPU":               {func(c *macvirtv1alpha1.MacClass) { c.Spec.Resources.CPU = 1 }, "spec.resources.cpu", "between 2 and 64"},
 	"65 vCPUs":               {func(c *macvirtv1alpha1.MacClass) { c.Spec.Resources.CPU = 65 }, "spec.resources.cpu", "between 2 and 64"},
 	"2Gi of memory":          {func(c *macvirtv1alpha1.MacClass) { c.Spec.Resources.Memory = qty("2Gi") }, "spec.resources.memory", "at least 4Gi"},
+	"8001Mi of memory":       {func(c *macvirtv1alpha1.MacClass) { c.Spec.Resources.Memory = qty("8001Mi") }, "spec.resources.memory", "whole number of 2Mi blocks"},
 	"image without a source": {func(c *macvirtv1alpha1.MacClass) { c.Spec.Image.SourceRef = nil }, "spec.image.source", "set source"},
 	"image with source and sourceRef": {func(c *macvirtv1alpha1.MacClass) {
 		c.Spec.Image.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://x/y"}}
