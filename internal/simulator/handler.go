@@ -33,7 +33,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
@@ -59,14 +58,11 @@ type handlerReconciler struct {
 }
 
 func (r *handlerReconciler) setup(mgr ctrl.Manager) error {
-	launchers := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetLabels()[kubevirtv1.AppLabel] == "virt-launcher"
-	})
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("sim-virt-handler").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
 		For(&kubevirtv1.VirtualMachineInstance{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(instanceOfPod), builder.WithPredicates(launchers)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(instanceOfPod), builder.WithPredicates(launcherPods)).
 		WatchesRawSource(source.Channel(r.sim.vmiEvents, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 	if err != nil {
@@ -156,13 +152,12 @@ func (r *handlerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // (pkg/virt-controller/watch/node/node.go): it fails the instance with
 // reason NodeUnresponsive.
 func (r *handlerReconciler) loseNode(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) error {
-	pods := &corev1.PodList{}
-	if err := r.sim.client.List(ctx, pods, client.InNamespace(vmi.Namespace),
-		client.MatchingLabels{kubevirtv1.CreatedByLabel: string(vmi.UID)}); err != nil {
-		return fmt.Errorf("listing the pods of VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	pods, err := r.sim.podsOfInstance(ctx, vmi)
+	if err != nil {
+		return err
 	}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	for i := range pods {
+		pod := &pods[i]
 		if podDone(pod) {
 			continue
 		}
@@ -171,28 +166,56 @@ func (r *handlerReconciler) loseNode(ctx context.Context, vmi *kubevirtv1.Virtua
 			return fmt.Errorf("failing the pod %s/%s of a lost node: %w", pod.Namespace, pod.Name, err)
 		}
 	}
-	// virt-controller checks a node when its Node changes: one, with its
-	// virt-handler pod, is registered if none stood for it yet.
-	if err := r.sim.registerNode(ctx, vmi.Status.NodeName, false); err != nil {
-		return fmt.Errorf("registering the lost node %s: %w", vmi.Status.NodeName, err)
+	return r.sim.silenceNode(ctx, vmi.Status.NodeName)
+}
+
+// silenceNode stops the node's heartbeat once: virt-controller checks a
+// node when its Node changes, so one, with its virt-handler pod, is
+// registered with a stale heartbeat if none stood for it yet; a node whose
+// heartbeat is already stale is left alone.
+func (s *Simulator) silenceNode(ctx context.Context, name string) error {
+	stale := time.Now().Add(-staleHeartbeat)
+	node := &corev1.Node{}
+	err := s.reader.Get(ctx, types.NamespacedName{Name: name}, node)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := s.registerNode(ctx, name, false, stale); err != nil {
+			return fmt.Errorf("registering the lost node %s: %w", name, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading the lost node %s: %w", name, err)
 	}
-	return r.sim.writeHeartbeat(ctx, vmi.Status.NodeName, time.Now().Add(-staleHeartbeat))
+	if beat, err := time.Parse(time.RFC3339, node.Annotations[kubevirtv1.VirtHandlerHeartbeat]); err == nil && !beat.After(stale.Add(time.Minute)) {
+		return nil
+	}
+	return s.writeHeartbeat(ctx, name, stale)
 }
 
 // podGoing reports whether the instance's launcher pod is being deleted
 // (evicted, or its node drained): virt-launcher then shuts the domain down.
 func (r *handlerReconciler) podGoing(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (bool, error) {
-	pods := &corev1.PodList{}
-	if err := r.sim.client.List(ctx, pods, client.InNamespace(vmi.Namespace),
-		client.MatchingLabels{kubevirtv1.CreatedByLabel: string(vmi.UID)}); err != nil {
-		return false, fmt.Errorf("listing the pods of VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	pods, err := r.sim.podsOfInstance(ctx, vmi)
+	if err != nil {
+		return false, err
 	}
-	for i := range pods.Items {
-		if p := &pods.Items[i]; p.Spec.NodeName == vmi.Status.NodeName && p.DeletionTimestamp != nil {
+	for i := range pods {
+		if p := &pods[i]; p.Spec.NodeName == vmi.Status.NodeName && p.DeletionTimestamp != nil {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// podsOfInstance lists the launcher pods virt-controller created for the
+// instance.
+func (s *Simulator) podsOfInstance(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := s.client.List(ctx, pods, client.InNamespace(vmi.Namespace),
+		client.MatchingLabels{kubevirtv1.CreatedByLabel: string(vmi.UID)}); err != nil {
+		return nil, fmt.Errorf("listing the pods of VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return pods.Items, nil
 }
 
 // write updates the instance as its node's virt-handler (the instance CRD

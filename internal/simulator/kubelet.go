@@ -56,14 +56,19 @@ type launcherReconciler struct {
 	sim *Simulator
 }
 
+// launcherLabels select the virt-launcher pods virt-controller creates.
+var launcherLabels = client.MatchingLabels{kubevirtv1.AppLabel: "virt-launcher"}
+
+// launcherPods lets only virt-launcher pods through to the node side.
+var launcherPods = predicate.NewPredicateFuncs(func(o client.Object) bool {
+	return o.GetLabels()[kubevirtv1.AppLabel] == launcherLabels[kubevirtv1.AppLabel]
+})
+
 func (r *launcherReconciler) setup(mgr ctrl.Manager) error {
-	launchers := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetLabels()[kubevirtv1.AppLabel] == "virt-launcher"
-	})
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("sim-kubelet").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
-		For(&corev1.Pod{}, builder.WithPredicates(launchers)).
+		For(&corev1.Pod{}, builder.WithPredicates(launcherPods)).
 		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(r.podsOf)).
 		WatchesRawSource(source.Channel(r.sim.podEvents, handler.EnqueueRequestsFromMapFunc(r.podsOf))).
 		Complete(r)
@@ -77,8 +82,7 @@ func (r *launcherReconciler) setup(mgr ctrl.Manager) error {
 // virt-launcher pods.
 func (r *launcherReconciler) podsOf(ctx context.Context, obj client.Object) []reconcile.Request {
 	pods := &corev1.PodList{}
-	if err := r.sim.client.List(ctx, pods, client.InNamespace(obj.GetNamespace()),
-		client.MatchingLabels{kubevirtv1.AppLabel: "virt-launcher"}); err != nil {
+	if err := r.sim.client.List(ctx, pods, client.InNamespace(obj.GetNamespace()), launcherLabels); err != nil {
 		return nil
 	}
 	var out []reconcile.Request

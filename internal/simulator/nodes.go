@@ -77,7 +77,7 @@ func (s *Simulator) SetNodes(ctx context.Context, names ...string) error {
 	s.nodes = append([]string(nil), names...)
 	s.mu.Unlock()
 	for _, name := range names {
-		if err := s.registerNode(ctx, name, false); err != nil {
+		if err := s.registerNode(ctx, name, false, time.Now()); err != nil {
 			return fmt.Errorf("registering simulated node %s: %w", name, err)
 		}
 	}
@@ -90,8 +90,8 @@ func (s *Simulator) SetNodes(ctx context.Context, names ...string) error {
 // manager has no checkpoint (a wiped or re-created node; see
 // ShouldResetExtendedResourceCapacity), reconcileExtendedResource zeroes
 // every extended resource in capacity and allocatable; otherwise they are
-// kept.
-func (s *Simulator) registerNode(ctx context.Context, name string, checkpointLost bool) error {
+// kept. virt-handler's heartbeat is written as of beat.
+func (s *Simulator) registerNode(ctx context.Context, name string, checkpointLost bool, beat time.Time) error {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if len(s.appleNodes()) > 0 {
 		node.Labels = map[string]string{appleHardwareLabel: "true", corev1.LabelHostname: name}
@@ -100,7 +100,7 @@ func (s *Simulator) registerNode(ctx context.Context, name string, checkpointLos
 	if err := s.client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	if err := s.handlerHeartbeat(ctx, name); err != nil {
+	if err := s.writeHeartbeat(ctx, name, beat); err != nil {
 		return err
 	}
 	if err := s.runHandlerPod(ctx, name); err != nil {
@@ -314,7 +314,7 @@ const heartbeatInterval = time.Minute
 // its device manager finds no checkpoint, as on a re-created or wiped
 // node, and the kubelet zeroes every extended resource it advertises.
 func (s *Simulator) RestartKubelet(ctx context.Context, node string, checkpointLost bool) error {
-	if err := s.registerNode(ctx, node, checkpointLost); err != nil {
+	if err := s.registerNode(ctx, node, checkpointLost, time.Now()); err != nil {
 		return fmt.Errorf("restarting the kubelet of node %s: %w", node, err)
 	}
 	return nil
@@ -354,7 +354,7 @@ type nodesRunnable struct{ sim *Simulator }
 func (n nodesRunnable) Start(ctx context.Context) error {
 	if n.sim.opts.Network || len(n.sim.opts.Nodes) > 0 {
 		for _, name := range n.sim.nodeNames() {
-			if err := n.sim.registerNode(ctx, name, false); err != nil {
+			if err := n.sim.registerNode(ctx, name, false, time.Now()); err != nil {
 				return fmt.Errorf("registering simulated node %s: %w", name, err)
 			}
 		}
@@ -497,7 +497,7 @@ func (s *Simulator) Drain(ctx context.Context, node string) (DrainResult, error)
 func (s *Simulator) evictLaunchers(ctx context.Context, node string) (DrainResult, error) {
 	var res DrainResult
 	pods := &corev1.PodList{}
-	if err := s.reader.List(ctx, pods, client.MatchingLabels{kubevirtv1.AppLabel: "virt-launcher"}); err != nil {
+	if err := s.reader.List(ctx, pods, launcherLabels); err != nil {
 		return res, fmt.Errorf("listing virt-launcher pods: %w", err)
 	}
 	for i := range pods.Items {
