@@ -96,7 +96,8 @@ type Options struct {
 	// What tests and benchmarks change.
 
 	// StopConfig is where the stop subresource is called; the operator's
-	// API server when nil. Tests point it at a stand-in of virt-api.
+	// API server when nil. The controller suite points it at a recording,
+	// failure-injecting proxy in front of virt-api.
 	StopConfig *rest.Config
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -131,7 +130,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	sysOpts := SystemOptions{Options: opts, Network: true, KubeVirt: true}
+	sysOpts := SystemOptions{Options: opts, Network: true}
 	var gh *fakegithub.Server
 	if opts.GitHubFake {
 		if opts.RunnerCommand == "" {
@@ -215,8 +214,8 @@ func writeKubeconfig(env *envtest.Environment, path, tmp string) (string, error)
 	return path, os.WriteFile(path, b, 0o600)
 }
 
-// System is macvirt at work against an API server: the KubeVirt and CDI
-// simulator with its guests, and the operator with its webhooks and agent
+// System is macvirt at work against an API server running KubeVirt's own
+// virt-api and virt-controller: the simulated nodes, CDI and guests, and the operator with its webhooks and agent
 // endpoint, each in its own manager. The operator can be stopped and a new
 // one started while the simulator runs on, as an upgrade of the operator
 // replaces its pod and leaves KubeVirt and the VMs alone.
@@ -227,7 +226,7 @@ type System struct {
 	CABundle      []byte
 	// OperatorUser is who the operator's requests arrive as.
 	OperatorUser string
-	// Simulator plays KubeVirt, CDI and the guests; tests inject faults
+	// Simulator plays KubeVirt's nodes, CDI and the guests; tests inject faults
 	// with it.
 	Simulator *simulator.Simulator
 
@@ -236,10 +235,6 @@ type System struct {
 	admin     client.Client
 	local     *devserve.Server
 	agentAddr string
-	// stopConfig is where the operator calls the stop subresource: the
-	// simulator's stand-in of virt-api, or nil for the API server (virt-api
-	// behind it).
-	stopConfig *rest.Config
 	// simStopped receives when the simulator's manager returns.
 	simStopped chan struct{}
 	// operator is the running operator; nil when stopped.
@@ -247,7 +242,6 @@ type System struct {
 	// operators counts the operators started, to name their controllers
 	// apart (controller-runtime refuses a name twice in one process).
 	operators int
-	stopAPI   *httptest.Server
 	// runnerSets is every operator's RunnerSetOptions.
 	runnerSets operator.RunnerSetOptions
 }
@@ -271,9 +265,6 @@ func (s *System) Stop() {
 
 // closeServers closes what the system serves outside the API server.
 func (s *System) closeServers() {
-	if s.stopAPI != nil {
-		s.stopAPI.Close()
-	}
 	if s.local != nil {
 		s.local.Close()
 	}
@@ -308,8 +299,8 @@ type SystemOptions struct {
 	Options
 	// OperatorConfig is the operator's own connection to the API server (a
 	// service account under the shipped RBAC, in the tenancy tests); the
-	// administrator's config when nil. The simulator, playing KubeVirt and
-	// CDI, and the webhook registrar, playing the installer, keep the
+	// administrator's config when nil. The simulator, playing KubeVirt's
+	// nodes and CDI, and the webhook registrar, playing the installer, keep the
 	// administrator's.
 	OperatorConfig *rest.Config
 	// Network simulates the pod network, node ports and the guests' sshd
@@ -323,11 +314,6 @@ type SystemOptions struct {
 	// Registry is the container registry the simulated CDI polls for
 	// refreshed images (simulator.Options.Registry); none when nil.
 	Registry *simulator.Registry
-	// KubeVirt says the cluster runs KubeVirt's own virt-api and
-	// virt-controller (testenv.StartWithKubeVirt): the simulator then plays
-	// only the nodes (simulator.Options.ControlPlane) and the operator stops
-	// VMs through virt-api's stop subresource.
-	KubeVirt bool
 }
 
 // KubeVirtFeatureGates are the feature gates of the KubeVirt that
@@ -336,13 +322,15 @@ type SystemOptions struct {
 var KubeVirtFeatureGates = []string{"Sidecar"}
 
 // StartCluster starts an API server and etcd with KubeVirt's own virt-api
-// and virt-controller, for a System with SystemOptions.KubeVirt.
+// and virt-controller, for a System.
 func StartCluster(scheme *runtime.Scheme) (*testenv.Cluster, error) {
 	return testenv.StartWithKubeVirt(scheme, testenv.KubeVirtOptions{FeatureGates: KubeVirtFeatureGates})
 }
 
 // StartSystem starts the simulator and the operator until ctx ends, and
-// returns once the webhooks answer.
+// returns once the webhooks answer. cfg is an administrator's connection to
+// a cluster StartCluster (or testenv.StartWithKubeVirt) started; the
+// operator stops VMs through virt-api's stop subresource there.
 func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts SystemOptions) (*System, error) {
 	if opts.Speed <= 0 {
 		opts.Speed = 1
@@ -375,19 +363,13 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 	for i := range opts.AppleNodes {
 		simOpts.Nodes = append(simOpts.Nodes, fmt.Sprintf("apple-node-%d", i+1))
 	}
-	if opts.KubeVirt {
-		simOpts.ControlPlane = cfg
-	}
+	simOpts.ControlPlane = cfg
 	sim := simulator.New(simMgr.GetClient(), simOpts)
 	if err := sim.SetupWithManager(simMgr); err != nil {
 		return nil, err
 	}
 	sys := &System{Simulator: sim, opCfg: opCfg, scheme: scheme, admin: admin,
 		simStopped: make(chan struct{}), runnerSets: opts.RunnerSets}
-	if !opts.KubeVirt {
-		sys.stopAPI = httptest.NewServer(sim.StopHandler())
-		sys.stopConfig = &rest.Config{Host: sys.stopAPI.URL}
-	}
 	if err := sys.prepareServing(ctx); err != nil {
 		sys.closeServers()
 		return nil, err
@@ -427,7 +409,7 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 	}
 	// The dev server and the agent's address outlive each operator, as the
 	// Services in front of an operator's pod do.
-	op, err := operator.New(ctx, s.opCfg, operator.Options{Webhooks: true, StopConfig: s.stopConfig,
+	op, err := operator.New(ctx, s.opCfg, operator.Options{Webhooks: true,
 		DevServing:      &operator.DevServing{Server: s.local, Registrar: s.admin},
 		Agent:           operator.AgentEndpoint{Addr: s.agentAddr},
 		HookImage:       opts.HookImage,

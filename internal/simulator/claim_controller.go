@@ -112,6 +112,11 @@ func (r *claimReconciler) setup(mgr ctrl.Manager) error {
 	return nil
 }
 
+// sameName maps a DataVolume to its PVC, which shares its name.
+func sameName(_ context.Context, obj client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(obj)}}
+}
+
 // sourceOfClaims is the watch of claims, with forgetDeleted's handler.
 func sourceOfClaims(mgr ctrl.Manager, s *Simulator) source.Source {
 	return source.Kind(mgr.GetCache(), &corev1.PersistentVolumeClaim{}, handler.TypedEventHandler[*corev1.PersistentVolumeClaim, reconcile.Request](&forgetDeleted{sim: s}))

@@ -224,6 +224,20 @@ func (r *dataVolumeReconciler) storageClassOf(ctx context.Context, dv *cdiv1.Dat
 	return nil, nil
 }
 
+// dataVolumeNames lists the DataVolumes the VirtualMachine's volumes use.
+func dataVolumeNames(vm *kubevirtv1.VirtualMachine) []string {
+	if vm.Spec.Template == nil {
+		return nil
+	}
+	var names []string
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		if v.DataVolume != nil && !slices.Contains(names, v.DataVolume.Name) {
+			names = append(names, v.DataVolume.Name)
+		}
+	}
+	return names
+}
+
 // dataVolumesOfVM maps a VirtualMachine to the DataVolumes it uses.
 func dataVolumesOfVM(_ context.Context, obj client.Object) []reconcile.Request {
 	vm, ok := obj.(*kubevirtv1.VirtualMachine)

@@ -14,20 +14,22 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package simulator stands in for KubeVirt's virt-controller, virt-handler
-// and virt-api stop endpoint, and for CDI's DataVolume controllers, on a
-// cluster that has none of them, such as envtest or a local sandbox.
+// Package simulator stands in for what runs on KubeVirt's nodes (the
+// scheduler's placement of virt-launcher pods, the kubelet, virt-handler),
+// for CDI's DataVolume controllers and for macOS guests, on a cluster that
+// runs KubeVirt's own virt-api and virt-controller but no nodes and no CDI
+// (testenv.StartWithKubeVirt): envtest, or a local sandbox.
 //
-// It acts on real DataVolume, VirtualMachine and VirtualMachineInstance
-// objects through a controller-runtime client: DataVolumes advance through
-// CDI's phases and progress, running VirtualMachines get a
-// VirtualMachineInstance that is scheduled and boots, stopped ones are shut
-// down after a simulated ACPI power-off, and VirtualMachine status follows
-// virt-controller's printableStatus rules. The storage under them follows
-// CDI, a provisioner and the CSI snapshotter: each DataVolume gets its PVC,
-// each StorageClass a StorageProfile that decides how clones are made, and
-// VolumeSnapshots of PVCs are cut and restored (storage.go). Failures (a
-// failed import, an unschedulable VM, a crash loop) can be injected on
+// It acts on real objects through a controller-runtime client:
+// DataVolumes advance through CDI's phases and progress; the launcher pods
+// virt-controller creates are bound, run and end as the kubelet would; the
+// instances on simulated nodes are reported Running, shut down after a
+// simulated ACPI power-off, or failed, as virt-handler would, under its own
+// identity. The storage under them follows CDI, a provisioner and the CSI
+// snapshotter: each DataVolume gets its PVC, each StorageClass a
+// StorageProfile that decides how clones are made, and VolumeSnapshots of
+// PVCs are cut and restored (storage.go). Failures (a failed import, an
+// unschedulable pod, a crashing domain, a lost node) can be injected on
 // demand.
 //
 // All progress is derived from the objects themselves plus the in-memory

@@ -103,7 +103,6 @@ func (s *Simulator) prompt(f Fault) {
 		send(s.dataVolumeEvents, &cdiv1.DataVolume{ObjectMeta: meta})
 		return
 	}
-	send(s.vmEvents, &kubevirtv1.VirtualMachine{ObjectMeta: meta})
 	send(s.vmiEvents, &kubevirtv1.VirtualMachineInstance{ObjectMeta: meta})
 	send(s.podEvents, &kubevirtv1.VirtualMachineInstance{ObjectMeta: meta})
 }

@@ -17,7 +17,6 @@ limitations under the License.
 package simulator
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -36,12 +35,6 @@ const (
 	// kubelet's message; the VirtualMachine reports the same printableStatus.
 	// Clearing the fault lets the pull succeed and the start go on.
 	ImagePullFailed FaultKind = "ImagePullFailed"
-	// SidecarGateOff behaves as if KubeVirt's Sidecar feature gate were off
-	// when the VirtualMachine's instance is created: virt-api refuses an
-	// instance with a hooks.kubevirt.io/hookSidecars annotation, and the
-	// VirtualMachine gets a Failure condition (reason FailedCreate) with
-	// virt-api's words, retried until the fault is cleared.
-	SidecarGateOff FaultKind = "SidecarGateOff"
 	// Paused pauses a Running instance, as virtctl pause does: condition
 	// Paused=True (reason PausedByUser); the VirtualMachine reports Paused.
 	// Clearing the fault unpauses it.
@@ -57,62 +50,12 @@ const (
 	NodeLost FaultKind = "NodeLost"
 )
 
-// Kubelet and virt-api messages, in their words.
+// The kubelet's reasons for a container whose image cannot be pulled,
+// which virt-controller copies onto the instance (pkg/controller/controller.go).
 const (
-	// defaultLauncherImage names the image an instance without hook sidecar
-	// fails to pull.
-	defaultLauncherImage = "quay.io/kubevirt/virt-launcher:v1.9.0"
-	// sidecarGateRefusal is what virt-api's instance admitter answers
-	// (pkg/virt-api/webhooks/validating-webhook/admitters/
-	// vmi-create-admitter.go, ValidateVirtualMachineInstanceMetadata),
-	// behind the name of the webhook that runs it.
-	sidecarGateRefusal = `admission webhook "virtualmachineinstances-create-validator.kubevirt.io" denied the request: ` +
-		"sidecar feature gate is not enabled in kubevirt-config, invalid entry metadata.annotations." + hookSidecarsAnnotation
-	hookSidecarsAnnotation = "hooks.kubevirt.io/hookSidecars"
-	// Reasons copied by virt-controller from the launcher pod's waiting
-	// containers (pkg/controller/controller.go).
 	reasonErrImagePull     = "ErrImagePull"
 	reasonImagePullBackOff = "ImagePullBackOff"
-	// reasonFailedCreate is virt-controller's Failure reason for an instance
-	// it could not create (pkg/virt-controller/watch/vm/vm.go).
-	reasonFailedCreate = "FailedCreate"
-	// reasonNodeUnresponsive is the instance's status.reason once
-	// virt-controller's node controller failed it
-	// (pkg/virt-controller/watch/node/node.go).
-	reasonNodeUnresponsive = "NodeUnresponsive"
 )
-
-// instanceRefusal returns virt-api's refusal of the instance the
-// VirtualMachine would create, or "" when virt-api admits it.
-func (s *Simulator) instanceRefusal(vm *kubevirtv1.VirtualMachine) string {
-	if vm.Spec.Template == nil || vm.Spec.Template.ObjectMeta.Annotations[hookSidecarsAnnotation] == "" ||
-		!s.hasFault(SidecarGateOff, vm.Namespace, vm.Name) {
-		return ""
-	}
-	return sidecarGateRefusal
-}
-
-// syncFailureCondition sets or removes the VirtualMachine's Failure
-// condition, as processFailureCondition in pkg/virt-controller/watch/vm/
-// vm.go does with the error of the last sync: an instance create refused by
-// virt-api is wrapped as "Failure while starting VMI: ...".
-func syncFailureCondition(st *kubevirtv1.VirtualMachineStatus, refusal string, now time.Time) {
-	if refusal == "" {
-		kept := st.Conditions[:0]
-		for _, c := range st.Conditions {
-			if c.Type != kubevirtv1.VirtualMachineFailure {
-				kept = append(kept, c)
-			}
-		}
-		st.Conditions = kept
-		return
-	}
-	upsertVMCondition(st, kubevirtv1.VirtualMachineCondition{
-		Type: kubevirtv1.VirtualMachineFailure, Status: corev1.ConditionTrue, Reason: reasonFailedCreate,
-		Message:            "Failure while starting VMI: " + refusal,
-		LastTransitionTime: metav1.NewTime(now),
-	})
-}
 
 // faultsOf reads the faults that affect the named instance.
 func (s *Simulator) faultsOf(key types.NamespacedName) vmiFaults {
@@ -123,69 +66,9 @@ func (s *Simulator) faultsOf(key types.NamespacedName) vmiFaults {
 	}
 }
 
-// pacerState is the state the pacer times an instance in: its phase, and a
-// failing image pull's stage, so that ErrImagePull lasts a step before it
-// turns into ImagePullBackOff.
-func pacerState(vmi *kubevirtv1.VirtualMachineInstance) string {
-	if c := vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceSynchronized); c != nil {
-		return string(vmi.Status.Phase) + "/" + c.Reason
-	}
-	return string(vmi.Status.Phase)
-}
-
-// stepImagePull plays the kubelet's failing pull of the launcher pod's
-// image, copied onto the instance by virt-controller
-// (pkg/virt-controller/watch/vmi/lifecycle.go, checkForContainerImageError,
-// then the Synchronized condition of the sync error): ErrImagePull first,
-// ImagePullBackOff from the next step on. It reports whether anything
-// changed.
-func stepImagePull(vmi *kubevirtv1.VirtualMachineInstance, now time.Time) bool {
-	image := launcherImage(vmi)
-	c := kubevirtv1.VirtualMachineInstanceCondition{
-		Type: kubevirtv1.VirtualMachineInstanceSynchronized, Status: corev1.ConditionFalse,
-		Reason: reasonErrImagePull,
-		Message: fmt.Sprintf("rpc error: code = NotFound desc = failed to pull and unpack image %q: "+
-			"failed to resolve reference %q: %s: not found", image, image, image),
-		LastProbeTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now),
-	}
-	if old := vmiCondition(vmi, c.Type); old != nil && old.Status == corev1.ConditionFalse &&
-		(old.Reason == reasonErrImagePull || old.Reason == reasonImagePullBackOff) {
-		c.Reason, c.Message = reasonImagePullBackOff, fmt.Sprintf("Back-off pulling image %q", image)
-	}
-	return setVMICondition(vmi, c)
-}
-
-// clearImagePull drops a failed pull's Synchronized condition once the
-// image could be pulled.
-func clearImagePull(vmi *kubevirtv1.VirtualMachineInstance) {
-	if c := vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceSynchronized); c != nil &&
-		(c.Reason == reasonErrImagePull || c.Reason == reasonImagePullBackOff) {
-		removeVMICondition(vmi, kubevirtv1.VirtualMachineInstanceSynchronized)
-	}
-}
-
-// launcherImage is the image a failing pull names: the first hook sidecar's.
-func launcherImage(vmi *kubevirtv1.VirtualMachineInstance) string {
-	var sidecars []struct {
-		Image string `json:"image"`
-	}
-	if err := json.Unmarshal([]byte(vmi.Annotations[hookSidecarsAnnotation]), &sidecars); err == nil &&
-		len(sidecars) > 0 && sidecars[0].Image != "" {
-		return sidecars[0].Image
-	}
-	return defaultLauncherImage
-}
-
 // stepRunning applies the faults of a Running instance and reports whether
 // anything changed.
 func stepRunning(vmi *kubevirtv1.VirtualMachineInstance, f vmiFaults, now time.Time) bool {
-	if f.nodeLost {
-		// pkg/virt-controller/watch/node/node.go,
-		// createAndApplyFailedVMINodeUnresponsivePatch.
-		setVMIPhase(vmi, kubevirtv1.Failed, now)
-		vmi.Status.Reason = reasonNodeUnresponsive
-		return true
-	}
 	return syncPaused(vmi, f.paused, now) || syncMigration(vmi, f.migrating, now)
 }
 

@@ -54,18 +54,6 @@ const (
 	GuestAgentRestart FaultKind = "GuestAgentRestart"
 )
 
-// killedWait is how long a killed instance stays Failed before
-// virt-controller releases it: virt-controller removes the instance's
-// finalizer only once the virt-launcher pod is gone
-// (pkg/virt-controller/watch/vmi/vmi.go), and a pod whose QEMU was killed
-// still terminates its containers. It lasts ShutdownDelay.
-func (s *Simulator) killedWait(key string, vmi *kubevirtv1.VirtualMachineInstance) time.Duration {
-	if vmi.Status.Phase != kubevirtv1.Failed || !s.hasFault(IgnoreACPI, vmi.Namespace, vmi.Name) {
-		return 0
-	}
-	return s.pacer.wait(key, vmi.UID, "Killed", s.opts.ShutdownDelay)
-}
-
 // powerOff is how a deleted instance's shutdown ends and when: after
 // ShutdownDelay (cut short by a smaller grace period) the guest is off and
 // the instance Succeeded; a guest that ignores ACPI runs the whole grace
@@ -99,15 +87,11 @@ func (s *Simulator) ShutDownGuest(ctx context.Context, key types.NamespacedName)
 	if vmi == nil || vmi.Status.Phase != kubevirtv1.Running || vmi.DeletionTimestamp != nil {
 		return fmt.Errorf("shutting down the guest of %s: its VirtualMachineInstance is not running", key)
 	}
-	writer := s.client
-	if s.opts.ControlPlane != nil {
-		// virt-handler reports it; virt-controller derives the rest.
-		enterPhase(vmi, kubevirtv1.Succeeded, time.Now())
-		if writer, err = s.handlerClient(vmi.Status.NodeName); err != nil {
-			return err
-		}
-	} else {
-		setVMIPhase(vmi, kubevirtv1.Succeeded, time.Now())
+	// virt-handler reports it; virt-controller derives the rest.
+	enterPhase(vmi, kubevirtv1.Succeeded, time.Now())
+	writer, err := s.handlerClient(vmi.Status.NodeName)
+	if err != nil {
+		return err
 	}
 	if err := writer.Update(ctx, vmi); err != nil {
 		return fmt.Errorf("shutting down the guest of %s: %w", key, err)

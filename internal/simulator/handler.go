@@ -270,3 +270,25 @@ func setPodInterface(vmi *kubevirtv1.VirtualMachineInstance) {
 	}
 	vmi.Status.Interfaces = append(vmi.Status.Interfaces, iface)
 }
+
+// shutdownDelay is ShutdownDelay, cut short by a smaller termination grace
+// period, after which virt-handler would kill the guest.
+func (s *Simulator) shutdownDelay(vmi *kubevirtv1.VirtualMachineInstance) time.Duration {
+	d := s.opts.ShutdownDelay
+	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil {
+		d = min(d, time.Duration(*g)*time.Second)
+	}
+	return d
+}
+
+// getVMI returns the named instance, or nil when there is none.
+func (s *Simulator) getVMI(ctx context.Context, name types.NamespacedName) (*kubevirtv1.VirtualMachineInstance, error) {
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	if err := s.client.Get(ctx, name, vmi); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("getting VirtualMachineInstance %s: %w", name, err)
+	}
+	return vmi, nil
+}

@@ -120,9 +120,7 @@ func (s *Simulator) registerNode(ctx context.Context, name string, checkpointLos
 			}
 		}
 		setKubeletStatus(node)
-		if s.opts.ControlPlane != nil {
-			setDevicePlugins(node)
-		}
+		setDevicePlugins(node)
 		return s.client.Status().Update(ctx, node)
 	})
 	if err != nil {
@@ -207,9 +205,6 @@ const staleHeartbeat = 6 * time.Minute
 
 // writeHeartbeat writes the node's labels and a heartbeat of time at.
 func (s *Simulator) writeHeartbeat(ctx context.Context, name string, at time.Time) error {
-	if s.opts.ControlPlane == nil {
-		return nil
-	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		node := &corev1.Node{}
 		if err := s.reader.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
@@ -284,9 +279,6 @@ const kubevirtNamespace = "kubevirt"
 // in pkg/virt-controller/watch/node/node.go). A lost node's pod stays, as
 // the API server keeps a pod its kubelet no longer reports.
 func (s *Simulator) runHandlerPod(ctx context.Context, node string) error {
-	if s.opts.ControlPlane == nil {
-		return nil
-	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: kubevirtNamespace, Name: "virt-handler-" + node,
 			Labels: map[string]string{kubevirtv1.AppLabel: "virt-handler"}},
@@ -347,8 +339,7 @@ func (s *Simulator) ReregisterNode(ctx context.Context, node string) error {
 
 // nodesRunnable registers the simulated nodes once the manager runs (with
 // Options.Network or Nodes; otherwise pods are bound to NodeName, which no
-// Node object stands for) and, with KubeVirt's own control plane, keeps
-// their virt-handlers' heartbeats fresh.
+// Node object stands for) and keeps their virt-handlers' heartbeats fresh.
 type nodesRunnable struct{ sim *Simulator }
 
 func (n nodesRunnable) Start(ctx context.Context) error {
@@ -358,9 +349,6 @@ func (n nodesRunnable) Start(ctx context.Context) error {
 				return fmt.Errorf("registering simulated node %s: %w", name, err)
 			}
 		}
-	}
-	if n.sim.opts.ControlPlane == nil {
-		return nil
 	}
 	for {
 		select {
@@ -377,22 +365,6 @@ func (n nodesRunnable) Start(ctx context.Context) error {
 }
 
 func (n nodesRunnable) NeedLeaderElection() bool { return false }
-
-// place runs the scheduler stand-in for an instance in phase Scheduling:
-// the node it goes to, or the scheduler's message.
-func (s *Simulator) place(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (placement, error) {
-	return s.placeWorkload(ctx, instanceWorkload(vmi), func() ([]workload, error) {
-		vmis := &kubevirtv1.VirtualMachineInstanceList{}
-		if err := s.reader.List(ctx, vmis); err != nil {
-			return nil, fmt.Errorf("listing VirtualMachineInstances: %w", err)
-		}
-		placed := make([]workload, 0, len(vmis.Items))
-		for i := range vmis.Items {
-			placed = append(placed, instanceWorkload(&vmis.Items[i]))
-		}
-		return placed, nil
-	})
-}
 
 // placeWorkload runs the scheduler stand-in for w among the workloads
 // placed lists. Without Options.Nodes everything goes to NodeName. Reads
@@ -424,29 +396,14 @@ type DrainResult struct {
 	Remaining int
 }
 
-// Eviction answers, in KubeVirt's words.
-const (
-	// The admission webhook virt-api registers for pod evictions
-	// (pkg/virt-operator/resource/generate/components/webhooks.go).
-	evictionWebhook = "virt-launcher-eviction-interceptor.kubevirt.io"
-	// pkg/virt-api/webhooks/validating-webhook/admitters/
-	// pod-eviction-admitter.go.
-	evictionTriggered  = "Eviction triggered evacuation of VMI %q"
-	evictionInProgress = "Evacuation in progress: "
-)
-
 // Drain plays one pass of kubectl drain over node: it cordons the node
-// (spec.unschedulable) and evicts the virt-launcher pod of every instance
-// on it. Under evictionStrategy External virt-api's
-// eviction admitter refuses the eviction with 429 TooManyRequests and
-// marks the instance for evacuation (status.evacuationNodeName, set by
-// markVMI; virt-controller then adds the EvictionRequested condition in
-// updateStatus, pkg/virt-controller/watch/vmi/lifecycle.go); no KubeVirt
-// controller acts on External, which leaves the instance to whoever set
-// it. Simulated instances are not live-migratable, so LiveMigrate refuses
-// without a mark and LiveMigrateIfPossible, like no strategy (the cluster
-// default is none here), lets the eviction through: the pod is gone and
-// the instance fails under its tenant.
+// (spec.unschedulable) and evicts, through policy/v1 Evictions, the
+// virt-launcher pod of every instance on it. virt-api's eviction webhook
+// answers for KubeVirt, by each instance's eviction strategy: under
+// External it refuses with 429 and marks the instance for evacuation;
+// simulated instances are not live-migratable, so LiveMigrate is refused
+// without a mark, and LiveMigrateIfPossible, like no strategy, lets the
+// eviction through (the pod goes and virt-launcher shuts the domain down).
 // Call it again, as kubectl drain retries, until Remaining is 0.
 func (s *Simulator) Drain(ctx context.Context, node string) (DrainResult, error) {
 	var res DrainResult
@@ -461,33 +418,7 @@ func (s *Simulator) Drain(ctx context.Context, node string) (DrainResult, error)
 			return res, fmt.Errorf("cordoning node %s: %w", node, err)
 		}
 	}
-	if s.opts.ControlPlane != nil {
-		return s.evictLaunchers(ctx, node)
-	}
-	vmis := &kubevirtv1.VirtualMachineInstanceList{}
-	if err := s.reader.List(ctx, vmis); err != nil {
-		return res, fmt.Errorf("listing VirtualMachineInstances: %w", err)
-	}
-	for i := range vmis.Items {
-		vmi := &vmis.Items[i]
-		if vmi.Status.NodeName != node || vmi.IsFinal() {
-			continue
-		}
-		res.Remaining++
-		if vmi.DeletionTimestamp != nil {
-			continue
-		}
-		msg, err := s.evict(ctx, vmi, node)
-		if err != nil {
-			return res, err
-		}
-		if msg == "" {
-			res.Evicted = append(res.Evicted, vmi.Namespace+"/"+vmi.Name)
-			continue
-		}
-		res.Refused = append(res.Refused, msg)
-	}
-	return res, nil
+	return s.evictLaunchers(ctx, node)
 }
 
 // evictLaunchers evicts, as kubectl drain does (policy/v1 Eviction), every
@@ -527,42 +458,6 @@ func (s *Simulator) evictLaunchers(ctx context.Context, node string) (DrainResul
 		}
 	}
 	return res, nil
-}
-
-// evict plays the eviction of the instance's virt-launcher pod and returns
-// the refusal, or "" when the pod was evicted.
-func (s *Simulator) evict(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, node string) (string, error) {
-	strategy := vmi.Spec.EvictionStrategy
-	// Simulated instances are never live-migratable (no LiveMigratable
-	// condition): LiveMigrate refuses the eviction without a mark, and
-	// LiveMigrateIfPossible lets it through (admitLauncherPod).
-	if strategy != nil && *strategy == kubevirtv1.EvictionStrategyLiveMigrate {
-		return fmt.Sprintf("admission webhook %q denied the request: VMI %s is configured with an eviction strategy but is not live-migratable",
-			evictionWebhook, vmi.Name), nil
-	}
-	if strategy == nil || *strategy == kubevirtv1.EvictionStrategyNone || *strategy == kubevirtv1.EvictionStrategyLiveMigrateIfPossible {
-		// The pod goes; virt-controller sees the domain gone with it.
-		setVMIPhase(vmi, kubevirtv1.Failed, metav1.Now().Time)
-		if err := s.client.Update(ctx, vmi); err != nil {
-			return "", fmt.Errorf("failing evicted VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err)
-		}
-		return "", nil
-	}
-	msg := fmt.Sprintf(evictionTriggered, vmi.Namespace+"/"+vmi.Name)
-	if vmi.Status.EvacuationNodeName != "" {
-		msg = evictionInProgress + msg
-	} else {
-		vmi.Status.EvacuationNodeName = node
-		setVMICondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
-			Type: kubevirtv1.VirtualMachineInstanceEvictionRequested, Status: corev1.ConditionTrue,
-			Reason: kubevirtv1.VirtualMachineInstanceReasonEvictionRequested, Message: "VMI is marked for eviction",
-			LastProbeTime: metav1.Now(), LastTransitionTime: metav1.Now(),
-		})
-		if err := s.client.Update(ctx, vmi); err != nil {
-			return "", fmt.Errorf("marking VirtualMachineInstance %s/%s for evacuation: %w", vmi.Namespace, vmi.Name, err)
-		}
-	}
-	return fmt.Sprintf("admission webhook %q denied the request: %s", evictionWebhook, msg), nil
 }
 
 // Uncordon makes the node schedulable again (kubectl uncordon).

@@ -19,7 +19,6 @@ package simulator_test
 import (
 	"encoding/pem"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"time"
 
@@ -32,6 +31,7 @@ import (
 
 	"github.com/macvirt/macvirt/internal/guestagent/protocol"
 	"github.com/macvirt/macvirt/internal/simulator"
+	"github.com/macvirt/macvirt/internal/vmstop"
 )
 
 // vmWithGuest creates a running VirtualMachine whose simulated guest
@@ -64,13 +64,13 @@ var _ = Describe("The guest's power", func() {
 		vmiStates := record(&kubevirtv1.VirtualMachineInstanceList{}, ns, func(vmi *kubevirtv1.VirtualMachineInstance) string {
 			return fmt.Sprintf("%s deleting=%t", vmi.Status.Phase, vmi.DeletionTimestamp != nil)
 		})
-		server := httptest.NewServer(sim.StopHandler())
-		DeferCleanup(server.Close)
+		stopper, err := vmstop.NewRESTStopper(cluster.Config, nil)
+		Expect(err).NotTo(HaveOccurred())
 
-		// A grace period longer than the simulated ACPI shutdown: a guest
-		// that listened would be off before it ends.
-		code, _ := call(http.MethodPut, stopURL(server, ns, "deaf"), `{"gracePeriod": 3}`)
-		Expect(code).To(Equal(http.StatusAccepted))
+		// Through virt-api's stop subresource, with a grace period longer
+		// than the simulated ACPI shutdown: a guest that listened would be
+		// off before it ends.
+		Expect(stopper.Stop(ctx, ns, "deaf", 3)).To(Succeed())
 		stopped := time.Now()
 		Eventually(vmiPhase(ns, "deaf")).WithTimeout(timeout).Should(Equal(kubevirtv1.Failed))
 		Expect(time.Since(stopped)).To(BeNumerically(">=", 3*time.Second), "killed only once the grace period is over")

@@ -17,6 +17,7 @@ limitations under the License.
 package simulator
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -33,12 +34,11 @@ import (
 
 // Defaults applied by New to zero-valued Options fields.
 const (
-	DefaultImportSteps      = 4
-	DefaultStepInterval     = 50 * time.Millisecond
-	DefaultStartDelay       = 50 * time.Millisecond
-	DefaultShutdownDelay    = 50 * time.Millisecond
-	DefaultNodeName         = "apple-node-1"
-	DefaultCrashLoopBackoff = time.Second
+	DefaultImportSteps   = 4
+	DefaultStepInterval  = 50 * time.Millisecond
+	DefaultStartDelay    = 50 * time.Millisecond
+	DefaultShutdownDelay = 50 * time.Millisecond
+	DefaultNodeName      = "apple-node-1"
 )
 
 // faultEventBuffer bounds the queue of reconcile triggers sent by Inject and
@@ -52,8 +52,9 @@ type Options struct {
 	ImportSteps int
 	// StepInterval is the time between DataVolume phase and progress steps.
 	StepInterval time.Duration
-	// StartDelay is the time from VirtualMachineInstance creation to Running,
-	// spread over the Pending, Scheduling and Scheduled phases.
+	// StartDelay is the time the node side takes from a virt-launcher pod
+	// virt-controller created to its instance Running, spread over binding
+	// the pod, starting its containers and reporting the domain.
 	StartDelay time.Duration
 	// ShutdownDelay is the simulated ACPI shutdown time: from a graceful stop
 	// (deletion of the VirtualMachineInstance) to the instance being gone. A
@@ -69,11 +70,6 @@ type Options struct {
 	// node's allocatable (scheduler.go). Without it every instance lands on
 	// NodeName, which has room for all.
 	Nodes []string
-	// CrashLoopBackoff is the base wait before a VirtualMachine whose
-	// instance failed to start is retried. Like virt-controller it grows with
-	// the square of the consecutive failures, up to 30 times the base
-	// (virt-controller: 10 s, capped at 300 s; see crashLoopDelay).
-	CrashLoopBackoff time.Duration
 	// GuestFiles are files every simulated guest's disk holds from its first
 	// boot, as a golden image would carry them (GitHub's runner, say), by
 	// path under the guest's root (Users/admin/actions-runner/run.sh).
@@ -95,9 +91,8 @@ type Options struct {
 	// heartbeat.
 	GuestBootDelay time.Duration
 	// Jitter spreads every paced step (DataVolume steps, instance start and
-	// shutdown) by a random share of up to this fraction either way, and adds
-	// virt-controller's random extra to the crash-loop backoff. Zero, the
-	// default, keeps timings exact; Realistic sets it.
+	// shutdown) by a random share of up to this fraction either way. Zero,
+	// the default, keeps timings exact; Realistic sets it.
 	Jitter float64
 	// Seed seeds the jitter's random source, so that a run can be repeated.
 	Seed int64
@@ -119,13 +114,13 @@ type Options struct {
 	// SnapshotDelay is the time a CSI driver takes to cut a VolumeSnapshot
 	// and report it readyToUse (volumesnapshot.go); default StepInterval.
 	SnapshotDelay time.Duration
-	// ControlPlane, when set, says the cluster runs KubeVirt's own virt-api
-	// and virt-controller (testenv.StartWithKubeVirt), and is an
-	// administrator's connection to it. The simulator then plays only what
-	// runs on nodes: kube-scheduler and the kubelet for virt-launcher pods
-	// (kubelet.go), and virt-handler (handler.go), whose writes impersonate
-	// its service account from this config. Without it the simulator plays
-	// virt-controller and virt-api's stop endpoint too.
+	// ControlPlane is an administrator's connection to the cluster, which
+	// runs KubeVirt's own virt-api and virt-controller
+	// (testenv.StartWithKubeVirt); it is required. Of KubeVirt the
+	// simulator plays only what runs on nodes: kube-scheduler and the
+	// kubelet for virt-launcher pods (kubelet.go), and virt-handler
+	// (handler.go), whose writes impersonate its service account from this
+	// config.
 	ControlPlane *rest.Config
 	// Registry is the container registry DataImportCrons poll for their
 	// images' digests (registry.go, dataimportcron_poll.go). Nil: there is
@@ -149,22 +144,19 @@ func (o Options) withDefaults() Options {
 	if o.NodeName == "" {
 		o.NodeName = DefaultNodeName
 	}
-	if o.CrashLoopBackoff <= 0 {
-		o.CrashLoopBackoff = DefaultCrashLoopBackoff
-	}
 	if o.SnapshotDelay <= 0 {
 		o.SnapshotDelay = o.StepInterval
 	}
 	return o
 }
 
-// Simulator plays KubeVirt and CDI against a cluster that runs neither.
-// Create it with New, register its controllers with SetupWithManager (once
-// per Simulator) and serve StopHandler where virt-api would be.
+// Simulator plays KubeVirt's nodes and CDI against a cluster that runs
+// KubeVirt's control plane but no nodes and no CDI. Create it with New and
+// register its controllers with SetupWithManager (once per Simulator).
 type Simulator struct {
 	client client.Client
-	// reader serves the stop endpoint's reads. Like virt-api it reads from
-	// the API server, not from a cache that may lag behind the caller.
+	// reader reads from the API server, not from a cache that may lag
+	// behind a write just made.
 	reader client.Reader
 	opts   Options
 	pacer  *pacer
@@ -173,7 +165,6 @@ type Simulator struct {
 
 	mu     sync.Mutex
 	faults map[Fault]struct{}
-	stops  []StopRequest
 	// nodes are the Apple-hardware nodes instances are scheduled onto
 	// (Options.Nodes, or SetNodes); none: every instance goes to NodeName.
 	nodes []string
@@ -181,7 +172,6 @@ type Simulator struct {
 	handlers map[string]client.Client
 
 	dataVolumeEvents chan event.GenericEvent
-	vmEvents         chan event.GenericEvent
 	vmiEvents        chan event.GenericEvent
 	// podEvents prompt the kubelet for the launcher pods of the instance
 	// they name (ControlPlane).
@@ -210,7 +200,6 @@ func New(c client.Client, opts Options) *Simulator {
 		faults:           map[Fault]struct{}{},
 		nodes:            append([]string(nil), opts.Nodes...),
 		dataVolumeEvents: make(chan event.GenericEvent, faultEventBuffer),
-		vmEvents:         make(chan event.GenericEvent, faultEventBuffer),
 		vmiEvents:        make(chan event.GenericEvent, faultEventBuffer),
 		podEvents:        make(chan event.GenericEvent, faultEventBuffer),
 	}
@@ -231,12 +220,14 @@ func AddToScheme(s *runtime.Scheme) error {
 	return nil
 }
 
-// SetupWithManager registers the DataVolume, VirtualMachine and
-// VirtualMachineInstance controllers with mgr. Their names start with "sim-"
-// and skip the uniqueness check, so several simulators may run in one
-// process. From then on the stop endpoint reads through the manager's
-// uncached API reader.
+// SetupWithManager registers the simulated CDI, storage and node
+// controllers with mgr. Their names start with "sim-" and skip the
+// uniqueness check, so several simulators may run in one process. From
+// then on the simulator reads through the manager's uncached API reader.
 func (s *Simulator) SetupWithManager(mgr ctrl.Manager) error {
+	if s.opts.ControlPlane == nil {
+		return errors.New("the simulator needs Options.ControlPlane: a cluster running KubeVirt's own virt-api and virt-controller (testenv.StartWithKubeVirt)")
+	}
 	s.mu.Lock()
 	s.reader = mgr.GetAPIReader()
 	s.mu.Unlock()
@@ -252,11 +243,6 @@ func (s *Simulator) SetupWithManager(mgr ctrl.Manager) error {
 	if err := s.setupStorage(mgr); err != nil {
 		return err
 	}
-	if s.opts.ControlPlane == nil {
-		if err := (&vmReconciler{sim: s}).setup(mgr); err != nil {
-			return err
-		}
-	}
 	if err := mgr.Add(guestRunnable{sim: s}); err != nil {
 		return err
 	}
@@ -265,21 +251,16 @@ func (s *Simulator) SetupWithManager(mgr ctrl.Manager) error {
 			return err
 		}
 	}
-	if s.opts.Network || len(s.opts.Nodes) > 0 || s.opts.ControlPlane != nil {
-		if err := mgr.Add(nodesRunnable{sim: s}); err != nil {
-			return err
-		}
+	if err := mgr.Add(nodesRunnable{sim: s}); err != nil {
+		return err
 	}
 	if s.opts.Network {
 		if err := (&serviceProxy{sim: s}).setup(mgr); err != nil {
 			return err
 		}
 	}
-	if s.opts.ControlPlane != nil {
-		if err := (&launcherReconciler{sim: s}).setup(mgr); err != nil {
-			return err
-		}
-		return (&handlerReconciler{sim: s}).setup(mgr)
+	if err := (&launcherReconciler{sim: s}).setup(mgr); err != nil {
+		return err
 	}
-	return (&vmiReconciler{sim: s}).setup(mgr)
+	return (&handlerReconciler{sim: s}).setup(mgr)
 }

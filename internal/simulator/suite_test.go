@@ -24,15 +24,17 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/gcustom"
+	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -67,7 +69,7 @@ const (
 var (
 	ctx       context.Context
 	cancel    context.CancelFunc
-	testEnv   *envtest.Environment
+	cluster   *testenv.Cluster
 	k8sClient client.Client    // strict field validation
 	watcher   client.WithWatch // for recording every state an object goes through
 	sim       *simulator.Simulator
@@ -93,8 +95,11 @@ var _ = BeforeSuite(func() {
 
 	var cfg *rest.Config
 	var err error
-	testEnv, cfg, err = testenv.Start(scheme)
+	// KubeVirt's own virt-api and virt-controller, with the hook sidecar's
+	// gate, under the simulated nodes.
+	cluster, err = testenv.StartWithKubeVirt(scheme, testenv.KubeVirtOptions{FeatureGates: []string{"Sidecar"}})
 	Expect(err).NotTo(HaveOccurred())
+	cfg = cluster.Config
 
 	watcher, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
@@ -107,20 +112,20 @@ var _ = BeforeSuite(func() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	sim = simulator.New(mgr.GetClient(), simulator.Options{
-		ImportSteps:      importSteps,
-		StepInterval:     stepInterval,
-		StartDelay:       startDelay,
-		ShutdownDelay:    shutdownDelay,
-		CrashLoopBackoff: crashLoopBackoff,
-		Guests:           true,
-		GuestBootDelay:   50 * time.Millisecond,
-		GuestFiles:       map[string]simulator.GuestFile{goldenFile: {Mode: 0o644, Content: []byte("macOS 14.5")}},
+		ImportSteps:    importSteps,
+		StepInterval:   stepInterval,
+		StartDelay:     startDelay,
+		ShutdownDelay:  shutdownDelay,
+		Guests:         true,
+		GuestBootDelay: 50 * time.Millisecond,
+		GuestFiles:     map[string]simulator.GuestFile{goldenFile: {Mode: 0o644, Content: []byte("macOS 14.5")}},
 		CloneDurations: map[cdiv1.CDICloneStrategy]time.Duration{
 			cdiv1.CloneStrategySnapshot:     snapshotClone,
 			cdiv1.CloneStrategyCsiClone:     csiClone,
 			cdiv1.CloneStrategyHostAssisted: copyPerGiB,
 		},
 		SnapshotDelay: snapshotDelay,
+		ControlPlane:  cfg,
 	})
 	Expect(sim.SetupWithManager(mgr)).To(Succeed())
 	go func() {
@@ -133,8 +138,8 @@ var _ = AfterSuite(func() {
 	if cancel != nil {
 		cancel()
 	}
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
+	if cluster != nil {
+		Expect(cluster.Stop()).To(Succeed())
 	}
 })
 
@@ -188,13 +193,29 @@ func (r *recorder) Seen() []string {
 }
 
 // Reported returns the states recorded so far, without the empty
-// printableStatus a VirtualMachine has before the simulator reports on it.
+// printableStatus a VirtualMachine has before virt-controller reports on it
+// and the Stopped it writes in the sync that creates the instance (from
+// the instance it saw before: none).
 func (r *recorder) Reported() []string {
 	var out []string
 	for _, s := range r.Seen() {
-		if s != "" {
+		if s != "" && (len(out) > 0 || s != string(kubevirtv1.VirtualMachineStatusStopped)) {
 			out = append(out, s)
 		}
 	}
 	return out
+}
+
+// inOrder matches a list that holds want in that order, other elements
+// between them allowed.
+func inOrder(want ...string) types.GomegaMatcher {
+	return gcustom.MakeMatcher(func(got []string) (bool, error) {
+		i := 0
+		for _, s := range got {
+			if i < len(want) && s == want[i] {
+				i++
+			}
+		}
+		return i == len(want), nil
+	}).WithTemplate("Expected\n{{.FormattedActual}}\n{{.To}} hold, in this order,\n{{format .Data 1}}").WithTemplateData(want)
 }

@@ -28,17 +28,15 @@ import (
 // CDI's: its DataVolume controllers read an import's progress again every
 // 2 s while the importer runs (reconcileProgressUpdate in
 // pkg/controller/datavolume/controller-base.go, reconcileTargetPVC in
-// pkg/controller/populators/import-populator.go). The crash-loop base is
-// virt-controller's 10 s (calculateStartBackoffTime in
-// pkg/virt-controller/watch/vm/vm.go). The others are what a macOS guest on
-// Apple hardware typically takes.
+// pkg/controller/populators/import-populator.go). The others are what a
+// macOS guest on Apple hardware typically takes; virt-controller's own
+// crash-loop backoff runs on its own clock.
 const (
-	RealisticImportSteps      = 90 // 3 minutes of 2 s progress reads
-	RealisticStepInterval     = 2 * time.Second
-	RealisticStartDelay       = 15 * time.Second // launcher pod scheduled, started, domain defined
-	RealisticShutdownDelay    = 30 * time.Second // macOS ACPI power-off
-	RealisticGuestBootDelay   = 60 * time.Second // OpenCore to the agent's first heartbeat
-	RealisticCrashLoopBackoff = 10 * time.Second
+	RealisticImportSteps    = 90 // 3 minutes of 2 s progress reads
+	RealisticStepInterval   = 2 * time.Second
+	RealisticStartDelay     = 15 * time.Second // launcher pod scheduled, started, domain defined
+	RealisticShutdownDelay  = 30 * time.Second // macOS ACPI power-off
+	RealisticGuestBootDelay = 60 * time.Second // OpenCore to the agent's first heartbeat
 	// RealisticSnapshotClone is a snapshot clone: the snapshot, a claim
 	// restored from it, the prep pod and the rebind.
 	RealisticSnapshotClone = 30 * time.Second
@@ -53,22 +51,16 @@ const (
 	RealisticJitter = 0.2
 )
 
-// maxBackoffFactor caps the crash-loop backoff at this many times its base,
-// the ratio of virt-controller's 300 s cap (defaultMaxCrashLoopBackoffDelaySeconds)
-// to its 10 s base.
-const maxBackoffFactor = 30
-
 // Realistic returns Options with a real cluster's timings and jitter, the
 // jitter drawn from a source seeded with seed so that a run can be repeated.
 // Scale it with Scaled; set Guests and NodeName as needed.
 func Realistic(seed int64) Options {
 	return Options{
-		ImportSteps:      RealisticImportSteps,
-		StepInterval:     RealisticStepInterval,
-		StartDelay:       RealisticStartDelay,
-		ShutdownDelay:    RealisticShutdownDelay,
-		GuestBootDelay:   RealisticGuestBootDelay,
-		CrashLoopBackoff: RealisticCrashLoopBackoff,
+		ImportSteps:    RealisticImportSteps,
+		StepInterval:   RealisticStepInterval,
+		StartDelay:     RealisticStartDelay,
+		ShutdownDelay:  RealisticShutdownDelay,
+		GuestBootDelay: RealisticGuestBootDelay,
 		CloneDurations: map[cdiv1.CDICloneStrategy]time.Duration{
 			cdiv1.CloneStrategySnapshot:     RealisticSnapshotClone,
 			cdiv1.CloneStrategyCsiClone:     RealisticCSIClone,
@@ -91,7 +83,6 @@ func (o Options) Scaled(speed float64) Options {
 	o.StartDelay = scale(o.StartDelay)
 	o.ShutdownDelay = scale(o.ShutdownDelay)
 	o.GuestBootDelay = scale(o.GuestBootDelay)
-	o.CrashLoopBackoff = scale(o.CrashLoopBackoff)
 	o.SnapshotDelay = scale(o.SnapshotDelay)
 	if o.CloneDurations != nil {
 		durations := make(map[cdiv1.CDICloneStrategy]time.Duration, len(o.CloneDurations))
@@ -129,31 +120,6 @@ func (j *jitter) spread(d time.Duration) time.Duration {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return d + time.Duration((2*j.rnd.Float64()-1)*j.frac*float64(d))
-}
-
-// upTo returns a random duration from 0 to limit, both included.
-func (j *jitter) upTo(limit time.Duration) time.Duration {
-	if j == nil || limit <= 0 {
-		return 0
-	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return time.Duration(j.rnd.Int64N(int64(limit) + 1))
-}
-
-// crashLoopDelay is the wait before the next start after count consecutive
-// failed starts, as calculateStartBackoffTime in
-// pkg/virt-controller/watch/vm/vm.go computes it: base·count², plus a random
-// extra of up to half of that to keep failing VMs apart (from extra, nil
-// for none), the sum capped at 30·base (virt-controller: 10 s base, 300 s
-// cap).
-func crashLoopDelay(base time.Duration, count int, extra func(time.Duration) time.Duration) time.Duration {
-	n := time.Duration(min(max(count, 1), maxBackoffFactor))
-	d := base * n * n
-	if extra != nil {
-		d += extra(d / 2)
-	}
-	return min(d, base*maxBackoffFactor)
 }
 
 // timing holds the per-object timing state beside the pacer's clocks.

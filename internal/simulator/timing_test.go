@@ -23,67 +23,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
-
-// TestCrashLoopDelay pins virt-controller's calculateStartBackoffTime:
-// 10 s·n², plus up to half of that at random, capped at 300 s.
-func TestCrashLoopDelay(t *testing.T) {
-	none := func(time.Duration) time.Duration { return 0 }
-	most := func(limit time.Duration) time.Duration { return limit }
-	cases := []struct {
-		count int
-		extra func(time.Duration) time.Duration
-		want  time.Duration
-	}{
-		{0, nil, 10 * time.Second},
-		{1, nil, 10 * time.Second},
-		{2, nil, 40 * time.Second},
-		{3, none, 90 * time.Second},
-		{5, nil, 250 * time.Second},
-		{6, nil, 300 * time.Second},
-		{1_000_000, nil, 300 * time.Second},
-		{1, most, 15 * time.Second},
-		{2, most, 60 * time.Second},
-		{3, most, 135 * time.Second},
-		{4, most, 240 * time.Second},
-		{5, most, 300 * time.Second}, // 375 s, capped after the jitter
-	}
-	for _, tc := range cases {
-		t.Run(fmt.Sprintf("%d failures", tc.count), func(t *testing.T) {
-			NewWithT(t).Expect(crashLoopDelay(10*time.Second, tc.count, tc.extra)).To(Equal(tc.want))
-		})
-	}
-}
-
-// TestRealisticCrashLoopBackoffHasJitter checks the start-failure backoff
-// of a realistic simulator: never under 10 s·n², never over 1.5 times that
-// or 300 s, and not the same for every failing VirtualMachine.
-func TestRealisticCrashLoopBackoffHasJitter(t *testing.T) {
-	g := NewWithT(t)
-	sim := New(nil, Realistic(7))
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	seen := map[time.Duration]bool{}
-	for vm := range 20 {
-		st := kubevirtv1.VirtualMachineStatus{}
-		for n := 1; n <= 6; n++ {
-			vmi := vmiIn(kubevirtv1.Failed)
-			vmi.UID = types.UID(fmt.Sprintf("vm-%d-uid-%d", vm, n))
-			syncStartFailure(&st, kubevirtv1.RunStrategyAlways,
-				vmView{vmi: vmi, now: now, backoff: sim.opts.CrashLoopBackoff, jitter: sim.jitter.upTo})
-			got := st.StartFailure.RetryAfterTimestamp.Sub(now)
-			base := 10 * time.Second * time.Duration(n*n)
-			g.Expect(got).To(BeNumerically(">=", min(base, 300*time.Second)), "failure %d", n)
-			g.Expect(got).To(BeNumerically("<=", min(base*3/2+time.Second, 300*time.Second)), "failure %d", n)
-			if n == 2 {
-				seen[got] = true
-			}
-		}
-	}
-	g.Expect(len(seen)).To(BeNumerically(">", 1), "twenty VMs failing twice all wait the same: no jitter")
-}
 
 // TestPacerJitter: without jitter a step lasts exactly its duration; with
 // it, each step's duration is drawn once within ±Jitter and kept while the
@@ -122,11 +63,10 @@ func TestRealisticAndScaled(t *testing.T) {
 	g := NewWithT(t)
 	o := Realistic(1)
 	g.Expect(o.StepInterval).To(Equal(2*time.Second), "CDI reads progress every 2 s")
-	g.Expect(o.CrashLoopBackoff).To(Equal(10*time.Second), "virt-controller's base")
 	g.Expect(time.Duration(o.ImportSteps)*o.StepInterval).To(BeNumerically(">=", time.Minute), "imports take minutes")
 	s := o.Scaled(4)
 	g.Expect(s.StepInterval).To(Equal(500 * time.Millisecond))
-	g.Expect(s.CrashLoopBackoff).To(Equal(2500 * time.Millisecond))
+	g.Expect(s.StartDelay).To(Equal(o.StartDelay / 4))
 	g.Expect(s.ImportSteps).To(Equal(o.ImportSteps))
 	g.Expect(s.Jitter).To(Equal(o.Jitter))
 	g.Expect(s.SnapshotDelay).To(Equal(o.SnapshotDelay / 4))

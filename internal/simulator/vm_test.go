@@ -84,10 +84,10 @@ var _ = Describe("VirtualMachine", func() {
 		Expect(vmi.Spec.Volumes).To(Equal(vm.Spec.Template.Spec.Volumes))
 	})
 
-	It("creates the instance at once and holds it Pending, unschedulable, while a standalone DataVolume does not exist", func() {
+	It("creates the instance at once and holds it Pending, its PVC not found, while a standalone DataVolume does not exist", func() {
 		seen := record(&kubevirtv1.VirtualMachineList{}, ns, describeVM)
 		create(newVM(ns, "mac", "disk"))
-		Eventually(printableStatus(ns, "mac")).WithTimeout(timeout).Should(Equal(kubevirtv1.VirtualMachineStatusUnschedulable))
+		Eventually(printableStatus(ns, "mac")).WithTimeout(timeout).Should(Equal(kubevirtv1.VirtualMachineStatusPvcNotFound))
 		vmi, err := getVMI(ns, "mac")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Pending))
@@ -99,7 +99,7 @@ var _ = Describe("VirtualMachine", func() {
 
 		create(newDataVolume(ns, "disk"))
 		Eventually(printableStatus(ns, "mac")).WithTimeout(timeout).Should(Equal(kubevirtv1.VirtualMachineStatusRunning))
-		Eventually(seen.Reported).WithTimeout(timeout).Should(Equal([]string{"Starting", "ErrorUnschedulable", "Starting", "Running"}))
+		Eventually(seen.Reported).WithTimeout(timeout).Should(inOrder("ErrorPvcNotFound", "Running"))
 	})
 
 	It("reports DataVolumeError while CDI retries a failing import of a DataVolume it uses, and keeps its instance Pending", func() {

@@ -21,10 +21,8 @@ import (
 	"hash/fnv"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
 // unschedulableMessage is the scheduler's message for a launcher pod no node
@@ -38,90 +36,6 @@ type vmiFaults struct {
 	crash         bool
 	// The launch faults (faults_launch.go).
 	imagePull, paused, migrating, nodeLost bool
-}
-
-// stepVMI moves the instance one phase on, as virt-controller and
-// virt-handler would, and reports whether anything changed. Timing is the
-// caller's business.
-func stepVMI(vmi *kubevirtv1.VirtualMachineInstance, f vmiFaults, where placement, now time.Time) bool {
-	switch vmi.Status.Phase {
-	case kubevirtv1.VmPhaseUnset:
-		controllerutil.AddFinalizer(vmi, kubevirtv1.VirtualMachineInstanceFinalizer)
-		setVMIPhase(vmi, kubevirtv1.Pending, now)
-	case kubevirtv1.Pending:
-		setVMIPhase(vmi, kubevirtv1.Scheduling, now)
-	case kubevirtv1.Scheduling:
-		if f.unschedulable {
-			return setVMICondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
-				Type:   kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled),
-				Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: unschedulableMessage,
-				LastProbeTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now),
-			})
-		}
-		if f.imagePull {
-			return stepImagePull(vmi, now)
-		}
-		clearImagePull(vmi)
-		if where.Node == "" {
-			// virt-controller copies the pod's condition once and keeps it
-			// while the pod stays unscheduled (AddPodCondition in
-			// pkg/controller/conditions.go), so a later message does not
-			// replace the first.
-			if vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)) != nil {
-				return false
-			}
-			return setVMICondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
-				Type:   kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled),
-				Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: where.Message,
-				LastProbeTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now),
-			})
-		}
-		removeVMICondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled))
-		node := where.Node
-		vmi.Status.NodeName = node
-		if vmi.Labels == nil {
-			vmi.Labels = map[string]string{}
-		}
-		vmi.Labels[kubevirtv1.NodeNameLabel] = node
-		setVMIPhase(vmi, kubevirtv1.Scheduled, now)
-	case kubevirtv1.Scheduled:
-		if f.crash {
-			setVMIPhase(vmi, kubevirtv1.Failed, now)
-			break
-		}
-		vmi.Status.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{podInterface(vmi)}
-		setVMIPhase(vmi, kubevirtv1.Running, now)
-	case kubevirtv1.Running:
-		if !f.crash {
-			return stepRunning(vmi, f, now)
-		}
-		setVMIPhase(vmi, kubevirtv1.Failed, now)
-	default:
-		return false
-	}
-	return true
-}
-
-// setVMIPhase enters phase, records the transition and sets the Ready
-// condition virt-controller derives from the launcher pod in that phase.
-func setVMIPhase(vmi *kubevirtv1.VirtualMachineInstance, phase kubevirtv1.VirtualMachineInstancePhase, now time.Time) {
-	enterPhase(vmi, phase, now)
-	t := metav1.NewTime(now)
-	ready := kubevirtv1.VirtualMachineInstanceCondition{
-		Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse,
-		LastProbeTime: t, LastTransitionTime: t,
-	}
-	switch phase {
-	case kubevirtv1.Pending:
-		ready.Reason, ready.Message = kubevirtv1.PodNotExistsReason, "virt-launcher pod has not yet been scheduled"
-	case kubevirtv1.Running:
-		ready.Status = corev1.ConditionTrue
-	case kubevirtv1.Failed, kubevirtv1.Succeeded:
-		ready.Reason, ready.Message = kubevirtv1.PodTerminatingReason, "virt-launcher pod is terminating"
-	default:
-		ready.Reason, ready.Message = kubevirtv1.GuestNotRunningReason, "Guest VM is not reported as running"
-	}
-	setVMICondition(vmi, ready)
 }
 
 // enterPhase enters phase and records the transition, as virt-handler

@@ -33,7 +33,7 @@ type Stopper interface {
 }
 
 // RESTStopper calls the stop subresource over the API server (or any
-// endpoint serving the same path, such as a stand-in of virt-api in tests).
+// endpoint serving the same path, such as a proxy in front of it in tests).
 type RESTStopper struct {
 	client rest.Interface
 }

@@ -51,7 +51,7 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{KubeVirt: true, Options: sandbox.Options{Speed: 4}, Network: true})
+	sys, err := sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Network: true})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

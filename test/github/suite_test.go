@@ -88,7 +88,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	runSh := fmt.Sprintf("#!/bin/sh\nexec '%s' %s \"$@\"\n", self, fakeRunnerArg)
 	hang := "#!/bin/sh\n# a runner that never comes online\nexec sleep 3600\n"
-	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{KubeVirt: true, Options: sandbox.Options{Speed: 4},
+	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4},
 		GuestFiles: map[string]simulator.GuestFile{
 			"Users/admin/actions-runner/run.sh": {Mode: 0o755, Content: []byte(runSh)},
 			"Users/admin/hung-runner/run.sh":    {Mode: 0o755, Content: []byte(hang)},

@@ -66,7 +66,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	ctx, stopAll = context.WithCancel(context.Background())
 	registry = simulator.NewRegistry()
-	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{KubeVirt: true, Options: sandbox.Options{Speed: 4}, Registry: registry})
+	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Registry: registry})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(sandbox.ApplySamples(ctx, admin, 0)).To(Succeed())
 

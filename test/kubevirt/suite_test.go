@@ -71,7 +71,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	ctx, stopAll = context.WithCancel(context.Background())
 	system, err = sandbox.StartSystem(ctx, cluster.Config, scheme, sandbox.SystemOptions{
-		Options: sandbox.Options{Speed: 4, AppleNodes: 2}, KubeVirt: true})
+		Options: sandbox.Options{Speed: 4, AppleNodes: 2}})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(sandbox.ApplySamples(ctx, admin, 1)).To(Succeed())
 })

@@ -122,7 +122,7 @@ var _ = BeforeSuite(func() {
 	recordCalls(opCfg) // compared with the shipped roles once the suite is over (rights_test.go)
 
 	By("macvirt, the simulator and the samples")
-	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{KubeVirt: true, Options: sandbox.Options{Speed: 4}, OperatorConfig: opCfg})
+	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, OperatorConfig: opCfg})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(system.OperatorUser).To(Equal(operatorUser))
 	Expect(sandbox.ApplySamples(ctx, admin, 2)).To(Succeed())
