@@ -18,7 +18,6 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/classhistory"
-	"github.com/macvirt/macvirt/internal/simulator"
 )
 
 // serviceOf gets the Service and the EndpointSlice of a name.
@@ -52,7 +51,7 @@ var _ = Describe("A claim's Service", func() {
 		Eventually(claimPhase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
 		Eventually(claimCondition(k, macvirtv1alpha1.ConditionServiceReady)).WithTimeout(timeout).Should(HaveField("Status", metav1.ConditionTrue))
 		c := getClaim(k)
-		podIP := simulator.IPAddressFor(poolNS, c.Status.MachineRef.Name)
+		podIP := launcherPodIP(poolNS, c.Status.MachineRef.Name)
 
 		svc, slice := serviceOf(tenant, "build")
 		Expect(svc).NotTo(BeNil())

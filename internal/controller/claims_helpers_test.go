@@ -107,6 +107,21 @@ func newClaim(ns string, mod func(*macvirtv1alpha1.MacClaim)) *macvirtv1alpha1.M
 
 func getClaim(k types.NamespacedName) *macvirtv1alpha1.MacClaim { return getClaimWith(Default, k) }
 
+// launcherPodIP is the address of the machine's running virt-launcher pod,
+// as the kubelet reports it (each new pod has a new one).
+func launcherPodIP(ns, machine string) string {
+	pods := &corev1.PodList{}
+	ExpectWithOffset(1, k8sClient.List(context.Background(), pods, client.InNamespace(ns),
+		client.MatchingLabels{"kubevirt.io": "virt-launcher", macvirtv1alpha1.LabelMachine: machine})).To(Succeed())
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			return p.Status.PodIP
+		}
+	}
+	Fail("machine "+ns+"/"+machine+" has no running virt-launcher pod", 1)
+	return ""
+}
+
 // getClaimWith gets a claim, asserting with g (see getMachineWith).
 func getClaimWith(g Gomega, k types.NamespacedName) *macvirtv1alpha1.MacClaim {
 	c := &macvirtv1alpha1.MacClaim{}

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/simulator"
 )
 
 var _ = Describe("Pools and claims", func() {
@@ -37,7 +36,7 @@ var _ = Describe("Pools and claims", func() {
 		// The address is the virt-launcher pod's, as KubeVirt reports it;
 		// never the one the guest sees behind masquerade (10.0.2.2), which
 		// the guests here report, as real ones do.
-		podIP := simulator.IPAddressFor(poolNS, c.Status.MachineRef.Name)
+		podIP := launcherPodIP(poolNS, c.Status.MachineRef.Name)
 		host := claim.Name + ".macs." + tenant + ".svc"
 		Expect(c.Status.Connection).To(Equal(&macvirtv1alpha1.ClaimConnection{Host: host, ServiceName: "macs", Address: podIP,
 			SSHPort: 22, User: "admin", HostKeys: []string{testHostKey}}))

@@ -266,7 +266,7 @@ func podAddress(vmi *kubevirtv1.VirtualMachineInstance) string {
 			return iface.IP
 		}
 	}
-	return IPAddressFor(vmi.Namespace, vmi.Name)
+	return ""
 }
 
 // GuestAddress is the address the guest itself sees on its pod-network

@@ -124,7 +124,12 @@ func (r *handlerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			enterPhase(vmi, kubevirtv1.Failed, now)
 			break
 		}
-		setPodInterface(vmi)
+		ip, err := r.podIP(ctx, vmi)
+		if err != nil || ip == "" {
+			// virt-handler reports the domain once its pod runs.
+			return ctrl.Result{RequeueAfter: r.sim.opts.StartDelay / launcherStartSteps}, err
+		}
+		setPodInterface(vmi, ip)
 		enterPhase(vmi, kubevirtv1.Running, now)
 	case vmi.Status.Phase == kubevirtv1.Running && f.nodeLost:
 		return ctrl.Result{RequeueAfter: r.sim.opts.StartDelay}, r.loseNode(ctx, vmi)
@@ -207,6 +212,21 @@ func (r *handlerReconciler) podGoing(ctx context.Context, vmi *kubevirtv1.Virtua
 	return false, nil
 }
 
+// podIP is the address of the instance's running launcher pod on its
+// node, or "" while there is none.
+func (r *handlerReconciler) podIP(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (string, error) {
+	pods, err := r.sim.podsOfInstance(ctx, vmi)
+	if err != nil {
+		return "", err
+	}
+	for i := range pods {
+		if p := &pods[i]; p.Spec.NodeName == vmi.Status.NodeName && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			return p.Status.PodIP, nil
+		}
+	}
+	return "", nil
+}
+
 // podsOfInstance lists the launcher pods virt-controller created for the
 // instance.
 func (s *Simulator) podsOfInstance(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) ([]corev1.Pod, error) {
@@ -257,8 +277,8 @@ func (s *Simulator) handlerClient(node string) (client.Client, error) {
 // setPodInterface reports the instance's pod-network interface as
 // virt-handler does, into the entry virt-controller made for it (which
 // holds podInterfaceName).
-func setPodInterface(vmi *kubevirtv1.VirtualMachineInstance) {
-	iface := podInterface(vmi)
+func setPodInterface(vmi *kubevirtv1.VirtualMachineInstance, podIP string) {
+	iface := podInterface(vmi, podIP)
 	for i := range vmi.Status.Interfaces {
 		if vmi.Status.Interfaces[i].Name == iface.Name {
 			if name := vmi.Status.Interfaces[i].PodInterfaceName; name != "" {

@@ -133,7 +133,7 @@ func (r *launcherReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{RequeueAfter: step}, r.writeStatus(ctx, pod, failedPullStatus(pod))
 		}
 	}
-	want := runningStatus(pod, vmi, now)
+	want := runningStatus(pod, now)
 	if podStatusEqual(pod.Status, want) {
 		return ctrl.Result{}, nil
 	}
@@ -299,7 +299,7 @@ func failedPullStatus(pod *corev1.Pod) corev1.PodStatus {
 // sets no readiness probe), the pod's address, and Ready only while every
 // readiness gate holds (virt-controller keeps kubevirt.io/virtual-machine-
 // unpaused). Conditions the kubelet does not own are kept.
-func runningStatus(pod *corev1.Pod, vmi *kubevirtv1.VirtualMachineInstance, now time.Time) corev1.PodStatus {
+func runningStatus(pod *corev1.Pod, now time.Time) corev1.PodStatus {
 	status := pod.Status.DeepCopy()
 	started := metav1.NewTime(now)
 	if status.StartTime != nil {
@@ -308,7 +308,7 @@ func runningStatus(pod *corev1.Pod, vmi *kubevirtv1.VirtualMachineInstance, now 
 	status.Phase = corev1.PodRunning
 	status.StartTime = &started
 	status.HostIP, status.HostIPs = NodeAddress, []corev1.HostIP{{IP: NodeAddress}}
-	ip := IPAddressFor(vmi.Namespace, vmi.Name)
+	ip := PodIPFor(pod.Namespace, pod.Name)
 	status.PodIP, status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
 	status.InitContainerStatuses = containerStatuses(pod.Spec.InitContainers, status.InitContainerStatuses, func(c *corev1.ContainerStatus) {
 		if c.State.Terminated == nil {

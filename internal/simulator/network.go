@@ -32,8 +32,9 @@ import (
 // by the node's address and the node port, and only while the Service's
 // EndpointSlice names a ready endpoint.
 //
-// It does not imitate NetworkPolicy enforcement (no policy engine), nor
-// ClusterIPs (nothing outside a cluster reaches those either).
+// Connections to pod addresses are judged by the NetworkPolicies of both
+// ends (netpol.go). ClusterIPs are not imitated (nothing outside a cluster
+// reaches those either).
 
 // NodeAddress is the InternalIP of the simulated nodes.
 const NodeAddress = "127.0.0.1"
@@ -199,7 +200,10 @@ func (p *serviceProxy) forward(conn net.Conn, l *nodePortListener) {
 	if !ok {
 		return
 	}
-	up, err := p.sim.network.dial(ctx, ip, port)
+	// The client's address reaches the pod as the source: the node's own
+	// after kube-proxy's masquerade, which here is the same 127.0.0.1.
+	client, _, _ := net.SplitHostPort(conn.RemoteAddr().String())
+	up, err := p.sim.DialFrom(ctx, Peer{IP: client}, net.JoinHostPort(ip, strconv.Itoa(port)))
 	if err != nil {
 		return
 	}

@@ -9,14 +9,17 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
-func TestIPAddressForIsStablePerVirtualMachine(t *testing.T) {
+// Every pod gets an address of its own: a VirtualMachine's next launcher
+// pod (another random suffix) gets another one, and the instance's
+// interface carries the pod's.
+func TestEveryLauncherPodHasAnAddressOfItsOwn(t *testing.T) {
 	g := NewWithT(t)
-	ip := IPAddressFor("lab", "sequoia")
+	ip := PodIPFor("lab", "virt-launcher-sequoia-x7k2p")
 	g.Expect(ip).To(MatchRegexp(`^10\.244\.\d{1,3}\.\d{1,3}$`))
-	g.Expect(IPAddressFor("lab", "sequoia")).To(Equal(ip))
-	g.Expect(IPAddressFor("lab", "sonoma")).NotTo(Equal(ip))
+	g.Expect(PodIPFor("lab", "virt-launcher-sequoia-x7k2p")).To(Equal(ip))
+	g.Expect(PodIPFor("lab", "virt-launcher-sequoia-q9m4d")).NotTo(Equal(ip))
 	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "sequoia"}}
-	g.Expect(podInterface(vmi)).To(And(HaveField("Name", "default"), HaveField("IP", ip)))
+	g.Expect(podInterface(vmi, ip)).To(And(HaveField("Name", "default"), HaveField("IP", ip), HaveField("IPs", []string{ip})))
 	g.Expect(vmiConditionStatus(vmi, kubevirtv1.VirtualMachineInstanceReady)).To(Equal(corev1.ConditionUnknown))
 }
 
@@ -30,16 +33,16 @@ func TestTheGuestSeesWhatKubeVirtsBindingGivesIt(t *testing.T) {
 		v := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "sequoia"}}
 		v.Spec.Networks = []kubevirtv1.Network{{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{VMNetworkCIDR: cidr}}}}
 		v.Spec.Domain.Devices.Interfaces = []kubevirtv1.Interface{{Name: "default", InterfaceBindingMethod: binding}}
-		v.Status.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{podInterface(v)}
+		v.Status.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{podInterface(v, "10.244.3.7")}
 		return v
 	}
 	masquerade := kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}}
 	v := vmi(masquerade, "")
 	g.Expect(GuestAddress(v)).To(Equal("10.0.2.2"))
-	g.Expect(v.Status.Interfaces[0].IP).To(Equal(IPAddressFor("lab", "sequoia")))
+	g.Expect(v.Status.Interfaces[0].IP).To(Equal("10.244.3.7"))
 	g.Expect(v.Status.Interfaces[0].InfoSource).To(Equal("domain"))
 	g.Expect(v.Status.Interfaces[0].InterfaceName).To(BeEmpty(), "only a QEMU guest agent reports the guest's interface name")
 	g.Expect(GuestAddress(vmi(masquerade, "192.168.77.0/24"))).To(Equal("192.168.77.2"))
 	g.Expect(GuestAddress(vmi(kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}}, ""))).
-		To(Equal(IPAddressFor("lab", "sequoia")), "with bridge binding the guest gets the pod's IP")
+		To(Equal("10.244.3.7"), "with bridge binding the guest gets the pod's IP")
 }

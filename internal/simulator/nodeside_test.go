@@ -110,9 +110,8 @@ func TestTheNodesUnderKubeVirtsOwnControlPlane(t *testing.T) {
 		if vmi.Status.NodeName != simulator.DefaultNodeName {
 			return fmt.Errorf("VMI on node %q", vmi.Status.NodeName)
 		}
-		want := simulator.IPAddressFor(vm.Namespace, vm.Name)
-		if len(vmi.Status.Interfaces) != 1 || vmi.Status.Interfaces[0].IP != want {
-			return fmt.Errorf("interfaces %+v, want one with %s", vmi.Status.Interfaces, want)
+		if len(vmi.Status.Interfaces) != 1 {
+			return fmt.Errorf("interfaces %+v, want one", vmi.Status.Interfaces)
 		}
 		return nil
 	})
@@ -126,6 +125,10 @@ func TestTheNodesUnderKubeVirtsOwnControlPlane(t *testing.T) {
 	*pod = pods.Items[0]
 	if pod.Spec.NodeName != simulator.DefaultNodeName || pod.Status.Phase != corev1.PodRunning {
 		t.Errorf("launcher pod on %q in phase %q, want Running on %s", pod.Spec.NodeName, pod.Status.Phase, simulator.DefaultNodeName)
+	}
+	firstIP := vmi.Status.Interfaces[0].IP
+	if want := simulator.PodIPFor(pod.Namespace, pod.Name); pod.Status.PodIP != want || firstIP != want {
+		t.Errorf("pod IP %q, the VMI's interface %q; want both the pod's own %s", pod.Status.PodIP, firstIP, want)
 	}
 	eventually(ctx, t, "virt-controller reads the VM Ready from the pod", func() error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
@@ -172,6 +175,15 @@ func TestTheNodesUnderKubeVirtsOwnControlPlane(t *testing.T) {
 		}
 		return nil
 	})
+	// The new launcher pod has an address of its own, and the VMI says so.
+	if err := c.List(ctx, pods, client.InNamespace(ns.Name), client.MatchingLabels{kubevirtv1.CreatedByLabel: string(vmi.UID)}); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 1 || len(vmi.Status.Interfaces) != 1 || vmi.Status.Interfaces[0].IP != pods.Items[0].Status.PodIP ||
+		vmi.Status.Interfaces[0].IP == firstIP {
+		t.Errorf("the new VMI's interfaces %+v, its pods %d; want the new pod's IP, not the lost one's %s",
+			vmi.Status.Interfaces, len(pods.Items), firstIP)
+	}
 	stopper, err := vmstop.NewRESTStopper(cluster.Config, nil)
 	if err != nil {
 		t.Fatal(err)

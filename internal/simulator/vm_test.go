@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/macvirt/macvirt/internal/simulator"
 )
@@ -70,8 +71,11 @@ var _ = Describe("VirtualMachine", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
 		Expect(vmi.Status.NodeName).To(Equal(simulator.DefaultNodeName))
-		ip := simulator.IPAddressFor(ns, "sequoia")
-		Expect(ip).To(MatchRegexp(`^10\.244\.\d+\.\d+$`))
+		pods := &corev1.PodList{}
+		Expect(k8sClient.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{kubevirtv1.CreatedByLabel: string(vmi.UID)})).To(Succeed())
+		Expect(pods.Items).To(HaveLen(1))
+		ip := pods.Items[0].Status.PodIP
+		Expect(ip).To(Equal(simulator.PodIPFor(ns, pods.Items[0].Name)))
 		Expect(vmi.Status.Interfaces).To(ConsistOf(MatchFields(IgnoreExtras, Fields{
 			"Name": Equal("default"), "IP": Equal(ip), "IPs": Equal([]string{ip}),
 		})))

@@ -48,12 +48,11 @@ func enterPhase(vmi *kubevirtv1.VirtualMachineInstance, phase kubevirtv1.Virtual
 
 // podInterface is the instance's interface on the pod network as
 // virt-handler reports it (pkg/network/setup/netstat.go, UpdateStatus): the
-// interface from the domain, its IP the virt-launcher pod's IP from the pod
-// interface cache (updateIfacesStatusFromPodCache), whatever the binding.
-// Only a QEMU guest agent would add the guest's own view (interfaceName,
-// infoSource "guest-agent"), and macOS runs none. The pod IP is derived
-// from the instance's name so that it is stable across restarts.
-func podInterface(vmi *kubevirtv1.VirtualMachineInstance) kubevirtv1.VirtualMachineInstanceNetworkInterface {
+// interface from the domain, its IP the virt-launcher pod's IP (podIP)
+// from the pod interface cache (updateIfacesStatusFromPodCache), whatever
+// the binding. Only a QEMU guest agent would add the guest's own view
+// (interfaceName, infoSource "guest-agent"), and macOS runs none.
+func podInterface(vmi *kubevirtv1.VirtualMachineInstance, podIP string) kubevirtv1.VirtualMachineInstanceNetworkInterface {
 	name := "default"
 	for _, n := range vmi.Spec.Networks {
 		if n.Pod != nil {
@@ -68,17 +67,19 @@ func podInterface(vmi *kubevirtv1.VirtualMachineInstance) kubevirtv1.VirtualMach
 			mac = iface.MacAddress
 		}
 	}
-	ip := IPAddressFor(vmi.Namespace, vmi.Name)
 	return kubevirtv1.VirtualMachineInstanceNetworkInterface{
-		Name: name, IP: ip, IPs: []string{ip}, MAC: mac,
+		Name: name, IP: podIP, IPs: []string{podIP}, MAC: mac,
 		PodInterfaceName: "eth0", InfoSource: "domain",
 		QueueCount: 1, LinkState: "up",
 	}
 }
 
-// IPAddressFor returns the pod-network address the simulator reports for the
-// running VirtualMachine namespace/name: 10.244.x.y, the same on every start.
-func IPAddressFor(namespace, name string) string {
+// PodIPFor returns the pod-network address the simulated kubelet gives the
+// pod namespace/name: 10.244.x.y. Every pod has a name of its own (a
+// virt-launcher pod's ends in a random suffix), so every new launcher pod
+// of a VirtualMachine gets a new address, as a network plugin's IPAM
+// hands them out.
+func PodIPFor(namespace, name string) string {
 	h := hash(namespace + "/" + name)
 	return fmt.Sprintf("10.244.%d.%d", h[2], 2+int(h[3])%253)
 }

@@ -14,12 +14,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,6 +33,7 @@ import (
 	"github.com/macvirt/macvirt/internal/kubectlmac"
 	"github.com/macvirt/macvirt/internal/sandbox"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/internal/simulator"
 	"github.com/macvirt/macvirt/internal/testenv"
 )
 
@@ -167,6 +171,82 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		}
 	})
 
+	t.Run("the Mac's NetworkPolicy lets its tenant's pods in on its ports, and no one else", func(t *testing.T) {
+		// A ClusterIP claim: reached at the Mac's pod address, under the
+		// machine's policy alone (a node port lets anyone in). The class
+		// makes machines on demand, in the claim's namespace; the sample
+		// pool keeps idle ones in the pools' namespace.
+		if code, _, _ := mac("claim", "inside", "--class", sandbox.TenantClass, "--access", "ClusterIP", "--wait", "--timeout", "3m"); code != 0 {
+			t.Fatalf("claim inside --access ClusterIP: exit %d", code)
+		}
+		defer mac("release", "inside")
+		inside := &macvirtv1alpha1.MacClaim{}
+		if err := admin.Get(ctx, types.NamespacedName{Namespace: sandbox.TenantNamespace, Name: "inside"}, inside); err != nil {
+			t.Fatal(err)
+		}
+		conn := inside.Status.Connection
+		if conn == nil || conn.Address == "" || conn.SSHPort == 0 {
+			t.Fatalf("status.connection = %+v, want the Mac's pod address and SSH port", conn)
+		}
+		const pools = "macvirt-pools" // the sample pool's spec.namespace
+		if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-android"}}); err != nil {
+			t.Fatal(err)
+		}
+		ci := map[string]string{"app": "ci"}
+		for _, tc := range []struct {
+			name string
+			from simulator.Peer
+			port int32
+			in   bool
+		}{
+			{"a pod of the claim's namespace", simulator.Peer{Namespace: sandbox.TenantNamespace, Labels: ci}, conn.SSHPort, true},
+			{"a pod of another tenant's namespace", simulator.Peer{Namespace: "team-android", Labels: ci}, conn.SSHPort, false},
+			{"a pod of the pools' namespace", simulator.Peer{Namespace: pools, Labels: ci}, conn.SSHPort, false},
+			{"an address outside the cluster", simulator.Peer{IP: "203.0.113.7"}, conn.SSHPort, false},
+			{"the claim's namespace on Screen Sharing's port, which the class does not offer", simulator.Peer{Namespace: sandbox.TenantNamespace, Labels: ci}, 5900, false},
+			// docs/access.md: the node's own traffic gets past any policy.
+			{"the Mac's node, or a pod on its host network", simulator.Peer{HostNetwork: true}, conn.SSHPort, true},
+		} {
+			got, err := sys.Simulator.DialFrom(ctx, tc.from, net.JoinHostPort(conn.Address, strconv.Itoa(int(tc.port))))
+			switch {
+			case tc.in && err != nil:
+				t.Errorf("%s, port %d: %v; want the Mac's sshd", tc.name, tc.port, err)
+			case tc.in:
+				banner := make([]byte, len("SSH-2.0-"))
+				_ = got.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if _, err := io.ReadFull(got, banner); err != nil || string(banner) != "SSH-2.0-" {
+					t.Errorf("%s, port %d: read %q, %v; want an SSH banner", tc.name, tc.port, banner, err)
+				}
+				_ = got.Close()
+			case err == nil:
+				_ = got.Close()
+				t.Errorf("%s, port %d: connected; want the machine's NetworkPolicy to drop it", tc.name, tc.port)
+			case !strings.Contains(err.Error(), "NetworkPolicies"):
+				t.Errorf("%s, port %d: %v; want the machine's NetworkPolicy to drop it", tc.name, tc.port, err)
+			}
+		}
+
+		// An idle machine of the pool lets no one in, its tenant-to-be
+		// included.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			ip, ok := idleMachineAddress(ctx, t, admin, pools)
+			if ok {
+				if c, err := sys.Simulator.DialFrom(ctx, simulator.Peer{Namespace: sandbox.TenantNamespace, Labels: ci}, net.JoinHostPort(ip, "22")); err == nil {
+					_ = c.Close()
+					t.Errorf("an idle machine at %s let a tenant's pod in", ip)
+				} else if !strings.Contains(err.Error(), "NetworkPolicies") {
+					t.Errorf("an idle machine at %s: %v; want its NetworkPolicy to drop it", ip, err)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no idle machine of the pool running a minute after the claims")
+			}
+			time.Sleep(time.Second)
+		}
+	})
+
 	t.Run("vnc says the class offers no Screen Sharing", func(t *testing.T) {
 		code, _, errOut := mac("vnc", "demo")
 		if code != 1 || !strings.Contains(errOut, "spec.access.screenSharing") {
@@ -211,6 +291,31 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 			time.Sleep(time.Second)
 		}
 	})
+}
+
+// idleMachineAddress is the pod address of a running launcher pod of an
+// unbound machine in the pools' namespace.
+func idleMachineAddress(ctx context.Context, t *testing.T, admin client.Client, pools string) (string, bool) {
+	t.Helper()
+	machines := &macvirtv1alpha1.MacMachineList{}
+	if err := admin.List(ctx, machines, client.InNamespace(pools)); err != nil {
+		t.Fatal(err)
+	}
+	pods := &corev1.PodList{}
+	if err := admin.List(ctx, pods, client.InNamespace(pools), client.MatchingLabels{"kubevirt.io": "virt-launcher"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range machines.Items {
+		if m.Spec.ClaimRef != nil {
+			continue
+		}
+		for _, p := range pods.Items {
+			if p.Labels["macvirt.io/machine"] == m.Name && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+				return p.Status.PodIP, true
+			}
+		}
+	}
+	return "", false
 }
 
 // writeKey writes a fresh ed25519 private key to path and its public key
