@@ -18,11 +18,14 @@ package simulator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Faults and guest actions of the guest's power: a guest deaf to ACPI, a
@@ -80,24 +83,30 @@ func (s *Simulator) powerOff(vmi *kubevirtv1.VirtualMachineInstance) (time.Durat
 // (pkg/virt-controller/watch/vm/vm.go, RunStrategyAlways). It fails when
 // the instance is not Running.
 func (s *Simulator) ShutDownGuest(ctx context.Context, key types.NamespacedName) error {
-	vmi, err := s.getVMI(ctx, key)
+	// virt-controller writes the instance too: read it afresh on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		vmi := &kubevirtv1.VirtualMachineInstance{}
+		if err := s.reader.Get(ctx, key, vmi); client.IgnoreNotFound(err) != nil {
+			return err
+		} else if err != nil || vmi.Status.Phase != kubevirtv1.Running || vmi.DeletionTimestamp != nil {
+			return errNotRunning
+		}
+		// virt-handler reports it; virt-controller derives the rest.
+		enterPhase(vmi, kubevirtv1.Succeeded, time.Now())
+		writer, err := s.handlerClient(vmi.Status.NodeName)
+		if err != nil {
+			return err
+		}
+		return writer.Update(ctx, vmi)
+	})
 	if err != nil {
-		return err
-	}
-	if vmi == nil || vmi.Status.Phase != kubevirtv1.Running || vmi.DeletionTimestamp != nil {
-		return fmt.Errorf("shutting down the guest of %s: its VirtualMachineInstance is not running", key)
-	}
-	// virt-handler reports it; virt-controller derives the rest.
-	enterPhase(vmi, kubevirtv1.Succeeded, time.Now())
-	writer, err := s.handlerClient(vmi.Status.NodeName)
-	if err != nil {
-		return err
-	}
-	if err := writer.Update(ctx, vmi); err != nil {
 		return fmt.Errorf("shutting down the guest of %s: %w", key, err)
 	}
 	return nil
 }
+
+// errNotRunning is ShutDownGuest's answer for an instance not running.
+var errNotRunning = errors.New("its VirtualMachineInstance is not running")
 
 // guestListens reports whether the guest of an instance still runs: that
 // of a Running instance not being deleted, or, when it ignores ACPI, until

@@ -54,6 +54,10 @@ var _ = Describe("VirtualMachine launch", func() {
 		held := simulator.Fault{Kind: simulator.ImporterUnschedulable, Namespace: ns, Name: "disk"}
 		sim.Inject(held)
 		create(newDataVolume(ns, "disk"))
+		// CDI makes the PVC at once; a VM that came first would find none
+		// and keep virt-controller's PodScheduled=False "PVC ... does not
+		// exist" (ErrorUnschedulable) until its pod is made.
+		Eventually(claimPhase(ns, "disk")).WithTimeout(timeout).ShouldNot(BeEmpty())
 		create(newVM(ns, "mac", "disk"))
 
 		Eventually(func(g Gomega) {
