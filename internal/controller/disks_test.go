@@ -7,12 +7,15 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/simulator"
 )
 
@@ -121,10 +124,16 @@ var _ = Describe("Disks CDI cannot fill", func() {
 		DeferCleanup(deleteAndWait, k)
 		system := fmt.Sprintf("DataSource %s/sonoma", images)
 
-		Eventually(conditionOf(k, macvirtv1alpha1.ConditionDisksReady)).WithTimeout(timeout).Should(And(
+		// CDI refuses a DataVolume that clones from a DataSource that does
+		// not exist: the machine makes none and says what to create.
+		Eventually(conditionOf(k, macvirtv1alpha1.ConditionReady)).WithTimeout(timeout).Should(And(
 			HaveField("Reason", macvirtv1alpha1.ReasonWaitingForDiskSource),
-			HaveField("Message", ContainSubstring(system+" does not exist"))))
+			HaveField("Message", ContainSubstring(system+" does not exist, and CDI refuses a DataVolume"))))
 		Expect(conditionOf(k, macvirtv1alpha1.ConditionStalled)().Status).To(Equal(metav1.ConditionTrue))
+		systemDisk := types.NamespacedName{Namespace: ns, Name: render.SystemDataVolumeName(getMachine(k))}
+		err := k8sClient.Get(context.Background(), systemDisk, &cdiv1.DataVolume{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the system disk's DataVolume: %v", err)
+		Expect(warningsAbout(k.Name, macvirtv1alpha1.ReasonCreateFailed)()).To(BeEmpty(), "no create was tried and refused")
 
 		// The DataSource exists, but its PVC does not: CDI starts the clone
 		// and reports CloneWithoutSource.

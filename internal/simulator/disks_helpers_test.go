@@ -23,6 +23,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -105,17 +106,23 @@ var _ = Describe("DataVolume sources and storage", func() {
 		Eventually(dataSourceReady(ns, "later")).WithTimeout(timeout).Should(Equal("True Ready: DataSource is ready to be consumed"))
 	})
 
-	It("gives a clone no status while its DataSource is missing or has no source, and clones once it resolves", func() {
-		create(newClonedDataVolume(ns, "missing", "sequoia"))
+	It("refuses, in CDI's words, a clone whose DataSource does not exist; gives one whose DataSource has no source no status; clones once it resolves", func() {
+		err := k8sClient.Create(ctx, newClonedDataVolume(ns, "missing", "sequoia"))
+		Expect(apierrors.IsBadRequest(err)).To(BeTrue(), "CDI's webhook answers 400: %v", err)
+		Expect(err).To(MatchError(`admission webhook "datavolume-mutate.cdi.kubevirt.io" denied the request: ` +
+			`datasources.cdi.kubevirt.io "sequoia" not found`))
+		_, err = getDataVolume(ns, "missing")
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "nothing was created: %v", err)
+
 		dataSource(ns, "empty", "")
 		create(newClonedDataVolume(ns, "unresolved", "empty"))
-		Consistently(dataVolumePhase(ns, "missing")).WithTimeout(10 * stepInterval).WithPolling(stepInterval).Should(BeEmpty())
-		Consistently(dataVolumePhase(ns, "unresolved")).WithTimeout(2 * stepInterval).WithPolling(stepInterval).Should(BeEmpty())
-		dv, err := getDataVolume(ns, "missing")
+		Consistently(dataVolumePhase(ns, "unresolved")).WithTimeout(4 * stepInterval).WithPolling(stepInterval).Should(BeEmpty())
+		dv, err := getDataVolume(ns, "unresolved")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(dv.Status.Conditions).To(BeEmpty())
 
 		goldenImage(ns, "sequoia")
+		create(newClonedDataVolume(ns, "missing", "sequoia"))
 		Eventually(dataVolumePhase(ns, "missing")).WithTimeout(timeout).Should(Equal(cdiv1.Succeeded))
 	})
 

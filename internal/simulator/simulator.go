@@ -17,6 +17,7 @@ limitations under the License.
 package simulator
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -231,6 +232,13 @@ func (s *Simulator) SetupWithManager(mgr ctrl.Manager) error {
 	s.mu.Lock()
 	s.reader = mgr.GetAPIReader()
 	s.mu.Unlock()
+	admission, err := s.startDataVolumeAdmission(context.Background())
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(admission); err != nil {
+		return err
+	}
 	if err := (&dataVolumeReconciler{sim: s}).setup(mgr); err != nil {
 		return err
 	}

@@ -14,7 +14,8 @@ import (
 )
 
 // A DataVolume cloned from a DataSource is created only when the DataSource
-// names a disk in its own namespace: CDI authorises the clone for the
+// exists (CDI's webhook refuses one that clones from a missing DataSource)
+// and names a disk in its own namespace: CDI authorises the clone for the
 // operator, which may clone anywhere, while admission asked the class's
 // author about the DataSource's namespace only.
 func TestClonesOnlyFromADataSourcesOwnNamespace(t *testing.T) {
@@ -33,7 +34,8 @@ func TestClonesOnlyFromADataSourcesOwnNamespace(t *testing.T) {
 		ds("chained", cdiv1.DataSourceSource{DataSource: &cdiv1.DataSourceRefSourceDataSource{Namespace: "carol", Name: "own"}}),
 	).Build()}
 	for _, tc := range []struct{ source, problem string }{
-		{"own", ""}, {"implicit", ""}, {"missing", ""},
+		{"own", ""}, {"implicit", ""},
+		{"missing", "DataSource carol/missing does not exist, and CDI refuses a DataVolume (m-system)"},
 		{"elsewhere", "names PVC team-b/..., outside its own namespace"},
 		{"snap-elsewhere", "names VolumeSnapshot team-b/..., outside its own namespace"},
 		{"chained", "names another DataSource"},
@@ -42,7 +44,7 @@ func TestClonesOnlyFromADataSourcesOwnNamespace(t *testing.T) {
 			ns := "carol"
 			dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "macvirt-pools", Name: "m-system"},
 				Spec: cdiv1.DataVolumeSpec{SourceRef: &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: &ns, Name: tc.source}}}
-			p, err := r.clonesInPlace(context.Background(), dv)
+			p, err := r.cloneSourceProblem(context.Background(), dv)
 			switch {
 			case err != nil:
 				t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -104,8 +105,12 @@ func (r *Reconciler) ensureDataVolumes(ctx context.Context, o *machineObservatio
 		if !ok {
 			return false, nil
 		}
-		if p, err := r.clonesInPlace(ctx, &dvs[i]); err != nil || p != nil {
+		if p, err := r.cloneSourceProblem(ctx, &dvs[i]); err != nil || p != nil {
 			o.Blocked = p
+			if p != nil && p.Reason == macvirtv1alpha1.ReasonWaitingForDiskSource {
+				// Nothing the machine watches tells it the DataSource came.
+				o.BlockedRecheck = diskSourceRecheck
+			}
 			return false, err
 		}
 		err := r.Create(ctx, &dvs[i])
@@ -161,14 +166,19 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, o *machineObserva
 	return true, nil
 }
 
-// clonesInPlace answers whether a DataVolume cloned from a DataSource
-// clones from the DataSource's own namespace. CDI follows a DataSource to
-// the PVC or snapshot it names and authorises the clone for whoever creates
-// the DataVolume, here the operator, which may clone from anywhere; a
-// class's author was asked about the DataSource's namespace only
-// (admission), so a DataSource naming a disk elsewhere would clone what
-// they may not. A DataSource not there yet is CDI's to wait for.
-func (r *Reconciler) clonesInPlace(ctx context.Context, dv *cdiv1.DataVolume) (*base.Problem, error) {
+// diskSourceRecheck is how often a machine whose DataSource does not exist
+// looks for it again.
+const diskSourceRecheck = 10 * time.Second
+
+// cloneSourceProblem answers what keeps a DataVolume cloned from a
+// DataSource from being created, or nil. CDI's webhook refuses a
+// DataVolume whose DataSource does not exist, so the machine waits for it
+// and says so. CDI follows a DataSource to the PVC or snapshot it names and
+// authorises the clone for whoever creates the DataVolume, here the
+// operator, which may clone from anywhere; a class's author was asked
+// about the DataSource's namespace only (admission), so a DataSource naming
+// a disk elsewhere would clone what they may not.
+func (r *Reconciler) cloneSourceProblem(ctx context.Context, dv *cdiv1.DataVolume) (*base.Problem, error) {
 	ref := dv.Spec.SourceRef
 	if ref == nil || ref.Kind != cdiv1.DataVolumeDataSource {
 		return nil, nil
@@ -180,7 +190,9 @@ func (r *Reconciler) clonesInPlace(ctx context.Context, dv *cdiv1.DataVolume) (*
 	ds := &cdiv1.DataSource{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, ds); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil
+			return &base.Problem{Reason: macvirtv1alpha1.ReasonWaitingForDiskSource, Message: fmt.Sprintf(
+				"DataSource %s/%s does not exist, and CDI refuses a DataVolume (%s) that clones from a missing DataSource; "+
+					"create it, or fix the class's sourceRef", ns, ref.Name, dv.Name)}, nil
 		}
 		return nil, fmt.Errorf("reading DataSource %s/%s: %w", ns, ref.Name, err)
 	}
