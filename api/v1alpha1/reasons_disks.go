@@ -26,6 +26,12 @@ const (
 	// ReasonDataVolumeQuotaExceeded means the API server refuses a disk's
 	// PVC for a ResourceQuota; a human must raise the quota or free storage.
 	ReasonDataVolumeQuotaExceeded = "DataVolumeQuotaExceeded"
+	// ReasonDiskClaimNotValid means CDI cannot make a disk's PVC from its
+	// DataVolume: the DataVolume leaves the access modes to the storage
+	// class's StorageProfile, which has none (a provisioner CDI does not
+	// know), or there is no storage class; a human must give the profile
+	// its claimPropertySets or pick another class.
+	ReasonDiskClaimNotValid = "DiskClaimNotValid"
 	// ReasonImporterUnschedulable means CDI's importer pod finds no node.
 	ReasonImporterUnschedulable = "ImporterUnschedulable"
 	// ReasonWaitingForDiskSource means a disk's clone source (a DataSource

@@ -34,6 +34,10 @@ const (
 	cdiReasonExceededQuota      = "ErrExceededQuota"
 	cdiReasonUnschedulable      = "Unschedulable"
 	cdiReasonCloneWithoutSource = "CloneWithoutSource"
+	// CDI's Bound reasons for a DataVolume whose PVC it cannot render
+	// (pkg/controller/datavolume/controller-base.go, syncDvPvcState).
+	cdiReasonClaimNotValid       = "ErrClaimNotValid"
+	cdiReasonStorageClassMissing = "ErrStorageClassNotFound"
 )
 
 // Severity of a disk problem: the worst one across the disks is shown.
@@ -48,6 +52,7 @@ const (
 // quota or missing source, so a pool does not replace it.
 var stalledDiskReasons = map[string]bool{
 	macvirtv1alpha1.ReasonDataVolumeQuotaExceeded: true,
+	macvirtv1alpha1.ReasonDiskClaimNotValid:       true,
 	macvirtv1alpha1.ReasonWaitingForDiskSource:    true,
 }
 
@@ -55,6 +60,7 @@ var stalledDiskReasons = map[string]bool{
 // when the machine enters them (a Failed machine has its own).
 var diskWarningReasons = map[string]bool{
 	macvirtv1alpha1.ReasonDataVolumeRetrying:      true,
+	macvirtv1alpha1.ReasonDiskClaimNotValid:       true,
 	macvirtv1alpha1.ReasonDataVolumeQuotaExceeded: true,
 	macvirtv1alpha1.ReasonImporterUnschedulable:   true,
 	macvirtv1alpha1.ReasonWaitingForDiskSource:    true,
@@ -71,6 +77,11 @@ func dataVolumeProblem(dv *cdiv1.DataVolume, src *diskSource) (c base.Condition,
 		case cdiReasonExceededQuota:
 			return base.CondFalse(macvirtv1alpha1.ReasonDataVolumeQuotaExceeded,
 				"DataVolume %s: the API server refuses its PVC for a quota (CDI: %s: %s); raise the namespace's storage ResourceQuota or free storage",
+				dv.Name, bound.Reason, bound.Message), diskStalled, true
+		case cdiReasonClaimNotValid, cdiReasonStorageClassMissing:
+			return base.CondFalse(macvirtv1alpha1.ReasonDiskClaimNotValid,
+				"DataVolume %s: CDI cannot make its PVC (%s: %s); give the StorageProfile of the disk's storage class the access and volume modes "+
+					"to use (spec.claimPropertySets), or name a storage class CDI knows in the class's disk source",
 				dv.Name, bound.Reason, bound.Message), diskStalled, true
 		case cdiReasonCloneWithoutSource:
 			return base.CondFalse(macvirtv1alpha1.ReasonWaitingForDiskSource,
