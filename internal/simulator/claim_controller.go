@@ -29,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -203,35 +202,43 @@ func (r *claimReconciler) ownerGone(ctx context.Context, ns string, ref *metav1.
 }
 
 // release removes the pvc-protection finalizer of a deleted claim that no
-// live instance uses; the simulator counts each instance that is not
-// finished as the pod using its volumes.
+// unfinished pod uses (kube-controller-manager's pvc-protection
+// controller, pkg/controller/volume/pvcprotection: isBeingUsed).
 func (r *claimReconciler) release(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (ctrl.Result, error) {
 	if !slices.Contains(pvc.Finalizers, finalizerPVCProtection) {
 		return ctrl.Result{}, nil
 	}
-	vmis := &kubevirtv1.VirtualMachineInstanceList{}
-	if err := r.sim.client.List(ctx, vmis, client.InNamespace(pvc.Namespace)); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing instances using PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
+	users, err := r.sim.podsUsingClaim(ctx, pvc.Namespace, pvc.Name)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	for i := range vmis.Items {
-		vmi := &vmis.Items[i]
-		if !vmi.IsFinal() && usesClaim(vmi, pvc.Name) {
-			return ctrl.Result{RequeueAfter: r.sim.opts.StepInterval}, nil
-		}
+	if len(users) > 0 {
+		return ctrl.Result{RequeueAfter: r.sim.opts.StepInterval}, nil
 	}
 	before := pvc.DeepCopy()
 	pvc.Finalizers = slices.DeleteFunc(pvc.Finalizers, func(f string) bool { return f == finalizerPVCProtection })
 	return ctrl.Result{}, client.IgnoreNotFound(r.sim.client.Patch(ctx, pvc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})))
 }
 
-// usesClaim reports an instance with a volume on the claim, directly or
-// through the DataVolume of its name.
-func usesClaim(vmi *kubevirtv1.VirtualMachineInstance, claim string) bool {
-	for _, v := range vmi.Spec.Volumes {
-		if (v.DataVolume != nil && v.DataVolume.Name == claim) ||
-			(v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim) {
-			return true
+// podsUsingClaim lists the unfinished pods of namespace ns with a volume
+// on the claim.
+func (s *Simulator) podsUsingClaim(ctx context.Context, ns, claim string) ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := s.client.List(ctx, pods, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("listing pods using PVC %s/%s: %w", ns, claim, err)
+	}
+	var users []corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if podDone(p) {
+			continue
+		}
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim {
+				users = append(users, *p)
+				break
+			}
 		}
 	}
-	return false
+	return users, nil
 }

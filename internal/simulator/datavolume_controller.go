@@ -21,10 +21,11 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -49,9 +50,9 @@ func (r *dataVolumeReconciler) setup(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
 		For(&cdiv1.DataVolume{}).
 		WatchesRawSource(source.Channel(r.sim.dataVolumeEvents, &handler.EnqueueRequestForObject{})).
-		// A VirtualMachine that starts is the first consumer a
-		// WaitForFirstConsumer DataVolume waits for.
-		Watches(&kubevirtv1.VirtualMachine{}, handler.EnqueueRequestsFromMapFunc(dataVolumesOfVM)).
+		// A node selected for its PVC (a first consumer scheduled) lets
+		// a WaitForFirstConsumer DataVolume go on; the PVC has its name.
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(sameName)).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("setting up DataVolume simulator: %w", err)
@@ -157,6 +158,12 @@ func (r *dataVolumeReconciler) prepare(ctx context.Context, dv *cdiv1.DataVolume
 	return f, err
 }
 
+// bindsOnFirstConsumer reports a storage class of volume binding mode
+// WaitForFirstConsumer.
+func bindsOnFirstConsumer(sc *storagev1.StorageClass) bool {
+	return sc != nil && sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
+}
+
 // applyStorage makes the storage match the DataVolume's next status before
 // it is written: its PVC bound once the DataVolume is, and populated once
 // it Succeeded.
@@ -172,6 +179,14 @@ func (r *dataVolumeReconciler) applyStorage(ctx context.Context, dv *cdiv1.DataV
 	provisioner := ""
 	if st.class != nil {
 		provisioner = st.class.Provisioner
+	}
+	if _, immediate := dv.Annotations[AnnImmediateBinding]; !immediate && next.Phase != cdiv1.Succeeded && bindsOnFirstConsumer(st.class) {
+		// CDI populates such a PVC through a prime PVC on the selected
+		// node and binds the volume to it only once populated
+		// (pkg/controller/populators/import-populator.go,
+		// reconcileTargetPVC: cc.Rebind once the import succeeded): a pod
+		// that uses it is not bound to its node before.
+		return nil
 	}
 	if err := r.sim.bindClaim(ctx, st.claim, provisioner); err != nil {
 		return err

@@ -19,7 +19,6 @@ package simulator
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,12 +29,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // AnnImmediateBinding is CDI's DataVolume (and PVC) annotation asking it to
@@ -168,13 +165,12 @@ func (r *dataVolumeReconciler) holdForSource(ctx context.Context, dv *cdiv1.Data
 }
 
 // waitsForConsumer reports whether the DataVolume's storage class binds on
-// first consumer and nothing consumes it yet, so CDI leaves it
+// first consumer and no node was selected for its PVC yet, so CDI leaves it
 // PendingPopulation (pkg/controller/datavolume/controller-base.go,
 // shouldBeMarkedPendingPopulation: WaitForFirstConsumer, no selected node,
-// no AnnImmediateBinding). The scheduler selects a node when a pod using
-// the PVC is scheduled; the simulator counts a VirtualMachine that uses the
-// DataVolume and is asked to run as that pod, since its instance is what
-// KubeVirt schedules.
+// no AnnImmediateBinding). kube-scheduler selects the node when it places a
+// pod that uses the PVC (the kubelet stand-in's bindVolumes), here the
+// launcher pod virt-controller creates for a VM that starts.
 func (r *dataVolumeReconciler) waitsForConsumer(ctx context.Context, dv *cdiv1.DataVolume) (bool, error) {
 	switch dv.Status.Phase {
 	case cdiv1.PhaseUnset, cdiv1.Pending, cdiv1.PendingPopulation:
@@ -188,27 +184,11 @@ func (r *dataVolumeReconciler) waitsForConsumer(ctx context.Context, dv *cdiv1.D
 	if err != nil || sc == nil || sc.VolumeBindingMode == nil || *sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
 		return false, err
 	}
-	vms := &kubevirtv1.VirtualMachineList{}
-	if err := r.sim.client.List(ctx, vms, client.InNamespace(dv.Namespace)); err != nil {
-		return false, fmt.Errorf("listing VirtualMachines using DataVolume %s/%s: %w", dv.Namespace, dv.Name, err)
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := r.sim.client.Get(ctx, types.NamespacedName{Namespace: dv.Namespace, Name: dv.Name}, pvc); err != nil {
+		return true, client.IgnoreNotFound(err)
 	}
-	for i := range vms.Items {
-		vm := &vms.Items[i]
-		if slices.Contains(dataVolumeNames(vm), dv.Name) && asksToRun(vm) {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// asksToRun reports a VirtualMachine whose run strategy makes KubeVirt
-// create an instance (and its pod) by itself.
-func asksToRun(vm *kubevirtv1.VirtualMachine) bool {
-	s, err := vm.RunStrategy()
-	if err != nil {
-		return false
-	}
-	return s == kubevirtv1.RunStrategyAlways || s == kubevirtv1.RunStrategyRerunOnFailure || s == kubevirtv1.RunStrategyOnce
+	return pvc.Annotations[annSelectedNode] == "", nil
 }
 
 // storageClassOf returns the DataVolume's storage class: the one it names,
@@ -222,33 +202,6 @@ func (r *dataVolumeReconciler) storageClassOf(ctx context.Context, dv *cdiv1.Dat
 		return r.sim.storageClassNamed(ctx, dv.Spec.PVC.StorageClassName, false)
 	}
 	return nil, nil
-}
-
-// dataVolumeNames lists the DataVolumes the VirtualMachine's volumes use.
-func dataVolumeNames(vm *kubevirtv1.VirtualMachine) []string {
-	if vm.Spec.Template == nil {
-		return nil
-	}
-	var names []string
-	for _, v := range vm.Spec.Template.Spec.Volumes {
-		if v.DataVolume != nil && !slices.Contains(names, v.DataVolume.Name) {
-			names = append(names, v.DataVolume.Name)
-		}
-	}
-	return names
-}
-
-// dataVolumesOfVM maps a VirtualMachine to the DataVolumes it uses.
-func dataVolumesOfVM(_ context.Context, obj client.Object) []reconcile.Request {
-	vm, ok := obj.(*kubevirtv1.VirtualMachine)
-	if !ok {
-		return nil
-	}
-	var reqs []reconcile.Request
-	for _, name := range dataVolumeNames(vm) {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vm.Namespace, Name: name}})
-	}
-	return reqs
 }
 
 // dataSourceReconciler plays CDI's DataSource controller

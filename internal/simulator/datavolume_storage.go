@@ -21,7 +21,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"sync"
 
@@ -33,7 +32,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -340,8 +338,7 @@ const reasonCloneSourceInUse = "CloneSourceInUse"
 
 // sourceReady reports whether a clone's source can be read: a snapshot
 // readyToUse; a PVC bound, populated (the DataVolume owning it, if any,
-// Succeeded) and used read-write by no pod, the simulator counting each
-// unfinished instance with a volume on it as its launcher pod
+// Succeeded) and used read-write by no unfinished pod
 // (pkg/controller/clone/common.go, IsSourceClaimReady;
 // pkg/controller/clone-controller.go, the legacy clone). For a PVC in use
 // it records CDI's Warning on the target PVC when the wait starts.
@@ -366,39 +363,19 @@ func (r *dataVolumeReconciler) sourceReady(ctx context.Context, dv *cdiv1.DataVo
 			return false, nil
 		}
 	}
-	vmis := &kubevirtv1.VirtualMachineInstanceList{}
-	if err := r.sim.client.List(ctx, vmis, client.InNamespace(src.namespace)); err != nil {
-		return false, fmt.Errorf("listing instances using PVC %s/%s: %w", src.namespace, src.name, err)
+	users, err := r.sim.podsUsingClaim(ctx, src.namespace, src.name)
+	if err != nil {
+		return false, err
 	}
-	for i := range vmis.Items {
-		vmi := &vmis.Items[i]
-		if vmi.IsFinal() || !usesClaim(vmi, src.name) {
-			continue
-		}
+	if len(users) > 0 {
 		if r.inUse.report(dv.UID) && r.recorder != nil && target != nil {
 			r.recorder.Eventf(target, nil, corev1.EventTypeWarning, reasonCloneSourceInUse, "Clone",
-				"pod %s/%s using PersistentVolumeClaim %s", vmi.Namespace, launcherPodName(vmi), src.name)
+				"pod %s/%s using PersistentVolumeClaim %s", users[0].Namespace, users[0].Name, src.name)
 		}
 		return false, nil
 	}
 	r.inUse.forget(dv.UID)
 	return true, nil
-}
-
-// launcherPodName is the name KubeVirt gives an instance's virt-launcher
-// pod: the instance's name and a generated suffix, here derived from its
-// UID.
-func launcherPodName(vmi *kubevirtv1.VirtualMachineInstance) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(vmi.UID))
-	const letters = "bcdfghjklmnpqrstvwxz2456789"
-	n := h.Sum32()
-	suffix := make([]byte, 5)
-	for i := range suffix {
-		suffix[i] = letters[n%uint32(len(letters))]
-		n /= uint32(len(letters))
-	}
-	return "virt-launcher-" + vmi.Name + "-" + string(suffix)
 }
 
 // reportOnce remembers the clones whose wait for a busy source was

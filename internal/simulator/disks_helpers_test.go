@@ -151,7 +151,7 @@ var _ = Describe("DataVolume sources and storage", func() {
 		Eventually(dataVolumePhase(ns, "clone")).WithTimeout(timeout).Should(Equal(cdiv1.Succeeded))
 	})
 
-	It("keeps a DataVolume on a WaitForFirstConsumer class PendingPopulation until a VirtualMachine using it runs", func() {
+	It("keeps a WaitForFirstConsumer DataVolume PendingPopulation until a launcher pod is placed, and binds that pod only once the disk is filled", func() {
 		sc := wffcStorageClass()
 		dv := newDataVolume(ns, "disk")
 		dv.Spec.Storage.StorageClassName = &sc
@@ -163,6 +163,10 @@ var _ = Describe("DataVolume sources and storage", func() {
 		Consistently(dataVolumePhase(ns, "disk")).WithTimeout(6 * stepInterval).WithPolling(stepInterval).Should(Equal(cdiv1.PendingPopulation))
 		Expect(claimPhase(ns, "disk")(Default)).To(Equal(corev1.ClaimPending), "a provisioner waits for the first consumer")
 
+		// The import is held once it starts, so that the wait can be seen.
+		held := simulator.Fault{Kind: simulator.ImporterUnschedulable, Namespace: ns, Name: "disk"}
+		sim.Inject(held)
+		DeferCleanup(sim.Clear, held)
 		Eventually(func() error {
 			got, err := getVM(ns, "mac")
 			if err != nil {
@@ -171,7 +175,33 @@ var _ = Describe("DataVolume sources and storage", func() {
 			got.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyAlways)
 			return k8sClient.Update(ctx, got)
 		}).WithTimeout(timeout).Should(Succeed())
+		// virt-controller counts a PendingPopulation disk ready and makes
+		// the launcher pod; placing it selects the node for the PVC, which
+		// lets CDI go on.
+		Eventually(func() string {
+			return getClaim(ns, "disk").Annotations["volume.kubernetes.io/selected-node"]
+		}).WithTimeout(timeout).Should(Equal(simulator.DefaultNodeName))
+		Eventually(dataVolumePhase(ns, "disk")).WithTimeout(timeout).Should(Equal(cdiv1.ImportScheduled))
+		// The volume is bound to the PVC only once filled: until then the
+		// pod has no node and the instance does not run.
+		launcherBound := func() bool {
+			pods := &corev1.PodList{}
+			Expect(k8sClient.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{kubevirtv1.AppLabel: "virt-launcher"})).To(Succeed())
+			for _, p := range pods.Items {
+				if p.Spec.NodeName != "" {
+					return true
+				}
+			}
+			return false
+		}
+		Consistently(launcherBound).WithTimeout(6 * stepInterval).WithPolling(stepInterval).Should(BeFalse())
+		Expect(vmiPhase(ns, "mac")(Default)).NotTo(Equal(kubevirtv1.Running))
+		Expect(claimPhase(ns, "disk")(Default)).To(Equal(corev1.ClaimPending))
+
+		sim.Clear(held)
 		Eventually(dataVolumePhase(ns, "disk")).WithTimeout(timeout).Should(Equal(cdiv1.Succeeded))
+		Eventually(vmiPhase(ns, "mac")).WithTimeout(timeout).Should(Equal(kubevirtv1.Running))
+		Expect(launcherBound()).To(BeTrue())
 	})
 
 	It("populates a WaitForFirstConsumer DataVolume at once when immediate binding is requested", func() {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -161,6 +162,9 @@ func (r *launcherReconciler) bind(ctx context.Context, key string, pod *corev1.P
 			Reason: corev1.PodReasonUnschedulable, Message: where.Message})
 		return ctrl.Result{RequeueAfter: r.sim.opts.StartDelay}, r.writeStatus(ctx, pod, *status)
 	}
+	if bound, err := r.sim.bindVolumes(ctx, pod, where.Node); err != nil || !bound {
+		return ctrl.Result{RequeueAfter: r.sim.opts.StartDelay / launcherStartSteps}, err
+	}
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: where.Node},
@@ -174,6 +178,47 @@ func (r *launcherReconciler) bind(ctx context.Context, key string, pod *corev1.P
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Pod bound", "node", where.Node)
 	return ctrl.Result{}, nil
+}
+
+// bindVolumes plays kube-scheduler's volume binding for a pod going to
+// node: a claim of the pod's that is not bound yet and whose class binds
+// on first consumer is given the node (volume.kubernetes.io/selected-node,
+// which lets CDI and the provisioner go on), and the pod is bound only once
+// every claim it uses is (the VolumeBinding plugin's PreBind waits for
+// them). It reports whether the pod may be bound now.
+func (s *Simulator) bindVolumes(ctx context.Context, pod *corev1.Pod, node string) (bool, error) {
+	ready := true
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := s.reader.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: v.PersistentVolumeClaim.ClaimName}, pvc); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if pvc.Status.Phase == corev1.ClaimBound {
+			continue
+		}
+		ready = false
+		if pvc.Annotations[annSelectedNode] != "" || pvc.Spec.StorageClassName == nil {
+			// Selected already; or of no class, which the stand-in for a
+			// default provisioner binds at once (provisionerFor).
+			continue
+		}
+		sc, err := s.storageClassNamed(ctx, pvc.Spec.StorageClassName, false)
+		if err != nil {
+			return false, err
+		}
+		if sc == nil || sc.VolumeBindingMode == nil || *sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
+			continue
+		}
+		patch := client.MergeFrom(pvc.DeepCopy())
+		metav1.SetMetaDataAnnotation(&pvc.ObjectMeta, annSelectedNode, node)
+		if err := s.client.Patch(ctx, pvc, patch); err != nil {
+			return false, fmt.Errorf("selecting node %s for PVC %s/%s: %w", node, pvc.Namespace, pvc.Name, err)
+		}
+	}
+	return ready, nil
 }
 
 // terminate plays the kubelet ending a deleted pod: virt-launcher shuts the
