@@ -6,7 +6,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/macvirt/macvirt/internal/testenv"
 )
@@ -27,6 +30,15 @@ var _ = Describe("Golden renderings", func() {
 			Expect(objs).NotTo(BeEmpty())
 			for _, obj := range objs {
 				obj.SetNamespace(ns)
+				// CDI's webhook refuses a clone from a DataSource that does
+				// not exist: give each one the rendering names, here.
+				if name, found, _ := unstructured.NestedString(obj.Object, "spec", "sourceRef", "name"); found && obj.GetKind() == "DataVolume" {
+					if _, hasNS, _ := unstructured.NestedString(obj.Object, "spec", "sourceRef", "namespace"); hasNS {
+						Expect(unstructured.SetNestedField(obj.Object, ns, "spec", "sourceRef", "namespace")).To(Succeed())
+					}
+					err := k8sClient.Create(context.Background(), &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+					Expect(client.IgnoreAlreadyExists(err)).To(Succeed())
+				}
 				Expect(k8sClient.Create(context.Background(), obj)).To(Succeed(),
 					"%s %s from %s", obj.GetKind(), obj.GetName(), filepath.Base(file))
 			}
