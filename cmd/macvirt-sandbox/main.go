@@ -38,7 +38,7 @@ func main() {
 	flag.IntVar(&opts.AppleNodes, "apple-nodes", 0, "simulated Apple nodes of two macOS slots each (0: enough for the samples and three claims)")
 	flag.Float64Var(&opts.Speed, "speed", 1, "simulated time scale: 2 imports and boots twice as fast")
 	flag.BoolVar(&opts.Realistic, "realistic", false,
-		"a real cluster's timings with jitter: imports of minutes with progress every 2 s, a minute-long boot, 10 s·n² crash-loop backoff (still scaled by --speed)")
+		"a real cluster's timings with jitter, still scaled by --speed: imports of minutes with progress every 2 s, a 15 s start, a minute-long boot")
 	flag.Int64Var(&opts.Seed, "seed", time.Now().UnixNano(), "seed of --realistic's jitter; the same seed repeats a run's timings")
 	verbose := flag.Bool("verbose", false, "show the operator's and the simulator's logs")
 	flag.BoolVar(&opts.GitHubFake, "github-fake", false,

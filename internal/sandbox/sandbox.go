@@ -60,8 +60,9 @@ type Options struct {
 	// Speed scales simulated time: 2 makes imports and boots twice as fast.
 	Speed float64
 	// Realistic gives the simulator a real cluster's timings and jitter
-	// (minutes-long imports with progress every 2 s, a minute-long boot,
-	// virt-controller's crash-loop backoff), still scaled by Speed.
+	// (minutes-long imports with progress every 2 s, a 15 s start, a
+	// minute-long boot), still scaled by Speed. virt-controller's own
+	// crash-loop backoff runs on its clock, whatever the speed.
 	Realistic bool
 	// Seed seeds the realistic jitter; the same seed repeats a run's timings.
 	Seed int64
