@@ -202,8 +202,9 @@ func (r *claimReconciler) ownerGone(ctx context.Context, ns string, ref *metav1.
 }
 
 // release removes the pvc-protection finalizer of a deleted claim that no
-// unfinished pod uses (kube-controller-manager's pvc-protection
-// controller, pkg/controller/volume/pvcprotection: isBeingUsed).
+// unfinished pod bound to a node uses (kube-controller-manager's
+// pvc-protection controller, pkg/controller/volume/pvcprotection:
+// isBeingUsed, podUsesPVC).
 func (r *claimReconciler) release(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (ctrl.Result, error) {
 	if !slices.Contains(pvc.Finalizers, finalizerPVCProtection) {
 		return ctrl.Result{}, nil
@@ -212,8 +213,11 @@ func (r *claimReconciler) release(ctx context.Context, pvc *corev1.PersistentVol
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(users) > 0 {
-		return ctrl.Result{RequeueAfter: r.sim.opts.StepInterval}, nil
+	for _, p := range users {
+		// Only a pod bound to a node holds the claim (podUsesPVC).
+		if p.Spec.NodeName != "" {
+			return ctrl.Result{RequeueAfter: r.sim.opts.StepInterval}, nil
+		}
 	}
 	before := pvc.DeepCopy()
 	pvc.Finalizers = slices.DeleteFunc(pvc.Finalizers, func(f string) bool { return f == finalizerPVCProtection })

@@ -106,8 +106,10 @@ func (s *Simulator) startDataVolumeAdmission(ctx context.Context) (*dataVolumeAd
 // API server would otherwise call a server that is gone.
 func (a *dataVolumeAdmission) Start(ctx context.Context) error {
 	<-ctx.Done()
-	a.srv.Close()
+	// Unregistered first: with failure policy Fail, a registration
+	// outliving its server would refuse every DataVolume.
 	_ = a.sim.client.Delete(context.WithoutCancel(ctx), a.cfg)
+	a.srv.Close()
 	return nil
 }
 

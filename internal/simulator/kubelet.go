@@ -134,7 +134,11 @@ func (r *launcherReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{RequeueAfter: step}, r.writeStatus(ctx, pod, failedPullStatus(pod))
 		}
 	}
-	want := runningStatus(pod, now)
+	ip, err := r.sim.podIPFor(ctx, pod)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	want := runningStatus(pod, ip, now)
 	if podStatusEqual(pod.Status, want) {
 		return ctrl.Result{}, nil
 	}
@@ -163,8 +167,10 @@ func (r *launcherReconciler) bind(ctx context.Context, key string, pod *corev1.P
 		return ctrl.Result{RequeueAfter: r.sim.opts.StartDelay}, r.writeStatus(ctx, pod, *status)
 	}
 	if bound, err := r.sim.bindVolumes(ctx, pod, where.Node); err != nil || !bound {
+		r.sim.assume(pod.UID, where.Node)
 		return ctrl.Result{RequeueAfter: r.sim.opts.StartDelay / launcherStartSteps}, err
 	}
+	defer r.sim.assume(pod.UID, "")
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: where.Node},
@@ -178,6 +184,27 @@ func (r *launcherReconciler) bind(ctx context.Context, key string, pod *corev1.P
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Pod bound", "node", where.Node)
 	return ctrl.Result{}, nil
+}
+
+// podIPFor is the address the pod keeps once it has one; a new pod gets
+// PodIPFor's, or, when a running pod holds that already, the next free one
+// after it, as IPAM never hands out an address in use.
+func (s *Simulator) podIPFor(ctx context.Context, pod *corev1.Pod) (string, error) {
+	if pod.Status.PodIP != "" {
+		return pod.Status.PodIP, nil
+	}
+	name := pod.Name
+	for try := 0; ; try++ {
+		ip := PodIPFor(pod.Namespace, name)
+		holder, err := s.podAt(ctx, ip)
+		if err != nil {
+			return "", err
+		}
+		if holder == nil || holder.UID == pod.UID || try == 16 {
+			return ip, nil
+		}
+		name = fmt.Sprintf("%s#%d", pod.Name, try+1)
+	}
 }
 
 // bindVolumes plays kube-scheduler's volume binding for a pod going to
@@ -271,17 +298,70 @@ func (s *Simulator) instanceOf(ctx context.Context, pod *corev1.Pod) (*kubevirtv
 
 // placePod runs the scheduler stand-in for an unbound pod.
 func (s *Simulator) placePod(ctx context.Context, pod *corev1.Pod) (placement, error) {
-	return s.placeWorkload(ctx, podWorkload(pod), func() ([]workload, error) {
+	w := podWorkload(pod)
+	var err error
+	if w.VolumeNode, err = s.volumeNode(ctx, pod); err != nil {
+		return placement{}, err
+	}
+	return s.placeWorkload(ctx, w, func() ([]workload, error) {
 		pods := &corev1.PodList{}
 		if err := s.reader.List(ctx, pods); err != nil {
 			return nil, fmt.Errorf("listing pods: %w", err)
 		}
 		placed := make([]workload, 0, len(pods.Items))
 		for i := range pods.Items {
-			placed = append(placed, podWorkload(&pods.Items[i]))
+			p := podWorkload(&pods.Items[i])
+			if p.Node == "" {
+				// A pod waiting for its volumes holds its node, as
+				// kube-scheduler's assumed pods do.
+				p.Node = s.assumedNode(p.UID)
+			}
+			placed = append(placed, p)
 		}
 		return placed, nil
 	})
+}
+
+// volumeNode is the node selected for the pod's volumes, or "".
+func (s *Simulator) volumeNode(ctx context.Context, pod *corev1.Pod) (string, error) {
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := s.reader.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: v.PersistentVolumeClaim.ClaimName}, pvc)
+		if err != nil {
+			if client.IgnoreNotFound(err) != nil {
+				return "", err
+			}
+			continue
+		}
+		if n := pvc.Annotations[annSelectedNode]; n != "" {
+			return n, nil
+		}
+	}
+	return "", nil
+}
+
+// assume records that the pod, placed on node, waits there for its
+// volumes; "" forgets it.
+func (s *Simulator) assume(uid types.UID, node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if node == "" {
+		delete(s.assumed, uid)
+		return
+	}
+	if s.assumed == nil {
+		s.assumed = map[types.UID]string{}
+	}
+	s.assumed[uid] = node
+}
+
+func (s *Simulator) assumedNode(uid types.UID) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.assumed[uid]
 }
 
 func podDone(pod *corev1.Pod) bool {
@@ -344,7 +424,7 @@ func failedPullStatus(pod *corev1.Pod) corev1.PodStatus {
 // sets no readiness probe), the pod's address, and Ready only while every
 // readiness gate holds (virt-controller keeps kubevirt.io/virtual-machine-
 // unpaused). Conditions the kubelet does not own are kept.
-func runningStatus(pod *corev1.Pod, now time.Time) corev1.PodStatus {
+func runningStatus(pod *corev1.Pod, ip string, now time.Time) corev1.PodStatus {
 	status := pod.Status.DeepCopy()
 	started := metav1.NewTime(now)
 	if status.StartTime != nil {
@@ -353,7 +433,6 @@ func runningStatus(pod *corev1.Pod, now time.Time) corev1.PodStatus {
 	status.Phase = corev1.PodRunning
 	status.StartTime = &started
 	status.HostIP, status.HostIPs = NodeAddress, []corev1.HostIP{{IP: NodeAddress}}
-	ip := PodIPFor(pod.Namespace, pod.Name)
 	status.PodIP, status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
 	status.InitContainerStatuses = containerStatuses(pod.Spec.InitContainers, status.InitContainerStatuses, func(c *corev1.ContainerStatus) {
 		if c.State.Terminated == nil {

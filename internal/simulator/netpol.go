@@ -85,9 +85,14 @@ func (s *Simulator) DialFrom(ctx context.Context, from Peer, address string) (ne
 // NetworkPolicies of both ends' namespaces: nil when they allow it.
 func (s *Simulator) admitted(ctx context.Context, from Peer, podIP string, port int) error {
 	dst, err := s.podAt(ctx, podIP)
-	if err != nil || dst == nil {
-		// No pod has the address: nothing to select, nothing to judge.
+	if err != nil {
 		return err
+	}
+	if dst == nil {
+		// No running pod has the address any more (its pod ended, with
+		// its network): whatever still listens there is out of reach.
+		return fmt.Errorf("dial %s: connection timed out: no running pod has address %s",
+			net.JoinHostPort(podIP, strconv.Itoa(port)), podIP)
 	}
 	dstPeer, err := s.internalPeer(ctx, dst.Namespace, dst.Labels, podIP)
 	if err != nil {

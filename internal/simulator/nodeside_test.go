@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,8 +128,8 @@ func TestTheNodesUnderKubeVirtsOwnControlPlane(t *testing.T) {
 		t.Errorf("launcher pod on %q in phase %q, want Running on %s", pod.Spec.NodeName, pod.Status.Phase, simulator.DefaultNodeName)
 	}
 	firstIP := vmi.Status.Interfaces[0].IP
-	if want := simulator.PodIPFor(pod.Namespace, pod.Name); pod.Status.PodIP != want || firstIP != want {
-		t.Errorf("pod IP %q, the VMI's interface %q; want both the pod's own %s", pod.Status.PodIP, firstIP, want)
+	if !strings.HasPrefix(pod.Status.PodIP, "10.244.") || firstIP != pod.Status.PodIP {
+		t.Errorf("pod IP %q, the VMI's interface %q; want the pod's own address on the pod network in both", pod.Status.PodIP, firstIP)
 	}
 	eventually(ctx, t, "virt-controller reads the VM Ready from the pod", func() error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {

@@ -54,6 +54,8 @@ const (
 	reasonUntoleratedTaint = "node(s) had untolerated taint(s)"
 	// nodeaffinity.ErrReasonPod.
 	reasonNodeSelector = "node(s) didn't match Pod's node affinity/selector"
+	// volumebinding.ErrReasonNodeConflict.
+	reasonVolumeNodeConflict = "node(s) had volume node affinity conflict"
 	// noderesources: "Insufficient " + resource name.
 	reasonInsufficient = "Insufficient "
 	// The preemption plugin's per-node answers (pkg/scheduler/framework/
@@ -83,6 +85,9 @@ type workload struct {
 	NodeSelector map[string]string
 	Tolerations  []corev1.Toleration
 	Requests     corev1.ResourceList
+	// VolumeNode is the node its volumes were given
+	// (volume.kubernetes.io/selected-node): it fits no other.
+	VolumeNode string
 }
 
 // instanceWorkload is the pod an instance's spec stands for.
@@ -197,6 +202,9 @@ func filterNode(w workload, node *corev1.Node, used corev1.ResourceList) (string
 		if node.Labels[k] != v {
 			return reasonNodeSelector, 0
 		}
+	}
+	if w.VolumeNode != "" && node.Name != w.VolumeNode {
+		return reasonVolumeNodeConflict, 0
 	}
 	free := int64(0)
 	names := make([]string, 0, len(want))

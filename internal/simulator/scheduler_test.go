@@ -62,7 +62,9 @@ func TestScheduleFiltersNodesAndCountsSlots(t *testing.T) {
 		nodes  []corev1.Node
 		placed []kubevirtv1.VirtualMachineInstance
 		vmi    kubevirtv1.VirtualMachineInstance
-		want   placement
+		// volumeNode is the node selected for the pod's volumes.
+		volumeNode string
+		want       placement
 	}{
 		"a free slot": {
 			nodes: []corev1.Node{appleNode("a", 2)}, vmi: macVMI("new", "", kubevirtv1.Scheduling),
@@ -103,6 +105,18 @@ func TestScheduleFiltersNodesAndCountsSlots(t *testing.T) {
 		"no nodes": {
 			vmi: macVMI("new", "", kubevirtv1.Scheduling), want: placement{Message: "no nodes available to schedule pods"},
 		},
+		"volumes given a node pin the pod there, even to a node with fewer free slots": {
+			nodes:  []corev1.Node{appleNode("a", 2), appleNode("b", 2)},
+			placed: []kubevirtv1.VirtualMachineInstance{macVMI("1", "a", kubevirtv1.Running)},
+			vmi:    macVMI("new", "", kubevirtv1.Scheduling), volumeNode: "a", want: placement{Node: "a"},
+		},
+		"volumes given a full node leave the pod unschedulable": {
+			nodes:  []corev1.Node{appleNode("a", 1), appleNode("b", 2)},
+			placed: []kubevirtv1.VirtualMachineInstance{macVMI("1", "a", kubevirtv1.Running)},
+			vmi:    macVMI("new", "", kubevirtv1.Scheduling), volumeNode: "a",
+			want: placement{Message: "0/2 nodes are available: 1 Insufficient macvirt.io/macos-slots, 1 node(s) had volume node affinity conflict. " +
+				"preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, 1 Preemption is not helpful for scheduling."},
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -111,7 +125,9 @@ func TestScheduleFiltersNodesAndCountsSlots(t *testing.T) {
 			for i := range tc.placed {
 				placed = append(placed, instanceWorkload(&tc.placed[i]))
 			}
-			g.Expect(schedule(instanceWorkload(&vmi), tc.nodes, placed)).To(Equal(tc.want))
+			w := instanceWorkload(&vmi)
+			w.VolumeNode = tc.volumeNode
+			g.Expect(schedule(w, tc.nodes, placed)).To(Equal(tc.want))
 		})
 	}
 }

@@ -25,6 +25,7 @@ import (
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -169,6 +170,9 @@ type Simulator struct {
 	// nodes are the Apple-hardware nodes instances are scheduled onto
 	// (Options.Nodes, or SetNodes); none: every instance goes to NodeName.
 	nodes []string
+	// assumed holds the node of each pod placed there that waits for its
+	// volumes before it is bound.
+	assumed map[types.UID]string
 	// handlers are the clients of the nodes' virt-handlers (ControlPlane).
 	handlers map[string]client.Client
 

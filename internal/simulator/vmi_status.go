@@ -75,7 +75,8 @@ func podInterface(vmi *kubevirtv1.VirtualMachineInstance, podIP string) kubevirt
 }
 
 // PodIPFor returns the pod-network address the simulated kubelet gives the
-// pod namespace/name: 10.244.x.y. Every pod has a name of its own (a
+// pod namespace/name, 10.244.x.y, unless a running pod holds it already
+// (then the next free one: podIPFor). Every pod has a name of its own (a
 // virt-launcher pod's ends in a random suffix), so every new launcher pod
 // of a VirtualMachine gets a new address, as a network plugin's IPAM
 // hands them out.
