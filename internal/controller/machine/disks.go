@@ -34,10 +34,9 @@ const (
 	cdiReasonExceededQuota      = "ErrExceededQuota"
 	cdiReasonUnschedulable      = "Unschedulable"
 	cdiReasonCloneWithoutSource = "CloneWithoutSource"
-	// CDI's Bound reasons for a DataVolume whose PVC it cannot render
+	// CDI's Bound reason for a DataVolume whose PVC it cannot render
 	// (pkg/controller/datavolume/controller-base.go, syncDvPvcState).
-	cdiReasonClaimNotValid       = "ErrClaimNotValid"
-	cdiReasonStorageClassMissing = "ErrStorageClassNotFound"
+	cdiReasonClaimNotValid = "ErrClaimNotValid"
 )
 
 // Severity of a disk problem: the worst one across the disks is shown.
@@ -78,7 +77,7 @@ func dataVolumeProblem(dv *cdiv1.DataVolume, src *diskSource) (c base.Condition,
 			return base.CondFalse(macvirtv1alpha1.ReasonDataVolumeQuotaExceeded,
 				"DataVolume %s: the API server refuses its PVC for a quota (CDI: %s: %s); raise the namespace's storage ResourceQuota or free storage",
 				dv.Name, bound.Reason, bound.Message), diskStalled, true
-		case cdiReasonClaimNotValid, cdiReasonStorageClassMissing:
+		case cdiReasonClaimNotValid:
 			return base.CondFalse(macvirtv1alpha1.ReasonDiskClaimNotValid,
 				"DataVolume %s: CDI cannot make its PVC (%s: %s); give the StorageProfile of the disk's storage class the access and volume modes "+
 					"to use (spec.claimPropertySets), or name a storage class CDI knows in the class's disk source",
