@@ -87,6 +87,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			// The error goes back for a retry; the status stays as it was.
 			return
 		}
+		if o.Released {
+			// Released for deletion before the class or the VM were read:
+			// a status computed now would call the class missing.
+			return
+		}
 		requeue, err := r.patchStatus(ctx, o)
 		if err != nil && reterr == nil {
 			reterr = err

@@ -91,6 +91,11 @@ type machineObservation struct {
 	// DeletionStep says what deletion waits for.
 	Deleting     bool
 	DeletionStep string
+	// Released is true once this reconcile deleted the machine because its
+	// claim is gone (reclaimPolicy Delete). Nothing else was observed, so
+	// no status is computed from it: the deletion's own reconcile writes
+	// the machine's status.
+	Released bool
 
 	// rendered memoizes this reconcile's rendering.
 	rendered *renderedObjects

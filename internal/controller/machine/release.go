@@ -53,6 +53,7 @@ func (r *Reconciler) releaseIfClaimGone(ctx context.Context, o *machineObservati
 	if err := r.Delete(ctx, m, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 		return false, fmt.Errorf("deleting released machine: %w", err)
 	}
+	o.Released = true
 	log.Info("claim gone; deleting machine gracefully", "claim", ref.Namespace+"/"+ref.Name)
 	base.RecordEvent(r.Recorder, m, corev1.EventTypeNormal, "Released", "Release", fmt.Sprintf(
 		"claim %s/%s is gone; stopping and deleting the machine (reclaimPolicy Delete)", ref.Namespace, ref.Name))
