@@ -53,8 +53,14 @@ func (c *claimCmd) run(ctx context.Context, env *Env, args []string) (int, error
 	if c.class == "" {
 		return 2, errors.New("--class is required: the MacClass to claim a machine of (kubectl get macclasses lists them)")
 	}
+	if err := accessType(c.access); err != nil {
+		return 2, err
+	}
 	key, err := publicKey(c.sshKey, env.Home)
 	if err != nil {
+		return 1, err
+	}
+	if err := servable(ctx, env, c.class, c.pool); err != nil {
 		return 1, err
 	}
 	claim := &macvirtv1alpha1.MacClaim{
@@ -70,7 +76,72 @@ func (c *claimCmd) run(ctx context.Context, env *Env, args []string) (int, error
 	if !c.wait {
 		return 0, nil
 	}
-	return waitReady(ctx, env, name, c.timeout)
+	code, err := waitReady(ctx, env, name, c.timeout)
+	if code != 0 {
+		err = withdrawUnserved(ctx, env, claim, err)
+	}
+	return code, err
+}
+
+// accessType checks --access against the API's access types, so that a typo
+// is named here rather than in the API server's schema error.
+func accessType(access string) error {
+	switch macvirtv1alpha1.AccessType(access) {
+	case "", macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessNodePort, macvirtv1alpha1.AccessLoadBalancer:
+		return nil
+	}
+	return fmt.Errorf("--access %q: give %s, %s or %s (one the class allows), or leave it out for the class's default",
+		access, macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessNodePort, macvirtv1alpha1.AccessLoadBalancer)
+}
+
+// servable checks, before anything is created, that the class and the pool
+// the claim names exist and agree, so that a typo leaves no claim behind. A
+// tenant who may not read the catalog (macvirt-catalog-viewer is bound
+// cluster-wide, if at all) skips the check; the claim's status says it then.
+func servable(ctx context.Context, env *Env, class, pool string) error {
+	if pool != "" {
+		p := &macvirtv1alpha1.MacPool{}
+		err := env.Client.Get(ctx, client.ObjectKey{Name: pool}, p)
+		switch {
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("--pool %s: MacPool %q does not exist (kubectl get macpools lists them); no claim was created", pool, pool)
+		case err == nil && p.Spec.ClassName != class:
+			return fmt.Errorf("--pool %s holds machines of MacClass %q, not %q: give --class %s, or another pool; no claim was created",
+				pool, p.Spec.ClassName, class, p.Spec.ClassName)
+		case err != nil && !apierrors.IsForbidden(err):
+			return fmt.Errorf("reading MacPool %s: %w", pool, err)
+		}
+	}
+	err := env.Client.Get(ctx, client.ObjectKey{Name: class}, &macvirtv1alpha1.MacClass{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("--class %s: MacClass %q does not exist (kubectl get macclasses lists them); no claim was created", class, class)
+	case err != nil && !apierrors.IsForbidden(err):
+		return fmt.Errorf("reading MacClass %s: %w", class, err)
+	}
+	return nil
+}
+
+// withdrawUnserved deletes the claim this command created when waiting for
+// it ended with the claim needing a human before any machine was bound to
+// it (a class or pool that does not exist, a class that does not admit the
+// namespace): nothing was made for it, and a claim left behind would only
+// be in the way of running the command again. The error says so.
+func withdrawUnserved(ctx context.Context, env *Env, created *macvirtv1alpha1.MacClaim, waitErr error) error {
+	now := &macvirtv1alpha1.MacClaim{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(created), now); err != nil || now.UID != created.UID {
+		return waitErr
+	}
+	st := meta.FindStatusCondition(now.Status.Conditions, macvirtv1alpha1.ConditionStalled)
+	if now.Status.MachineRef != nil || st == nil || st.Status != metav1.ConditionTrue {
+		// Bound (its machine keeps what happened), or still in line.
+		return waitErr
+	}
+	uid := now.UID
+	if err := env.Client.Delete(ctx, now, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("%w; deleting the unserved claim failed too: %v", waitErr, err)
+	}
+	return fmt.Errorf("%w; the claim was deleted, as no machine was made for it: fix that and claim again", waitErr)
 }
 
 // publicKey reads the key to authorize: file, or the first of the user's
@@ -401,11 +472,7 @@ func (c *releaseCmd) run(ctx context.Context, env *Env, args []string) (int, err
 	if err := env.Client.Delete(ctx, claim, client.Preconditions{UID: &claim.UID}); err != nil {
 		return 1, err
 	}
-	fate := "stopped gracefully, then deleted"
-	if claim.Spec.ReclaimPolicy == macvirtv1alpha1.ReclaimRetain {
-		fate = "stopped gracefully and kept with its disks (reclaimPolicy Retain)"
-	}
-	_, _ = fmt.Fprintf(env.Out, "macclaim %s/%s released: its machine is %s\n", env.Namespace, name, fate)
+	_, _ = fmt.Fprintf(env.Out, "macclaim %s/%s released: %s\n", env.Namespace, name, releaseFate(claim))
 	if !c.wait {
 		return 0, nil
 	}
@@ -428,4 +495,17 @@ func (c *releaseCmd) run(ctx context.Context, env *Env, args []string) (int, err
 		case <-time.After(env.pollInterval()):
 		}
 	}
+}
+
+// releaseFate says what releasing the claim does to its machine, if it has
+// one.
+func releaseFate(c *macvirtv1alpha1.MacClaim) string {
+	if c.Status.MachineRef == nil {
+		return "no machine was bound to it"
+	}
+	m := c.Status.MachineRef.Namespace + "/" + c.Status.MachineRef.Name
+	if c.Spec.ReclaimPolicy == macvirtv1alpha1.ReclaimRetain {
+		return fmt.Sprintf("its machine %s is stopped gracefully and kept with its disks (reclaimPolicy Retain)", m)
+	}
+	return fmt.Sprintf("its machine %s is stopped gracefully, then deleted", m)
 }

@@ -93,6 +93,11 @@ spec.writeConnectionSecretToRef, for tools that want one.
 
 wait, and claim --wait, watch the claim until it is Ready and print each
 step on the way.
+
+claim checks first that its class and pool exist (when you may read them),
+so a typo creates nothing; a claim that claim --wait sees needing a human
+before any machine was bound to it (its namespace not admitted by the
+class, say) is deleted again, and the error says why.
 `
 
 // Main runs the plugin with args (without the program name) and returns
@@ -127,7 +132,7 @@ func Main(ctx context.Context, args []string, streams Streams) int {
 		return 1
 	}
 	code, err := c.run(ctx, env, fs.Args())
-	if err != nil {
+	if err = readable(err); err != nil {
 		_, _ = fmt.Fprintf(streams.Err, "kubectl mac %s: %v\n", cmd, err)
 		if code == 0 {
 			code = 1

@@ -20,8 +20,8 @@ import (
 
 // The sandbox's tenant: a user with a client certificate of its own, the
 // shipped claim-editor role in its namespace, the catalog cluster-wide, and
-// its namespace's Secrets (which a platform grants a team with the built-in
-// edit role), and nothing else. Its kubeconfig is what kubectl mac uses.
+// nothing else (no Secrets: kubectl mac reads everything from the claim's
+// status). Its kubeconfig is what kubectl mac uses.
 const (
 	TenantUser      = "alice"
 	TenantNamespace = "team-ios"
@@ -71,13 +71,7 @@ func SetUpTenant(ctx context.Context, admin client.Client, user, ns string) erro
 			}
 		}
 	}
-	if err := createIfMissing(ctx, admin, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "read-secrets", Namespace: ns},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}}}}); err != nil {
-		return err
-	}
-	return createIfMissing(ctx, admin, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user + "-read-secrets", Namespace: ns},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "read-secrets"},
-		Subjects: []rbacv1.Subject{subject}})
+	return nil
 }
 
 // ApplyTenantClass creates TenantClass from the sample class.

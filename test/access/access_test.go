@@ -104,6 +104,31 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		if !apierrors.IsForbidden(err) {
 			t.Fatalf("listing MacMachines as the tenant: %v, want Forbidden", err)
 		}
+		// Every kubectl mac command below runs without reading a Secret.
+		err = c.List(ctx, &corev1.SecretList{}, client.InNamespace(sandbox.TenantNamespace))
+		if !apierrors.IsForbidden(err) {
+			t.Fatalf("listing Secrets of %s as the tenant: %v, want Forbidden", sandbox.TenantNamespace, err)
+		}
+	})
+
+	t.Run("a claim that cannot be served is refused before anything is created", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			code int
+			want string
+		}{
+			{[]string{"claim", "typo", "--class", "nosuch", "--wait"}, 1, `MacClass "nosuch" does not exist (kubectl get macclasses lists them); no claim was created`},
+			{[]string{"claim", "typo", "--class", sandbox.TenantClass, "--access", "Nodeport"}, 2, `--access "Nodeport": give ClusterIP, NodePort or LoadBalancer`},
+		} {
+			code, _, errOut := mac(tc.args...)
+			if code != tc.code || !strings.Contains(errOut, tc.want) {
+				t.Errorf("kubectl mac %s: exit %d, %q; want exit %d saying %q", strings.Join(tc.args, " "), code, errOut, tc.code, tc.want)
+			}
+		}
+		err := admin.Get(ctx, types.NamespacedName{Namespace: sandbox.TenantNamespace, Name: "typo"}, &macvirtv1alpha1.MacClaim{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("claim typo: %v; want none left behind", err)
+		}
 	})
 
 	if code, out, _ := mac("claim", "demo", "--class", sandbox.TenantClass, "--wait", "--timeout", "3m"); code != 0 || !strings.Contains(out, "is Ready after") {
