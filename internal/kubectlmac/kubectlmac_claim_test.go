@@ -1,6 +1,7 @@
 package kubectlmac
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -22,7 +23,7 @@ import (
 )
 
 // claimEnv is a waitEnv whose home holds an SSH public key.
-func claimEnv(t *testing.T, c client.WithWatch) (*Env, *strings.Builder) {
+func claimEnv(t *testing.T, c client.WithWatch) (*Env, *bytes.Buffer) {
 	t.Helper()
 	env, out := waitEnv(c)
 	env.Home = t.TempDir()
@@ -32,10 +33,7 @@ func claimEnv(t *testing.T, c client.WithWatch) (*Env, *strings.Builder) {
 	if err := os.WriteFile(filepath.Join(env.Home, ".ssh", "id_ed25519.pub"), []byte(authorizedLine(newKey(t).PublicKey())+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sb := &strings.Builder{}
-	env.Out, env.Err = sb, sb
-	_ = out
-	return env, sb
+	return env, out
 }
 
 func claimNames(t *testing.T, c client.Client) []string {

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -151,14 +149,7 @@ func TestWaitSeesTheClaimTurnReadyByAWatch(t *testing.T) {
 func TestClaimWaitSeesTheNewClaimTurnReady(t *testing.T) {
 	base := waitFake(t, &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}})
 	c, watching := watched(t, base)
-	env, out := waitEnv(c)
-	env.Home = t.TempDir()
-	if err := os.MkdirAll(filepath.Join(env.Home, ".ssh"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(env.Home, ".ssh", "id_ed25519.pub"), []byte(authorizedLine(newKey(t).PublicKey())+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	env, out := claimEnv(t, c)
 	done := make(chan waitResult, 1)
 	go func() {
 		code, err := (&claimCmd{class: "sonoma", wait: true, timeout: time.Minute}).run(context.Background(), env, []string{"build"})

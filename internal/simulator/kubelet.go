@@ -193,18 +193,21 @@ func (s *Simulator) podIPFor(ctx context.Context, pod *corev1.Pod) (string, erro
 	if pod.Status.PodIP != "" {
 		return pod.Status.PodIP, nil
 	}
-	name := pod.Name
-	for try := 0; ; try++ {
-		ip := PodIPFor(pod.Namespace, name)
-		holder, err := s.podAt(ctx, ip)
-		if err != nil {
-			return "", err
-		}
-		if holder == nil || holder.UID == pod.UID || try == 16 {
-			return ip, nil
-		}
-		name = fmt.Sprintf("%s#%d", pod.Name, try+1)
+	pods := &corev1.PodList{}
+	if err := s.reader.List(ctx, pods); err != nil {
+		return "", fmt.Errorf("listing pods: %w", err)
 	}
+	held := map[string]bool{}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.UID != pod.UID && p.Status.PodIP != "" && !podDone(p) {
+			held[p.Status.PodIP] = true
+		}
+	}
+	ip := PodIPFor(pod.Namespace, pod.Name)
+	for try := 1; held[ip]; try++ {
+		ip = PodIPFor(pod.Namespace, fmt.Sprintf("%s#%d", pod.Name, try))
+	}
+	return ip, nil
 }
 
 // bindVolumes plays kube-scheduler's volume binding for a pod going to
