@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -64,17 +65,33 @@ func startGuests(ns string) *guests {
 // testHostKey is the SSH host key simulated guests report.
 const testHostKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE0Ow6DQP+//k6m8zioktAbUb0Su/x93h9rtsTyq+kAs"
 
+// heartbeatRunning heartbeats, as the agent of each running machine in ns,
+// when the guest has said nothing for 30 s or has booted since it last
+// spoke: a real agent reports as soon as macOS starts it.
 func heartbeatRunning(ctx context.Context, ns string) {
 	var list macvirtv1alpha1.MacMachineList
 	if err := k8sClient.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return
+	}
+	var vmis kubevirtv1.VirtualMachineInstanceList
+	if err := k8sClient.List(ctx, &vmis, client.InNamespace(ns)); err != nil {
+		return
+	}
+	booted := map[string]time.Time{}
+	for _, vmi := range vmis.Items {
+		for _, t := range vmi.Status.PhaseTransitionTimestamps {
+			if t.Phase == kubevirtv1.Running {
+				booted[vmi.Name] = t.PhaseTransitionTimestamp.Time
+			}
+		}
 	}
 	for i := range list.Items {
 		m := &list.Items[i]
 		if !meta.IsStatusConditionTrue(m.Status.Conditions, macvirtv1alpha1.ConditionVMRunning) {
 			continue
 		}
-		if g := m.Status.Guest; g != nil && g.LastHeartbeat != nil && clock.Now().Sub(g.LastHeartbeat.Time) < 30*time.Second {
+		if g := m.Status.Guest; g != nil && g.LastHeartbeat != nil && clock.Now().Sub(g.LastHeartbeat.Time) < 30*time.Second &&
+			!g.LastHeartbeat.Time.Before(booted[m.Name]) {
 			continue
 		}
 		before := m.DeepCopy()

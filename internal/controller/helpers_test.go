@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	. "github.com/onsi/gomega"
@@ -12,11 +13,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/testenv"
 )
 
 const (
@@ -194,3 +197,38 @@ func countEvents(w watch.Interface, d time.Duration) (added, deleted int) {
 		}
 	}
 }
+
+// expireStartBackoff moves virt-controller's clock on for one VM, as
+// offsetClock does the operator's: once an instance has failed before it
+// ran, virt-controller records when it will start the next (10-15 s later,
+// then 40-60 s), and this brings that time to now, written as
+// virt-controller. virt-controller still counts the failures, computes the
+// backoff and makes the next start itself; only the wait is skipped. It
+// returns the start failure it found (nil when there is none).
+func expireStartBackoff(k types.NamespacedName) *kubevirtv1.VirtualMachineStartFailure {
+	vm := &kubevirtv1.VirtualMachine{}
+	if err := k8sClient.Get(context.Background(), k, vm); err != nil || vm.Status.StartFailure == nil {
+		return nil
+	}
+	found := vm.Status.StartFailure.DeepCopy()
+	if f := vm.Status.StartFailure; f.RetryAfterTimestamp != nil && f.RetryAfterTimestamp.After(time.Now()) {
+		before := vm.DeepCopy()
+		now := metav1.Now()
+		f.RetryAfterTimestamp = &now
+		// A conflict means virt-controller wrote meanwhile; the next poll
+		// looks again.
+		_ = virtController().Status().Patch(context.Background(), vm, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	}
+	return found
+}
+
+// virtController is a client that acts as KubeVirt's controller service
+// account, as the harness runs virt-controller.
+var virtController = sync.OnceValue(func() client.Client {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + testenv.KubeVirtNamespace + ":kubevirt-controller",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + testenv.KubeVirtNamespace, "system:authenticated"}}
+	cl, err := client.New(c, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return cl
+})

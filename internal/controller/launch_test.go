@@ -89,7 +89,10 @@ var _ = Describe("MacMachine launch", func() {
 		sim.Clear(fault)
 		Expect(phase(k)()).NotTo(Equal(macvirtv1alpha1.MachineFailed))
 
-		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineBooting))
+		Eventually(func() macvirtv1alpha1.MachinePhase {
+			expireStartBackoff(k)
+			return phase(k)()
+		}).Should(Equal(macvirtv1alpha1.MachineBooting))
 		vmi := &kubevirtv1.VirtualMachineInstance{}
 		Expect(k8sClient.Get(context.Background(), k, vmi)).To(Succeed())
 		Expect(vmi.UID).NotTo(Equal(failedUID))

@@ -180,8 +180,20 @@ var _ = Describe("MacMachine", func() {
 		DeferCleanup(deleteAndWait, k)
 		// virt-controller waits 10-15 s after the first failed start and
 		// 40-60 s after the second (calculateStartBackoffTime in
-		// pkg/virt-controller/watch/vm/vm.go); the third fails the machine.
-		Eventually(phase(k)).WithTimeout(2 * time.Minute).Should(Equal(macvirtv1alpha1.MachineFailed))
+		// pkg/virt-controller/watch/vm/vm.go), waits the test skips; the
+		// third fails the machine. Until then it is only StartFailed.
+		var counts []int
+		seen := func(f *kubevirtv1.VirtualMachineStartFailure) {
+			if f != nil && (len(counts) == 0 || counts[len(counts)-1] != f.ConsecutiveFailCount) {
+				counts = append(counts, f.ConsecutiveFailCount)
+			}
+		}
+		Eventually(func() macvirtv1alpha1.MachinePhase {
+			seen(expireStartBackoff(k))
+			return phase(k)()
+		}).WithTimeout(time.Minute).Should(Equal(macvirtv1alpha1.MachineFailed))
+		seen(vmOf(k)().Status.StartFailure)
+		Expect(counts).To(Equal([]int{1, 2, 3}), "virt-controller started it three times, each after its backoff")
 		Expect(conditionOf(k, macvirtv1alpha1.ConditionReady)().Reason).To(Equal(macvirtv1alpha1.ReasonCrashLoop))
 	})
 
