@@ -111,6 +111,44 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		}
 	})
 
+	t.Run("the tenant reads its claim's events, as kubectl describe shows them", func(t *testing.T) {
+		tenantCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := client.New(tenantCfg, client.Options{Scheme: scheme})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Written past kubectl mac's own check, the claim stalls, and
+		// says why in a Warning event.
+		stuck := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: sandbox.TenantNamespace},
+			Spec: macvirtv1alpha1.MacClaimSpec{ClassName: "nosuch"}}
+		if err := c.Create(ctx, stuck); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = c.Delete(ctx, stuck) }()
+		var seen []string
+		deadline := time.Now().Add(time.Minute)
+		for len(seen) == 0 && time.Now().Before(deadline) {
+			evs := &corev1.EventList{}
+			if err := c.List(ctx, evs, client.InNamespace(sandbox.TenantNamespace),
+				client.MatchingFields{"involvedObject.kind": "MacClaim", "involvedObject.name": "stuck"}); err != nil {
+				t.Fatalf("listing the claim's events as the tenant: %v", err)
+			}
+			for _, e := range evs.Items {
+				if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, `"nosuch"`) {
+					seen = append(seen, e.Reason+": "+e.Message)
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if len(seen) == 0 {
+			t.Fatal("no Warning event of claim stuck naming its missing class within a minute")
+		}
+		t.Logf("the tenant sees: %s", seen[0])
+	})
+
 	t.Run("a claim that cannot be served is refused before anything is created", func(t *testing.T) {
 		for _, tc := range []struct {
 			args []string
