@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -291,5 +292,47 @@ func TestAddressFallbackOnlyForAnUnresolvedName(t *testing.T) {
 		if got := addressFallback(tc.claim, tc.override, tc.target, tc.err); got != tc.want {
 			t.Errorf("%s: addressFallback = %q, want %q", name, got, tc.want)
 		}
+	}
+}
+
+// A CI script pipes into kubectl mac ssh, and the remote command ends
+// without reading its input: `yes | kubectl mac ssh build -- true`, or a
+// line echoed into a command that ignores it. Each run must end with the
+// command's own status, never 255 for an input write the Mac refused.
+func TestSSHWithPipedStdinExitsWithTheRemoteStatusEveryTime(t *testing.T) {
+	key, pub := identityFile(t)
+	mac := startTestMac(t, "runner", pub)
+	cl := claimsOnly(t, readyClaim(mac, "runner", ""))
+	home := t.TempDir()
+	var failed []string
+	for i := range 100 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			defer func() { _ = w.Close() }()
+			if i%2 == 1 {
+				_, _ = io.WriteString(w, "one line\n")
+				return
+			}
+			// yes: until the reading end is closed.
+			chunk := bytes.Repeat([]byte("y\n"), 2048)
+			for {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+		}()
+		var out, errs bytes.Buffer
+		env := &Env{Client: cl, Namespace: "team", Home: home, Streams: Streams{In: r, Out: &out, Err: &errs}}
+		code, err := runSSH(t, env, "build", "-i", key, "--", "true")
+		_ = r.Close()
+		if code != 0 || err != nil || out.String() != "runner ran true\n" {
+			failed = append(failed, fmt.Sprintf("run %d: exit %d, %v, output %q", i+1, code, err, out.String()))
+		}
+	}
+	if len(failed) > 0 {
+		t.Errorf("%d of 100 runs with piped stdin failed; the first: %s", len(failed), failed[0])
 	}
 }

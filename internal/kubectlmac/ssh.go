@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -98,16 +99,45 @@ func (c *sshCmd) run(ctx context.Context, env *Env, args []string) (int, error) 
 	}
 	defer func() { _ = session.Close() }()
 	session.Stdout, session.Stderr = env.Out, env.Err
-	if len(command) > 0 {
-		session.Stdin = env.In
-		return exitCode(session.Run(strings.Join(command, " ")))
+	feed, err := stdinFrom(session, env.In)
+	if err != nil {
+		return 255, err
 	}
-	return interactive(session, env)
+	if len(command) > 0 {
+		if err := session.Start(strings.Join(command, " ")); err != nil {
+			return 255, err
+		}
+		feed()
+		return exitCode(session.Wait())
+	}
+	return interactive(session, env, feed)
 }
 
-// interactive runs a login shell, with a terminal when stdin is one.
-func interactive(session *ssh.Session, env *Env) (int, error) {
-	session.Stdin = env.In
+// stdinFrom makes in the session's standard input through a pipe of
+// kubectl mac's own, returning what starts copying it once the command or
+// shell has started. Given as Session.Stdin instead, a remote command that
+// ends while input is still coming (a pipe it never reads, `yes |`) closes
+// the channel under x/crypto's copy, and Session.Wait then reports that
+// write's EOF instead of the exit status: exit 255 at random, after the
+// command ran. As OpenSSH does, input the Mac no longer takes is dropped.
+func stdinFrom(session *ssh.Session, in io.Reader) (func(), error) {
+	w, err := session.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		go func() {
+			if in != nil {
+				_, _ = io.Copy(w, in)
+			}
+			_ = w.Close() // end of input: the Mac's side reads EOF
+		}()
+	}, nil
+}
+
+// interactive runs a login shell, with a terminal when stdin is one; feed
+// starts copying stdin to it.
+func interactive(session *ssh.Session, env *Env, feed func()) (int, error) {
 	if f, ok := env.In.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		fd := int(f.Fd())
 		w, h, err := term.GetSize(fd)
@@ -130,6 +160,7 @@ func interactive(session *ssh.Session, env *Env) (int, error) {
 	if err := session.Shell(); err != nil {
 		return 255, err
 	}
+	feed()
 	return exitCode(session.Wait())
 }
 
