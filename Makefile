@@ -293,12 +293,15 @@ KUBEBUILDER_VERSION ?= v4.16.0
 # its own; hack/helmcheck turns them off by default again, as config/default
 # has them.
 .PHONY: helm-chart
-helm-chart: manifests kustomize ## Generate the Helm chart dist/chart from config/default with Kubebuilder's helm/v2-alpha plugin, completed by hack/helmcheck (which checks it).
+helm-chart: manifests kustomize ## Generate the Helm chart dist/chart from config/default (with its network-policy and prometheus options) with Kubebuilder's helm/v2-alpha plugin, completed by hack/helmcheck (which checks it).
 	@tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
 	cp PROJECT "$$tmp/" && mkdir "$$tmp/src" && cp -R config "$$tmp/src/config" && \
-	sed -i -e 's|^#- \.\./network-policy$$|- ../network-policy|' "$$tmp/src/config/default/kustomization.yaml" && \
-	{ grep -qx -e '- ../network-policy' "$$tmp/src/config/default/kustomization.yaml" || \
-		{ echo "helm-chart: config/default/kustomization.yaml has no '#- ../network-policy' line to turn on" >&2; exit 1; }; } && \
+	sed -i -e 's|^#- \.\./network-policy$$|- ../network-policy|' -e 's|^#components:$$|components:|' -e 's|^#- \.\./prometheus$$|- ../prometheus|' \
+		"$$tmp/src/config/default/kustomization.yaml" && \
+	for on in '- ../network-policy' 'components:' '- ../prometheus'; do \
+		grep -qx -e "$$on" "$$tmp/src/config/default/kustomization.yaml" || \
+			{ echo "helm-chart: config/default/kustomization.yaml has no '#$$on' line to turn on" >&2; exit 1; }; \
+	done && \
 	"$(KUSTOMIZE)" build "$$tmp/src/config/default" > "$$tmp/install.yaml" && \
 	(cd "$$tmp" && go run sigs.k8s.io/kubebuilder/v4@$(KUBEBUILDER_VERSION) edit --plugins=helm/v2-alpha \
 		--manifests install.yaml --output-dir out --force) && \

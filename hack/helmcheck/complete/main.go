@@ -43,10 +43,12 @@ func run(chart, manifests, namespace, prefix, name string) error {
 	if err != nil {
 		return err
 	}
-	// The NetworkPolicies render only with networkPolicy.enabled.
+	// The NetworkPolicies render only with networkPolicy.enabled, the
+	// ServiceMonitor and the alerts only with prometheus.enabled.
 	got, err := helmcheck.Render(chart, strings.TrimSuffix(prefix, "-"), namespace, map[string]any{
 		"rbac":          helmcheck.HelpersOn["rbac"],
 		"networkPolicy": map[string]any{"enabled": true},
+		"prometheus":    map[string]any{"enabled": true},
 	})
 	if err != nil {
 		return err
@@ -89,8 +91,9 @@ func run(chart, manifests, namespace, prefix, name string) error {
 // Service macvirt-agent (cmd/main.go's --agent-endpoint default), so every
 // name is the chart's own (fullnameOverride), and it needs cluster-wide
 // RBAC, so rbac.namespaced is refused with a message that says so. The
-// plugin turns networkPolicy on by default when the kustomize output has
-// policies; config/default leaves them off, and so does the chart.
+// plugin turns networkPolicy and prometheus on by default when the
+// kustomize output has policies and a ServiceMonitor; config/default
+// leaves them off, and so does the chart.
 func settle(chart, name string) error {
 	values := filepath.Join(chart, "values.yaml")
 	b, err := os.ReadFile(values) //nolint:gosec // the chart's own file.
@@ -114,7 +117,21 @@ func settle(chart, name string) error {
 			"## On, the manager's pod admits its metrics port (from namespaces labelled\n"+
 			"## metrics: enabled), its webhooks and its guest-agent endpoint.\n"+
 			"networkPolicy:\n  enabled: false\n", 1))
+	// The plugin turns prometheus on by default when the kustomize output
+	// has a ServiceMonitor (the chart is made with config/prometheus in);
+	// config/default leaves it off, and so does the chart.
+	const prometheusOn = "prometheus:\n  enabled: true\n"
+	if !strings.Contains(string(b), prometheusOn) {
+		return fmt.Errorf("%s has no %q to turn off", values, prometheusOn)
+	}
+	b = []byte(strings.Replace(string(b), prometheusOn, "prometheus:\n  enabled: false\n", 1))
 	if err := os.WriteFile(values, b, 0o644); err != nil { //nolint:gosec // a chart file, world-readable.
+		return err
+	}
+	if err := gatePrometheusRules(chart); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(chart, "templates", "NOTES.txt"), []byte(notes), 0o644); err != nil {
 		return err
 	}
 	checks := filepath.Join(chart, "templates", "extras", "checks.yaml")
@@ -125,4 +142,63 @@ func settle(chart, name string) error {
 {{- fail "rbac.namespaced is not supported: `+name+`'s operator watches nodes and VirtualMachines in every namespace and needs its ClusterRole; leave rbac.namespaced false" }}
 {{- end }}
 `), 0o644) //nolint:gosec // a chart file, world-readable.
+}
+
+// notes is what helm install prints: what macvirt needs before a Mac can
+// run, and where each step is documented.
+const notes = `macvirt {{ .Chart.AppVersion }} is installed in namespace {{ .Release.Namespace }}.
+
+Check that the operator runs:
+
+  kubectl -n {{ .Release.Namespace }} rollout status deploy/{{ include "macvirt.resourceName" (dict "suffix" "controller-manager" "context" $) }}
+
+Before a Mac can run (docs/install.md, "Prerequisites"):
+
+  1. KubeVirt with its Plugins feature gate (1.9 or later; before 1.9 the
+     Sidecar gate), and CDI.
+  2. Intel Macs running Linux with KVM as nodes, labelled and tainted:
+       kubectl label node <node> macvirt.io/apple-hardware=true
+       kubectl taint node <node> macvirt.io/apple-hardware=true:NoSchedule
+  3. The golden macOS and OpenCore images as CDI DataSources (by default in
+     the namespace macvirt-images), and the namespace your pools keep their
+     machines in.
+
+Then a MacClass, a MacPool and a MacClaim (config/samples), and give tenants
+the macvirt-claim-editor role in their namespaces (docs/tenancy.md).
+{{- if .Values.prometheus.enabled }}
+
+The ServiceMonitor and the alerts (a PrometheusRule, runbooks in
+docs/runbooks) are installed.
+{{- else }}
+
+Alerts: --set prometheus.enabled=true installs the ServiceMonitor and the
+alerts (a PrometheusRule) where the Prometheus Operator runs.
+{{- end }}
+
+Docs: https://github.com/macvirt/macvirt/blob/{{ .Chart.AppVersion }}/docs/install.md
+`
+
+// gatePrometheusRules renders the alerts the plugin templated from
+// config/prometheus (as extras, always rendered) only with
+// prometheus.enabled, as the chart's ServiceMonitor: without the
+// Prometheus Operator's CRDs a PrometheusRule fails the install.
+func gatePrometheusRules(chart string) error {
+	files, err := filepath.Glob(filepath.Join(chart, "templates", "extras", "*.yaml"))
+	if err != nil {
+		return err
+	}
+	const gate = "{{- if .Values.prometheus.enabled }}\n"
+	for _, f := range files {
+		b, err := os.ReadFile(f) //nolint:gosec // the chart's own file.
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(b), "\nkind: PrometheusRule\n") || strings.HasPrefix(string(b), gate) {
+			continue
+		}
+		if err := os.WriteFile(f, []byte(gate+strings.TrimSuffix(string(b), "\n")+"\n{{- end }}\n"), 0o644); err != nil { //nolint:gosec // a chart file, world-readable.
+			return err
+		}
+	}
+	return nil
 }
