@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -138,7 +139,7 @@ func TestInstallDocsNameWhatTheRepositoryHas(t *testing.T) {
 				t.Errorf("%s names %s, which the repository does not have", page, path)
 			}
 		}
-		for _, m := range regexp.MustCompile(`macvirt/macvirt/(config/[a-z-]+)\?ref=v([0-9][^'" ]*)`).FindAllStringSubmatch(doc, -1) {
+		for _, m := range regexp.MustCompile(`macvirt/macvirt/(config/[a-z-]+)\?ref=v([0-9][^'"\s]*)`).FindAllStringSubmatch(doc, -1) {
 			if m[2] != version {
 				t.Errorf("%s installs %s from release v%s, but this is v%s", page, m[1], m[2], version)
 			}
@@ -150,6 +151,150 @@ func TestInstallDocsNameWhatTheRepositoryHas(t *testing.T) {
 			if !roles[m[1]] {
 				t.Errorf("%s binds ClusterRole %s, which config/rbac does not ship", page, m[1])
 			}
+		}
+	}
+}
+
+// built is what kustomize builds in dir, by kind, namespace and name.
+func built(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out, err := testenv.KustomizeBuild(dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	objs := map[string]string{}
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		b, err := yaml.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs[fmt.Sprintf("%v %s/%s", obj["kind"], field(obj, "metadata", "namespace"), field(obj, "metadata", "name"))] = string(b)
+	}
+	return objs
+}
+
+// TestOptionalIsConfigDefaultsTwoOptions: config/optional builds exactly
+// what config/default gains with its network-policy and prometheus options
+// uncommented, and the overlay docs/install.md shows for remote installs
+// (its bases read from this checkout) builds the whole of that.
+func TestOptionalIsConfigDefaultsTwoOptions(t *testing.T) {
+	root := testenv.RepoRoot()
+	tmp := t.TempDir()
+	if err := os.CopyFS(filepath.Join(tmp, "config"), os.DirFS(filepath.Join(root, "config"))); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(tmp, "config", "default", "kustomization.yaml")
+	k := read(t, "config/default/kustomization.yaml")
+	for _, line := range []string{"- ../network-policy", "components:", "- ../prometheus"} {
+		if !strings.Contains(k, "\n#"+line+"\n") {
+			t.Fatalf("config/default/kustomization.yaml has no %q line to uncomment", "#"+line)
+		}
+		k = strings.Replace(k, "\n#"+line+"\n", "\n"+line+"\n", 1)
+	}
+	if err := os.WriteFile(file, []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	plain, full := built(t, filepath.Join(root, "config", "default")), built(t, filepath.Join(tmp, "config", "default"))
+	optional := built(t, filepath.Join(root, "config", "optional"))
+	for key, obj := range full {
+		if p, ok := plain[key]; ok {
+			if p != obj {
+				t.Errorf("the options change %s", key)
+			}
+			continue
+		}
+		if o, ok := optional[key]; !ok {
+			t.Errorf("config/optional lacks %s, which the options add", key)
+		} else if o != obj {
+			t.Errorf("config/optional's %s differs from the options':\n%s\nwant:\n%s", key, o, obj)
+		}
+	}
+	for key := range optional {
+		if _, ok := full[key]; !ok || plain[key] != "" {
+			t.Errorf("config/optional builds %s, which the options do not add", key)
+		}
+	}
+	if len(optional) == 0 {
+		t.Fatal("config/optional builds nothing")
+	}
+
+	var overlay string
+	for _, m := range regexp.MustCompile("(?s)```yaml\\n(.*?)```").FindAllStringSubmatch(read(t, "docs/install.md"), -1) {
+		if strings.Contains(m[1], "kind: Kustomization") && strings.Contains(m[1], "config/optional?ref=") {
+			overlay = m[1]
+		}
+	}
+	if overlay == "" {
+		t.Fatal("docs/install.md shows no Kustomization with config/optional")
+	}
+	dir := filepath.Join(tmp, "overlay")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	local, err := filepath.Rel(dir, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay = regexp.MustCompile(`https://github\.com/macvirt/macvirt/(config/[a-z-]+)\?ref=\S+`).ReplaceAllString(overlay, filepath.ToSlash(local)+"/$1")
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := built(t, dir)
+	for key, obj := range full {
+		if got[key] != obj {
+			t.Errorf("the documented overlay builds %s differently from config/default with its options, or not at all", key)
+		}
+	}
+	if len(got) != len(full) {
+		t.Errorf("the documented overlay builds %d objects, config/default with its options %d", len(got), len(full))
+	}
+	t.Logf("config/default: %d objects; with its options: %d; config/optional: %d", len(plain), len(full), len(optional))
+}
+
+// TestSamplesCreateTheNamespacesTheyName: `kubectl apply -k config/samples`
+// on a fresh install creates every namespace its objects name, other than
+// default: the pool's, the class's image sources'.
+func TestSamplesCreateTheNamespacesTheyName(t *testing.T) {
+	out, err := testenv.KustomizeBuild(filepath.Join(testenv.RepoRoot(), "config", "samples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := map[string]bool{"default": true}
+	named := map[string]string{}
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprintf("%v %s", obj["kind"], field(obj, "metadata", "name"))
+		if obj["kind"] == "Namespace" {
+			created[field(obj, "metadata", "name")] = true
+			continue
+		}
+		if ns := field(obj, "metadata", "namespace"); ns != "" {
+			named[ns] = key
+		}
+		switch obj["kind"] {
+		case "MacPool":
+			named[field(obj, "spec", "namespace")] = key + " (spec.namespace)"
+		case "MacClass":
+			for _, disk := range []string{"image", "bootloader"} {
+				if ns := field(obj, "spec", disk, "sourceRef", "namespace"); ns != "" {
+					named[ns] = key + " (spec." + disk + ".sourceRef)"
+				}
+			}
+		}
+	}
+	if len(named) < 2 {
+		t.Fatalf("the samples name only %v: this test no longer looks where they do", named)
+	}
+	for ns, by := range named {
+		if !created[ns] {
+			t.Errorf("%s names namespace %s, which config/samples does not create", by, ns)
 		}
 	}
 }
