@@ -37,11 +37,15 @@ func TestChartInstallsTheAlertsWithPrometheus(t *testing.T) {
 	if r := prometheusRule(render(t, "macvirt", "macvirt-system", nil)); r != nil {
 		t.Error("without prometheus.enabled the chart installs a PrometheusRule")
 	}
-	got := prometheusRule(render(t, "ops-macs", "platform", map[string]any{"prometheus": map[string]any{"enabled": true}}))
+	got := prometheusRule(render(t, "ops-macs", "platform", map[string]any{"prometheus": map[string]any{"enabled": true,
+		"labels": map[string]any{"release": "kube-prometheus-stack"}}}))
 	if got == nil {
 		t.Fatal("with prometheus.enabled the chart installs no PrometheusRule (run make helm-chart)")
 	}
 	meta, _ := got["metadata"].(map[string]any)
+	if labels, _ := meta["labels"].(map[string]any); labels["release"] != "kube-prometheus-stack" {
+		t.Errorf("the PrometheusRule's labels %v lack prometheus.labels (release: kube-prometheus-stack), by which a Prometheus selects rules", labels)
+	}
 	if meta["namespace"] != "platform" || meta["name"] != "macvirt-alerts" {
 		t.Errorf("the PrometheusRule is %v/%v, want platform/macvirt-alerts", meta["namespace"], meta["name"])
 	}

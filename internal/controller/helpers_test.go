@@ -211,13 +211,17 @@ func expireStartBackoff(k types.NamespacedName) *kubevirtv1.VirtualMachineStartF
 		return nil
 	}
 	found := vm.Status.StartFailure.DeepCopy()
-	if f := vm.Status.StartFailure; f.RetryAfterTimestamp != nil && f.RetryAfterTimestamp.After(time.Now()) {
+	// Not after the third failure, at which the operator gives up: a
+	// fourth start would race its verdict.
+	if f := vm.Status.StartFailure; f.ConsecutiveFailCount < 3 && f.RetryAfterTimestamp != nil && f.RetryAfterTimestamp.After(time.Now()) {
 		before := vm.DeepCopy()
 		now := metav1.Now()
 		f.RetryAfterTimestamp = &now
 		// A conflict means virt-controller wrote meanwhile; the next poll
-		// looks again.
-		_ = virtController().Status().Patch(context.Background(), vm, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		// looks again. Anything else (a right lost) fails the spec rather
+		// than let it wait out the real backoff.
+		err := virtController().Status().Patch(context.Background(), vm, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		ExpectWithOffset(1, err == nil || apierrors.IsConflict(err)).To(BeTrue(), "moving virt-controller's retry time: %v", err)
 	}
 	return found
 }

@@ -30,7 +30,7 @@ import (
 
 // testMac is an SSH server standing in for a claim's Mac: it has a host
 // key, lets in one user with one key, and answers an exec with
-// "USER ran COMMAND".
+// "USER ran COMMAND", or for "cat" with its input.
 type testMac struct {
 	hostKey ssh.Signer
 	port    int
@@ -90,7 +90,12 @@ func serveTestSSH(nc net.Conn, cfg *ssh.ServerConfig) {
 				var p struct{ Command string }
 				_ = ssh.Unmarshal(req.Payload, &p)
 				_ = req.Reply(true, nil)
-				_, _ = fmt.Fprintf(ch, "%s ran %s\n", sc.User(), p.Command)
+				if p.Command == "cat" {
+					// Its input back, to the end.
+					_, _ = io.Copy(ch, ch)
+				} else {
+					_, _ = fmt.Fprintf(ch, "%s ran %s\n", sc.User(), p.Command)
+				}
 				_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{0}))
 				return
 			}
@@ -334,5 +339,32 @@ func TestSSHWithPipedStdinExitsWithTheRemoteStatusEveryTime(t *testing.T) {
 	}
 	if len(failed) > 0 {
 		t.Errorf("%d of 100 runs with piped stdin failed; the first: %s", len(failed), failed[0])
+	}
+}
+
+// A command that reads its input gets all of it, then its end.
+func TestSSHGivesARemoteCommandAllOfItsPipedInput(t *testing.T) {
+	key, pub := identityFile(t)
+	mac := startTestMac(t, "runner", pub)
+	in := make([]byte, 1<<20)
+	if _, err := rand.Read(in); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, _ = w.Write(in)
+		_ = w.Close()
+	}()
+	defer func() { _ = r.Close() }()
+	var out, errs bytes.Buffer
+	env := &Env{Client: claimsOnly(t, readyClaim(mac, "runner", "")), Namespace: "team", Home: t.TempDir(), Streams: Streams{In: r, Out: &out, Err: &errs}}
+	if code, err := runSSH(t, env, "build", "-i", key, "--", "cat"); code != 0 || err != nil {
+		t.Fatalf("ssh: exit %d, %v; stderr %q", code, err, errs.String())
+	}
+	if !bytes.Equal(out.Bytes(), in) {
+		t.Errorf("cat returned %d bytes, want the %d piped in, unchanged", out.Len(), len(in))
 	}
 }

@@ -91,16 +91,18 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		return code, out.String(), errOut.String()
 	}
 
+	tenantCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant, err := client.New(tenantCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	t.Run("the kubeconfig is the tenant's, not an admin's", func(t *testing.T) {
-		tenantCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := client.New(tenantCfg, client.Options{Scheme: scheme})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = c.List(ctx, &macvirtv1alpha1.MacMachineList{})
+		c := tenant
+		err := c.List(ctx, &macvirtv1alpha1.MacMachineList{})
 		if !apierrors.IsForbidden(err) {
 			t.Fatalf("listing MacMachines as the tenant: %v, want Forbidden", err)
 		}
@@ -112,14 +114,7 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 	})
 
 	t.Run("the tenant reads its claim's events, as kubectl describe shows them", func(t *testing.T) {
-		tenantCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := client.New(tenantCfg, client.Options{Scheme: scheme})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := tenant
 		// Written past kubectl mac's own check, the claim stalls, and
 		// says why in a Warning event.
 		stuck := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: sandbox.TenantNamespace},

@@ -180,8 +180,9 @@ Docs: https://github.com/macvirt/macvirt/blob/{{ .Chart.AppVersion }}/docs/insta
 
 // gatePrometheusRules renders the alerts the plugin templated from
 // config/prometheus (as extras, always rendered) only with
-// prometheus.enabled, as the chart's ServiceMonitor: without the
-// Prometheus Operator's CRDs a PrometheusRule fails the install.
+// prometheus.enabled, as the chart's ServiceMonitor (without the
+// Prometheus Operator's CRDs a PrometheusRule fails the install), and with
+// the ServiceMonitor's prometheus.labels.
 func gatePrometheusRules(chart string) error {
 	files, err := filepath.Glob(filepath.Join(chart, "templates", "extras", "*.yaml"))
 	if err != nil {
@@ -196,7 +197,20 @@ func gatePrometheusRules(chart string) error {
 		if !strings.Contains(string(b), "\nkind: PrometheusRule\n") || strings.HasPrefix(string(b), gate) {
 			continue
 		}
-		if err := os.WriteFile(f, []byte(gate+strings.TrimSuffix(string(b), "\n")+"\n{{- end }}\n"), 0o644); err != nil { //nolint:gosec // a chart file, world-readable.
+		// prometheus.labels, as on the ServiceMonitor: a Prometheus that
+		// selects rules by label (kube-prometheus-stack's release label)
+		// loads them.
+		const instance = "    app.kubernetes.io/instance: {{ .Release.Name }}\n"
+		if !strings.Contains(string(b), instance) {
+			return fmt.Errorf("%s has no %q label to add prometheus.labels after", f, strings.TrimSpace(instance))
+		}
+		t := strings.Replace(string(b), instance, instance+
+			"    {{- with .Values.prometheus.labels }}\n"+
+			"    {{- with omit . \"app.kubernetes.io/managed-by\" \"app.kubernetes.io/name\" \"helm.sh/chart\" \"app.kubernetes.io/instance\" }}\n"+
+			"    {{- toYaml . | nindent 4 }}\n"+
+			"    {{- end }}\n"+
+			"    {{- end }}\n", 1)
+		if err := os.WriteFile(f, []byte(gate+strings.TrimSuffix(t, "\n")+"\n{{- end }}\n"), 0o644); err != nil { //nolint:gosec // a chart file, world-readable.
 			return err
 		}
 	}
