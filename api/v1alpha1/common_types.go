@@ -109,6 +109,9 @@ const (
 	ReasonSecretUnavailable = "SecretUnavailable"
 	// ReasonMachineLost means a claim's bound machine failed or disappeared.
 	ReasonMachineLost = "MachineLost"
+	// ReasonLifetimeExpired means a claim's lifetime is over: its machine
+	// is given back and it is never bound again.
+	ReasonLifetimeExpired = "LifetimeExpired"
 	// ReasonNamespaceNotAllowed means the class tenancy excludes the claim's namespace.
 	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
 	// ReasonPoolNotFound means the referenced MacPool does not exist.

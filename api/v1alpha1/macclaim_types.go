@@ -35,7 +35,7 @@ const (
 )
 
 // ClaimPhase summarises a claim for humans; conditions are the API.
-// +kubebuilder:validation:Enum=Pending;Bound;Ready;Lost
+// +kubebuilder:validation:Enum=Pending;Bound;Ready;Lost;Expired
 type ClaimPhase string
 
 // Claim phases.
@@ -44,6 +44,9 @@ const (
 	ClaimBound   ClaimPhase = "Bound"
 	ClaimReady   ClaimPhase = "Ready"
 	ClaimLost    ClaimPhase = "Lost"
+	// ClaimExpired: the claim's lifetime is over and its machine was
+	// given back; it is never bound again.
+	ClaimExpired ClaimPhase = "Expired"
 )
 
 // MacClaimSpec is a tenant's request for one Mac.
@@ -90,6 +93,18 @@ type MacClaimSpec struct {
 	// the claim's namespace and readable by whoever creates the claim.
 	// +optional
 	Bootstrap *Bootstrap `json:"bootstrap,omitempty"`
+
+	// lifetime is how long the claim keeps its machine, counted from when
+	// it is bound (status.boundAt). Then its machine is given back by
+	// reclaimPolicy and the claim stays, phase Expired, never bound again;
+	// a Warning event (ClaimExpiring) comes a tenth of the lifetime before,
+	// 15 minutes at most. The class's tenancy.maxClaimLifetime caps it, and
+	// applies to claims that name none. At least 1m. Immutable.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="lifetime must be at least 1m (a Go duration: 90m, 8h)"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="lifetime is immutable; claim again for another lifetime"
+	// +optional
+	Lifetime *metav1.Duration `json:"lifetime,omitempty"`
 
 	// writeConnectionSecretToRef asks for a Secret in the claim's namespace
 	// holding the connection (host, address, port, user, known_hosts), for
@@ -194,7 +209,7 @@ type MacClaimStatus struct {
 	// observedGeneration is the generation the status was computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// phase is Pending, Bound, Ready or Lost; informational.
+	// phase is Pending, Bound, Ready, Lost or Expired; informational.
 	// +optional
 	Phase ClaimPhase `json:"phase,omitempty"`
 	// machineRef is the bound MacMachine.
@@ -210,6 +225,11 @@ type MacClaimStatus struct {
 	// readyAt is when the claim first became Ready.
 	// +optional
 	ReadyAt *metav1.Time `json:"readyAt,omitempty"`
+	// expiresAt is when the claim's lifetime ends (spec.lifetime, or the
+	// class's maxClaimLifetime), fixed when it is bound; unset when
+	// neither is set.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
 	// connection says how to reach the machine.
 	// +optional
 	Connection *ClaimConnection `json:"connection,omitempty"`
@@ -257,6 +277,7 @@ type MacClaimStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Bootstrap",type=string,JSONPath=`.status.conditions[?(@.type=="BootstrapSucceeded")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.status.expiresAt`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type MacClaim struct {
 	metav1.TypeMeta `json:",inline"`

@@ -347,6 +347,15 @@ type TenancySpec struct {
 	// +optional
 	AllowTenantBootstrap *bool `json:"allowTenantBootstrap,omitempty"`
 
+	// maxClaimLifetime caps how long a claim of this class keeps its
+	// machine (its spec.lifetime), and is the lifetime of claims that name
+	// none. A claim keeps the cap it was bound under. Unset: no cap. At
+	// least 1m.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="maxClaimLifetime must be at least 1m (a Go duration: 8h, 168h)"
+	// +optional
+	MaxClaimLifetime *metav1.Duration `json:"maxClaimLifetime,omitempty"`
+
 	// allowRootBootstrap lets a claim's bootstrap run as root, or place
 	// files owned by root. Off by default: a claim's script runs as the
 	// login user.

@@ -754,6 +754,11 @@ func (in *MacClaimSpec) DeepCopyInto(out *MacClaimSpec) {
 		*out = new(Bootstrap)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.Lifetime != nil {
+		in, out := &in.Lifetime, &out.Lifetime
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.WriteConnectionSecretToRef != nil {
 		in, out := &in.WriteConnectionSecretToRef, &out.WriteConnectionSecretToRef
 		*out = new(LocalSecretReference)
@@ -790,6 +795,10 @@ func (in *MacClaimStatus) DeepCopyInto(out *MacClaimStatus) {
 	}
 	if in.ReadyAt != nil {
 		in, out := &in.ReadyAt, &out.ReadyAt
+		*out = (*in).DeepCopy()
+	}
+	if in.ExpiresAt != nil {
+		in, out := &in.ExpiresAt, &out.ExpiresAt
 		*out = (*in).DeepCopy()
 	}
 	if in.Connection != nil {
@@ -1732,6 +1741,11 @@ func (in *TenancySpec) DeepCopyInto(out *TenancySpec) {
 	if in.AllowTenantBootstrap != nil {
 		in, out := &in.AllowTenantBootstrap, &out.AllowTenantBootstrap
 		*out = new(bool)
+		**out = **in
+	}
+	if in.MaxClaimLifetime != nil {
+		in, out := &in.MaxClaimLifetime, &out.MaxClaimLifetime
+		*out = new(v1.Duration)
 		**out = **in
 	}
 }

@@ -8,8 +8,10 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
@@ -230,3 +232,65 @@ var _ = Describe("Pools and claims", func() {
 		Consistently(func(g Gomega) types.UID { return getClaimWith(g, key(claim)).Status.MachineRef.UID }).WithTimeout(time.Second).Should(Equal(ref.UID))
 	})
 })
+
+var _ = Describe("A claim's lifetime", func() {
+	BeforeEach(func() { DeferCleanup(startOperator()) })
+
+	It("ends with a warning first, gives the machine back, and never binds the claim again; the class caps it", func() {
+		class := newClass(func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Tenancy.MaxClaimLifetime = &metav1.Duration{Duration: 2 * time.Hour}
+		})
+		pool, poolNS := newPool(class.Name, 1, 3)
+		startGuests(poolNS)
+		claim := newClaim(newNamespace(), func(c *macvirtv1alpha1.MacClaim) {
+			c.Spec.PoolName = pool.Name
+			c.Spec.Lifetime = &metav1.Duration{Duration: 3 * time.Hour}
+		})
+		k := key(claim)
+		Eventually(claimPhase(k)).Should(Equal(macvirtv1alpha1.ClaimReady))
+		c := getClaim(k)
+		Expect(c.Status.ExpiresAt).NotTo(BeNil())
+		Expect(c.Status.ExpiresAt.Time).To(BeTemporally("==", c.Status.BoundAt.Add(2*time.Hour)), "the class's cap, not the 3h asked")
+		machine := types.NamespacedName{Namespace: c.Status.MachineRef.Namespace, Name: c.Status.MachineRef.Name}
+
+		By("a tenth of it before the end (12 minutes), a warning; the Mac is still the tenant's")
+		Expect(warningsAbout(claim.Name, "ClaimExpiring")()).To(BeEmpty())
+		clock.Advance(2*time.Hour - 11*time.Minute)
+		touchClaim(k)
+		Eventually(warningsAbout(claim.Name, "ClaimExpiring")).Should(ContainElement(HaveField("Note",
+			ContainSubstring("lifetime ends at "+c.Status.ExpiresAt.UTC().Format(time.RFC3339)))))
+		Expect(claimPhase(k)()).NotTo(Equal(macvirtv1alpha1.ClaimExpired))
+
+		By("at the end: Expired, the machine stopped and deleted (reclaimPolicy Delete)")
+		clock.Advance(12 * time.Minute)
+		touchClaim(k)
+		Eventually(claimPhase(k)).Should(Equal(macvirtv1alpha1.ClaimExpired))
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(context.Background(), machine, &macvirtv1alpha1.MacMachine{}))
+		}).WithTimeout(time.Minute).Should(BeTrue())
+		Expect(warningsAbout(machine.Name, "Released")()).To(BeEmpty(), "Released is a Normal event")
+
+		By("the pool's idle machine is not bound to it")
+		Consistently(func(g Gomega) {
+			got := getClaimWith(g, k)
+			g.Expect(got.Status.Phase).To(Equal(macvirtv1alpha1.ClaimExpired))
+			g.Expect(got.Status.MachineRef.Name).To(Equal(machine.Name))
+			g.Expect(got.Status.Connection).To(BeNil())
+		}).WithTimeout(2 * time.Second).Should(Succeed())
+		ready := meta.FindStatusCondition(getClaim(k).Status.Conditions, macvirtv1alpha1.ConditionReady)
+		Expect(ready.Reason).To(Equal(macvirtv1alpha1.ReasonLifetimeExpired))
+		Expect(ready.Message).To(ContainSubstring("delete it, and claim again"))
+	})
+})
+
+// touchClaim changes an annotation of the claim, so the operator looks at
+// it again (after the test moved the clock).
+func touchClaim(k types.NamespacedName) {
+	c := getClaim(k)
+	before := c.DeepCopy()
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations["test.macvirt.io/touched"] = time.Now().Format(time.RFC3339Nano)
+	Expect(k8sClient.Patch(context.Background(), c, client.MergeFrom(before))).To(Succeed())
+}

@@ -54,6 +54,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		// Release happens on the machine side, which sees its claim gone.
 		r.assumed.forget(claim.UID)
 		r.secrets.forget(claim.UID)
+		r.expiryWarned.Delete(claim.UID)
 		return base.DeletingResult(base.MarkDeleting(ctx, r.Client, claim, &claim.Status.Conditions,
 			"the claim is being deleted; its machine is released by its reclaimPolicy once it is gone"))
 	}
@@ -96,8 +97,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if reterr == nil && connectionSecretName(claim) != "" && claim.Status.Phase == macvirtv1alpha1.ClaimReady {
 			result.RequeueAfter = r.connectionResync()
 		}
+		if reterr == nil {
+			result.RequeueAfter = r.watchLifetime(claim, result.RequeueAfter)
+		}
 	}()
-	return ctrl.Result{}, base.RunSteps(ctx, s, r.findBound, r.bind, r.checkExposure, r.ensureService, r.publishName, r.ensureConnectionSecret)
+	return ctrl.Result{}, base.RunSteps(ctx, s, r.findBound, r.stopIfExpired, r.bind, r.checkExposure, r.ensureService, r.publishName, r.ensureConnectionSecret)
 }
 
 // SetupWithManager watches claims, machines (to complete, lose or wake

@@ -56,6 +56,10 @@ type Reconciler struct {
 	// with other operators; this only avoids losing races to ourselves.
 	inFlight reservations
 
+	// expiryWarned holds, by claim UID, the end of the lifetime this
+	// process has warned the claim's tenant of.
+	expiryWarned sync.Map
+
 	// retained counts, per namespace and class, the machines this operator
 	// has just bound under Retain, for maxReleasedPerNamespace.
 	retained retainLedger

@@ -21,6 +21,9 @@ import (
 func computeClaimStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatus {
 	st := bindingStatus(s, now)
 	st.Connection = connectionOf(s)
+	if st.Phase == macvirtv1alpha1.ClaimExpired {
+		st.Connection = nil
+	}
 	setConnectionSecret(s, &st)
 	return st
 }
@@ -49,6 +52,18 @@ func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatu
 	}
 	drain.Mirror(&st.Conditions, s.machine, c.Generation)
 	switch {
+	case expired(&st, now.Time):
+		// Before Lost: the machine it gives back goes, as it should.
+		st.Phase = macvirtv1alpha1.ClaimExpired
+		if s.machine != nil {
+			st.Machine = machineSummary(s.machine)
+		}
+		p := base.Problem{Reason: macvirtv1alpha1.ReasonLifetimeExpired, Message: fmt.Sprintf(
+			"the claim's lifetime ended at %s; its machine is given back (reclaimPolicy %s) and the claim is not bound again: delete it, and claim again for another Mac",
+			st.ExpiresAt.UTC().Format(time.RFC3339), reclaimPolicy(c))}
+		set(macvirtv1alpha1.ConditionReady, false, p.Reason, p.Message)
+		stalled(&p)
+		return st
 	case s.lost != "":
 		st.Phase = macvirtv1alpha1.ClaimLost
 		if s.machine != nil {
@@ -85,8 +100,10 @@ func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatu
 	st.Machine = machineSummary(m)
 	if st.BoundAt == nil {
 		st.BoundAt = &now
-		// What the binding runs is fixed as it is made.
+		// What the binding runs, and how long it lasts, is fixed as it is
+		// made.
 		st.Bootstrap = bootstrap.Plan(s.class, c)
+		st.ExpiresAt = expiresAt(now, lifetimeOf(c, s.accessClass()))
 	}
 	set(macvirtv1alpha1.ConditionBound, true, macvirtv1alpha1.ReasonBound, "bound to "+m.Namespace+"/"+m.Name)
 	if !state.MachineReady(m) {

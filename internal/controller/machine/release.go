@@ -26,8 +26,8 @@ func (r *Reconciler) releaseIfClaimGone(ctx context.Context, o *machineObservati
 	if ref == nil || m.Labels[macvirtv1alpha1.LabelReleased] != "" {
 		return true, nil
 	}
-	present, err := r.claimPresent(ctx, ref)
-	if err != nil || present {
+	gone, err := r.claimGone(ctx, ref)
+	if err != nil || gone == "" {
 		return err == nil, err
 	}
 	log := ctrl.LoggerFrom(ctx)
@@ -44,9 +44,9 @@ func (r *Reconciler) releaseIfClaimGone(ctx context.Context, o *machineObservati
 		if err := r.Patch(ctx, m, patch); err != nil {
 			return false, fmt.Errorf("marking machine released: %w", err)
 		}
-		log.Info("claim gone; machine retained, released and stopping", "claim", ref.Namespace+"/"+ref.Name)
+		log.Info("claim "+gone+"; machine retained, released and stopping", "claim", ref.Namespace+"/"+ref.Name)
 		base.RecordEvent(r.Recorder, m, corev1.EventTypeNormal, "Released", "Release", fmt.Sprintf(
-			"claim %s/%s is gone; machine retained (reclaimPolicy Retain), stopped gracefully with its disks kept", ref.Namespace, ref.Name))
+			"claim %s/%s %s; machine retained (reclaimPolicy Retain), stopped gracefully with its disks kept", ref.Namespace, ref.Name, gone))
 		return true, nil
 	}
 	uid := m.UID
@@ -54,26 +54,32 @@ func (r *Reconciler) releaseIfClaimGone(ctx context.Context, o *machineObservati
 		return false, fmt.Errorf("deleting released machine: %w", err)
 	}
 	o.Released = true
-	log.Info("claim gone; deleting machine gracefully", "claim", ref.Namespace+"/"+ref.Name)
+	log.Info("claim "+gone+"; deleting machine gracefully", "claim", ref.Namespace+"/"+ref.Name)
 	base.RecordEvent(r.Recorder, m, corev1.EventTypeNormal, "Released", "Release", fmt.Sprintf(
-		"claim %s/%s is gone; stopping and deleting the machine (reclaimPolicy Delete)", ref.Namespace, ref.Name))
+		"claim %s/%s %s; stopping and deleting the machine (reclaimPolicy Delete)", ref.Namespace, ref.Name, gone))
 	return false, nil
 }
 
-// claimPresent reports whether the referenced claim incarnation exists. An
-// absence seen in the cache is confirmed by the API server before anything
-// is released.
-func (r *Reconciler) claimPresent(ctx context.Context, ref *macvirtv1alpha1.ObjectRef) (bool, error) {
+// claimGone says why the referenced claim incarnation holds the machine no
+// more ("is gone", "has expired"), or "" while it does. What the cache
+// shows is confirmed by the API server before anything is released.
+func (r *Reconciler) claimGone(ctx context.Context, ref *macvirtv1alpha1.ObjectRef) (string, error) {
 	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+	gone := ""
 	for _, reader := range []client.Reader{r.Client, r.APIReader} {
 		claim := &macvirtv1alpha1.MacClaim{}
 		err := reader.Get(ctx, key, claim)
-		if err != nil && !apierrors.IsNotFound(err) {
-			return false, fmt.Errorf("getting MacClaim %s: %w", key, err)
-		}
-		if err == nil && claim.UID == ref.UID && claim.DeletionTimestamp.IsZero() {
-			return true, nil
+		switch {
+		case err != nil && !apierrors.IsNotFound(err):
+			return "", fmt.Errorf("getting MacClaim %s: %w", key, err)
+		case err == nil && claim.UID == ref.UID && claim.DeletionTimestamp.IsZero():
+			if claim.Status.Phase != macvirtv1alpha1.ClaimExpired {
+				return "", nil
+			}
+			gone = "has expired (its lifetime is over)"
+		default:
+			gone = "is gone"
 		}
 	}
-	return false, nil
+	return gone, nil
 }
