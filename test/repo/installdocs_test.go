@@ -254,3 +254,37 @@ func TestOptionalIsConfigDefaultsTwoOptions(t *testing.T) {
 	}
 	t.Logf("config/default: %d objects; with its options: %d; config/optional: %d", len(plain), len(full), len(optional))
 }
+
+// TestNoAgeColumnForAFutureTime: kubectl prints a date column as the time
+// since it, and a time to come as <invalid>; a claim's expiry is printed as
+// the timestamp it is.
+func TestNoAgeColumnForAFutureTime(t *testing.T) {
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Columns []struct {
+					Name     string `json:"name"`
+					Type     string `json:"type"`
+					JSONPath string `json:"jsonPath"`
+				} `json:"additionalPrinterColumns"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "config/crd/bases/macvirt.io_macclaims.yaml")), &crd); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, v := range crd.Spec.Versions {
+		for _, c := range v.Columns {
+			if c.JSONPath == ".status.expiresAt" {
+				found = true
+				if c.Type != "string" {
+					t.Errorf("column %s (%s) has type %s; kubectl would print <invalid> for a time to come", c.Name, c.JSONPath, c.Type)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Error("MacClaim has no column for .status.expiresAt")
+	}
+}

@@ -109,6 +109,10 @@ func ValidateMacClaim(c *macvirtv1alpha1.MacClaim, env ClaimEnv) (field.ErrorLis
 		if _, r := tenancy.Access(env.Class, c.Spec.Access.Type); r != nil {
 			errs = append(errs, field.Forbidden(field.NewPath("spec", "access", "type"), r.Message))
 		}
+		if limit := env.Class.Spec.Tenancy.MaxClaimLifetime; limit != nil && c.Spec.Lifetime != nil && c.Spec.Lifetime.Duration > limit.Duration {
+			warns = append(warns, fmt.Sprintf("spec.lifetime %s is more than MacClass %s's tenancy.maxClaimLifetime: the claim keeps its machine %s",
+				c.Spec.Lifetime.Duration, env.Class.Name, limit.Duration))
+		}
 	}
 	errs = append(errs, validateSSHKeys(spec.Child("sshAuthorizedKeys"), c.Spec.SSHAuthorizedKeys, &warns)...)
 	errs = append(errs, validateClaimBootstrap(c, env.Class)...)

@@ -566,3 +566,36 @@ func TestChangingTheReleaseRedefaultsWhatTheWebhookWrote(t *testing.T) {
 		t.Fatalf("vmxnet3 on 26 gives no warning: %v", warns)
 	}
 }
+
+// A claim asking more than its class's cap is admitted with a warning that
+// says what it gets; within the cap, or under no cap, it hears nothing.
+func TestClaimLifetimeOverTheClassCapIsWarnedOf(t *testing.T) {
+	class := tenantClass()
+	class.Spec.Tenancy.MaxClaimLifetime = &metav1.Duration{Duration: 2 * time.Hour}
+	for _, tc := range []struct {
+		asked time.Duration
+		class *macvirtv1alpha1.MacClass
+		warn  string
+	}{
+		{asked: 3 * time.Hour, class: class, warn: "spec.lifetime 3h0m0s is more than MacClass " + class.Name + "'s tenancy.maxClaimLifetime: the claim keeps its machine 2h0m0s"},
+		{asked: time.Hour, class: class},
+		{asked: 3 * time.Hour, class: tenantClass()},
+	} {
+		c := minimalClaim()
+		c.Namespace = "team-a"
+		c.Spec.Lifetime = &metav1.Duration{Duration: tc.asked}
+		errs, warns := ValidateMacClaim(c, ClaimEnv{Class: tc.class, Namespace: allowedNamespace()})
+		if len(errs) > 0 {
+			t.Errorf("lifetime %s: refused: %v", tc.asked, errs)
+		}
+		var got string
+		for _, w := range warns {
+			if strings.Contains(w, "lifetime") {
+				got = w
+			}
+		}
+		if got != tc.warn {
+			t.Errorf("lifetime %s: warning %q, want %q", tc.asked, got, tc.warn)
+		}
+	}
+}
