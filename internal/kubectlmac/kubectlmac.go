@@ -110,7 +110,11 @@ func Main(ctx context.Context, args []string, streams Streams) int {
 		}
 		return 0
 	}
-	cmd, rest := args[0], args[1:]
+	cmd, rest, found := splitCommand(args)
+	if !found {
+		_, _ = fmt.Fprintf(streams.Err, "kubectl mac: no command in %q; see kubectl mac --help\n", strings.Join(args, " "))
+		return 2
+	}
 	run, ok := commands[cmd]
 	if !ok {
 		_, _ = fmt.Fprintf(streams.Err, "kubectl mac: unknown command %q; see kubectl mac --help\n", cmd)
@@ -139,6 +143,29 @@ func Main(ctx context.Context, args []string, streams Streams) int {
 		}
 	}
 	return code
+}
+
+// splitCommand finds the command in args: the first word that is neither a
+// flag nor a global flag's value, so the global flags may come before it as
+// kubectl's do (kubectl mac -n team get). rest is args without it.
+func splitCommand(args []string) (cmd string, rest []string, found bool) {
+	globalsOnly := flag.NewFlagSet("", flag.ContinueOnError)
+	globalFlags(globalsOnly)
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return "", nil, false
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			return a, append(append([]string{}, args[:i]...), args[i+1:]...), true
+		}
+		if name := strings.TrimLeft(a, "-"); !strings.Contains(name, "=") {
+			if f := globalsOnly.Lookup(name); f != nil && !isBool(f) {
+				i++ // its value
+			}
+		}
+	}
+	return "", nil, false
 }
 
 // command is one subcommand: it registers its flags and returns what runs.

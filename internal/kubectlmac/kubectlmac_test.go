@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -168,5 +169,35 @@ func TestUsageAndUnknownCommands(t *testing.T) {
 	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
 	if code := Main(context.Background(), []string{"claim", "demo"}, Streams{Out: &out, Err: &errOut}); code == 0 {
 		t.Errorf("claim without a kubeconfig or --class: exit 0")
+	}
+}
+
+// Global flags may come before the command, as kubectl's do.
+func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		cmd  string
+		rest []string
+	}{
+		{args: []string{"get"}, cmd: "get", rest: []string{}},
+		{args: []string{"-n", "team", "get"}, cmd: "get", rest: []string{"-n", "team"}},
+		{args: []string{"--namespace=team", "get", "build"}, cmd: "get", rest: []string{"--namespace=team", "build"}},
+		{args: []string{"--kubeconfig", "k", "--context", "c", "ssh", "build", "--", "uname"}, cmd: "ssh",
+			rest: []string{"--kubeconfig", "k", "--context", "c", "build", "--", "uname"}},
+		{args: []string{"-n", "team"}},
+		{args: []string{"-n"}},
+		{args: []string{"--", "get"}},
+	} {
+		cmd, rest, found := splitCommand(tc.args)
+		if found != (tc.cmd != "") || cmd != tc.cmd || found && !slices.Equal(rest, tc.rest) {
+			t.Errorf("splitCommand(%q) = %q, %q, %v; want %q, %q", tc.args, cmd, rest, found, tc.cmd, tc.rest)
+		}
+	}
+	// The namespace reaches the command: without a kubeconfig, reading it
+	// is what fails, not the command line.
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"-n", "team", "get"}, Streams{Out: &out, Err: &errOut}); code != 1 || !strings.Contains(errOut.String(), "reading the kubeconfig") {
+		t.Errorf("kubectl mac -n team get: exit %d, %q; want the kubeconfig read to fail", code, errOut.String())
 	}
 }
