@@ -49,6 +49,10 @@ const (
 	ClaimExpired ClaimPhase = "Expired"
 )
 
+// Ended says a claim in this phase holds no machine and never will again
+// (Lost or Expired): its tenant deletes it and claims again.
+func (p ClaimPhase) Ended() bool { return p == ClaimLost || p == ClaimExpired }
+
 // MacClaimSpec is a tenant's request for one Mac.
 // +kubebuilder:validation:XValidation:rule="has(self.className) || has(self.poolName)",message="set className, poolName, or both"
 // +kubebuilder:validation:XValidation:rule="has(self.className) == has(oldSelf.className) && has(self.poolName) == has(oldSelf.poolName)",message="className and poolName cannot be added or removed after creation"

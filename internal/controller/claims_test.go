@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
@@ -256,14 +255,14 @@ var _ = Describe("A claim's lifetime", func() {
 		By("a tenth of it before the end (12 minutes), a warning; the Mac is still the tenant's")
 		Expect(warningsAbout(claim.Name, "ClaimExpiring")()).To(BeEmpty())
 		clock.Advance(2*time.Hour - 11*time.Minute)
-		touchClaim(k)
+		touchObject(getClaim(k))
 		Eventually(warningsAbout(claim.Name, "ClaimExpiring")).Should(ContainElement(HaveField("Note",
 			ContainSubstring("lifetime ends at "+c.Status.ExpiresAt.UTC().Format(time.RFC3339)))))
 		Expect(claimPhase(k)()).NotTo(Equal(macvirtv1alpha1.ClaimExpired))
 
 		By("at the end: Expired, the machine stopped and deleted (reclaimPolicy Delete)")
 		clock.Advance(12 * time.Minute)
-		touchClaim(k)
+		touchObject(getClaim(k))
 		Eventually(claimPhase(k)).Should(Equal(macvirtv1alpha1.ClaimExpired))
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8sClient.Get(context.Background(), machine, &macvirtv1alpha1.MacMachine{}))
@@ -282,15 +281,3 @@ var _ = Describe("A claim's lifetime", func() {
 		Expect(ready.Message).To(ContainSubstring("delete it, and claim again"))
 	})
 })
-
-// touchClaim changes an annotation of the claim, so the operator looks at
-// it again (after the test moved the clock).
-func touchClaim(k types.NamespacedName) {
-	c := getClaim(k)
-	before := c.DeepCopy()
-	if c.Annotations == nil {
-		c.Annotations = map[string]string{}
-	}
-	c.Annotations["test.macvirt.io/touched"] = time.Now().Format(time.RFC3339Nano)
-	Expect(k8sClient.Patch(context.Background(), c, client.MergeFrom(before))).To(Succeed())
-}

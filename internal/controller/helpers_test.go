@@ -119,14 +119,19 @@ func heartbeat(k types.NamespacedName) {
 }
 
 // touch changes an annotation so the operator reconciles the machine now.
-func touch(k types.NamespacedName) {
-	m := getMachine(k)
-	before := m.DeepCopy()
-	if m.Annotations == nil {
-		m.Annotations = map[string]string{}
+func touch(k types.NamespacedName) { touchObject(getMachine(k)) }
+
+// touchObject changes an annotation of obj, so the operator looks at it
+// again (after the test moved the clock).
+func touchObject(obj client.Object) {
+	before := obj.DeepCopyObject().(client.Object)
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
 	}
-	m.Annotations["test.macvirt.io/touched"] = time.Now().Format(time.RFC3339Nano)
-	Expect(k8sClient.Patch(context.Background(), m, client.MergeFrom(before))).To(Succeed())
+	annotations["test.macvirt.io/touched"] = time.Now().Format(time.RFC3339Nano)
+	obj.SetAnnotations(annotations)
+	ExpectWithOffset(1, k8sClient.Patch(context.Background(), obj, client.MergeFrom(before))).To(Succeed())
 }
 
 // owned counts the machine's VMs, VMIs and DataVolumes by label.

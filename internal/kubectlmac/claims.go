@@ -434,7 +434,7 @@ func claimSettled(env *Env, c *macvirtv1alpha1.MacClaim, start time.Time, last *
 	if st := meta.FindStatusCondition(c.Status.Conditions, macvirtv1alpha1.ConditionStalled); st != nil && st.Status == metav1.ConditionTrue {
 		return 1, true, fmt.Errorf("macclaim %s/%s needs a human (%s): %s", c.Namespace, c.Name, st.Reason, protocol.Printable(st.Message))
 	}
-	if c.Status.Phase == macvirtv1alpha1.ClaimLost || c.Status.Phase == macvirtv1alpha1.ClaimExpired {
+	if c.Status.Phase.Ended() {
 		return 1, true, fmt.Errorf("macclaim %s/%s is %s: delete it and claim again", c.Namespace, c.Name, c.Status.Phase)
 	}
 	step := "waiting for the operator"

@@ -193,6 +193,10 @@ func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
 			t.Errorf("splitCommand(%q) = %q, %q, %v; want %q, %q", tc.args, cmd, rest, found, tc.cmd, tc.rest)
 		}
 	}
+	var noCmd bytes.Buffer
+	if code := Main(context.Background(), []string{"-n", "team"}, Streams{Out: &noCmd, Err: &noCmd}); code != 2 || !strings.Contains(noCmd.String(), `no command in "-n team"`) {
+		t.Errorf("kubectl mac -n team: exit %d, %q; want 2 and no command", code, noCmd.String())
+	}
 	// The namespace reaches the command: without a kubeconfig, reading it
 	// is what fails, not the command line.
 	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))

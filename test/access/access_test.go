@@ -142,6 +142,10 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 			t.Fatal("no Warning event of claim stuck naming its missing class within a minute")
 		}
 		t.Logf("the tenant sees: %s", seen[0])
+		// Its own namespace's events only: not the pools' namespace's.
+		if err := c.List(ctx, &corev1.EventList{}, client.InNamespace("macvirt-pools")); !apierrors.IsForbidden(err) {
+			t.Errorf("listing the events of macvirt-pools as the tenant: %v, want Forbidden", err)
+		}
 	})
 
 	t.Run("a claim that cannot be served is refused before anything is created", func(t *testing.T) {

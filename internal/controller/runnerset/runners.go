@@ -76,7 +76,7 @@ func (r *Reconciler) plan(_ context.Context, s *setScope) (bool, error) {
 	for i := range s.Claims {
 		c := &s.Claims[i]
 		f := runnerFacts{Name: c.Name, Created: c.CreationTimestamp.Time, Deleting: !c.DeletionTimestamp.IsZero(),
-			Bound: c.Status.MachineRef != nil, Lost: c.Status.Phase == macvirtv1alpha1.ClaimLost || c.Status.Phase == macvirtv1alpha1.ClaimExpired, Result: s.Demand.Completed[c.Name]}
+			Bound: c.Status.MachineRef != nil, Lost: c.Status.Phase.Ended(), Result: s.Demand.Completed[c.Name]}
 		if job, ok := s.Demand.Started[c.Name]; ok {
 			f.Job = &job
 		} else if raw := c.Annotations[macvirtv1alpha1.AnnotationRunnerJob]; raw != "" {
