@@ -49,6 +49,12 @@ func main() {
 	fs.StringVar(&opts.Agent.URL, "agent-endpoint", "",
 		"The URL guest agents reach the agent endpoint at, written into every machine's config disk; "+
 			"https://macvirt-agent.<namespace>.svc when empty, the namespace from $POD_NAMESPACE (default "+operator.DefaultNamespace+").")
+	fs.StringVar(&opts.Tunnel.Addr, "tunnel-bind-address", ":9445",
+		"The address the tunnel API listens on (HTTPS; the APIService v1alpha1.subresources.macvirt.io sends "+
+			"kubectl mac ssh, vnc, port-forward and cp here through the API server). Set to 0, or empty, to disable it.")
+	fs.StringVar(&opts.Tunnel.CertDir, "tunnel-cert-path", "",
+		"The directory with the tunnel's tls.crt and tls.key (or apiserver.crt and apiserver.key, as OLM mounts them); "+
+			"the webhook certificate's when empty.")
 	fs.StringVar(&opts.ImagesNamespace, "images-namespace", operator.DefaultImagesNamespace,
 		"The namespace golden images are kept in: MacImage copies and their DataSources, and the DataImportCrons of "+
 			"classes whose image is refreshed from a registry. Empty: neither is served.")

@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -44,6 +45,15 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/macvirt/macvirt/internal/domainhook/install"
+)
+
+// apiServiceCertDir is where OLM mounts the serving certificate of an
+// APIService it owns (apiserver.crt, apiserver.key), and authNamespace
+// where the API server's front-proxy trust is, whose reader OLM binds the
+// operator to for it.
+const (
+	apiServiceCertDir = "/apiserver.local.config/certificates"
+	authNamespace     = "kube-system"
 )
 
 // webhookCertDir is where OLM mounts the webhook serving certificate; the
@@ -217,6 +227,7 @@ func build(objs []*unstructured.Unstructured, o options, icon []byte) (*bundle, 
 		webhooks                        []operatorsv1alpha1.WebhookDescription
 		webhookServices                 = map[string]bool{}
 		services, serviceAccounts, rest []*unstructured.Unstructured
+		apiServices                     []*unstructured.Unstructured
 	)
 	for _, u := range objs {
 		gvk := u.GroupVersionKind()
@@ -276,6 +287,8 @@ func build(objs []*unstructured.Unstructured, o options, icon []byte) (*bundle, 
 			for _, s := range svcs {
 				webhookServices[s] = true
 			}
+		case gvk.Kind == "APIService":
+			apiServices = append(apiServices, u)
 		case gvk.Kind == "Service":
 			services = append(services, u)
 		case gvk.Kind == "ServiceAccount":
@@ -300,10 +313,22 @@ func build(objs []*unstructured.Unstructured, o options, icon []byte) (*bundle, 
 			rest = append(rest, u)
 		}
 	}
+	owned, apiServiceServices, err := apiServiceDefinitions(b.csv.Spec.APIServiceDefinitions.Owned, apiServices, services, dep)
+	if err != nil {
+		return nil, err
+	}
 	for _, u := range services {
-		if !webhookServices[u.GetName()] {
+		if !webhookServices[u.GetName()] && !apiServiceServices[u.GetName()] {
 			rest = append(rest, u)
 		}
+	}
+	if len(owned) > 0 {
+		// OLM binds the operator to the API server's front-proxy trust
+		// (the Role extension-apiserver-authentication-reader in
+		// kube-system) for the APIServices it owns; a bundle cannot hold a
+		// Role or a RoleBinding of another namespace.
+		roleBindings = slices.DeleteFunc(roleBindings, func(rb rbacv1.RoleBinding) bool { return rb.Namespace == authNamespace })
+		maps.DeleteFunc(roles, func(_ string, r *rbacv1.Role) bool { return r.Namespace == authNamespace })
 	}
 
 	perms, clusterPerms, boundRoles, boundClusterRoles, err := permissions(sa, roles, clusterRoles, roleBindings, clusterBindings)
@@ -327,10 +352,14 @@ func build(objs []*unstructured.Unstructured, o options, icon []byte) (*bundle, 
 		b.add(u.GetName(), gvk.Group, gvk.Version, gvk.Kind, u.Object)
 	}
 
-	manager, err := olmDeployment(dep, o)
+	manager, err := olmDeployment(dep, o, len(owned) > 0)
 	if err != nil {
 		return nil, err
 	}
+	for i := range owned {
+		owned[i].DeploymentName = manager.Name
+	}
+	b.csv.Spec.APIServiceDefinitions.Owned = owned
 	for i := range webhooks {
 		webhooks[i].DeploymentName = manager.Name
 	}
@@ -426,7 +455,7 @@ func permissions(sa string, roles map[string]*rbacv1.Role, clusterRoles map[stri
 // olmDeployment is the manager Deployment as OLM should create it: the
 // released images, and no volume for the webhook certificate, which OLM
 // mounts itself at the same path.
-func olmDeployment(d appsv1.Deployment, o options) (operatorsv1alpha1.StrategyDeploymentSpec, error) {
+func olmDeployment(d appsv1.Deployment, o options, apiService bool) (operatorsv1alpha1.StrategyDeploymentSpec, error) {
 	spec := d.Spec.DeepCopy()
 	pod := &spec.Template.Spec
 	dropped := map[string]bool{}
@@ -450,6 +479,11 @@ func olmDeployment(d appsv1.Deployment, o options) (operatorsv1alpha1.StrategyDe
 		// cluster serves their kinds: in the bundle they would fail the
 		// install everywhere else.
 		c.Args = append(c.Args, "--monitoring-objects")
+		if apiService {
+			// OLM mounts an owned APIService's serving certificate
+			// there, as apiserver.crt and apiserver.key.
+			c.Args = append(c.Args, "--tunnel-cert-path="+apiServiceCertDir)
+		}
 		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
 			if m.MountPath == webhookCertDir {
 				dropped[m.Name] = true
@@ -751,4 +785,61 @@ func (o options) hookImageEnv() ([]corev1.EnvVar, error) {
 		env = append(env, corev1.EnvVar{Name: install.RelatedImageEnvFor(h.minor), Value: h.image})
 	}
 	return env, nil
+}
+
+// apiServiceDefinitions completes the CSV base's owned APIService
+// definitions (names and descriptions) from the APIServices of the input:
+// OLM creates each APIService, its Service and its certificate itself,
+// served by dep at the container port the input's Service targets. Every
+// APIService must have its definition and the other way round. It returns
+// those Services, which the bundle does not ship.
+func apiServiceDefinitions(base []operatorsv1alpha1.APIServiceDescription, apiServices, services []*unstructured.Unstructured,
+	dep appsv1.Deployment) ([]operatorsv1alpha1.APIServiceDescription, map[string]bool, error) {
+	owned := slices.Clone(base)
+	found := make([]bool, len(owned))
+	shipped := map[string]bool{}
+	for _, u := range apiServices {
+		group, _, _ := unstructured.NestedString(u.Object, "spec", "group")
+		version, _, _ := unstructured.NestedString(u.Object, "spec", "version")
+		svcName, _, _ := unstructured.NestedString(u.Object, "spec", "service", "name")
+		i := slices.IndexFunc(owned, func(d operatorsv1alpha1.APIServiceDescription) bool {
+			return d.Group == group && d.Version == version
+		})
+		if i < 0 {
+			return nil, nil, fmt.Errorf("APIService %s has no apiservicedefinitions.owned entry in the CSV base (group %s, version %s)", u.GetName(), group, version)
+		}
+		svc := slices.IndexFunc(services, func(s *unstructured.Unstructured) bool { return s.GetName() == svcName })
+		if svc < 0 {
+			return nil, nil, fmt.Errorf("APIService %s names Service %s, which is not in the input", u.GetName(), svcName)
+		}
+		ports, _, _ := unstructured.NestedSlice(services[svc].Object, "spec", "ports")
+		if len(ports) != 1 {
+			return nil, nil, fmt.Errorf("the Service %s has %d ports, want one (OLM's has one)", svcName, len(ports))
+		}
+		target, _ := ports[0].(map[string]any)["targetPort"].(string)
+		port, err := containerPort(dep, target)
+		if err != nil {
+			return nil, nil, fmt.Errorf("APIService %s: %w", u.GetName(), err)
+		}
+		owned[i].ContainerPort, found[i] = port, true
+		shipped[svcName] = true
+	}
+	for i, d := range owned {
+		if !found[i] {
+			return nil, nil, fmt.Errorf("the CSV base owns APIService %s.%s, which is not in the input", d.Version, d.Group)
+		}
+	}
+	return owned, shipped, nil
+}
+
+// containerPort is the number of the manager container's port name.
+func containerPort(dep appsv1.Deployment, name string) (int32, error) {
+	for _, c := range dep.Spec.Template.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.Name == name {
+				return p.ContainerPort, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("the Deployment %s has no container port named %q", dep.Name, name)
 }

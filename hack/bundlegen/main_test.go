@@ -57,13 +57,25 @@ func TestRunIsRepeatable(t *testing.T) {
 	if !bytes.Equal(first, second) {
 		t.Error("two runs wrote different CSVs")
 	}
-	for _, want := range []string{"name: macvirt.v0.1.0", "containerImage: ghcr.io/macvirt/macvirt-manager:v0.1.0", "webhookdefinitions:", "clusterPermissions:"} {
+	for _, want := range []string{"name: macvirt.v0.1.0", "containerImage: ghcr.io/macvirt/macvirt-manager:v0.1.0", "webhookdefinitions:", "clusterPermissions:",
+		"containerPort: 9445\n      deploymentName: macvirt-controller-manager", "--tunnel-cert-path=/apiserver.local.config/certificates"} {
 		if !bytes.Contains(first, []byte(want)) {
 			t.Errorf("the CSV lacks %q", want)
 		}
 	}
 	if bytes.Contains(first, []byte("creationTimestamp")) {
 		t.Error("the CSV carries empty creationTimestamps")
+	}
+	// OLM makes the APIService's Service and the kube-system binding; the
+	// bundle ships neither.
+	files, err := os.ReadDir(filepath.Join(o.OutDir, "manifests"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.Contains(f.Name(), "tunnel") || strings.Contains(f.Name(), "front-proxy-trust-reader") || strings.Contains(f.Name(), "apiservice") {
+			t.Errorf("the bundle ships %s, which OLM makes for the owned APIService", f.Name())
+		}
 	}
 }
 
@@ -84,13 +96,18 @@ func TestRunRefusesBadInput(t *testing.T) {
 		mod   func(*options)
 		want  string
 	}{
-		"bad version":       {in, func(o *options) { o.Version = "v1" }, "--version"},
-		"no image":          {in, func(o *options) { o.Image = "" }, "--image and --hook-image are required"},
-		"no CSV base":       {without("ClusterServiceVersion"), nil, "no ClusterServiceVersion base"},
-		"no Deployment":     {without("Deployment"), nil, "want exactly one Deployment, found 0"},
-		"bound role absent": {without("ClusterRole"), nil, "which is not in the input"},
-		"CRD missing":       {without("CustomResourceDefinition"), nil, "the CSV base owns 6 CRDs, the input has 0"},
-		"not YAML":          {"kind: [", nil, "decoding the kustomize output"},
+		"bad version":        {in, func(o *options) { o.Version = "v1" }, "--version"},
+		"no image":           {in, func(o *options) { o.Image = "" }, "--image and --hook-image are required"},
+		"no CSV base":        {without("ClusterServiceVersion"), nil, "no ClusterServiceVersion base"},
+		"no Deployment":      {without("Deployment"), nil, "want exactly one Deployment, found 0"},
+		"bound role absent":  {without("ClusterRole"), nil, "which is not in the input"},
+		"CRD missing":        {without("CustomResourceDefinition"), nil, "the CSV base owns 6 CRDs, the input has 0"},
+		"APIService missing": {without("APIService"), nil, "the CSV base owns APIService v1alpha1.subresources.macvirt.io, which is not in the input"},
+		"APIService's Service missing": {strings.Replace(in, "name: macvirt-tunnel\n  namespace: macvirt-system\nspec:", "name: elsewhere\n  namespace: macvirt-system\nspec:", 1), nil,
+			"names Service macvirt-tunnel, which is not in the input"},
+		"APIService not in the CSV base": {strings.Replace(in, "group: subresources.macvirt.io\n  groupPriorityMinimum", "group: other.macvirt.io\n  groupPriorityMinimum", 1), nil,
+			"has no apiservicedefinitions.owned entry in the CSV base (group other.macvirt.io"},
+		"not YAML": {"kind: [", nil, "decoding the kustomize output"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := opts(t.TempDir())

@@ -170,7 +170,12 @@ func TestChartHoldsTogetherUnderAnotherReleaseAndNamespace(t *testing.T) {
 		from := Key(o)
 		meta, _ := o["metadata"].(map[string]any)
 		ns, _ := meta["namespace"].(string)
-		if ns != "" && ns != "platform" {
+		// The objects outside the release's namespace: the operator's Role
+		// and RoleBinding that read the API server's front-proxy trust (for
+		// the tunnel's APIService), beside it in kube-system.
+		trustReader := (o["kind"] == "Role" || o["kind"] == "RoleBinding") && ns == "kube-system" &&
+			meta["name"] == "macvirt-front-proxy-trust-reader"
+		if ns != "" && ns != "platform" && !trustReader {
 			missing = append(missing, from+" is not in the release's namespace")
 		}
 		str := func(path ...string) string {
@@ -211,6 +216,14 @@ func TestChartHoldsTogetherUnderAnotherReleaseAndNamespace(t *testing.T) {
 			}
 		case "Deployment":
 			need(from, "ServiceAccount", ns, str("spec", "template", "spec", "serviceAccountName"))
+		case "APIService":
+			need(from, "Service", str("spec", "service", "namespace"), str("spec", "service", "name"))
+			if inject := meta["annotations"].(map[string]any)["cert-manager.io/inject-ca-from"]; inject != nil {
+				parts := strings.SplitN(fmt.Sprint(inject), "/", 2)
+				need(from, "Certificate", parts[0], parts[len(parts)-1])
+			} else {
+				missing = append(missing, from+" has no cert-manager.io/inject-ca-from: the API server would not trust the tunnel")
+			}
 		case "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
 			hooks, _ := o["webhooks"].([]any)
 			for _, h := range hooks {
@@ -228,13 +241,16 @@ func TestChartHoldsTogetherUnderAnotherReleaseAndNamespace(t *testing.T) {
 	// endpoint at the Service macvirt-agent (cmd/main.go's default
 	// --agent-endpoint), whose name the serving certificate carries.
 	need("the operator's default --agent-endpoint", "Service", "platform", "macvirt-agent")
+	need("the APIService v1alpha1.subresources.macvirt.io (the tunnel)", "APIService", "", "v1alpha1.subresources.macvirt.io")
 	for _, o := range objs {
 		if o["kind"] != "Certificate" || !strings.HasSuffix(Key(o), "serving-cert") {
 			continue
 		}
 		names, _ := o["spec"].(map[string]any)["dnsNames"].([]any)
-		if !slices.Contains(names, any("macvirt-agent.platform.svc")) {
-			missing = append(missing, fmt.Sprintf("%s does not name macvirt-agent.platform.svc: %v", Key(o), names))
+		for _, want := range []string{"macvirt-agent.platform.svc", "macvirt-tunnel.platform.svc"} {
+			if !slices.Contains(names, any(want)) {
+				missing = append(missing, fmt.Sprintf("%s does not name %s: %v", Key(o), want, names))
+			}
 		}
 	}
 	sort.Strings(missing)

@@ -55,6 +55,9 @@ type Options struct {
 	// NamePrefix replaces the default NamePrefix of the registered
 	// configurations.
 	NamePrefix string
+	// DNSNames are more names the serving certificate is for (a Service's
+	// name, which the API server checks an APIService's server against).
+	DNSNames []string
 }
 
 // Server is a prepared local webhook server: certificates written, port
@@ -88,7 +91,7 @@ func Prepare(opts Options) (*Server, error) {
 		}
 		s.CertDir, s.tempDir = dir, true
 	}
-	ca, err := writeCertificates(s.CertDir, s.Host)
+	ca, err := writeCertificates(s.CertDir, s.Host, opts.DNSNames)
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -278,9 +281,10 @@ func pointAt(cc *admissionregistrationv1.WebhookClientConfig, base string, ca []
 // made at every start.
 const certValidity = 30 * 24 * time.Hour
 
-// writeCertificates makes a CA and a serving certificate for host, writes
-// the serving pair to dir, and returns the CA certificate in PEM.
-func writeCertificates(dir, host string) ([]byte, error) {
+// writeCertificates makes a CA and a serving certificate for host (and
+// names), writes the serving pair to dir, and returns the CA certificate
+// in PEM.
+func writeCertificates(dir, host string, names []string) ([]byte, error) {
 	ca, err := pki.NewCA("macvirt local webhook CA", certValidity)
 	if err != nil {
 		return nil, err
@@ -288,7 +292,7 @@ func writeCertificates(dir, host string) ([]byte, error) {
 	tmpl := x509.Certificate{
 		Subject:     pkix.Name{CommonName: host},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:    []string{"localhost"},
+		DNSNames:    append([]string{"localhost"}, names...),
 	}
 	if ip := net.ParseIP(host); ip != nil {
 		tmpl.IPAddresses = []net.IP{ip}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -201,7 +203,7 @@ func (getCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
 		return 0, nil
 	}
 	w := tabwriter.NewWriter(env.Out, 0, 4, 3, ' ', 0)
-	_, _ = fmt.Fprintln(w, "NAME\tCLASS\tPHASE\tMACHINE\tADDRESS\tREADY\tBOOTSTRAP\tAGE")
+	_, _ = fmt.Fprintln(w, "NAME\tCLASS\tPHASE\tMACHINE\tADDRESS\tEXTERNAL\tREADY\tBOOTSTRAP\tAGE")
 	for i := range claims {
 		c := &claims[i]
 		machine := "<none>"
@@ -212,8 +214,8 @@ func (getCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
 		if meta.IsStatusConditionTrue(c.Status.Conditions, macvirtv1alpha1.ConditionReady) {
 			ready = "True"
 		}
-		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Spec.ClassName, orNone(string(c.Status.Phase)), machine,
-			orNone(displayAddress(c)), ready, bootstrapColumn(c), duration.HumanDuration(env.now().Sub(c.CreationTimestamp.Time)))
+		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Spec.ClassName, orNone(string(c.Status.Phase)), machine,
+			orNone(address(c)), orNone(externalAddress(c)), ready, bootstrapColumn(c), duration.HumanDuration(env.now().Sub(c.CreationTimestamp.Time)))
 	}
 	if err := w.Flush(); err != nil {
 		return 1, err
@@ -255,13 +257,22 @@ func drainNote(c *macvirtv1alpha1.MacClaim) string {
 	return "host draining (" + d.Reason + "): " + protocol.Printable(d.Message) + "; save your work"
 }
 
-// displayAddress is where ssh would connect, as host:port.
-func displayAddress(c *macvirtv1alpha1.MacClaim) string {
-	t, err := sshTarget(c, "")
-	if err != nil {
-		return ""
+// address is the ADDRESS column: the Mac's address on the pod network
+// (status.connection.address), as kubectl get macclaim -o wide shows it.
+func address(c *macvirtv1alpha1.MacClaim) string {
+	if conn := c.Status.Connection; conn != nil {
+		return conn.Address
 	}
-	return t
+	return ""
+}
+
+// externalAddress is the EXTERNAL column: where SSH answers outside the
+// cluster (a NodePort's node, a load balancer), as host:port.
+func externalAddress(c *macvirtv1alpha1.MacClaim) string {
+	if conn := c.Status.Connection; conn != nil && conn.External != nil && conn.External.Address != "" && conn.External.SSHPort != 0 {
+		return net.JoinHostPort(conn.External.Address, strconv.Itoa(int(conn.External.SSHPort)))
+	}
+	return ""
 }
 
 func orNone(s string) string {

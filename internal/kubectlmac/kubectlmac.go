@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/tunnel"
 )
 
 // Streams are a command's standard input and outputs.
@@ -48,6 +49,9 @@ type Env struct {
 	PollInterval time.Duration
 	// dial connects ssh; a net.Dialer with the connect timeout when nil.
 	dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// tunnel connects to port of a claim's Mac through the API server;
+	// nil when there is none (the tests' fake clients).
+	tunnel func(ctx context.Context, namespace, name string, port int32) (net.Conn, error)
 }
 
 // usage is the plugin's help.
@@ -58,8 +62,10 @@ Usage:
   kubectl mac get [NAME]
   kubectl mac logs NAME
   kubectl mac wait NAME [--timeout 30m]
-  kubectl mac ssh NAME [-i KEY] [--address HOST:PORT] [-- COMMAND...]
-  kubectl mac vnc NAME [--open]
+  kubectl mac ssh NAME [-i KEY] [--via auto|tunnel|direct] [--address HOST:PORT] [-- COMMAND...]
+  kubectl mac cp FILE NAME:PATH | kubectl mac cp NAME:PATH FILE   (- for stdin or stdout)
+  kubectl mac port-forward NAME [LOCAL:]REMOTE... [--address 127.0.0.1]
+  kubectl mac vnc NAME [--open] [--port N]
   kubectl mac release NAME [--wait] [--timeout 10m]
   kubectl mac runners [RUNNER-SET]
   kubectl mac image capture CLAIM NAME [--machine] [--storage-class SC] [--description TEXT] [--wait] [--timeout 2h]
@@ -83,13 +89,26 @@ MacClass names as image.sourceRef; with --machine, CLAIM is a MacMachine
 (NAMESPACE/NAME). --wait follows the copy and prints how to use the image.
 image list shows the cluster's images (MacImages).
 
+ssh, cp, port-forward and vnc reach the Mac through the Kubernetes API
+server (the tunnel; --via tunnel), so they work wherever kubectl does,
+authorised by your rights on the claim (the role macvirt-claim-editor);
+--via direct connects instead to the claim's NodePort or LoadBalancer
+address, or to its in-cluster name from inside the cluster (falling back to
+its address while the name does not resolve yet). --via auto, the default,
+is the tunnel where the cluster serves one.
+
 ssh connects with your own key (ssh-agent, or ~/.ssh/id_ed25519, id_ecdsa,
 id_rsa, or -i) as the claim's user, and accepts only a host key that the
 claim's status lists (strict host key checking). Both are in the claim's
-status.connection, so ssh needs rights on MacClaims only, no Secrets. When
-the claim's in-cluster name does not resolve yet, ssh connects to its
-address instead. A connection Secret is written only for a claim that sets
-spec.writeConnectionSecretToRef, for tools that want one.
+status.connection, so nothing needs rights on Secrets. A connection Secret
+is written only for a claim that sets spec.writeConnectionSecretToRef, for
+tools that want one.
+
+cp copies one file over ssh, either way (for a directory, pipe tar through
+kubectl mac ssh). port-forward listens on local ports (a free one for 0)
+and carries each connection to the Mac's SSH or Screen Sharing port. vnc
+forwards a local port to Screen Sharing, prints its vnc:// URL (and opens
+it with --open), and runs until Ctrl-C.
 
 wait, and claim --wait, watch the claim until it is Ready and print each
 step on the way.
@@ -178,15 +197,17 @@ type runner interface {
 }
 
 var commands = map[string]command{
-	"claim":   {flags: claimFlags},
-	"get":     {flags: func(*flag.FlagSet) runner { return getCmd{} }},
-	"logs":    {flags: func(*flag.FlagSet) runner { return logsCmd{} }},
-	"runners": {flags: func(*flag.FlagSet) runner { return runnersCmd{} }},
-	"image":   {flags: imageFlags},
-	"wait":    {flags: waitFlags},
-	"ssh":     {flags: sshFlags},
-	"vnc":     {flags: vncFlags},
-	"release": {flags: releaseFlags},
+	"claim":        {flags: claimFlags},
+	"get":          {flags: func(*flag.FlagSet) runner { return getCmd{} }},
+	"logs":         {flags: func(*flag.FlagSet) runner { return logsCmd{} }},
+	"runners":      {flags: func(*flag.FlagSet) runner { return runnersCmd{} }},
+	"image":        {flags: imageFlags},
+	"wait":         {flags: waitFlags},
+	"ssh":          {flags: sshFlags},
+	"vnc":          {flags: vncFlags},
+	"port-forward": {flags: portForwardFlags},
+	"cp":           {flags: cpFlags},
+	"release":      {flags: releaseFlags},
 }
 
 type globals struct {
@@ -222,7 +243,10 @@ func (g *globals) env(streams Streams) (*Env, error) {
 		return nil, err
 	}
 	home, _ := os.UserHomeDir()
-	return &Env{Client: c, Namespace: ns, Home: home, Streams: streams}, nil
+	dialTunnel := func(ctx context.Context, namespace, name string, port int32) (net.Conn, error) {
+		return tunnel.Dial(ctx, cfg, namespace, name, port)
+	}
+	return &Env{Client: c, Namespace: ns, Home: home, Streams: streams, tunnel: dialTunnel}, nil
 }
 
 // NewClient is a client for what the plugin reads, writes and watches.

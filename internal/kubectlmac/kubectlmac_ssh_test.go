@@ -278,23 +278,22 @@ func TestAddressFallbackOnlyForAnUnresolvedName(t *testing.T) {
 	nxdomain := &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "build.macs.team.svc", IsNotFound: true}}
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
 	for name, tc := range map[string]struct {
-		claim            *macvirtv1alpha1.MacClaim
-		override, target string
-		err              error
-		want             string
+		claim  *macvirtv1alpha1.MacClaim
+		target string
+		err    error
+		want   string
 	}{
-		"the name does not resolve":      {claim(named), "", "build.macs.team.svc:22", nxdomain, "10.244.1.2:22"},
-		"a DNS timeout":                  {claim(named), "", "build.macs.team.svc:22", &net.DNSError{Err: "i/o timeout", IsTimeout: true}, "10.244.1.2:22"},
-		"an IPv6 address, another port":  {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.macs.team.svc", Address: "fd00::5"}), "", "build.macs.team.svc:2222", nxdomain, "[fd00::5]:2222"},
-		"connected":                      {claim(named), "", "build.macs.team.svc:22", nil, ""},
-		"refused, not a DNS error":       {claim(named), "", "build.macs.team.svc:22", refused, ""},
-		"--address given":                {claim(named), "tunnel:2222", "tunnel:2222", nxdomain, ""},
-		"the external address":           {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.macs.team.svc", Address: "10.244.1.2", External: &macvirtv1alpha1.ExternalAccess{Address: "lb.example.com", SSHPort: 22}}), "", "lb.example.com:22", nxdomain, ""},
-		"no address to fall back to":     {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.macs.team.svc", SSHPort: 22}), "", "build.macs.team.svc:22", nxdomain, ""},
-		"the target was the address":     {claim(&macvirtv1alpha1.ClaimConnection{Address: "10.244.1.2", SSHPort: 22}), "", "10.244.1.2:22", nxdomain, ""},
-		"the host is the address itself": {claim(&macvirtv1alpha1.ClaimConnection{Host: "10.244.1.2", Address: "10.244.1.2"}), "", "10.244.1.2:22", nxdomain, ""},
+		"the name does not resolve":      {claim(named), "build.macs.team.svc:22", nxdomain, "10.244.1.2:22"},
+		"a DNS timeout":                  {claim(named), "build.macs.team.svc:22", &net.DNSError{Err: "i/o timeout", IsTimeout: true}, "10.244.1.2:22"},
+		"an IPv6 address, another port":  {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.macs.team.svc", Address: "fd00::5"}), "build.macs.team.svc:2222", nxdomain, "[fd00::5]:2222"},
+		"connected":                      {claim(named), "build.macs.team.svc:22", nil, ""},
+		"refused, not a DNS error":       {claim(named), "build.macs.team.svc:22", refused, ""},
+		"the external address":           {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.macs.team.svc", Address: "10.244.1.2", External: &macvirtv1alpha1.ExternalAccess{Address: "lb.example.com", SSHPort: 22}}), "lb.example.com:22", nxdomain, ""},
+		"no address to fall back to":     {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.macs.team.svc", SSHPort: 22}), "build.macs.team.svc:22", nxdomain, ""},
+		"the target was the address":     {claim(&macvirtv1alpha1.ClaimConnection{Address: "10.244.1.2", SSHPort: 22}), "10.244.1.2:22", nxdomain, ""},
+		"the host is the address itself": {claim(&macvirtv1alpha1.ClaimConnection{Host: "10.244.1.2", Address: "10.244.1.2"}), "10.244.1.2:22", nxdomain, ""},
 	} {
-		if got := addressFallback(tc.claim, tc.override, tc.target, tc.err); got != tc.want {
+		if got := addressFallback(tc.claim, tc.target, tc.err); got != tc.want {
 			t.Errorf("%s: addressFallback = %q, want %q", name, got, tc.want)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -32,31 +33,33 @@ func TestFlagsMayFollowTheName(t *testing.T) {
 	}
 }
 
-func TestSSHTarget(t *testing.T) {
+func TestDirectTarget(t *testing.T) {
 	claim := func(conn *macvirtv1alpha1.ClaimConnection) *macvirtv1alpha1.MacClaim {
 		c := &macvirtv1alpha1.MacClaim{}
 		c.Name, c.Namespace, c.Status.Connection = "build", "team", conn
 		return c
 	}
 	for name, tc := range map[string]struct {
-		claim    *macvirtv1alpha1.MacClaim
-		override string
-		want     string
+		claim *macvirtv1alpha1.MacClaim
+		port  int32
+		want  string
 	}{
-		"inside the cluster, the Service's name": {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", Address: "10.244.1.2", SSHPort: 22}), "", "build.team.svc:22"},
-		"a NodePort":                             {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", External: &macvirtv1alpha1.ExternalAccess{Address: "192.0.2.4", SSHPort: 31022}}), "", "192.0.2.4:31022"},
-		"a load balancer still provisioning":     {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", SSHPort: 22, External: &macvirtv1alpha1.ExternalAccess{SSHPort: 22}}), "", "build.team.svc:22"},
-		"an IPv6 address":                        {claim(&macvirtv1alpha1.ClaimConnection{Address: "fd00::5", SSHPort: 22}), "", "[fd00::5]:22"},
-		"an override":                            {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", SSHPort: 22}), "localhost:2222", "localhost:2222"},
+		"inside the cluster, the Service's name": {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", Address: "10.244.1.2", SSHPort: 22}), 22, "build.team.svc:22"},
+		"a NodePort":                             {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", External: &macvirtv1alpha1.ExternalAccess{Address: "192.0.2.4", SSHPort: 31022}}), 22, "192.0.2.4:31022"},
+		"a NodePort's Screen Sharing":            {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", VNCPort: 5900, External: &macvirtv1alpha1.ExternalAccess{Address: "192.0.2.4", SSHPort: 31022, VNCPort: 31590}}), 5900, "192.0.2.4:31590"},
+		"a port the NodePort does not forward":   {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", External: &macvirtv1alpha1.ExternalAccess{Address: "192.0.2.4", SSHPort: 31022}}), 5900, "build.team.svc:5900"},
+		"a load balancer still provisioning":     {claim(&macvirtv1alpha1.ClaimConnection{Host: "build.team.svc", SSHPort: 22, External: &macvirtv1alpha1.ExternalAccess{SSHPort: 22}}), 22, "build.team.svc:22"},
+		"an IPv6 address":                        {claim(&macvirtv1alpha1.ClaimConnection{Address: "fd00::5", SSHPort: 22}), 22, "[fd00::5]:22"},
 	} {
-		if got, err := sshTarget(tc.claim, tc.override); err != nil || got != tc.want {
-			t.Errorf("%s: sshTarget = %q, %v; want %q", name, got, err, tc.want)
+		if got, err := directTarget(tc.claim, tc.port); err != nil || got != tc.want {
+			t.Errorf("%s: directTarget = %q, %v; want %q", name, got, err, tc.want)
 		}
 	}
-	if _, err := sshTarget(claim(nil), ""); err == nil {
+	if _, err := directTarget(claim(nil), 22); err == nil {
 		t.Error("a claim without a connection has a target")
 	}
-	if _, err := sshTarget(claim(&macvirtv1alpha1.ClaimConnection{Host: "h"}), "no-port"); err == nil || !strings.Contains(err.Error(), "HOST:PORT") {
+	_, _, err := routeFlags{address: "no-port"}.connect(context.Background(), &Env{}, claim(&macvirtv1alpha1.ClaimConnection{Host: "h"}), 22, time.Second)
+	if err == nil || !strings.Contains(err.Error(), "HOST:PORT") {
 		t.Errorf("a bad --address: %v", err)
 	}
 }

@@ -9,9 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -28,16 +26,25 @@ import (
 // OpenSSH does.
 var defaultIdentities = []string{"id_ed25519", "id_ecdsa", "id_rsa"}
 
-type sshCmd struct {
-	identity, address string
-	timeout           time.Duration
+// sshLogin is how ssh and cp log in: the key, the way to the Mac, the
+// timeout.
+type sshLogin struct {
+	identity string
+	route    routeFlags
+	timeout  time.Duration
 }
+
+func (l *sshLogin) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.identity, "i", "", "the private key to log in with (default: ssh-agent, then ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
+	l.route.register(fs, true)
+	fs.DurationVar(&l.timeout, "connect-timeout", 30*time.Second, "how long to wait for the connection")
+}
+
+type sshCmd struct{ login sshLogin }
 
 func sshFlags(fs *flag.FlagSet) runner {
 	c := &sshCmd{}
-	fs.StringVar(&c.identity, "i", "", "the private key to log in with (default: ssh-agent, then ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
-	fs.StringVar(&c.address, "address", "", "connect to HOST:PORT instead of the claim's address (a tunnel, a bastion's forward)")
-	fs.DurationVar(&c.timeout, "connect-timeout", 30*time.Second, "how long to wait for the connection")
+	c.login.register(fs)
 	return c
 }
 
@@ -51,44 +58,10 @@ func (c *sshCmd) run(ctx context.Context, env *Env, args []string) (int, error) 
 	}
 	// As OpenSSH, every failure of its own is exit status 255, so that a
 	// remote command's own status is never mistaken for one.
-	conn, err := connection(ctx, env, name)
+	cl, err := c.login.dial(ctx, env, name)
 	if err != nil {
 		return 255, err
 	}
-	target, err := sshTarget(conn.claim, c.address)
-	if err != nil {
-		return 255, err
-	}
-	auth, closeAuth, err := authMethods(c.identity, env.Home)
-	if err != nil {
-		return 255, err
-	}
-	defer closeAuth()
-	cfg := &ssh.ClientConfig{User: conn.user, Auth: auth, HostKeyCallback: conn.hostKeys.check,
-		HostKeyAlgorithms: conn.hostKeys.algorithms(), Timeout: c.timeout}
-	dial := env.dialer(c.timeout)
-	raw, err := dial(ctx, "tcp", target)
-	if fallback := addressFallback(conn.claim, c.address, target, err); fallback != "" && ctx.Err() == nil {
-		// A ClusterIP claim's name resolves a moment after it is Ready; its
-		// address is the same Mac, and the host key check is the same.
-		_, _ = fmt.Fprintf(env.Err, "kubectl mac: %s does not resolve (yet); connecting to macclaim %s/%s's address %s instead\n",
-			conn.claim.Status.Connection.Host, env.Namespace, name, fallback)
-		target = fallback
-		raw, err = dial(ctx, "tcp", target)
-	}
-	if err != nil {
-		return 255, fmt.Errorf("connecting to %s for macclaim %s/%s: %w", target, env.Namespace, name, err)
-	}
-	// The handshake gets the connect timeout too: a server that accepts and
-	// never answers must not hang the command.
-	_ = raw.SetDeadline(time.Now().Add(c.timeout))
-	sc, chans, reqs, err := ssh.NewClientConn(raw, target, cfg)
-	if err != nil {
-		_ = raw.Close()
-		return 255, fmt.Errorf("ssh to %s@%s: %w", conn.user, target, err)
-	}
-	_ = raw.SetDeadline(time.Time{})
-	cl := ssh.NewClient(sc, chans, reqs)
 	defer func() { _ = cl.Close() }()
 	// Ctrl-C (the context's end) closes the connection, ending the session.
 	stop := context.AfterFunc(ctx, func() { _ = cl.Close() })
@@ -111,6 +84,46 @@ func (c *sshCmd) run(ctx context.Context, env *Env, args []string) (int, error) 
 		return exitCode(session.Wait())
 	}
 	return interactive(session, env, feed)
+}
+
+// dial logs in to claim name's Mac as the claim's user with the user's
+// key, checking its host key against the claim's status, by the route the
+// flags choose.
+func (l *sshLogin) dial(ctx context.Context, env *Env, name string) (*ssh.Client, error) {
+	identity, route, timeout := l.identity, l.route, l.timeout
+	conn, err := connection(ctx, env, name)
+	if err != nil {
+		return nil, err
+	}
+	auth, closeAuth, err := authMethods(identity, env.Home)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAuth()
+	cfg := &ssh.ClientConfig{User: conn.user, Auth: auth, HostKeyCallback: conn.hostKeys.check,
+		HostKeyAlgorithms: conn.hostKeys.algorithms(), Timeout: timeout}
+	raw, target, err := route.connect(ctx, env, conn.claim, sshPort(conn.claim), timeout)
+	if err != nil {
+		return nil, err
+	}
+	// The handshake gets the connect timeout too: a server that accepts and
+	// never answers must not hang the command.
+	_ = raw.SetDeadline(time.Now().Add(timeout))
+	sc, chans, reqs, err := ssh.NewClientConn(raw, target, cfg)
+	if err != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("ssh to %s@%s: %w", conn.user, target, err)
+	}
+	_ = raw.SetDeadline(time.Time{})
+	return ssh.NewClient(sc, chans, reqs), nil
+}
+
+// sshPort is the Mac's SSH port, as the claim's status says.
+func sshPort(c *macvirtv1alpha1.MacClaim) int32 {
+	if conn := c.Status.Connection; conn != nil && conn.SSHPort != 0 {
+		return conn.SSHPort
+	}
+	return 22
 }
 
 // stdinFrom makes in the session's standard input through a pipe of
@@ -214,58 +227,6 @@ func connection(ctx context.Context, env *Env, name string) (*claimConnection, e
 		_, _ = fmt.Fprintf(env.Err, "kubectl mac: macclaim %s/%s: %s\n", c.Namespace, c.Name, note)
 	}
 	return &claimConnection{claim: c, user: user, hostKeys: keys}, nil
-}
-
-// sshTarget is host:port to connect to: override when given; else the
-// external address (NodePort or LoadBalancer), which works from outside the
-// cluster; else the claim's DNS name (status.connection.host), which works
-// inside it; else its address.
-func sshTarget(c *macvirtv1alpha1.MacClaim, override string) (string, error) {
-	if override != "" {
-		if _, _, err := net.SplitHostPort(override); err != nil {
-			return "", fmt.Errorf("--address %q: want HOST:PORT", override)
-		}
-		return override, nil
-	}
-	conn := c.Status.Connection
-	if conn == nil {
-		return "", fmt.Errorf("macclaim %s/%s has no connection yet", c.Namespace, c.Name)
-	}
-	if ext := conn.External; ext != nil && ext.Address != "" && ext.SSHPort != 0 {
-		return net.JoinHostPort(ext.Address, strconv.Itoa(int(ext.SSHPort))), nil
-	}
-	port := conn.SSHPort
-	if port == 0 {
-		port = 22
-	}
-	host := conn.Host
-	if host == "" {
-		host = conn.Address
-	}
-	if host == "" {
-		return "", fmt.Errorf("macclaim %s/%s has no address yet", c.Namespace, c.Name)
-	}
-	return net.JoinHostPort(host, strconv.Itoa(int(port))), nil
-}
-
-// addressFallback is where to connect when dialing target failed with err:
-// the claim's address, at the same port, when target was the claim's DNS
-// name (not --address, not the external address) and the name did not
-// resolve; "" otherwise.
-func addressFallback(c *macvirtv1alpha1.MacClaim, override, target string, err error) string {
-	var dnsErr *net.DNSError
-	if err == nil || override != "" || !errors.As(err, &dnsErr) {
-		return ""
-	}
-	conn := c.Status.Connection
-	if conn == nil || conn.Host == "" || conn.Address == "" || conn.Address == conn.Host {
-		return ""
-	}
-	host, port, splitErr := net.SplitHostPort(target)
-	if splitErr != nil || host != conn.Host {
-		return ""
-	}
-	return net.JoinHostPort(conn.Address, port)
 }
 
 // hostKeys are the host keys a claim's status lists.
@@ -380,41 +341,6 @@ func authMethods(identity, home string) ([]ssh.AuthMethod, func(), error) {
 		return nil, nil, fmt.Errorf("no SSH key to log in with: none in ssh-agent, none of ~/.ssh/%s; give -i FILE", strings.Join(defaultIdentities, ", ~/.ssh/"))
 	}
 	return []ssh.AuthMethod{ssh.PublicKeys(signers...)}, closer, nil
-}
-
-type vncCmd struct{ open bool }
-
-func vncFlags(fs *flag.FlagSet) runner {
-	c := &vncCmd{}
-	fs.BoolVar(&c.open, "open", false, "open the URL with the desktop's viewer (open on macOS, xdg-open elsewhere)")
-	return c
-}
-
-func (c *vncCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
-	name, err := oneName(args, "vnc")
-	if err != nil {
-		return 2, err
-	}
-	claim := &macvirtv1alpha1.MacClaim{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: name}, claim); err != nil {
-		return 1, err
-	}
-	url, err := vncURL(claim)
-	if err != nil {
-		return 1, err
-	}
-	_, _ = fmt.Fprintln(env.Out, url)
-	if !c.open {
-		return 0, nil
-	}
-	opener := "xdg-open"
-	if runtime.GOOS == "darwin" {
-		opener = "open"
-	}
-	if err := exec.CommandContext(ctx, opener, url).Run(); err != nil { //nolint:gosec // a vnc:// URL built from the claim's status.
-		return 1, fmt.Errorf("%s %s: %w", opener, url, err)
-	}
-	return 0, nil
 }
 
 // vncURL is the claim's Screen Sharing URL: the external address when

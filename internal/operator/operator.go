@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
+
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -112,6 +114,16 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 	if err != nil {
 		return fmt.Errorf("configuring the guest-agent endpoint: %w", err)
 	}
+	tunnelSrv, tunnelPeer, err := tunnelServer(mgr, opts, dev)
+	if err != nil {
+		return fmt.Errorf("configuring the tunnel: %w", err)
+	}
+	if tunnelSrv != nil {
+		tunnelSrv.TLSOpts = tlsOpts
+		if err := mgr.Add(tunnelSrv); err != nil {
+			return fmt.Errorf("adding the tunnel: %w", err)
+		}
+	}
 	hook, err := setUpDomainHook(ctx, mgr, opts)
 	if err != nil {
 		return err
@@ -143,7 +155,8 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 	} else {
 		log.Info("Guest-agent endpoint disabled: no address or no certificate; machines will not become Ready")
 	}
-	if err := setUpControllers(mgr, opts, controllerDeps{hook: hook, agent: agent, listeningSince: listeningSince, snapshots: snapshots}); err != nil {
+	if err := setUpControllers(mgr, opts, controllerDeps{hook: hook, agent: agent, listeningSince: listeningSince,
+		snapshots: snapshots, tunnel: tunnelPeer}); err != nil {
 		return err
 	}
 	if opts.Webhooks {
@@ -166,6 +179,7 @@ type controllerDeps struct {
 	agent          endpoint.Address
 	listeningSince func() time.Time
 	snapshots      client.Reader
+	tunnel         *networkingv1.NetworkPolicyPeer
 }
 
 // setUpControllers registers the controllers opts runs.
@@ -205,6 +219,7 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 				Render:         d.hook.render,
 				DomainHook:     d.hook.ready,
 				Agent:          d.agent,
+				Tunnel:         d.tunnel,
 				ListeningSince: d.listeningSince,
 				Clock:          clk,
 				ControllerName: "macmachine" + opts.NameSuffix,
@@ -215,6 +230,7 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 				Client:                  c,
 				MaxConcurrentReconciles: workers,
 				Classes:                 classhistory.Resolver{Classes: c, Snapshots: d.snapshots, Namespace: namespace},
+				Tunnel:                  d.tunnel,
 				ControllerName:          "macmachine-exposure" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},

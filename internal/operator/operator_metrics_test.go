@@ -19,6 +19,7 @@ import (
 	"github.com/macvirt/macvirt/internal/domainhook/install"
 	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
 	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/internal/tunnel"
 )
 
 // targetLabels are the labels the Prometheus Operator gives every series
@@ -38,6 +39,7 @@ func operatorCollectors(t *testing.T) []prometheus.Collector {
 	cs := metrics.Collectors(fake.NewClientBuilder().WithScheme(s).Build())
 	cs = append(cs, endpoint.Collectors()...)
 	cs = append(cs, install.Collectors()...)
+	cs = append(cs, tunnel.Collectors()...)
 	return append(cs, monitoringObjectsReady)
 }
 

@@ -1,6 +1,8 @@
 package operator
 
 import (
+	"context"
+	"net"
 	"slices"
 	"time"
 
@@ -65,6 +67,9 @@ type Options struct {
 	// Agent says where the guest-agent endpoint listens and what every
 	// machine's config disk says about it.
 	Agent AgentEndpoint
+	// Tunnel says where the tunnel API (internal/tunnel) listens, for the
+	// APIService that brings tenants to their Macs through the API server.
+	Tunnel TunnelEndpoint
 
 	// DomainHook is the transport of the macOS domain settings (the
 	// --domain-hook flag); auto when empty: a KubeVirt Plugin of CEL hooks
@@ -160,6 +165,21 @@ type AgentEndpoint struct {
 	// Address, when set, is what config disks say, as given, instead of
 	// what URL and the certificate make (tests without an endpoint).
 	Address *endpoint.Address
+}
+
+// TunnelEndpoint says where the tunnel API listens.
+type TunnelEndpoint struct {
+	// Addr is the listen address (":9445"); no tunnel when empty or "0",
+	// and then machines' NetworkPolicies do not let the operator in.
+	Addr string
+	// CertDir holds the serving certificate (tls.crt and tls.key, or
+	// apiserver.crt and apiserver.key as OLM mounts an APIService's); the
+	// webhook certificate's directory when empty, the dev server's when dev
+	// serving.
+	CertDir string
+	// Dial connects to a Mac; a net.Dialer when nil. The sandbox dials
+	// through the simulated pod network as the operator's pod.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Controller names one of the operator's controllers.

@@ -20,6 +20,10 @@ type Exposure struct {
 	// External is true when the claim's Service reaches the machine from
 	// outside the cluster (NodePort, LoadBalancer).
 	External bool
+	// Tunnel is the operator's pods, whose tunnel (internal/tunnel) brings
+	// tenants through the API server to a bound machine's ports; nil when
+	// the operator serves no tunnel.
+	Tunnel *networkingv1.NetworkPolicyPeer
 }
 
 // NetworkPolicy is a machine's ingress policy, selecting its virt-launcher
@@ -27,8 +31,11 @@ type Exposure struct {
 // unbound machine lets nothing in. A bound one lets in, on its SSH port
 // (and Screen Sharing's when the class offers it), pods of its claim's
 // namespace and the class's extra peers; from anywhere when the claim is
-// exposed outside the cluster. The guest agent's heartbeats go out and need
-// no rule. Policies add up: no other tenant's pod is let in by this one.
+// exposed outside the cluster; and the operator's pods, on the same ports,
+// for the tunnel through the API server (a rule of its own, which admits
+// those pods and no one else). The guest agent's heartbeats go out and
+// need no rule. Policies add up: no other tenant's pod is let in by this
+// one.
 func NetworkPolicy(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine, ex Exposure) *networkingv1.NetworkPolicy {
 	tcp := corev1.ProtocolTCP
 	ports := []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptrTo(intstr.FromInt32(22))}}
@@ -55,6 +62,10 @@ func NetworkPolicy(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachin
 			networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "::/0"}})
 	}
 	np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: peers, Ports: ports}}
+	if ex.Tunnel != nil {
+		np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{
+			From: []networkingv1.NetworkPolicyPeer{*ex.Tunnel.DeepCopy()}, Ports: ports})
+	}
 	return np
 }
 
@@ -72,4 +83,13 @@ func AdmitsNamespace(np *networkingv1.NetworkPolicy, namespace string) bool {
 		}
 	}
 	return false
+}
+
+// TunnelPeer is the operator's pods as a NetworkPolicy peer: those with
+// podLabels in the namespace namespace, and nothing else.
+func TunnelPeer(namespace string, podLabels map[string]string) *networkingv1.NetworkPolicyPeer {
+	return &networkingv1.NetworkPolicyPeer{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: namespace}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: podLabels},
+	}
 }

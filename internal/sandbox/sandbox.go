@@ -131,7 +131,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	sysOpts := SystemOptions{Options: opts, Network: true}
+	sysOpts := SystemOptions{Options: opts, Network: true, Cluster: cluster}
 	var gh *fakegithub.Server
 	if opts.GitHubFake {
 		if opts.RunnerCommand == "" {
@@ -186,8 +186,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 		jobDone <- nil
 	}
 	_, _ = fmt.Fprintf(opts.Out, "\nsandbox up in %s\n  kubeconfig: %s\n  try: kubectl --kubeconfig %s get macvirt -A\n       kubectl --kubeconfig %s get macclaim ios-build -o yaml\n"+
-		"  as tenant %s (namespace %s, claims and their Secrets only), with kubectl mac (make kubectl-mac puts it in bin/):\n"+
-		"       export KUBECONFIG=%s PATH=$PWD/bin:$PATH\n       kubectl mac claim demo --class %s --wait\n       kubectl mac ssh demo -- uname -a\n\n",
+		"  as tenant %s (namespace %s: the shipped tenant roles only; its Macs through the API server), with kubectl mac (make kubectl-mac puts it in bin/):\n"+
+		"       export KUBECONFIG=%s PATH=$PWD/bin:$PATH\n       kubectl mac claim demo --class %s --wait\n       kubectl mac ssh demo -- uname -a\n"+
+		"       echo hi | kubectl mac cp - demo:note.txt && kubectl mac cp demo:note.txt -\n       kubectl mac port-forward demo 2222:22 ; kubectl mac vnc demo\n\n",
 		time.Since(start).Round(100*time.Millisecond), kubeconfig, kubeconfig, kubeconfig, TenantUser, TenantNamespace, tenant, TenantClass)
 	if err := watch(runCtx, c, opts, start); err != nil || !opts.UntilReady {
 		return err
@@ -236,6 +237,9 @@ type System struct {
 	admin     client.Client
 	local     *devserve.Server
 	agentAddr string
+	// tunnel is where every operator serves the tunnel; none when its Addr
+	// is empty.
+	tunnel operator.TunnelEndpoint
 	// simStopped receives when the simulator's manager returns.
 	simStopped chan struct{}
 	// operator is the running operator; nil when stopped.
@@ -278,7 +282,7 @@ func (s *System) prepareServing(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.local, err = devserve.Prepare(devserve.Options{Manifests: manifests}); err != nil {
+	if s.local, err = devserve.Prepare(devserve.Options{Manifests: manifests, DNSNames: []string{tunnelHost}}); err != nil {
 		return err
 	}
 	agentPort, err := localnet.FreePort(s.local.Host)
@@ -315,6 +319,12 @@ type SystemOptions struct {
 	// Registry is the container registry the simulated CDI polls for
 	// refreshed images (simulator.Options.Registry); none when nil.
 	Registry *simulator.Registry
+	// Cluster is the cluster cfg reaches (StartCluster's). When set, and
+	// with Network, the operator serves the tunnel (internal/tunnel) as in
+	// a cluster: its Service and APIService are installed, the API server
+	// proxies to it, and it dials Macs on the simulated pod network as the
+	// operator's pod.
+	Cluster *testenv.Cluster
 }
 
 // KubeVirtFeatureGates are the feature gates of the KubeVirt that
@@ -375,6 +385,12 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 		sys.closeServers()
 		return nil, err
 	}
+	if opts.Cluster != nil && opts.Network {
+		if err := sys.installTunnel(ctx, opts.Cluster); err != nil {
+			sys.closeServers()
+			return nil, fmt.Errorf("installing the tunnel: %w", err)
+		}
+	}
 	go func() {
 		defer close(sys.simStopped)
 		if err := simMgr.Start(ctx); err != nil {
@@ -413,6 +429,7 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 	op, err := operator.New(ctx, s.opCfg, operator.Options{Webhooks: true,
 		DevServing:      &operator.DevServing{Server: s.local, Registrar: s.admin},
 		Agent:           operator.AgentEndpoint{Addr: s.agentAddr},
+		Tunnel:          s.tunnel,
 		HookImage:       opts.HookImage,
 		RunnerSets:      s.runnerSets,
 		ImagesNamespace: operator.DefaultImagesNamespace,
@@ -438,6 +455,9 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 		err := mgr.GetWebhookServer().StartedChecker()(nil)
 		if err == nil {
 			err = s.admissionCalls(ctx)
+		}
+		if err == nil && s.tunnel.Addr != "" {
+			err = s.tunnelAvailable(ctx)
 		}
 		if err == nil {
 			return nil

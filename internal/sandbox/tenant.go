@@ -21,14 +21,15 @@ import (
 // The sandbox's tenant: a user with a client certificate of its own, the
 // shipped claim-editor role in its namespace, the catalog cluster-wide, and
 // nothing else (no Secrets: kubectl mac reads everything from the claim's
-// status). Its kubeconfig is what kubectl mac uses.
+// status, and reaches the Mac through the API server's tunnel). Its
+// kubeconfig is what kubectl mac uses.
 const (
 	TenantUser      = "alice"
 	TenantNamespace = "team-ios"
 	// TenantClass is a class for the tenant to claim from this machine: the
-	// sample class, made on demand and exposed by NodePort by default,
-	// because nothing outside a cluster reaches a ClusterIP, and the
-	// sandbox's node is this machine (simulator.NodeAddress).
+	// sample class, made on demand, with Screen Sharing, ClusterIP by
+	// default (kubectl mac reaches it through the tunnel) and NodePort
+	// allowed (the sandbox's node is this machine, simulator.NodeAddress).
 	TenantClass = "ci-sonoma"
 )
 
@@ -88,11 +89,12 @@ func ApplyTenantClass(ctx context.Context, admin client.Client) error {
 		return fmt.Errorf("the sample class file holds a %T", objs[0])
 	}
 	class.Name = TenantClass
-	class.Spec.Description = "the sample class, on demand, reachable from this machine by NodePort"
+	class.Spec.Description = "the sample class, on demand, with Screen Sharing; ClusterIP (through the tunnel) or NodePort"
 	onDemand := true
 	class.Spec.Tenancy.OnDemand = &onDemand
 	class.Spec.Tenancy.AllowedAccessTypes = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessNodePort}
-	class.Spec.Access.DefaultType = macvirtv1alpha1.AccessNodePort
+	class.Spec.Access.DefaultType = macvirtv1alpha1.AccessClusterIP
+	class.Spec.Access.ScreenSharing = true
 	return createIfMissing(ctx, admin, class)
 }
 

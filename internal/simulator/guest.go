@@ -99,12 +99,12 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 	// A guest boots with the hostname its golden image was built with and
 	// takes the one the operator sends, as the agent's apply does.
 	hostname := goldenHostname
-	sshd, serving := &guestSSHD{}, false
 	disk, err := s.guestSystemDisk(ctx, vmi)
 	if err != nil {
 		log.Error(err, "simulated guest has no system disk")
 		return
 	}
+	sshd, serving := &guestSSHD{disk: disk}, false
 	// A new agent (at boot, or after a restart) finds its tasks on disk.
 	newAgent := func() *agent.Speaker {
 		return &agent.Speaker{Tasks: &agent.Tasks{Dir: disk.TaskDir(), Host: disk,
@@ -181,6 +181,8 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 				// heartbeat says so.
 				if err := s.serveSSH(ctx, disk, podAddress(vmi), sshd); err != nil {
 					log.Error(err, "simulated guest cannot serve SSH")
+				} else if err := s.serveScreenSharing(ctx, podAddress(vmi)); err != nil {
+					log.Error(err, "simulated guest cannot serve Screen Sharing")
 				} else {
 					serving = true
 				}

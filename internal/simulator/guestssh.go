@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -26,12 +27,16 @@ import (
 // keys into the SSH user's authorized_keys. The stand-in does the same: it
 // answers on the guest's pod address, port 22, with the host key the guest
 // reports, and lets in the user and keys of the operator's last reply, no
-// one else. It runs no shell: it answers uname, hostname, sw_vers, whoami
-// and true from the guest's facts, as a macOS 14.5 (23F79) guest would,
-// and "command not found" (exit 127) for anything else.
+// one else. It runs no shell: it answers uname, hostname, sw_vers, whoami,
+// true and false from the guest's facts, as a macOS 14.5 (23F79) guest
+// would; cat writes (cat > FILE) and reads (cat FILE) one file on the
+// guest's disk (relative to the user's home; single-quoted names as
+// kubectl mac cp quotes them), as zsh and cat would; and "command not
+// found" (exit 127) for anything else.
 
 // guestSSHD is one guest's stand-in sshd.
 type guestSSHD struct {
+	disk     *guestDisk
 	mu       sync.Mutex
 	user     string
 	keys     map[string]bool // marshalled public keys
@@ -130,11 +135,17 @@ func (s *Simulator) serveSSH(ctx context.Context, disk *guestDisk, podIP string,
 		ServerVersion: "SSH-2.0-OpenSSH_9.6",
 	}
 	cfg.AddHostKey(signer)
+	return s.listenAt(ctx, podIP, 22, func(conn net.Conn) { serveSSHConn(conn, cfg, d) })
+}
+
+// listenAt makes podIP:port on the pod network answer with serve, one
+// call per connection, until ctx ends.
+func (s *Simulator) listenAt(ctx context.Context, podIP string, port int, serve func(net.Conn)) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	unregister := s.network.register(podIP, 22, ln.Addr().String())
+	unregister := s.network.register(podIP, port, ln.Addr().String())
 	go func() {
 		<-ctx.Done()
 		unregister()
@@ -146,10 +157,27 @@ func (s *Simulator) serveSSH(ctx context.Context, disk *guestDisk, podIP string,
 			if err != nil {
 				return
 			}
-			go serveSSHConn(conn, cfg, d)
+			go serve(conn)
 		}
 	}()
 	return nil
+}
+
+// screenSharingBanner is the RFB protocol version macOS's Screen Sharing
+// announces first on port 5900.
+const screenSharingBanner = "RFB 003.889\n"
+
+// serveScreenSharing answers on the guest's port 5900, as a golden image
+// with Screen Sharing turned on does (a class offers it only for such an
+// image): the RFB banner, then what the client sends, back (no desktop is
+// simulated). Whether a client gets there is its NetworkPolicy's call.
+func (s *Simulator) serveScreenSharing(ctx context.Context, podIP string) error {
+	return s.listenAt(ctx, podIP, 5900, func(conn net.Conn) {
+		defer func() { _ = conn.Close() }()
+		if _, err := io.WriteString(conn, screenSharingBanner); err == nil {
+			_, _ = io.Copy(conn, conn)
+		}
+	})
 }
 
 func serveSSHConn(conn net.Conn, cfg *ssh.ServerConfig, d *guestSSHD) {
@@ -185,6 +213,10 @@ func serveSession(ch ssh.Channel, in <-chan *ssh.Request, d *guestSSHD) {
 				continue
 			}
 			_ = req.Reply(true, nil)
+			if code, ok := d.cat(ch, payload.Command); ok {
+				exit(ch, code)
+				return
+			}
 			out, code := d.run(payload.Command)
 			w := io.Writer(ch)
 			if code == 127 {
@@ -246,6 +278,8 @@ func (d *guestSSHD) run(command string) (string, int) {
 	switch strings.Join(f, " ") {
 	case "true":
 		return "", 0
+	case "false":
+		return "", 1
 	case "uname", "uname -s":
 		return "Darwin\n", 0
 	case "uname -a":
@@ -262,4 +296,98 @@ func (d *guestSSHD) run(command string) (string, int) {
 		return "ProductName:\t\tmacOS\nProductVersion:\t\t14.5\nBuildVersion:\t\t23F79\n", 0
 	}
 	return fmt.Sprintf("zsh:1: command not found: %s\n", f[0]), 127
+}
+
+// cat runs "cat > FILE" (the channel's input into FILE) and "cat FILE" (FILE
+// out), ok false for any other command.
+func (d *guestSSHD) cat(ch ssh.Channel, command string) (code int, ok bool) {
+	rest, found := strings.CutPrefix(command, "cat ")
+	if !found || d.disk == nil {
+		return 0, false
+	}
+	rest = strings.TrimSpace(rest)
+	write := strings.HasPrefix(rest, ">")
+	if write {
+		rest = strings.TrimSpace(strings.TrimPrefix(rest, ">"))
+	}
+	name, err := shellWord(rest)
+	if err != nil || name == "" {
+		return 0, false
+	}
+	user, _ := d.facts()
+	path := name
+	if !strings.HasPrefix(path, "/") {
+		path = "/Users/" + user + "/" + path
+	}
+	local := d.disk.TaskPath(path)
+	_ = os.MkdirAll(d.disk.TaskPath("/Users/"+user), 0o750) // the user's home, as macOS has it
+	if write {
+		f, err := os.OpenFile(local, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644) //nolint:gosec // under the guest's directory.
+		if err != nil {
+			_, _ = fmt.Fprintf(ch.Stderr(), "zsh:1: %s: %s\n", catError(err), name)
+			_, _ = io.Copy(io.Discard, ch)
+			return 1, true
+		}
+		_, cerr := io.Copy(f, ch)
+		if err := f.Close(); cerr == nil {
+			cerr = err
+		}
+		if cerr != nil {
+			return 1, true
+		}
+		return 0, true
+	}
+	f, err := os.Open(local) //nolint:gosec // under the guest's directory.
+	if err != nil {
+		_, _ = fmt.Fprintf(ch.Stderr(), "cat: %s: %s\n", name, catError(err))
+		return 1, true
+	}
+	defer func() { _ = f.Close() }()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		_, _ = fmt.Fprintf(ch.Stderr(), "cat: %s: Is a directory\n", name)
+		return 1, true
+	}
+	if _, err := io.Copy(ch, f); err != nil {
+		return 1, true
+	}
+	return 0, true
+}
+
+// catError is how macOS words err.
+func catError(err error) string {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "No such file or directory"
+	case errors.Is(err, os.ErrPermission):
+		return "Permission denied"
+	case strings.Contains(err.Error(), "is a directory"):
+		return "Is a directory"
+	}
+	return err.Error()
+}
+
+// shellWord reads one shell word: plain, or single-quoted pieces with \'
+// between them, as kubectl mac quotes names.
+func shellWord(s string) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		switch c := s[i]; {
+		case c == '\'':
+			end := strings.IndexByte(s[i+1:], '\'')
+			if end < 0 {
+				return "", errors.New("unterminated quote")
+			}
+			b.WriteString(s[i+1 : i+1+end])
+			i += end + 2
+		case c == '\\' && i+1 < len(s):
+			b.WriteByte(s[i+1])
+			i += 2
+		case c == ' ' || c == '\t':
+			return "", errors.New("more than one word")
+		default:
+			b.WriteByte(c)
+			i++
+		}
+	}
+	return b.String(), nil
 }

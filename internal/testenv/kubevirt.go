@@ -415,11 +415,8 @@ func (c *Cluster) startVirtAPI(ctx context.Context, cl client.Client, objs []*un
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: KubeVirtNamespace, Name: virtAPIService}, svc); err != nil {
 		return err
 	}
-	if err := publishEndpoint(ctx, cl, svc); err != nil {
+	if err := c.ServeService(ctx, cl, svc, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err != nil {
 		return err
-	}
-	for _, p := range svc.Spec.Ports {
-		c.network.route(net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(p.Port))), net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	}
 	virtAPI := c.start("virt-api", "--kubeconfig", kubeconfig, "--listen", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--tls-cert-file", crt, "--tls-key-file", key,
@@ -427,8 +424,21 @@ func (c *Cluster) startVirtAPI(ctx context.Context, cl client.Client, objs []*un
 	return c.waitAvailable(ctx, cl, virtAPI)
 }
 
-// publishEndpoint gives virt-api's Service the EndpointSlice a ready
-// virt-api pod would give it: the aggregator serves an APIService only
+// ServeService makes the API server reach svc (the Service of a webhook or
+// an APIService) at local, the address of the process that serves it here:
+// svc gets a ready endpoint, and its cluster IP's ports lead to local.
+func (c *Cluster) ServeService(ctx context.Context, cl client.Client, svc *corev1.Service, local string) error {
+	if err := publishEndpoint(ctx, cl, svc); err != nil {
+		return err
+	}
+	for _, p := range svc.Spec.Ports {
+		c.network.route(net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(p.Port))), local)
+	}
+	return nil
+}
+
+// publishEndpoint gives a Service the EndpointSlice a ready pod behind it
+// would give it (virt-api's, the operator's): the aggregator serves an APIService only
 // while its Service has a ready endpoint. The address is never dialed (the
 // cluster network forwards the Service's cluster IP); it is one of
 // TEST-NET-1's, which nothing else in a test cluster uses.

@@ -31,6 +31,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/kubectlmac"
+	"github.com/macvirt/macvirt/internal/operator"
 	"github.com/macvirt/macvirt/internal/sandbox"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/simulator"
@@ -55,7 +56,7 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Network: true})
+	sys, err := sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Network: true, Cluster: cluster})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -168,7 +169,7 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		}
 	})
 
-	if code, out, _ := mac("claim", "demo", "--class", sandbox.TenantClass, "--wait", "--timeout", "3m"); code != 0 || !strings.Contains(out, "is Ready after") {
+	if code, out, _ := mac("claim", "demo", "--class", sandbox.TenantClass, "--access", "NodePort", "--wait", "--timeout", "3m"); code != 0 || !strings.Contains(out, "is Ready after") {
 		t.Fatalf("claim --wait: exit %d", code)
 	}
 	claim := &macvirtv1alpha1.MacClaim{}
@@ -189,7 +190,10 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		if code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "NAME") {
 			t.Fatalf("get: exit %d, %q", code, out)
 		}
-		for _, want := range []string{"demo", sandbox.TenantClass, "Ready", claim.Status.Machine.Name, "127.0.0.1:", "True"} {
+		// ADDRESS is the Mac's pod address, as kubectl get macclaim -o wide
+		// says; EXTERNAL is the node port.
+		for _, want := range []string{"demo", sandbox.TenantClass, "Ready", claim.Status.Machine.Name, " " + claim.Status.Connection.Address + " ",
+			net.JoinHostPort(ext.Address, strconv.Itoa(int(ext.SSHPort))), "True"} {
 			if !strings.Contains(lines[1], want) {
 				t.Errorf("get's line %q lacks %q", lines[1], want)
 			}
@@ -197,11 +201,11 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 	})
 
 	t.Run("ssh runs a command on the Mac through the claim's NodePort", func(t *testing.T) {
-		code, out, _ := mac("ssh", "demo", "--", "uname", "-a")
+		code, out, _ := mac("ssh", "--via", "direct", "demo", "--", "uname", "-a")
 		if code != 0 || !strings.HasPrefix(out, "Darwin ") || !strings.Contains(out, "x86_64") {
 			t.Fatalf("ssh demo -- uname -a: exit %d, %q", code, out)
 		}
-		code, _, errOut := mac("ssh", "demo", "--", "rm", "-rf", "/")
+		code, _, errOut := mac("ssh", "--via", "direct", "demo", "--", "rm", "-rf", "/")
 		if code != 127 || !strings.Contains(errOut, "command not found") {
 			t.Errorf("an unknown command: exit %d, %q; want 127 and command not found", code, errOut)
 		}
@@ -247,8 +251,8 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 			t.Fatal(err)
 		}
 		conn := inside.Status.Connection
-		if conn == nil || conn.Address == "" || conn.SSHPort == 0 {
-			t.Fatalf("status.connection = %+v, want the Mac's pod address and SSH port", conn)
+		if conn == nil || conn.Address == "" || conn.SSHPort == 0 || conn.VNCPort == 0 {
+			t.Fatalf("status.connection = %+v, want the Mac's pod address, SSH and Screen Sharing ports", conn)
 		}
 		const pools = "macvirt-pools" // the sample pool's spec.namespace
 		if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-android"}}); err != nil {
@@ -265,7 +269,13 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 			{"a pod of another tenant's namespace", simulator.Peer{Namespace: "team-android", Labels: ci}, conn.SSHPort, false},
 			{"a pod of the pools' namespace", simulator.Peer{Namespace: pools, Labels: ci}, conn.SSHPort, false},
 			{"an address outside the cluster", simulator.Peer{IP: "203.0.113.7"}, conn.SSHPort, false},
-			{"the claim's namespace on Screen Sharing's port, which the class does not offer", simulator.Peer{Namespace: sandbox.TenantNamespace, Labels: ci}, 5900, false},
+			{"the claim's namespace on Screen Sharing's port", simulator.Peer{Namespace: sandbox.TenantNamespace, Labels: ci}, conn.VNCPort, true},
+			{"another tenant's namespace on Screen Sharing's port", simulator.Peer{Namespace: "team-android", Labels: ci}, conn.VNCPort, false},
+			{"the claim's namespace on a port the class does not offer", simulator.Peer{Namespace: sandbox.TenantNamespace, Labels: ci}, 8080, false},
+			{"the operator's pod, for the tunnel", simulator.Peer{Namespace: operator.DefaultNamespace, Labels: operator.PodLabels}, conn.SSHPort, true},
+			{"the operator's pod on a port the class does not offer", simulator.Peer{Namespace: operator.DefaultNamespace, Labels: operator.PodLabels}, 8080, false},
+			{"another pod of the operator's namespace", simulator.Peer{Namespace: operator.DefaultNamespace, Labels: ci}, conn.SSHPort, false},
+			{"a pod with the operator's labels in another namespace", simulator.Peer{Namespace: "team-android", Labels: operator.PodLabels}, conn.SSHPort, false},
 			// docs/access.md: the node's own traffic gets past any policy.
 			{"the Mac's node, or a pod on its host network", simulator.Peer{HostNetwork: true}, conn.SSHPort, true},
 		} {
@@ -274,10 +284,14 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 			case tc.in && err != nil:
 				t.Errorf("%s, port %d: %v; want the Mac's sshd", tc.name, tc.port, err)
 			case tc.in:
-				banner := make([]byte, len("SSH-2.0-"))
+				want := "SSH-2.0-"
+				if tc.port == conn.VNCPort {
+					want = "RFB "
+				}
+				banner := make([]byte, len(want))
 				_ = got.SetReadDeadline(time.Now().Add(10 * time.Second))
-				if _, err := io.ReadFull(got, banner); err != nil || string(banner) != "SSH-2.0-" {
-					t.Errorf("%s, port %d: read %q, %v; want an SSH banner", tc.name, tc.port, banner, err)
+				if _, err := io.ReadFull(got, banner); err != nil || string(banner) != want {
+					t.Errorf("%s, port %d: read %q, %v; want %q", tc.name, tc.port, banner, err, want)
 				}
 				_ = got.Close()
 			case err == nil:
@@ -309,11 +323,8 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		}
 	})
 
-	t.Run("vnc says the class offers no Screen Sharing", func(t *testing.T) {
-		code, _, errOut := mac("vnc", "demo")
-		if code != 1 || !strings.Contains(errOut, "spec.access.screenSharing") {
-			t.Errorf("vnc: exit %d, %q", code, errOut)
-		}
+	t.Run("from a laptop, through the API server: a ClusterIP claim's ssh, cp, port-forward and vnc", func(t *testing.T) {
+		testFromALaptop(ctx, t, env, admin, tenantCfg, dir)
 	})
 
 	t.Run("release deletes the claim, and the machine goes with it", func(t *testing.T) {

@@ -530,7 +530,8 @@ type shippedRule struct {
 type binding int
 
 const (
-	// always: by the install (role_binding.yaml, secret_reader_role_binding.yaml).
+	// always: by the install (role_binding.yaml, secret_reader_role_binding.yaml,
+	// config/tunnel's auth_reader_role_binding.yaml).
 	always binding = iota
 	// perNamespace: by the namespaces that choose to, with RoleBindings;
 	// it applies to namespaced calls only.
@@ -548,13 +549,19 @@ const (
 var operatorRoleFiles = []struct {
 	file    string
 	binding binding
+	// namespace is where the install puts the role, when not where the
+	// file says.
+	namespace string
 }{
-	{"role.yaml", always},
+	{"role.yaml", always, ""},
+	// The tunnel's right to read the API server's front-proxy trust
+	// (docs/access.md), in kube-system.
+	{tunnelTrustReader, always, trustNamespace},
 	// Namespaces that want bootstraps with Secrets or ConfigMaps
 	// (docs/bootstrap.md).
-	{"bootstrap_source_reader_role.yaml", perNamespace},
+	{"bootstrap_source_reader_role.yaml", perNamespace, ""},
 	// Admins who choose --domain-hook=plugin-sidecar (docs/domain-hook.md).
-	{"domain_hook_sidecar_role.yaml", optIn},
+	{"domain_hook_sidecar_role.yaml", optIn, ""},
 }
 
 // operatorRules are the rules of operatorRoleFiles.
@@ -570,6 +577,9 @@ func operatorRules() []shippedRule {
 					rules = append(rules, shippedRule{role: "ClusterRole " + role.Name, binding: f.binding, rule: r})
 				}
 			case *rbacv1.Role:
+				if f.namespace != "" {
+					role.Namespace = f.namespace
+				}
 				for _, r := range role.Rules {
 					rules = append(rules, shippedRule{role: "Role " + role.Namespace + "/" + role.Name, namespace: role.Namespace,
 						binding: f.binding, rule: r})

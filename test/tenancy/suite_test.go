@@ -113,16 +113,28 @@ var _ = BeforeSuite(func() {
 				Subjects: []rbacv1.Subject{sa}})).To(Succeed())
 		}
 	}
+	By("and config/tunnel's Role and RoleBinding in kube-system, to read the API server's front-proxy trust")
+	for _, obj := range shipped(tunnelTrustReader) {
+		role := obj.(*rbacv1.Role)
+		role.Namespace = trustNamespace // as config/default puts it
+		Expect(admin.Create(ctx, role)).To(Succeed())
+		Expect(admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: role.Namespace},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects: []rbacv1.Subject{sa}})).To(Succeed())
+	}
 	Eventually(func() bool {
-		return allowed(operatorUser, authorizationv1.ResourceAttributes{Verb: "list", Group: "macvirt.io", Resource: "macmachines"})
-	}).Should(BeTrue(), "the API server's RBAC cache learns of the binding")
+		return allowed(operatorUser, authorizationv1.ResourceAttributes{Verb: "list", Group: "macvirt.io", Resource: "macmachines"}) &&
+			allowed(operatorUser, authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: trustNamespace,
+				Name: "extension-apiserver-authentication"})
+	}).Should(BeTrue(), "the API server's RBAC cache learns of the bindings")
 	opCfg := rest.CopyConfig(cfg)
 	opCfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operator.DefaultNamespace, "system:authenticated"}}
 	recordCalls(opCfg) // compared with the shipped roles once the suite is over (rights_test.go)
 
 	By("macvirt, the simulator and the samples")
-	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, OperatorConfig: opCfg})
+	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, OperatorConfig: opCfg,
+		Network: true, Cluster: cluster})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(system.OperatorUser).To(Equal(operatorUser))
 	Expect(sandbox.ApplySamples(ctx, admin, 2)).To(Succeed())
@@ -196,6 +208,15 @@ func tenantRoleFiles() []string {
 }
 
 // shipped reads the RBAC objects of a file in config/rbac.
+// tunnelTrustReader is the tunnel's Role (config/tunnel, beside config/rbac),
+// which config/default puts in trustNamespace.
+const (
+	tunnelTrustReader = "../tunnel/auth_reader_role.yaml"
+	trustNamespace    = "kube-system"
+)
+
+// shipped reads the roles of a file of config/rbac (or, for
+// tunnelTrustReader, of config/tunnel).
 func shipped(file string) []client.Object {
 	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", file)) //nolint:gosec // a file of the repository's config/rbac.
 	Expect(err).NotTo(HaveOccurred())
@@ -217,6 +238,13 @@ func shipped(file string) []client.Object {
 	return out
 }
 
+// configAs is a connection that acts as user.
+func configAs(user string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
+	return c
+}
+
 // allowed asks the API server whether user may do what attrs say.
 func allowed(user string, attrs authorizationv1.ResourceAttributes) bool {
 	groups := []string{"system:authenticated"}
@@ -231,9 +259,7 @@ func allowed(user string, attrs authorizationv1.ResourceAttributes) bool {
 
 // as is a client that acts as user.
 func as(user string) client.Client {
-	c := rest.CopyConfig(cfg)
-	c.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
-	cl, err := client.New(c, client.Options{Scheme: scheme})
+	cl, err := client.New(configAs(user), client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	return cl
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"io"
 	"net/http"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/tunnel"
 )
 
 const pool = "ci-sonoma" // the sample pool, in macvirt-pools
@@ -96,6 +98,24 @@ var _ = Describe("Tenants with the shipped roles", Ordered, func() {
 			g.Expect(as("alice").Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "build-ssh"}, secret)).To(Succeed())
 			g.Expect(secret.Data).To(HaveKeyWithValue("user", []byte("admin")))
 		}).Should(Succeed())
+	})
+
+	It("reach their own Mac through the tunnel, and no one else's", func() {
+		conn, err := tunnel.Dial(ctx, configAs("alice"), "team-a", "build", 22)
+		Expect(err).NotTo(HaveOccurred(), "alice's tunnel to her claim's SSH port")
+		banner := make([]byte, len("SSH-2.0-"))
+		Expect(conn.SetReadDeadline(time.Now().Add(30 * time.Second))).To(Succeed())
+		_, err = io.ReadFull(conn, banner)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(banner)).To(Equal("SSH-2.0-"), "the Mac's sshd, through the API server and the operator")
+		Expect(conn.Close()).To(Succeed())
+		By("mallory, with the same shipped roles in her own namespace, is refused by the API server")
+		_, err = tunnel.Dial(ctx, configAs("mallory"), "team-a", "build", 22)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "mallory's tunnel to alice's claim: %v", err)
+		By("and a port the class does not open stays shut, for alice too")
+		_, err = tunnel.Dial(ctx, configAs("alice"), "team-a", "build", 2049)
+		Expect(apierrors.IsServiceUnavailable(err)).To(BeTrue(), "a tunnel to port 2049: %v", err)
+		Expect(err.Error()).To(ContainSubstring("port 2049 of macclaim team-a/build is not open"))
 	})
 
 	It("cannot read another namespace's connection Secret, claim or machine", func() {

@@ -42,6 +42,9 @@ type ExposureReconciler struct {
 	// at once: as many as claims are bound at once, since each binding waits
 	// for its machine's policy.
 	MaxConcurrentReconciles int
+	// Tunnel is the operator's pods, which bound machines let in for the
+	// tunnel through the API server; nil when it serves none.
+	Tunnel *networkingv1.NetworkPolicyPeer
 	// ControllerName overrides the controller's name, so tests can run
 	// several managers in one process.
 	ControllerName string
@@ -68,7 +71,7 @@ func (r *ExposureReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err != nil || res.Class == nil {
 		return ctrl.Result{}, err
 	}
-	ex, err := exposureOf(ctx, r.Client, res.Class, m)
+	ex, err := exposureOf(ctx, r.Client, res.Class, m, r.Tunnel)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

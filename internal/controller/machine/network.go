@@ -18,9 +18,11 @@ import (
 
 // exposureOf is what a machine's NetworkPolicy lets in: nothing while it
 // is unbound (or its claim is gone); its claim's namespace once bound, and
-// anything when the claim's Service reaches it from outside the cluster.
+// anything when the claim's Service reaches it from outside the cluster;
+// and the operator's tunnel (tunnel: its pods; nil without one) once bound.
 // Both the machine's reconcile and its exposure controller decide it here.
-func exposureOf(ctx context.Context, c client.Reader, class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) (render.Exposure, error) {
+func exposureOf(ctx context.Context, c client.Reader, class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine,
+	tunnel *networkingv1.NetworkPolicyPeer) (render.Exposure, error) {
 	ref := m.Spec.ClaimRef
 	if ref == nil {
 		return render.Exposure{}, nil
@@ -36,7 +38,7 @@ func exposureOf(ctx context.Context, c client.Reader, class *macvirtv1alpha1.Mac
 		return render.Exposure{}, nil
 	}
 	access, _ := tenancy.Access(class, claim.Spec.Access.Type)
-	return render.Exposure{ClaimNamespace: ref.Namespace, External: access != macvirtv1alpha1.AccessClusterIP}, nil
+	return render.Exposure{ClaimNamespace: ref.Namespace, External: access != macvirtv1alpha1.AccessClusterIP, Tunnel: tunnel}, nil
 }
 
 // ensureNetworkPolicy answers: does the machine have its NetworkPolicy? It
@@ -47,7 +49,7 @@ func exposureOf(ctx context.Context, c client.Reader, class *macvirtv1alpha1.Mac
 // of its name the machine does not control is left alone, and the machine
 // says so (NotOwned), creating nothing more.
 func (r *Reconciler) ensureNetworkPolicy(ctx context.Context, o *machineObservation) (bool, error) {
-	ex, err := exposureOf(ctx, r.Client, o.Class, o.Machine)
+	ex, err := exposureOf(ctx, r.Client, o.Class, o.Machine, r.Tunnel)
 	if err != nil {
 		return false, err
 	}

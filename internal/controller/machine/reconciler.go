@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
@@ -47,6 +49,9 @@ type Reconciler struct {
 	DomainHook func() error
 	// Agent is what machines' agent config disks say about the endpoint.
 	Agent endpoint.Address
+	// Tunnel is the operator's pods, which bound machines let in for the
+	// tunnel through the API server; nil when it serves none.
+	Tunnel *networkingv1.NetworkPolicyPeer
 	// Clock is the time source for boot and heartbeat timeouts.
 	Clock clock.PassiveClock
 	// ListeningSince reports when the agent endpoint began to listen (zero
