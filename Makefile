@@ -183,7 +183,7 @@ kubectl-mac-dist: ## Build the kubectl mac plugin for each of KUBECTL_MAC_PLATFO
 	rm -rf dist/kubectl-mac && mkdir -p dist/kubectl-mac
 	for p in $(KUBECTL_MAC_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; \
-		GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o dist/kubectl-mac/kubectl-mac_$${os}_$${arch}/kubectl-mac ./cmd/kubectl-mac || exit 1; \
+		GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/macvirt/macvirt/internal/kubectlmac.Version=v$(VERSION)" -o dist/kubectl-mac/kubectl-mac_$${os}_$${arch}/kubectl-mac ./cmd/kubectl-mac || exit 1; \
 		tar -C dist/kubectl-mac/kubectl-mac_$${os}_$${arch} -czf dist/kubectl-mac/kubectl-mac_v$(VERSION)_$${os}_$${arch}.tar.gz kubectl-mac || exit 1; \
 	done
 	cd dist/kubectl-mac && sha256sum *.tar.gz > kubectl-mac_v$(VERSION)_SHA256SUMS

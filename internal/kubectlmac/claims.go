@@ -3,7 +3,6 @@ package kubectlmac
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -13,13 +12,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	flag "github.com/spf13/pflag"
+
 	"golang.org/x/crypto/ssh"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -178,34 +178,70 @@ func publicKey(file, home string) (string, error) {
 		filepath.Join(home, ".ssh"), strings.Join(defaultPublicKeys, ", "))
 }
 
-type getCmd struct{}
+type getCmd struct {
+	output        string
+	allNamespaces bool
+}
 
-func (getCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
-	var claims []macvirtv1alpha1.MacClaim
-	switch len(args) {
-	case 0:
-		var list macvirtv1alpha1.MacClaimList
-		if err := env.Client.List(ctx, &list, client.InNamespace(env.Namespace)); err != nil {
-			return 1, err
-		}
-		claims = list.Items
-	case 1:
-		c := &macvirtv1alpha1.MacClaim{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: args[0]}, c); err != nil {
-			return 1, err
-		}
-		claims = []macvirtv1alpha1.MacClaim{*c}
-	default:
+func getFlags(fs *flag.FlagSet) runner {
+	c := &getCmd{}
+	fs.StringVarP(&c.output, "output", "o", "", "json, yaml, name, jsonpath=TEMPLATE or go-template=TEMPLATE, as kubectl get's; a table when empty")
+	fs.BoolVarP(&c.allNamespaces, "all-namespaces", "A", false, "the claims of every namespace (where you may list them)")
+	return c
+}
+
+func (g getCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
+	list := &macvirtv1alpha1.MacClaimList{}
+	var one *macvirtv1alpha1.MacClaim
+	switch {
+	case len(args) > 1:
 		return 2, errors.New("give at most one claim name: kubectl mac get [NAME]")
+	case len(args) == 1 && g.allNamespaces:
+		return 2, errors.New("a claim's name and -A do not go together: a name is of one namespace (-n)")
+	case len(args) == 1:
+		one = &macvirtv1alpha1.MacClaim{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: args[0]}, one); err != nil {
+			return 1, err
+		}
+		list.Items = []macvirtv1alpha1.MacClaim{*one}
+	default:
+		ns := env.Namespace
+		if g.allNamespaces {
+			ns = ""
+		}
+		if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return 1, err
+		}
 	}
+	if g.output != "" {
+		var obj runtime.Object = list
+		if one != nil {
+			obj = one
+		}
+		for i := range list.Items { // typed items come without their kind
+			list.Items[i].SetGroupVersionKind(macvirtv1alpha1.GroupVersion.WithKind("MacClaim"))
+		}
+		return printObject(env, g.output, obj)
+	}
+	claims := list.Items
 	if len(claims) == 0 {
-		_, _ = fmt.Fprintf(env.Out, "No claims in namespace %s.\n", env.Namespace)
+		if g.allNamespaces {
+			_, _ = fmt.Fprintln(env.Out, "No claims.")
+		} else {
+			_, _ = fmt.Fprintf(env.Out, "No claims in namespace %s.\n", env.Namespace)
+		}
 		return 0, nil
 	}
 	w := tabwriter.NewWriter(env.Out, 0, 4, 3, ' ', 0)
+	if g.allNamespaces {
+		_, _ = fmt.Fprint(w, "NAMESPACE\t")
+	}
 	_, _ = fmt.Fprintln(w, "NAME\tCLASS\tPHASE\tMACHINE\tADDRESS\tEXTERNAL\tREADY\tBOOTSTRAP\tAGE")
 	for i := range claims {
 		c := &claims[i]
+		if g.allNamespaces {
+			_, _ = fmt.Fprintf(w, "%s\t", c.Namespace)
+		}
 		machine := "<none>"
 		if c.Status.Machine != nil {
 			machine = c.Status.Machine.Name
@@ -323,114 +359,22 @@ type claimWaiter struct {
 	last string
 }
 
-// errRelist says the watch's version is too old: list again.
-var errRelist = errors.New("relist")
-
-// wait lists and watches until the claim settles (done: Ready, Stalled,
-// Lost or gone) or an error ends waiting.
+// wait follows the claim until it settles (done: Ready, Stalled, Lost or
+// gone) or an error ends waiting.
 func (w *claimWaiter) wait(ctx context.Context) (code int, done bool, err error) {
-	rv := ""
-	for {
-		if rv == "" {
-			code, done, listed, err := w.list(ctx)
-			if done || err != nil {
-				return code, done, err
+	f := &follower{env: w.env, namespace: w.env.Namespace, name: w.name, kind: "macclaim",
+		newList: func() client.ObjectList { return &macvirtv1alpha1.MacClaimList{} },
+		settle: func(obj client.Object, deleted bool) (int, bool, error) {
+			switch c, _ := obj.(*macvirtv1alpha1.MacClaim); {
+			case c != nil:
+				return claimSettled(w.env, c, w.start, &w.last)
+			case deleted:
+				return 1, true, fmt.Errorf("macclaim %s/%s was deleted", w.env.Namespace, w.name)
+			default:
+				return 1, true, fmt.Errorf("macclaim %s/%s does not exist", w.env.Namespace, w.name)
 			}
-			rv = listed
-		}
-		code, done, next, err := w.watch(ctx, rv)
-		switch {
-		case errors.Is(err, errRelist):
-			rv = ""
-			continue
-		case done || err != nil:
-			return code, done, err
-		case next == rv:
-			// The watch ended with nothing, not even a bookmark: pause before
-			// watching again, so a server that ends watches at once is not
-			// hammered.
-			select {
-			case <-ctx.Done():
-				return 1, false, ctx.Err()
-			case <-time.After(w.env.pollInterval()):
-			}
-		}
-		if next != "" {
-			rv = next
-		}
-	}
-}
-
-// selector picks the one claim from the namespace's.
-func (w *claimWaiter) selector(raw *metav1.ListOptions) *client.ListOptions {
-	return &client.ListOptions{Namespace: w.env.Namespace, FieldSelector: fields.OneTermEqualSelector("metadata.name", w.name), Raw: raw}
-}
-
-// list reads the claim and the version to watch from.
-func (w *claimWaiter) list(ctx context.Context) (code int, done bool, rv string, err error) {
-	list := &macvirtv1alpha1.MacClaimList{}
-	if err := w.env.Client.List(ctx, list, w.selector(nil)); err != nil {
-		return 1, false, "", err
-	}
-	for i := range list.Items {
-		if c := &list.Items[i]; c.Name == w.name {
-			if code, done, err := claimSettled(w.env, c, w.start, &w.last); done {
-				return code, true, "", err
-			}
-			return 0, false, list.ResourceVersion, nil
-		}
-	}
-	return 1, true, "", fmt.Errorf("macclaim %s/%s does not exist", w.env.Namespace, w.name)
-}
-
-// watch follows the claim from version rv until the watch ends, and says
-// the last version it saw (rv when none).
-func (w *claimWaiter) watch(ctx context.Context, rv string) (code int, done bool, last string, err error) {
-	last = rv
-	wi, err := w.env.Client.Watch(ctx, &macvirtv1alpha1.MacClaimList{},
-		w.selector(&metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}))
-	switch {
-	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
-		return 0, false, last, errRelist
-	case err != nil:
-		return 1, false, last, err
-	}
-	defer wi.Stop()
-	for {
-		var ev watch.Event
-		var open bool
-		select {
-		case <-ctx.Done():
-			return 1, false, last, ctx.Err()
-		case ev, open = <-wi.ResultChan():
-		}
-		if !open {
-			return 0, false, last, nil
-		}
-		if ev.Type == watch.Error {
-			err := apierrors.FromObject(ev.Object)
-			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-				return 0, false, last, errRelist
-			}
-			return 1, false, last, fmt.Errorf("watching macclaim %s/%s: %w", w.env.Namespace, w.name, err)
-		}
-		c, ok := ev.Object.(*macvirtv1alpha1.MacClaim)
-		if !ok {
-			return 1, false, last, fmt.Errorf("watching macclaim %s/%s: a %s event of a %T", w.env.Namespace, w.name, ev.Type, ev.Object)
-		}
-		if c.ResourceVersion != "" {
-			last = c.ResourceVersion
-		}
-		if ev.Type == watch.Bookmark || c.Name != w.name || c.Namespace != w.env.Namespace {
-			continue
-		}
-		if ev.Type == watch.Deleted {
-			return 1, true, last, fmt.Errorf("macclaim %s/%s was deleted", w.env.Namespace, w.name)
-		}
-		if code, done, err := claimSettled(w.env, c, w.start, &w.last); done {
-			return code, true, last, err
-		}
-	}
+		}}
+	return f.run(ctx)
 }
 
 // claimSettled prints the claim's progress when it changed and says whether
@@ -489,23 +433,24 @@ func (c *releaseCmd) run(ctx context.Context, env *Env, args []string) (int, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	for {
-		now := &macvirtv1alpha1.MacClaim{}
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(claim), now)
-		switch {
-		case apierrors.IsNotFound(err) || err == nil && now.UID != claim.UID:
+	f := &follower{env: env, namespace: env.Namespace, name: name, kind: "macclaim",
+		newList: func() client.ObjectList { return &macvirtv1alpha1.MacClaimList{} },
+		settle: func(obj client.Object, _ bool) (int, bool, error) {
 			// Gone; a claim of the same name made since is another one.
-			_, _ = fmt.Fprintf(env.Out, "macclaim %s/%s is gone\n", env.Namespace, name)
-			return 0, nil
-		case err != nil && ctx.Err() == nil:
-			return 1, fmt.Errorf("waiting for macclaim %s/%s to go: %w", env.Namespace, name, err)
-		}
-		select {
-		case <-ctx.Done():
-			return 1, fmt.Errorf("macclaim %s/%s still exists after %s", env.Namespace, name, c.timeout)
-		case <-time.After(env.pollInterval()):
-		}
+			if obj == nil || obj.GetUID() != claim.UID {
+				_, _ = fmt.Fprintf(env.Out, "macclaim %s/%s is gone\n", env.Namespace, name)
+				return 0, true, nil
+			}
+			return 0, false, nil
+		}}
+	code, done, err := f.run(ctx)
+	if !done && ctx.Err() != nil {
+		return 1, fmt.Errorf("macclaim %s/%s still exists after %s", env.Namespace, name, c.timeout)
 	}
+	if err != nil && !done {
+		return 1, fmt.Errorf("waiting for macclaim %s/%s to go: %w", env.Namespace, name, err)
+	}
+	return code, err
 }
 
 // releaseFate says what releasing the claim does to its machine, if it has

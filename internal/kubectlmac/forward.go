@@ -3,7 +3,6 @@ package kubectlmac
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 

@@ -19,13 +19,13 @@ package kubectlmac
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	flag "github.com/spf13/pflag"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -112,32 +112,27 @@ func sourceRef(arg, namespace string) (macvirtv1alpha1.NamespacedName, error) {
 	return macvirtv1alpha1.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
-// waitImage polls the image until it is Ready, printing each new step; it
-// gives up when the capture failed, is Stalled, or the image is gone (or
-// another of its name replaced it), or after timeout.
+// waitImage follows the image by a watch until it is Ready, printing each
+// new step; it gives up when the capture failed, is Stalled, or the image
+// is gone (or another of its name replaced it), or after timeout.
 func waitImage(ctx context.Context, env *Env, created *macvirtv1alpha1.MacImage, timeout time.Duration) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start, last := env.now(), ""
-	for {
-		img := &macvirtv1alpha1.MacImage{}
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(created), img)
-		switch {
-		case apierrors.IsNotFound(err) || err == nil && created.UID != "" && img.UID != created.UID:
-			return 1, fmt.Errorf("macimage %s was deleted", created.Name)
-		case err != nil && ctx.Err() == nil:
-			return 1, err
-		case err == nil:
-			if code, done, err := imageSettled(env, img, start, &last); done {
-				return code, err
+	f := &follower{env: env, name: created.Name, kind: "macimage",
+		newList: func() client.ObjectList { return &macvirtv1alpha1.MacImageList{} },
+		settle: func(obj client.Object, _ bool) (int, bool, error) {
+			img, _ := obj.(*macvirtv1alpha1.MacImage)
+			if img == nil || created.UID != "" && img.UID != created.UID {
+				return 1, true, fmt.Errorf("macimage %s was deleted", created.Name)
 			}
-		}
-		select {
-		case <-ctx.Done():
-			return 1, fmt.Errorf("macimage %s is not Ready after %s: %s", created.Name, timeout, last)
-		case <-time.After(env.pollInterval()):
-		}
+			return imageSettled(env, img, start, &last)
+		}}
+	code, done, err := f.run(ctx)
+	if !done && ctx.Err() != nil {
+		return 1, fmt.Errorf("macimage %s is not Ready after %s: %s", created.Name, timeout, last)
 	}
+	return code, err
 }
 
 // imageSettled prints the image's step when it changed and says whether

@@ -19,7 +19,6 @@ package kubectlmac
 import (
 	"bytes"
 	"context"
-	"flag"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -45,6 +45,14 @@ func imageEnv(t *testing.T, c client.WithWatch) (*Env, *bytes.Buffer) {
 		Now: func() time.Time { return now }, PollInterval: time.Millisecond}, &out
 }
 
+// imageFake is a fake cluster that lists images by metadata.name, as the
+// API server does.
+func imageFake(t *testing.T) *fake.ClientBuilder {
+	t.Helper()
+	return fake.NewClientBuilder().WithScheme(imageScheme(t)).
+		WithIndex(&macvirtv1alpha1.MacImage{}, "metadata.name", func(o client.Object) []string { return []string{o.GetName()} })
+}
+
 func imageScheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
 	s := runtime.NewScheme()
@@ -57,13 +65,8 @@ func imageScheme(t *testing.T) *runtime.Scheme {
 // parseImage parses the image command's flags as Main would.
 func parseImage(t *testing.T, args ...string) (*imageCmd, []string) {
 	t.Helper()
-	fs := flag.NewFlagSet("image", flag.ContinueOnError)
-	globalFlags(fs)
-	c := imageFlags(fs).(*imageCmd)
-	if err := fs.Parse(interspersed(args, fs)); err != nil {
-		t.Fatal(err)
-	}
-	return c, fs.Args()
+	r, rest := parseCommand(t, "image", args...)
+	return r.(*imageCmd), rest
 }
 
 func TestImageCaptureCreatesAnImageOfTheClaimInTheNamespace(t *testing.T) {
@@ -120,7 +123,7 @@ func TestImageCaptureRefusesWhatItCannotName(t *testing.T) {
 	}
 }
 
-// progress moves a MacImage through a capture, one step per read, as the
+// progress moves a MacImage through a capture, one step per event, as the
 // operator would.
 type progress struct {
 	mu    sync.Mutex
@@ -161,15 +164,20 @@ func TestImageCaptureWaitPrintsEachStepAndHowToUseTheImage(t *testing.T) {
 				Reason: macvirtv1alpha1.ReasonPublished, Message: "published"})
 		},
 	}}
-	c := fake.NewClientBuilder().WithScheme(imageScheme(t)).WithInterceptorFuncs(interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if err := c.Get(ctx, key, obj, opts...); err != nil {
-				return err
+	// The watch that --wait opens sees the operator's every step.
+	c := imageFake(t).WithInterceptorFuncs(interceptor.Funcs{
+		Watch: func(ctx context.Context, c client.WithWatch, _ client.ObjectList, _ ...client.ListOption) (watch.Interface, error) {
+			img := &macvirtv1alpha1.MacImage{}
+			if err := c.Get(ctx, client.ObjectKey{Name: "xcode-16"}, img); err != nil {
+				return nil, err
 			}
-			if img, ok := obj.(*macvirtv1alpha1.MacImage); ok {
-				steps.next(&img.Status)
+			w := watch.NewFakeWithChanSize(len(steps.steps), false)
+			for range steps.steps {
+				next := img.DeepCopy()
+				steps.next(&next.Status)
+				w.Modify(next)
 			}
-			return nil
+			return w, nil
 		},
 	}).Build()
 	env, out := imageEnv(t, c)
@@ -195,7 +203,7 @@ func TestImageCaptureWaitStopsWhenTheCaptureFails(t *testing.T) {
 	img.Status.Phase = macvirtv1alpha1.ImageFailed
 	meta.SetStatusCondition(&img.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionFalse,
 		Reason: macvirtv1alpha1.ReasonCopyFailed, Message: "CDI: clone failed: no space left"})
-	env, _ := imageEnv(t, fake.NewClientBuilder().WithScheme(imageScheme(t)).WithObjects(img).Build())
+	env, _ := imageEnv(t, imageFake(t).WithObjects(img).Build())
 	code, err := waitImage(context.Background(), env, img, time.Minute)
 	if code != 1 || err == nil || !strings.Contains(err.Error(), "CopyFailed: CDI: clone failed: no space left") {
 		t.Errorf("wait on a failed capture: %d %v", code, err)

@@ -9,7 +9,6 @@ package kubectlmac
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -17,10 +16,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	flag "github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -52,42 +53,13 @@ type Env struct {
 	// tunnel connects to port of a claim's Mac through the API server;
 	// nil when there is none (the tests' fake clients).
 	tunnel func(ctx context.Context, namespace, name string, port int32) (net.Conn, error)
+	// config is the connection to the API server (version asks it); nil
+	// in the tests.
+	config *rest.Config
 }
 
-// usage is the plugin's help.
-const usage = `kubectl mac: claim, reach and release macOS machines (macvirt).
-
-Usage:
-  kubectl mac claim NAME --class CLASS [--pool POOL] [--access TYPE] [--ssh-key FILE] [--wait] [--timeout 30m]
-  kubectl mac get [NAME]
-  kubectl mac logs NAME
-  kubectl mac wait NAME [--timeout 30m]
-  kubectl mac ssh NAME [-i KEY] [--via auto|tunnel|direct] [--address HOST:PORT] [-- COMMAND...]
-  kubectl mac cp FILE NAME:PATH | kubectl mac cp NAME:PATH FILE   (- for stdin or stdout)
-  kubectl mac port-forward NAME [LOCAL:]REMOTE... [--address 127.0.0.1]
-  kubectl mac vnc NAME [--open] [--port N]
-  kubectl mac release NAME [--wait] [--timeout 10m]
-  kubectl mac runners [RUNNER-SET]
-  kubectl mac image capture CLAIM NAME [--machine] [--storage-class SC] [--description TEXT] [--wait] [--timeout 2h]
-  kubectl mac image list [NAME]
-
-Global flags (before or after the command):
-  --kubeconfig FILE   the kubeconfig to use (default: $KUBECONFIG, then ~/.kube/config)
-  --context NAME      the kubeconfig context to use
-  -n, --namespace NS  the namespace of the claims (default: the context's)
-
-logs prints the end of the output of the claim's bootstrap, as the Mac's
-agent reported it (the values of Secrets masked).
-
-runners lists the namespace's GitHub Actions runner sets (MacRunnerSets),
-what GitHub asks of each, and each runner with its state and job.
-
-image capture (cluster admins) stops the Mac bound to CLAIM (in -n's
-namespace, or NAMESPACE/CLAIM) gracefully, clones its system disk into the
-images namespace and publishes it as the CDI DataSource NAME there, which a
-MacClass names as image.sourceRef; with --machine, CLAIM is a MacMachine
-(NAMESPACE/NAME). --wait follows the copy and prints how to use the image.
-image list shows the cluster's images (MacImages).
+// long is the plugin's help beyond each command's own.
+const long = `kubectl mac: claim, reach and release macOS machines (macvirt).
 
 ssh, cp, port-forward and vnc reach the Mac through the Kubernetes API
 server (the tunnel; --via tunnel), so they work wherever kubectl does,
@@ -100,143 +72,149 @@ is the tunnel where the cluster serves one.
 ssh connects with your own key (ssh-agent, or ~/.ssh/id_ed25519, id_ecdsa,
 id_rsa, or -i) as the claim's user, and accepts only a host key that the
 claim's status lists (strict host key checking). Both are in the claim's
-status.connection, so nothing needs rights on Secrets. A connection Secret
-is written only for a claim that sets spec.writeConnectionSecretToRef, for
-tools that want one.
+status.connection, so nothing needs rights on Secrets.
 
-cp copies one file over ssh, either way (for a directory, pipe tar through
-kubectl mac ssh). port-forward listens on local ports (a free one for 0)
-and carries each connection to the Mac's SSH or Screen Sharing port. vnc
-forwards a local port to Screen Sharing, prints its vnc:// URL (and opens
-it with --open), and runs until Ctrl-C.
+wait, claim --wait, release --wait and image capture --wait watch the
+object and print each step on the way.
 
-wait, and claim --wait, watch the claim until it is Ready and print each
-step on the way.
+The flags of kubectl (--kubeconfig, --context, -n, --as, ...) work here too,
+before or after the command.`
 
-claim checks first that its class and pool exist (when you may read them),
-so a typo creates nothing; a claim that claim --wait sees needing a human
-before any machine was bound to it (its namespace not admitted by the
-class, say) is deleted again, and the error says why.
-`
-
-// Main runs the plugin with args (without the program name) and returns
-// its exit code.
-func Main(ctx context.Context, args []string, streams Streams) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		_, _ = io.WriteString(streams.Out, usage)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	cmd, rest, found := splitCommand(args)
-	if !found {
-		_, _ = fmt.Fprintf(streams.Err, "kubectl mac: no command in %q; see kubectl mac --help\n", strings.Join(args, " "))
-		return 2
-	}
-	run, ok := commands[cmd]
-	if !ok {
-		_, _ = fmt.Fprintf(streams.Err, "kubectl mac: unknown command %q; see kubectl mac --help\n", cmd)
-		return 2
-	}
-	fs := flag.NewFlagSet("kubectl mac "+cmd, flag.ContinueOnError)
-	fs.SetOutput(streams.Err)
-	g := globalFlags(fs)
-	c := run.flags(fs)
-	if err := fs.Parse(interspersed(rest, fs)); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	env, err := g.env(streams)
-	if err != nil {
-		_, _ = fmt.Fprintf(streams.Err, "kubectl mac: %v\n", err)
-		return 1
-	}
-	code, err := c.run(ctx, env, fs.Args())
-	if err = readable(err); err != nil {
-		_, _ = fmt.Fprintf(streams.Err, "kubectl mac %s: %v\n", cmd, err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	return code
-}
-
-// splitCommand finds the command in args: the first word that is neither a
-// flag nor a global flag's value, so the global flags may come before it as
-// kubectl's do (kubectl mac -n team get). rest is args without it.
-func splitCommand(args []string) (cmd string, rest []string, found bool) {
-	globalsOnly := flag.NewFlagSet("", flag.ContinueOnError)
-	globalFlags(globalsOnly)
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			return "", nil, false
-		}
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			return a, append(append([]string{}, args[:i]...), args[i+1:]...), true
-		}
-		if name := strings.TrimLeft(a, "-"); !strings.Contains(name, "=") {
-			if f := globalsOnly.Lookup(name); f != nil && !isBool(f) {
-				i++ // its value
-			}
-		}
-	}
-	return "", nil, false
-}
-
-// command is one subcommand: it registers its flags and returns what runs.
+// command is one subcommand: its use line and summary, and what registers
+// its flags and returns what runs.
 type command struct {
-	flags func(*flag.FlagSet) runner
+	use, short, long string
+	flags            func(*flag.FlagSet) runner
 }
 
 type runner interface {
 	run(ctx context.Context, env *Env, args []string) (int, error)
 }
 
-var commands = map[string]command{
-	"claim":        {flags: claimFlags},
-	"get":          {flags: func(*flag.FlagSet) runner { return getCmd{} }},
-	"logs":         {flags: func(*flag.FlagSet) runner { return logsCmd{} }},
-	"runners":      {flags: func(*flag.FlagSet) runner { return runnersCmd{} }},
-	"image":        {flags: imageFlags},
-	"wait":         {flags: waitFlags},
-	"ssh":          {flags: sshFlags},
-	"vnc":          {flags: vncFlags},
-	"port-forward": {flags: portForwardFlags},
-	"cp":           {flags: cpFlags},
-	"release":      {flags: releaseFlags},
+var commands = []command{
+	{use: "claim NAME --class CLASS", short: "Claim a Mac of a class (from a pool with --pool), with your SSH key",
+		long: "claim checks first that its class and pool exist (when you may read them), so a typo creates nothing; a claim that " +
+			"claim --wait sees needing a human before any machine was bound to it (its namespace not admitted by the class, say) " +
+			"is deleted again, and the error says why.", flags: claimFlags},
+	{use: "get [NAME]", short: "List your claims: class, phase, machine, address, readiness (-o json|yaml, -A)", flags: getFlags},
+	{use: "logs NAME", short: "Print the end of the claim's bootstrap output, as the Mac's agent reported it (Secrets masked)",
+		flags: func(*flag.FlagSet) runner { return logsCmd{} }},
+	{use: "wait NAME", short: "Wait until the claim is Ready, printing each step", flags: waitFlags},
+	{use: "ssh NAME [-- COMMAND...]", short: "Log in to the claim's Mac, or run COMMAND there, with its exit status", flags: sshFlags},
+	{use: "cp SRC DST", short: "Copy a file to (FILE NAME:PATH) or from (NAME:PATH FILE) the Mac; - for stdin or stdout",
+		long: "cp copies one file over ssh, either way; PATH is relative to the user's home, or absolute. For a directory, " +
+			"pipe tar through kubectl mac ssh.", flags: cpFlags},
+	{use: "port-forward NAME [LOCAL:]REMOTE...", short: "Forward local ports to the Mac's SSH or Screen Sharing port until Ctrl-C",
+		flags: portForwardFlags},
+	{use: "vnc NAME", short: "Forward a local port to the Mac's Screen Sharing and print its vnc:// URL, until Ctrl-C", flags: vncFlags},
+	{use: "release NAME", short: "Delete the claim: its Mac is stopped gracefully, then deleted (or kept, under reclaimPolicy Retain)",
+		flags: releaseFlags},
+	{use: "runners [RUNNER-SET]", short: "List the namespace's GitHub Actions runner sets and their runners",
+		flags: func(*flag.FlagSet) runner { return runnersCmd{} }},
+	{use: "image capture CLAIM NAME | image list [NAME]", short: "Capture a Mac as a golden image (cluster admins), or list images",
+		long: "image capture stops the Mac bound to CLAIM (in -n's namespace, or NAMESPACE/CLAIM) gracefully, clones its system " +
+			"disk into the images namespace and publishes it as the CDI DataSource NAME there, which a MacClass names as " +
+			"image.sourceRef; with --machine, CLAIM is a MacMachine (NAMESPACE/NAME). --wait follows the copy and prints how " +
+			"to use the image. image list shows the cluster's images (MacImages).", flags: imageFlags},
 }
 
-type globals struct {
-	kubeconfig, context, namespace string
+// Main runs the plugin with args (without the program name) and returns
+// its exit code: the command's (ssh's is the remote command's), 2 for a
+// command line it cannot read.
+func Main(ctx context.Context, args []string, streams Streams) int {
+	code := 0
+	root := newRoot(streams, &code)
+	root.SetArgs(args)
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.Err)
+	if err := root.ExecuteContext(ctx); err != nil {
+		_, _ = fmt.Fprintf(streams.Err, "kubectl mac: %v; see kubectl mac --help\n", err)
+		return 2
+	}
+	return code
 }
 
-func globalFlags(fs *flag.FlagSet) *globals {
-	g := &globals{}
-	fs.StringVar(&g.kubeconfig, "kubeconfig", "", "the kubeconfig to use")
-	fs.StringVar(&g.context, "context", "", "the kubeconfig context to use")
-	fs.StringVar(&g.namespace, "namespace", "", "the namespace of the claims")
-	fs.StringVar(&g.namespace, "n", "", "the namespace of the claims (short)")
-	return g
+// newRoot is the plugin's command tree: kubectl's own flags (cli-runtime's
+// ConfigFlags) on every command, a subcommand per entry of commands, and
+// version and completion.
+func newRoot(streams Streams, code *int) *cobra.Command {
+	config := genericclioptions.NewConfigFlags(true)
+	root := &cobra.Command{
+		Use: "kubectl-mac", Short: "Claim, reach and release macOS machines (macvirt)", Long: long,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl mac"},
+		SilenceErrors: true, SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			*code = 2
+			cmd.SetOut(streams.Err)
+			_, _ = fmt.Fprintln(streams.Err, "kubectl mac: give a command")
+			return cmd.Usage()
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
+	config.AddFlags(root.PersistentFlags())
+	for _, c := range commands {
+		root.AddCommand(subcommand(c, config, streams, code))
+	}
+	root.AddCommand(versionCommand(config, streams, code))
+	return root
 }
 
-// env connects as the kubeconfig's user.
-func (g *globals) env(streams Streams) (*Env, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = g.kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.context})
-	cfg, err := cc.ClientConfig()
+// subcommand runs c with an Env of config's connection.
+func subcommand(c command, config *genericclioptions.ConfigFlags, streams Streams, code *int) *cobra.Command {
+	cmd := &cobra.Command{Use: c.use, Short: c.short, Long: c.short + ".", Args: cobra.ArbitraryArgs}
+	if c.long != "" {
+		cmd.Long = c.short + ".\n\n" + c.long
+	}
+	r := c.flags(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		env, err := newEnv(config, streams)
+		if err != nil {
+			*code = 1
+			_, _ = fmt.Fprintf(streams.Err, "kubectl mac: %v\n", err)
+			return nil
+		}
+		n, err := r.run(cmd.Context(), env, withDash(cmd, args))
+		if err = readable(err); err != nil {
+			_, _ = fmt.Fprintf(streams.Err, "kubectl mac %s: %v\n", cmd.Name(), err)
+			if n == 0 {
+				n = 1
+			}
+		}
+		*code = n
+		return nil
+	}
+	if strings.Contains(c.use, "NAME") && !strings.HasPrefix(c.use, "image") {
+		cmd.ValidArgsFunction = completeClaims(config)
+	}
+	return cmd
+}
+
+// withDash puts back the "--" cobra takes out of args, which ssh reads to
+// tell its claim from the remote command.
+func withDash(cmd *cobra.Command, args []string) []string {
+	dash := cmd.ArgsLenAtDash()
+	if dash < 0 {
+		return args
+	}
+	return append(append(append([]string{}, args[:dash]...), "--"), args[dash:]...)
+}
+
+// newEnv connects as the kubeconfig's user, with kubectl's flags.
+func newEnv(config *genericclioptions.ConfigFlags, streams Streams) (*Env, error) {
+	// kubectl falls back to localhost:8080 without a kubeconfig; say what
+	// is missing instead.
+	if raw, err := config.ToRawKubeConfigLoader().RawConfig(); err == nil && len(raw.Clusters) == 0 &&
+		(config.APIServer == nil || *config.APIServer == "") {
+		return nil, errors.New("reading the kubeconfig: it names no cluster: give --kubeconfig FILE, or set KUBECONFIG (default ~/.kube/config)")
+	}
+	cfg, err := config.ToRESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
 	}
-	ns := g.namespace
-	if ns == "" {
-		if ns, _, err = cc.Namespace(); err != nil {
-			return nil, fmt.Errorf("reading the kubeconfig's namespace: %w", err)
-		}
+	ns, _, err := config.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, fmt.Errorf("reading the kubeconfig's namespace: %w", err)
 	}
 	c, err := NewClient(cfg)
 	if err != nil {
@@ -246,53 +224,51 @@ func (g *globals) env(streams Streams) (*Env, error) {
 	dialTunnel := func(ctx context.Context, namespace, name string, port int32) (net.Conn, error) {
 		return tunnel.Dial(ctx, cfg, namespace, name, port)
 	}
-	return &Env{Client: c, Namespace: ns, Home: home, Streams: streams, tunnel: dialTunnel}, nil
+	return &Env{Client: c, Namespace: ns, Home: home, Streams: streams, tunnel: dialTunnel, config: cfg}, nil
 }
 
-// NewClient is a client for what the plugin reads, writes and watches.
-func NewClient(cfg *rest.Config) (client.WithWatch, error) {
+// completeClaims completes a claim's name from the namespace's claims.
+func completeClaims(config *genericclioptions.ConfigFlags) func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveDefault
+		}
+		env, err := newEnv(config, Streams{})
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		list := &macvirtv1alpha1.MacClaimList{}
+		if err := env.Client.List(cmd.Context(), list, client.InNamespace(env.Namespace)); err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var names []cobra.Completion
+		for _, c := range list.Items {
+			if strings.HasPrefix(c.Name, toComplete) {
+				names = append(names, c.Name)
+			}
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// newScheme holds every kind the plugin reads.
+func newScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		return nil, err
 	}
-	if err := macvirtv1alpha1.AddToScheme(s); err != nil {
+	return s, macvirtv1alpha1.AddToScheme(s)
+}
+
+// NewClient is a client for what the plugin reads, writes and watches.
+func NewClient(cfg *rest.Config) (client.WithWatch, error) {
+	s, err := newScheme()
+	if err != nil {
 		return nil, err
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "kubectl-mac"
 	return client.NewWithWatch(cfg, client.Options{Scheme: s})
-}
-
-// interspersed moves flags after positional arguments to the front, so that
-// "ssh NAME -i key -- cmd" parses; everything after "--" stays as is.
-func interspersed(args []string, fs *flag.FlagSet) []string {
-	var flags, positional []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			positional = append(positional, args[i:]...)
-			break
-		}
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			positional = append(positional, a)
-			continue
-		}
-		flags = append(flags, a)
-		name := strings.TrimLeft(a, "-")
-		if strings.Contains(name, "=") {
-			continue
-		}
-		if f := fs.Lookup(name); f != nil && !isBool(f) && i+1 < len(args) {
-			i++
-			flags = append(flags, args[i])
-		}
-	}
-	return append(flags, positional...)
-}
-
-func isBool(f *flag.Flag) bool {
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
 }
 
 // oneName is the single NAME argument of a command.
@@ -324,4 +300,23 @@ func (e *Env) pollInterval() time.Duration {
 		return e.PollInterval
 	}
 	return time.Second
+}
+
+// printObject prints obj with cli-runtime's printers, as kubectl get -o
+// does (managed fields left out).
+func printObject(env *Env, output string, obj runtime.Object) (int, error) {
+	s, err := newScheme()
+	if err != nil {
+		return 1, err
+	}
+	flags := genericclioptions.NewPrintFlags("").WithTypeSetter(s)
+	flags.OutputFormat = &output
+	p, err := flags.ToPrinter()
+	if err != nil {
+		return 2, fmt.Errorf("-o %s: %w", output, err)
+	}
+	if err := p.PrintObj(obj, env.Out); err != nil {
+		return 1, err
+	}
+	return 0, nil
 }

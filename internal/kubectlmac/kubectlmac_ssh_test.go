@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"encoding/pem"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -152,15 +151,10 @@ func authorizedLine(k ssh.PublicKey) string {
 func runSSH(t *testing.T, env *Env, args ...string) (int, error) {
 	t.Helper()
 	t.Setenv("SSH_AUTH_SOCK", "")
-	fs := flag.NewFlagSet("ssh", flag.ContinueOnError)
-	globalFlags(fs)
-	c := sshFlags(fs)
-	if err := fs.Parse(interspersed(args, fs)); err != nil {
-		t.Fatal(err)
-	}
+	c, rest := parseCommand(t, "ssh", args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	return c.run(ctx, env, fs.Args())
+	return c.run(ctx, env, rest)
 }
 
 // readyClaim is claim team/build whose Mac is mac, at 127.0.0.1.

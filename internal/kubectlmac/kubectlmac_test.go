@@ -5,31 +5,47 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/crypto/ssh"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
 
-func TestFlagsMayFollowTheName(t *testing.T) {
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	globalFlags(fs)
-	sshFlags(fs)
-	got := interspersed([]string{"demo", "-i", "key", "-n", "team", "--", "uname", "-a"}, fs)
-	want := []string{"-i", "key", "-n", "team", "demo", "--", "uname", "-a"}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("interspersed = %q, want %q", got, want)
+// parseCommand parses args for the command name as Main does (the global
+// flags too), returning what runs and its arguments.
+func parseCommand(t *testing.T, name string, args ...string) (runner, []string) {
+	t.Helper()
+	for _, c := range commands {
+		if strings.Fields(c.use)[0] != name {
+			continue
+		}
+		cmd := &cobra.Command{Use: c.use}
+		r := c.flags(cmd.Flags())
+		genericclioptions.NewConfigFlags(true).AddFlags(cmd.Flags())
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		return r, withDash(cmd, cmd.Flags().Args())
 	}
-	if err := fs.Parse(got); err != nil || !reflect.DeepEqual(fs.Args(), []string{"demo", "--", "uname", "-a"}) {
-		t.Errorf("Parse: %v, args %q", err, fs.Args())
+	t.Fatalf("no command %s", name)
+	return nil, nil
+}
+
+func TestFlagsMayFollowTheName(t *testing.T) {
+	r, args := parseCommand(t, "ssh", "demo", "-i", "key", "-n", "team", "--via", "direct", "--", "uname", "-a")
+	if want := []string{"demo", "--", "uname", "-a"}; !reflect.DeepEqual(args, want) {
+		t.Errorf("args %q, want %q", args, want)
+	}
+	if c := r.(*sshCmd); c.login.identity != "key" || c.login.route.via != viaDirect {
+		t.Errorf("flags: %+v", c.login)
 	}
 }
 
@@ -162,11 +178,21 @@ func TestKeysComeFromTheUsersSSHDirectory(t *testing.T) {
 
 func TestUsageAndUnknownCommands(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := Main(context.Background(), []string{"--help"}, Streams{Out: &out, Err: &errOut}); code != 0 || !strings.Contains(out.String(), "kubectl mac claim NAME --class CLASS") {
+	if code := Main(context.Background(), []string{"--help"}, Streams{Out: &out, Err: &errOut}); code != 0 ||
+		!strings.Contains(out.String(), "kubectl mac [command]") || !strings.Contains(out.String(), "port-forward") {
 		t.Errorf("--help: exit %d, %q", code, out.String())
+	}
+	out.Reset()
+	if code := Main(context.Background(), []string{"claim", "--help"}, Streams{Out: &out, Err: &errOut}); code != 0 ||
+		!strings.Contains(out.String(), "kubectl mac claim NAME --class CLASS") || !strings.Contains(out.String(), "--pool") {
+		t.Errorf("claim --help: exit %d, %q", code, out.String())
 	}
 	if code := Main(context.Background(), []string{"launch"}, Streams{Out: &out, Err: &errOut}); code != 2 || !strings.Contains(errOut.String(), `unknown command "launch"`) {
 		t.Errorf("an unknown command: exit %d, %q", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := Main(context.Background(), []string{"get", "--bogus"}, Streams{Out: &out, Err: &errOut}); code != 2 || !strings.Contains(errOut.String(), "unknown flag: --bogus") {
+		t.Errorf("an unknown flag: exit %d, %q", code, errOut.String())
 	}
 	errOut.Reset()
 	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
@@ -175,29 +201,21 @@ func TestUsageAndUnknownCommands(t *testing.T) {
 	}
 }
 
+func TestCompletionAndVersion(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"completion", "bash"}, Streams{Out: &out, Err: &errOut}); code != 0 || !strings.Contains(out.String(), "bash completion") {
+		t.Errorf("completion bash: exit %d, %.200q %q", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	if code := Main(context.Background(), []string{"version", "--client"}, Streams{Out: &out, Err: &errOut}); code != 0 || !strings.HasPrefix(out.String(), "kubectl-mac ") {
+		t.Errorf("version --client: exit %d, %q", code, out.String())
+	}
+}
+
 // Global flags may come before the command, as kubectl's do.
 func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		cmd  string
-		rest []string
-	}{
-		{args: []string{"get"}, cmd: "get", rest: []string{}},
-		{args: []string{"-n", "team", "get"}, cmd: "get", rest: []string{"-n", "team"}},
-		{args: []string{"--namespace=team", "get", "build"}, cmd: "get", rest: []string{"--namespace=team", "build"}},
-		{args: []string{"--kubeconfig", "k", "--context", "c", "ssh", "build", "--", "uname"}, cmd: "ssh",
-			rest: []string{"--kubeconfig", "k", "--context", "c", "build", "--", "uname"}},
-		{args: []string{"-n", "team"}},
-		{args: []string{"-n"}},
-		{args: []string{"--", "get"}},
-	} {
-		cmd, rest, found := splitCommand(tc.args)
-		if found != (tc.cmd != "") || cmd != tc.cmd || found && !slices.Equal(rest, tc.rest) {
-			t.Errorf("splitCommand(%q) = %q, %q, %v; want %q, %q", tc.args, cmd, rest, found, tc.cmd, tc.rest)
-		}
-	}
 	var noCmd bytes.Buffer
-	if code := Main(context.Background(), []string{"-n", "team"}, Streams{Out: &noCmd, Err: &noCmd}); code != 2 || !strings.Contains(noCmd.String(), `no command in "-n team"`) {
+	if code := Main(context.Background(), []string{"-n", "team"}, Streams{Out: &noCmd, Err: &noCmd}); code != 2 || !strings.Contains(noCmd.String(), "give a command") {
 		t.Errorf("kubectl mac -n team: exit %d, %q; want 2 and no command", code, noCmd.String())
 	}
 	// The namespace reaches the command: without a kubeconfig, reading it

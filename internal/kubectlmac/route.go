@@ -3,11 +3,12 @@ package kubectlmac
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"strconv"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 

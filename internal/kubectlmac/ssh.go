@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
@@ -35,7 +36,7 @@ type sshLogin struct {
 }
 
 func (l *sshLogin) register(fs *flag.FlagSet) {
-	fs.StringVar(&l.identity, "i", "", "the private key to log in with (default: ssh-agent, then ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
+	fs.StringVarP(&l.identity, "identity", "i", "", "the private key to log in with (default: ssh-agent, then ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
 	l.route.register(fs, true)
 	fs.DurationVar(&l.timeout, "connect-timeout", 30*time.Second, "how long to wait for the connection")
 }
