@@ -128,6 +128,12 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 	if err != nil {
 		return err
 	}
+	if opts.ImagesNamespace != "" && opts.runs(ImageController) {
+		if err := mgr.Add(&ImagesNamespace{Client: mgr.GetClient(), Name: opts.ImagesNamespace,
+			Log: mgr.GetLogger().WithName("images-namespace")}); err != nil {
+			return err
+		}
+	}
 	if opts.MonitoringObjects {
 		if err := mgr.Add(&MonitoringObjects{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Namespace: namespace,
 			Log: mgr.GetLogger().WithName("monitoring")}); err != nil {

@@ -537,13 +537,28 @@ func (s *System) StopOperator() {
 }
 
 // ApplySamples creates what the samples need that a cluster would already
-// have (namespaces, the operator's included, where it keeps class snapshots,
-// unless they exist; the golden-image DataSources), then config/samples,
-// with the sample pool's idle target set to machines when that is not 0.
+// have (the operator's namespace, where it keeps class snapshots, unless it
+// exists; the golden-image DataSources, in the images namespace once the
+// operator has made it, as it does at start), then config/samples, with the
+// sample pool's idle target set to machines when that is not 0. The pool's
+// namespace is the operator's to make, as the install's.
 func ApplySamples(ctx context.Context, c client.Client, machines int32) error {
-	for _, ns := range []string{operator.DefaultNamespace, "macvirt-images", "macvirt-pools"} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operator.DefaultNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := c.Get(ctx, client.ObjectKey{Name: operator.DefaultImagesNamespace}, &corev1.Namespace{})
+		if err == nil {
+			break
+		}
+		if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
+			return fmt.Errorf("the operator did not create the images namespace %s: %w", operator.DefaultImagesNamespace, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	for _, name := range []string{"sonoma", "opencore-1.0"} {

@@ -60,6 +60,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.observeSlots,
 		r.adoptPoolMachines,
 		r.deletePoolMachines,
+		r.ensurePoolNamespace,
 		r.createPoolMachines,
 	} {
 		if proceed, err := step(ctx, s); err != nil || !proceed {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -114,6 +115,32 @@ func (r *Reconciler) deletePoolMachines(ctx context.Context, s *poolScope) (bool
 	return true, errors.Join(errs...)
 }
 
+// ensurePoolNamespace creates the pool's namespace when machines are to be
+// made and it is missing, as the install would (macvirt never deletes it).
+// One it cannot create is said on the pool, naming the API server's answer.
+func (r *Reconciler) ensurePoolNamespace(ctx context.Context, s *poolScope) (bool, error) {
+	if len(s.Plan.Create) == 0 {
+		return true, nil
+	}
+	ns := s.Pool.Spec.Namespace
+	err := r.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+	if !apierrors.IsNotFound(err) {
+		return true, err
+	}
+	created, err := base.CreateNamespace(ctx, r.Client, ns, "MacPool "+s.Pool.Name)
+	if err != nil {
+		s.Blocked = &base.Problem{Reason: macvirtv1alpha1.ReasonNamespaceMissing,
+			Message: fmt.Sprintf("namespace %q of the pool's machines does not exist, and the operator could not create it (%v); create it or change spec.namespace", ns, err)}
+		return false, nil
+	}
+	if created {
+		ctrl.LoggerFrom(ctx).Info("created the pool's namespace", "namespace", ns)
+		base.RecordEvent(r.Recorder, s.Pool, corev1.EventTypeNormal, "NamespaceCreated", "Create",
+			fmt.Sprintf("created namespace %s for the pool's machines (macvirt never deletes it)", ns))
+	}
+	return true, nil
+}
+
 // createPoolMachines creates as planned, in deterministic slots, so the
 // cap holds across stale caches and two operators.
 func (r *Reconciler) createPoolMachines(ctx context.Context, s *poolScope) (bool, error) {
@@ -127,8 +154,8 @@ func (r *Reconciler) createPoolMachines(ctx context.Context, s *poolScope) (bool
 		case apierrors.IsAlreadyExists(err):
 			// Another reconcile (or operator) took the slot: the cap holds.
 		case apierrors.IsNotFound(err):
-			// The namespace is missing: a human must create it; its
-			// creation wakes the pool.
+			// The namespace is missing (ensurePoolNamespace could not
+			// make it, or it is being deleted): its creation wakes the pool.
 			s.Blocked = &base.Problem{Reason: macvirtv1alpha1.ReasonNamespaceMissing,
 				Message: fmt.Sprintf("namespace %q of the pool's machines does not exist; create it or change spec.namespace", s.Pool.Spec.Namespace)}
 			return false, nil
