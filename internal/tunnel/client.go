@@ -45,7 +45,31 @@ func Dial(ctx context.Context, cfg *rest.Config, namespace, name string, port in
 	if err != nil {
 		return nil, unwrapUpgrade(err)
 	}
-	return &wsConn{ws: ws}, nil
+	c := &wsConn{ws: ws, done: make(chan struct{})}
+	go c.keepAlive(pingInterval)
+	return c, nil
+}
+
+// pingInterval is how often an open tunnel pings (the operator's side
+// answers with a pong), so that a load balancer or NAT in front of the API
+// server does not drop an idle shell: cloud load balancers drop idle TCP
+// connections after minutes (350 s on some).
+var pingInterval = 30 * time.Second
+
+// keepAlive pings every interval until the connection closes.
+func (c *wsConn) keepAlive(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(interval)); err != nil {
+				return
+			}
+		}
+	}
 }
 
 // unwrapUpgrade gives the API server's own error (a forbidden user, a claim
@@ -61,10 +85,12 @@ func unwrapUpgrade(err error) error {
 // wsConn is a tunnel's WebSocket as a net.Conn: binary messages in, one
 // per Write out.
 type wsConn struct {
-	ws      *websocket.Conn
-	readMu  sync.Mutex
-	reader  io.Reader
-	writeMu sync.Mutex
+	ws        *websocket.Conn
+	readMu    sync.Mutex
+	reader    io.Reader
+	writeMu   sync.Mutex
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 func (c *wsConn) Read(p []byte) (int, error) {
@@ -106,6 +132,7 @@ func (c *wsConn) Write(p []byte) (int, error) {
 }
 
 func (c *wsConn) Close() error {
+	c.closeOnce.Do(func() { close(c.done) })
 	c.writeMu.Lock()
 	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 	c.writeMu.Unlock()

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -106,7 +108,10 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("listening for tunnels on %s: %w", s.Addr, err)
 	}
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
-		BaseContext: func(net.Listener) context.Context { return ctx }}
+		BaseContext: func(net.Listener) context.Context { return ctx },
+		// Handshakes a probe or a stray client broke off are not the
+		// operator's errors: debug logs.
+		ErrorLog: stdlog.New(logWriter{s.Log.V(1)}, "", 0)}
 	s.Log.Info("serving tunnels to claims' Macs", "address", ln.Addr().String(), "group", Group)
 	go func() {
 		<-ctx.Done()
@@ -118,6 +123,14 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// logWriter writes the HTTP server's own messages to a logger.
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Info(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.

@@ -339,3 +339,38 @@ func TestParseTrust(t *testing.T) {
 		t.Errorf("no user headers: %v", err)
 	}
 }
+
+// An idle tunnel pings, and the operator's side answers each, so that no
+// load balancer between a laptop and the API server drops a quiet shell;
+// the pings stop with the connection.
+func TestAnIdleTunnelKeepsItselfAlive(t *testing.T) {
+	defer func(d time.Duration) { pingInterval = d }(pingInterval)
+	pingInterval = 20 * time.Millisecond
+	r := newRig(t)
+	conn, err := Dial(context.Background(), r.config("alice", r.proxyCrt, r.proxyKey), "team", "build", 22)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pongs := make(chan struct{}, 100)
+	ws := conn.(*wsConn)
+	ws.ws.SetPongHandler(func(string) error {
+		pongs <- struct{}{}
+		return nil
+	})
+	go func() { _, _ = conn.Read(make([]byte, 1)) }() // a quiet shell: reads, nothing comes
+	for i := range 3 {
+		select {
+		case <-pongs:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("pong %d did not come", i+1)
+		}
+	}
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ws.done:
+	default:
+		t.Error("closing the tunnel left its pings running")
+	}
+}
