@@ -53,9 +53,6 @@ type Env struct {
 	// tunnel connects to port of a claim's Mac through the API server;
 	// nil when there is none (the tests' fake clients).
 	tunnel func(ctx context.Context, namespace, name string, port int32) (net.Conn, error)
-	// config is the connection to the API server (version asks it); nil
-	// in the tests.
-	config *rest.Config
 }
 
 // long is the plugin's help beyond each command's own.
@@ -224,7 +221,7 @@ func newEnv(config *genericclioptions.ConfigFlags, streams Streams) (*Env, error
 	dialTunnel := func(ctx context.Context, namespace, name string, port int32) (net.Conn, error) {
 		return tunnel.Dial(ctx, cfg, namespace, name, port)
 	}
-	return &Env{Client: c, Namespace: ns, Home: home, Streams: streams, tunnel: dialTunnel, config: cfg}, nil
+	return &Env{Client: c, Namespace: ns, Home: home, Streams: streams, tunnel: dialTunnel}, nil
 }
 
 // completeClaims completes a claim's name from the namespace's claims.

@@ -87,14 +87,8 @@ func (s *System) tunnelAvailable(ctx context.Context) error {
 		}
 		return err
 	}
-	conds, _, _ := unstructured.NestedSlice(api.Object, "status", "conditions")
-	for _, raw := range conds {
-		if m, _ := raw.(map[string]any); m["type"] == "Available" {
-			if m["status"] == string(metav1.ConditionTrue) {
-				return nil
-			}
-			return fmt.Errorf("APIService %s is not available: %v", tunnel.APIServiceName, m["message"])
-		}
+	if !testenv.APIServiceAvailable(api) {
+		return fmt.Errorf("APIService %s is not available yet: %v", tunnel.APIServiceName, api.Object["status"])
 	}
-	return fmt.Errorf("APIService %s has no Available condition yet", tunnel.APIServiceName)
+	return nil
 }

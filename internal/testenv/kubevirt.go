@@ -471,7 +471,7 @@ func (c *Cluster) waitAvailable(ctx context.Context, cl client.Client, virtAPI *
 	api.SetKind("APIService")
 	for {
 		err := cl.Get(ctx, client.ObjectKey{Name: subresourcesAPIService}, api)
-		if err == nil && apiServiceAvailable(api) {
+		if err == nil && APIServiceAvailable(api) {
 			return nil
 		}
 		select {
@@ -484,7 +484,9 @@ func (c *Cluster) waitAvailable(ctx context.Context, cl client.Client, virtAPI *
 	}
 }
 
-func apiServiceAvailable(api *unstructured.Unstructured) bool {
+// APIServiceAvailable says the aggregator reports the APIService api
+// Available.
+func APIServiceAvailable(api *unstructured.Unstructured) bool {
 	conds, _, _ := unstructured.NestedSlice(api.Object, "status", "conditions")
 	for _, raw := range conds {
 		m, _ := raw.(map[string]any)
