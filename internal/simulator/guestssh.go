@@ -324,7 +324,8 @@ func (d *guestSSHD) cat(ch ssh.Channel, command string) (code int, ok bool) {
 	if write {
 		f, err := os.OpenFile(local, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644) //nolint:gosec // under the guest's directory.
 		if err != nil {
-			_, _ = fmt.Fprintf(ch.Stderr(), "zsh:1: %s: %s\n", catError(err), name)
+			// zsh words a redirection it cannot open in lower case.
+			_, _ = fmt.Fprintf(ch.Stderr(), "zsh:1: %s: %s\n", strings.ToLower(catError(err)), name)
 			_, _ = io.Copy(io.Discard, ch)
 			return 1, true
 		}
