@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os/exec"
 	"runtime"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/tunnel"
 )
 
 // forwardTimeout is how long one forwarded connection may take to reach
@@ -138,35 +138,9 @@ func serveForward(ctx context.Context, env *Env, route routeFlags, claim *macvir
 				return
 			}
 			defer func() { _ = mac.Close() }()
-			pipe(ctx, local, mac)
+			tunnel.Splice(ctx, local, mac)
 		}()
 	}
-}
-
-// pipe copies both ways until either side ends (or ctx does).
-func pipe(ctx context.Context, a, b net.Conn) {
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		}
-		done <- struct{}{}
-	}
-	go cp(a, b)
-	go cp(b, a)
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-	// One side ended: give the other a moment to drain, then end both.
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-	case <-ctx.Done():
-	}
-	_ = a.Close()
-	_ = b.Close()
 }
 
 type vncCmd struct {
