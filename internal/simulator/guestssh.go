@@ -295,6 +295,13 @@ func (d *guestSSHD) run(command string) (string, int) {
 	case "sw_vers":
 		return "ProductName:\t\tmacOS\nProductVersion:\t\t14.5\nBuildVersion:\t\t23F79\n", 0
 	}
+	if f[0] == "echo" {
+		words, err := shellWords(command)
+		if err != nil {
+			return "zsh:1: unmatched '\n", 1
+		}
+		return strings.Join(words[1:], " ") + "\n", 0
+	}
 	return fmt.Sprintf("zsh:1: command not found: %s\n", f[0]), 127
 }
 
@@ -367,28 +374,67 @@ func catError(err error) string {
 	return err.Error()
 }
 
-// shellWord reads one shell word: plain, or single-quoted pieces with \'
-// between them, as kubectl mac quotes names.
+// shellWord reads one shell word: plain, or quoted pieces, as kubectl mac
+// quotes names.
 func shellWord(s string) (string, error) {
+	words, err := shellWords(s)
+	switch {
+	case err != nil:
+		return "", err
+	case len(words) > 1:
+		return "", errors.New("more than one word")
+	case len(words) == 0:
+		return "", nil
+	}
+	return words[0], nil
+}
+
+// shellWords splits a command line as zsh does for the simple commands the
+// guest answers: unquoted blanks separate words; single quotes keep all,
+// double quotes all but \" and \\, a backslash its next character. No
+// expansions.
+func shellWords(s string) ([]string, error) {
+	var words []string
 	var b strings.Builder
+	inWord := false
 	for i := 0; i < len(s); {
 		switch c := s[i]; {
-		case c == '\'':
-			end := strings.IndexByte(s[i+1:], '\'')
-			if end < 0 {
-				return "", errors.New("unterminated quote")
+		case c == '\'' || c == '"':
+			end := i + 1
+			for ; end < len(s) && s[end] != c; end++ {
+				if c == '"' && s[end] == '\\' && end+1 < len(s) && (s[end+1] == '"' || s[end+1] == '\\') {
+					end++
+				}
 			}
-			b.WriteString(s[i+1 : i+1+end])
-			i += end + 2
+			if end >= len(s) {
+				return nil, errors.New("unterminated quote")
+			}
+			piece := s[i+1 : end]
+			if c == '"' {
+				piece = strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(piece)
+			}
+			b.WriteString(piece)
+			inWord = true
+			i = end + 1
 		case c == '\\' && i+1 < len(s):
 			b.WriteByte(s[i+1])
+			inWord = true
 			i += 2
 		case c == ' ' || c == '\t':
-			return "", errors.New("more than one word")
+			if inWord {
+				words = append(words, b.String())
+				b.Reset()
+				inWord = false
+			}
+			i++
 		default:
 			b.WriteByte(c)
+			inWord = true
 			i++
 		}
 	}
-	return b.String(), nil
+	if inWord {
+		words = append(words, b.String())
+	}
+	return words, nil
 }

@@ -23,3 +23,22 @@ func TestShellWord(t *testing.T) {
 		}
 	}
 }
+
+// echo prints its words as zsh would, quotes taken off; GitLab's fleeting
+// harness runs echo 'hello world' on each instance.
+func TestEcho(t *testing.T) {
+	d := &guestSSHD{}
+	for in, want := range map[string]string{
+		"echo 'hello world'":       "hello world\n",
+		`echo  a   "b  c"  d\ e`:   "a b  c d e\n",
+		`echo "say \"hi\"" 'x'"y"`: "say \"hi\" xy\n",
+		"echo":                     "\n",
+	} {
+		if got, code := d.run(in); got != want || code != 0 {
+			t.Errorf("run(%q) = %q, %d; want %q, 0", in, got, code, want)
+		}
+	}
+	if _, code := d.run("echo 'open"); code == 0 {
+		t.Error("an unterminated quote: exit 0")
+	}
+}
