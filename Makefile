@@ -176,6 +176,10 @@ agent-pkg: build-agent ## Build the agent's unsigned macOS installer package bin
 kubectl-mac: ## Build the kubectl mac plugin into bin/kubectl-mac (put bin/ on PATH, then: kubectl mac --help).
 	go build -o bin/kubectl-mac ./cmd/kubectl-mac
 
+.PHONY: fleeting-plugin
+fleeting-plugin: ## Build GitLab Runner's fleeting plugin into bin/fleeting-plugin-macvirt (docs/gitlab.md).
+	go build -ldflags="-X github.com/macvirt/macvirt/internal/gitlab.Version=v$(VERSION)" -o bin/fleeting-plugin-macvirt ./cmd/fleeting-plugin-macvirt
+
 KUBECTL_MAC_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
 .PHONY: kubectl-mac-dist

@@ -1,0 +1,315 @@
+// Package gitlab_test runs macvirt's fleeting plugin as GitLab Runner runs
+// it: the plugin binary, built here, started and driven by GitLab's own
+// fleeting library and plugin test harness, against the whole system (a
+// real API server, the operator, and the simulated KubeVirt with its
+// guests' sshd). The plugin holds the tenant's kubeconfig: the shipped
+// macvirt-claim-editor role in one namespace, nothing more.
+package gitlab_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"gitlab.com/gitlab-org/fleeting/fleeting"
+	"gitlab.com/gitlab-org/fleeting/fleeting/integration"
+	"gitlab.com/gitlab-org/fleeting/fleeting/provider"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/gitlab"
+	"github.com/macvirt/macvirt/internal/gitlab/fakerunner"
+	"github.com/macvirt/macvirt/internal/sandbox"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/internal/simulator"
+	"github.com/macvirt/macvirt/internal/testenv"
+)
+
+// runnerPod is the labels of the pod gitlab-runner runs in, in the claims'
+// namespace, for the direct route.
+var runnerPod = map[string]string{"app.kubernetes.io/name": "gitlab-runner"}
+
+func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
+	testenv.NeedsAPIServer(t)
+	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	scheme, err := macvirtscheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := sandbox.StartCluster(scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Stop() })
+	admin, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sys, err := sandbox.StartSystem(ctx, cluster.Config, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Network: true, Cluster: cluster})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); sys.Stop() })
+	if err := sandbox.ApplySamples(ctx, admin, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := sandbox.SetUpTenant(ctx, admin, sandbox.TenantUser, sandbox.TenantNamespace); err != nil {
+		t.Fatal(err)
+	}
+	if err := sandbox.ApplyTenantClass(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	// The plugin's own identity: macvirt-claim-editor in the claims'
+	// namespace, bound as docs/gitlab.md binds it, and nothing else.
+	const runnerUser = "gitlab-runner"
+	if err := admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gitlab-runner-claims", Namespace: sandbox.TenantNamespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: claimEditorRole(t)},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: runnerUser}}}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "gitlab-runner.kubeconfig")
+	if err := sandbox.WriteTenantKubeconfig(cluster.Environment, runnerUser, sandbox.TenantNamespace, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	runnerCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner, err := client.New(runnerCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.List(ctx, &macvirtv1alpha1.MacClaimList{}, client.InNamespace("default")); !apierrors.IsForbidden(err) {
+		t.Fatalf("the plugin's user listing MacClaims of another namespace: %v; want Forbidden", err)
+	}
+	if err := runner.List(ctx, &corev1.SecretList{}, client.InNamespace(sandbox.TenantNamespace)); !apierrors.IsForbidden(err) {
+		t.Fatalf("the plugin's user listing Secrets: %v; want Forbidden", err)
+	}
+	if err := runner.List(ctx, &macvirtv1alpha1.MacClassList{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("the plugin's user listing MacClasses: %v; want Forbidden", err)
+	}
+	plugin := buildPlugin(t, dir)
+
+	t.Run("GitLab's own plugin harness: up to three, down to one, a command over SSH, down to none", func(t *testing.T) {
+		integration.TestProvisioning(t, plugin, integration.Config{
+			PluginConfig: gitlab.Config{Name: "harness", Kubeconfig: kubeconfig, Class: sandbox.TenantClass, Via: gitlab.ViaTunnel, MaxSize: 3},
+			// The claims' user: the plugin fills it in from each claim.
+			ConnectorConfig: provider.ConnectorConfig{Timeout: 2 * time.Minute},
+			MaxInstances:    3,
+			UseExternalAddr: true,
+		})
+		expectNothingLeft(ctx, t, admin, "harness")
+	})
+
+	t.Run("a burst of 10 jobs on at most 3 Macs: a fresh Mac per job, nothing left after", func(t *testing.T) {
+		const group, jobs, macs = "burst", 10, 3
+		most := watchClaims(ctx, t, admin, group)
+		var log strings.Builder
+		var logMu sync.Mutex
+		report, err := fakerunner.Run(ctx, fakerunner.Options{
+			Plugin:       plugin,
+			PluginConfig: gitlab.Config{Name: group, Kubeconfig: kubeconfig, Class: sandbox.TenantClass, Via: gitlab.ViaDirect},
+			Connector:    provider.ConnectorConfig{Timeout: 2 * time.Minute},
+			MaxInstances: macs,
+			Jobs:         jobs,
+			// gitlab-runner in a pod of the claims' namespace, which the
+			// Macs' NetworkPolicy admits.
+			Dial: func(ctx context.Context, _, address string) (net.Conn, error) {
+				return sys.Simulator.DialFrom(ctx, simulator.Peer{Namespace: sandbox.TenantNamespace, Labels: runnerPod}, address)
+			},
+			JobTimeout: 8 * time.Minute,
+			Log:        writerFunc(func(p []byte) { logMu.Lock(); log.Write(p); logMu.Unlock() }),
+		})
+		if err != nil {
+			logMu.Lock()
+			t.Log(log.String())
+			logMu.Unlock()
+			t.Fatalf("the burst: %v", err)
+		}
+		instances := map[string]int{}
+		hosts := map[string]int{}
+		for _, j := range report.Jobs {
+			t.Logf("job %d on %s (%s@%s): waited %s, ran %s\n%s", j.N, j.Instance, j.User, j.Address,
+				j.Waited.Round(time.Millisecond), j.Ran.Round(time.Millisecond), j.Output)
+			instances[j.Instance]++
+			hosts[lastLine(j.Output)]++
+			if !strings.Contains(j.Output, "cat: job.txt: No such file or directory") || !strings.Contains(j.Output, fmt.Sprintf("job %d\n", j.N)) {
+				t.Errorf("job %d did not find a fresh Mac and leave its file: %q", j.N, j.Output)
+			}
+		}
+		if len(instances) != jobs || len(hosts) != jobs {
+			t.Errorf("%d jobs ran on %d instances and %d Macs (host names %v); want one fresh Mac each", jobs, len(instances), len(hosts), hosts)
+		}
+		if report.MostInstances > macs {
+			t.Errorf("the runner knew %d instances at once; its max_instances is %d", report.MostInstances, macs)
+		}
+		expectNothingLeft(ctx, t, admin, group)
+		if n := most(); n > macs || n == 0 {
+			t.Errorf("the API server held %d claims of the group at once; want 1 to %d", n, macs)
+		} else {
+			t.Logf("at most %d claims of the group at once; %d jobs on %d Macs", n, jobs, len(hosts))
+		}
+	})
+
+	t.Run("a runner that crashed leaves nothing: the next plugin releases the Macs it cannot log in to", func(t *testing.T) {
+		const group = "crash"
+		config := gitlab.Config{Name: group, Kubeconfig: kubeconfig, Class: sandbox.TenantClass, Via: gitlab.ViaTunnel}
+		raw, err := json.Marshal(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := fleeting.RunPlugin(plugin, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prov, err := fleeting.Init(ctx, hclog.NewNullLogger(), first.InstanceGroup(), fleeting.WithMaxSize(2))
+		if err != nil {
+			first.Kill()
+			t.Fatal(err)
+		}
+		prov.Request(2)
+		deadline := time.Now().Add(time.Minute)
+		for len(prov.Instances()) < 2 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		// The runner dies: no Shutdown, no Decrease; the claims stay.
+		first.Kill()
+		left := &macvirtv1alpha1.MacClaimList{}
+		if err := admin.List(ctx, left, client.InNamespace(sandbox.TenantNamespace), client.MatchingLabels{gitlab.LabelGroup: group}); err != nil || len(left.Items) != 2 {
+			t.Fatalf("after the crash: %d claims, %v; want the 2 the dead runner made", len(left.Items), err)
+		}
+		report, err := fakerunner.Run(ctx, fakerunner.Options{Plugin: plugin, PluginConfig: config,
+			Connector: provider.ConnectorConfig{Timeout: 2 * time.Minute}, MaxInstances: 2, Jobs: 1, JobTimeout: 5 * time.Minute})
+		if err != nil {
+			t.Fatalf("the next runner's job: %v", err)
+		}
+		for _, c := range left.Items {
+			if report.Jobs[0].Instance == c.Name {
+				t.Errorf("the job ran on %s, a Mac of the dead runner", c.Name)
+			}
+		}
+		expectNothingLeft(ctx, t, admin, group)
+	})
+}
+
+// claimEditorRole is the name of the shipped macvirt-claim-editor role as
+// the sandbox installs it.
+func claimEditorRole(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", "aggregated_claim_editor_role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if name, ok := strings.CutPrefix(line, "  name: "); ok {
+			return strings.TrimSpace(name)
+		}
+	}
+	t.Fatal("the claim editor role has no name")
+	return ""
+}
+
+// buildPlugin builds the plugin binary as a release would.
+func buildPlugin(t *testing.T, dir string) string {
+	t.Helper()
+	out := filepath.Join(dir, "fleeting-plugin-macvirt")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/fleeting-plugin-macvirt") //nolint:gosec // the test's own temporary path.
+	cmd.Dir = testenv.RepoRoot()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the plugin: %v\n%s", err, b)
+	}
+	return out
+}
+
+// watchClaims samples the group's claims until the test ends; the function
+// it returns gives the most seen at once.
+func watchClaims(ctx context.Context, t *testing.T, admin client.Client, group string) func() int {
+	var mu sync.Mutex
+	most := 0
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			list := &macvirtv1alpha1.MacClaimList{}
+			if err := admin.List(ctx, list, client.InNamespace(sandbox.TenantNamespace), client.MatchingLabels{gitlab.LabelGroup: group}); err == nil {
+				mu.Lock()
+				most = max(most, len(list.Items))
+				mu.Unlock()
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
+	t.Cleanup(func() { close(done); wg.Wait() })
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return most
+	}
+}
+
+// expectNothingLeft waits until the group has no claims and no machine is
+// bound to one.
+func expectNothingLeft(ctx context.Context, t *testing.T, admin client.Client, group string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		claims := &macvirtv1alpha1.MacClaimList{}
+		machines := &macvirtv1alpha1.MacMachineList{}
+		if err := admin.List(ctx, claims, client.InNamespace(sandbox.TenantNamespace), client.MatchingLabels{gitlab.LabelGroup: group}); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.List(ctx, machines); err != nil {
+			t.Fatal(err)
+		}
+		var bound []string
+		for _, m := range machines.Items {
+			if ref := m.Spec.ClaimRef; ref != nil && ref.Namespace == sandbox.TenantNamespace && strings.HasPrefix(ref.Name, group+"-") {
+				bound = append(bound, m.Name+" for "+ref.Name)
+			}
+		}
+		if len(claims.Items) == 0 && len(bound) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			var names []string
+			for _, c := range claims.Items {
+				names = append(names, fmt.Sprintf("%s (%s, deleting %v)", c.Name, c.Status.Phase, c.DeletionTimestamp != nil))
+			}
+			t.Fatalf("left after the jobs: claims %v, machines %v", names, bound)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
+type writerFunc func(p []byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
