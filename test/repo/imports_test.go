@@ -22,14 +22,14 @@ const module = "github.com/macvirt/macvirt/"
 // kinds are the controllers, one package per kind.
 var kinds = []string{
 	"internal/controller/machine", "internal/controller/claim", "internal/controller/pool",
-	"internal/controller/class", "internal/controller/nodeslots",
+	"internal/controller/class", "internal/controller/nodeslots", "internal/controller/image", "internal/controller/runnerset",
 }
 
 // controllerBase is what the kinds share.
 var controllerBase = []string{
 	"internal/controller/base", "internal/controller/index", "internal/controller/state",
 	"internal/controller/drain", "internal/controller/slots", "internal/controller/metrics",
-	"internal/controller/controllertest",
+	"internal/controller/controllertest", "internal/controller/runnercore",
 }
 
 // hookImage is the code that ships in the domain-hook image.
@@ -61,6 +61,8 @@ func importRules() []importRule {
 		importRule{append(append([]string{}, kinds...), controllerBase...),
 			[]string{"internal/operator", "internal/webhook/...", "internal/sandbox", "internal/simulator", "internal/domainhook/install"},
 			"the controllers are composed by internal/operator and know nothing of what composes or plays around them"},
+		importRule{[]string{"internal/controller/runnercore"}, []string{"internal/github/...", "internal/gitlab/..."},
+			"the runner core knows no CI system: each is a backend of it"},
 		importRule{hookImage, []string{"api/...", "internal/domainhook/install", "internal/operator", "internal/controller/...", "internal/render"},
 			"the hook image carries the contract and Apply, no API types and nothing of the operator's"},
 		importRule{guest, []string{"api/...", "internal/controller/...", "internal/operator", "internal/guestagent/endpoint", "sigs.k8s.io/controller-runtime/..."},

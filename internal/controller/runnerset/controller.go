@@ -20,6 +20,7 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
 	"github.com/macvirt/macvirt/internal/controller/metrics"
+	"github.com/macvirt/macvirt/internal/controller/runnercore"
 )
 
 // +kubebuilder:rbac:groups=macvirt.io,resources=macrunnersets,verbs=list;watch;patch
@@ -38,7 +39,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	s := &setScope{Set: set, Key: req.NamespacedName}
+	s := &setScope{Scope: runnercore.Scope{Of: view(set)}, Set: set, Key: req.NamespacedName}
 	if !set.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, s)
 	}

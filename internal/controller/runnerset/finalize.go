@@ -8,14 +8,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
 	"github.com/macvirt/macvirt/internal/controller/metrics"
+	"github.com/macvirt/macvirt/internal/controller/runnercore"
 	"github.com/macvirt/macvirt/internal/github"
 )
 
@@ -29,29 +28,11 @@ func (r *Reconciler) finalize(ctx context.Context, s *setScope) (ctrl.Result, er
 		"the runner set is being deleted: its runners are released and removed from GitHub"); err != nil {
 		return base.DeletingResult(err)
 	}
-	if _, err := r.listClaims(ctx, s); err != nil {
+	done, err := r.engine().ReleaseAll(ctx, &s.Scope, s.Set.Status.WarmPoolName != "")
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	for i := range s.Claims {
-		c := &s.Claims[i]
-		if c.DeletionTimestamp.IsZero() {
-			if err := r.Delete(ctx, c); err != nil && !apierrors.IsNotFound(err) {
-				return ctrl.Result{}, fmt.Errorf("releasing claim %s/%s: %w", c.Namespace, c.Name, err)
-			}
-		}
-	}
-	if ownsPool(s.Set) || s.Set.Status.WarmPoolName != "" {
-		pool := &macvirtv1alpha1.MacPool{}
-		if err := base.GetOptional(ctx, r.Client, types.NamespacedName{Name: ownedPoolName(s.Set)}, pool); err != nil {
-			return ctrl.Result{}, err
-		}
-		if pool.Name != "" && pool.Labels[macvirtv1alpha1.LabelRunnerSetNamespace] == s.Set.Namespace && pool.DeletionTimestamp.IsZero() {
-			if err := r.Delete(ctx, pool); err != nil && !apierrors.IsNotFound(err) {
-				return ctrl.Result{}, fmt.Errorf("deleting the warm pool %s: %w", pool.Name, err)
-			}
-		}
-	}
-	if len(s.Claims) > 0 {
+	if !done {
 		return ctrl.Result{RequeueAfter: busyRecheck}, nil
 	}
 	if err := r.unregister(ctx, s); err != nil {
@@ -94,7 +75,7 @@ func (r *Reconciler) unregister(ctx context.Context, s *setScope) error {
 	c := d.Client
 	if c == nil {
 		var err error
-		if c, err = github.New(s.Scope, *s.Credentials, r.Listeners.Client); err != nil {
+		if c, err = github.New(s.Target, *s.Credentials, r.Listeners.Client); err != nil {
 			return err
 		}
 	}
@@ -104,7 +85,7 @@ func (r *Reconciler) unregister(ctx context.Context, s *setScope) error {
 		return err
 	}
 	for _, gr := range runners {
-		if ownsName(s.Set, gr.Name) {
+		if runnercore.OwnsName(s.Set.Name, gr.Name) {
 			if _, err := c.RemoveRunnerByID(ctx, gr.ID, gr.Name); err != nil {
 				return err
 			}

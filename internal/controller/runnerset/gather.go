@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
@@ -25,7 +24,7 @@ func (r *Reconciler) loadCredentials(ctx context.Context, s *setScope) (bool, er
 		r.Listeners.Stop(s.Key)
 		return true, nil
 	}
-	s.Scope = scope
+	s.Target = scope
 	key := types.NamespacedName{Namespace: s.Set.Namespace, Name: s.Set.Spec.GitHub.CredentialsSecretName}
 	sec, err := r.readCredentials(ctx, key)
 	if err != nil {
@@ -96,7 +95,7 @@ func (r *Reconciler) claimScaleSet(ctx context.Context, s *setScope) (bool, erro
 	if err := r.List(ctx, &sets); err != nil {
 		return false, fmt.Errorf("listing runner sets: %w", err)
 	}
-	if other := firstHolder(s.Set, s.Scope, sets.Items); other != nil {
+	if other := firstHolder(s.Set, s.Target, sets.Items); other != nil {
 		s.Blocked = &base.Problem{Reason: macvirtv1alpha1.ReasonScaleSetInUse, Message: fmt.Sprintf(
 			"MacRunnerSet %s/%s, older, uses scale set %q of %s already; give this set another scaleSetName or runnerGroup",
 			other.Namespace, other.Name, s.Set.EffectiveScaleSetName(), s.Set.Spec.GitHub.URL)}
@@ -145,7 +144,7 @@ func (r *Reconciler) ensureListener(_ context.Context, s *setScope) (bool, error
 		spec := s.Set.Spec
 		labels := append([]string(nil), spec.Labels...)
 		sort.Strings(labels)
-		r.Listeners.Ensure(s.Key, ListenerConfig{Scope: s.Scope, Credentials: *s.Credentials, ScaleSetName: s.Set.EffectiveScaleSetName(),
+		r.Listeners.Ensure(s.Key, ListenerConfig{Scope: s.Target, Credentials: *s.Credentials, ScaleSetName: s.Set.EffectiveScaleSetName(),
 			RunnerGroup: spec.GitHub.RunnerGroup, Labels: labels, MaxRunners: int(spec.MaxRunners)})
 	}
 	s.Demand = r.Listeners.Demand(s.Key)
@@ -154,11 +153,5 @@ func (r *Reconciler) ensureListener(_ context.Context, s *setScope) (bool, error
 
 // listClaims reads the set's runners' claims.
 func (r *Reconciler) listClaims(ctx context.Context, s *setScope) (bool, error) {
-	var claims macvirtv1alpha1.MacClaimList
-	if err := r.List(ctx, &claims, client.InNamespace(s.Set.Namespace), client.MatchingLabels{macvirtv1alpha1.LabelRunnerSet: s.Set.Name}); err != nil {
-		return false, fmt.Errorf("listing the claims of MacRunnerSet %s: %w", s.Key, err)
-	}
-	s.Claims = claims.Items
-	sort.Slice(s.Claims, func(i, j int) bool { return s.Claims[i].Name < s.Claims[j].Name })
-	return true, nil
+	return r.engine().ListClaims(ctx, &s.Scope)
 }

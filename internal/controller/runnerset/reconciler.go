@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/macvirt/macvirt/internal/controller/metrics"
+	"github.com/macvirt/macvirt/internal/controller/runnercore"
 	"github.com/macvirt/macvirt/internal/github"
 
 	"k8s.io/client-go/tools/events"
@@ -31,8 +33,8 @@ type Reconciler struct {
 	Resync         time.Duration
 	ControllerName string
 
-	// jit remembers the claims whose JIT Secret exists.
-	jit jitRecord
+	// handed remembers the claims whose JIT Secret exists.
+	handed runnercore.Record
 	// creds are the credentials Secrets last read, by Secret.
 	credsMu sync.Mutex
 	creds   map[types.NamespacedName]credentialsRead
@@ -44,38 +46,18 @@ type credentialsRead struct {
 	at     time.Time
 }
 
-// jitRecord is the claims whose JIT Secret is known to exist.
-type jitRecord struct {
-	mu   sync.Mutex
-	uids map[types.UID]bool
-}
-
-func (j *jitRecord) has(uid types.UID) bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.uids[uid]
-}
-
-func (j *jitRecord) add(uid types.UID) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.uids == nil {
-		j.uids = map[types.UID]bool{}
-	}
-	j.uids[uid] = true
-}
-
-func (j *jitRecord) forget(uid types.UID) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	delete(j.uids, uid)
-}
-
 // githubFailed records an error GitHub answered the reconcile with.
 func (r *Reconciler) githubFailed(s *setScope, c *github.Client, err error) {
 	p := Problem{Explanation: c.Explain(err), At: r.now()}
 	r.Listeners.RecordError(s.Key, p)
 	s.Demand.Err = &p
+}
+
+// engine is the runner core, doing its steps with this reconciler's
+// clients.
+func (r *Reconciler) engine() *runnercore.Engine {
+	return &runnercore.Engine{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder,
+		Cleanups: metrics.RunnerSetCleanups, Handed: &r.handed}
 }
 
 func (r *Reconciler) now() time.Time {

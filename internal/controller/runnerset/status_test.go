@@ -11,6 +11,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/controller/runnercore"
 	"github.com/macvirt/macvirt/internal/github"
 )
 
@@ -28,9 +29,9 @@ func TestComputeRunnerSetStatus(t *testing.T) {
 		ghErr   bool
 	}{
 		{name: "listening", scope: setScope{Demand: Demand{Listening: true, Known: true, ScaleSetID: 7, Assigned: 1},
-			Plan: runnerPlan{Desired: 1, Running: 1, Runners: []runnerDecision{{RunnerStatus: macvirtv1alpha1.RunnerStatus{Name: "ios-abcde", State: macvirtv1alpha1.RunnerRunning}}}}},
+			Scope: runnercore.Scope{Plan: runnercore.Plan{Desired: 1, Running: 1, Runners: []runnercore.Decision{{RunnerStatus: macvirtv1alpha1.RunnerStatus{Name: "ios-abcde", State: macvirtv1alpha1.RunnerRunning}}}}}},
 			ready: metav1.ConditionTrue, reason: macvirtv1alpha1.ReasonListening, msg: "1 jobs assigned, 1 runners (0 pending, 0 idle, 1 running)"},
-		{name: "a missing Secret needs a human", scope: setScope{Blocked: &base.Problem{Reason: macvirtv1alpha1.ReasonCredentialsInvalid, Message: "Secret ci/gh does not exist"}},
+		{name: "a missing Secret needs a human", scope: setScope{Scope: runnercore.Scope{Blocked: &base.Problem{Reason: macvirtv1alpha1.ReasonCredentialsInvalid, Message: "Secret ci/gh does not exist"}}},
 			ready: metav1.ConditionFalse, reason: macvirtv1alpha1.ReasonCredentialsInvalid, stalled: true, msg: "ci/gh"},
 		{name: "a 401 names the credential and needs a human", scope: setScope{Demand: Demand{Err: &Problem{At: t0,
 			Explanation: github.Explanation{StatusCode: 401, Credentials: true, Message: "GitHub refused the token in Secret ci/gh (key token) (401): Bad credentials"}}}},
@@ -44,7 +45,7 @@ func TestComputeRunnerSetStatus(t *testing.T) {
 		{name: "5xx", scope: setScope{Demand: Demand{Err: &Problem{At: t0, Explanation: github.Explanation{StatusCode: 503, Message: "503 Service Unavailable"}}}},
 			ready: metav1.ConditionFalse, reason: macvirtv1alpha1.ReasonGitHubUnavailable, ghErr: true},
 		{name: "connecting", scope: setScope{}, ready: metav1.ConditionFalse, reason: macvirtv1alpha1.ReasonConnecting},
-		{name: "at max runners", scope: setScope{Demand: Demand{Listening: true, Known: true, Assigned: 5}, Plan: runnerPlan{AtMax: true, Desired: 2}},
+		{name: "at max runners", scope: setScope{Demand: Demand{Listening: true, Known: true, Assigned: 5}, Scope: runnercore.Scope{Plan: runnercore.Plan{AtMax: true, Desired: 2}}},
 			ready: metav1.ConditionTrue, reason: macvirtv1alpha1.ReasonAtMaxRunners, msg: "3 jobs wait"},
 		{name: "an old error stays out of a listening set's status", scope: setScope{Demand: Demand{Listening: true, Known: true,
 			Err: &Problem{At: t0.Add(-time.Hour), Explanation: github.Explanation{Message: "old"}}}},

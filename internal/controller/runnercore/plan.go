@@ -1,4 +1,4 @@
-package runnerset
+package runnercore
 
 import (
 	"fmt"
@@ -13,16 +13,16 @@ import (
 // Why a runner is released before its job ended it; also the cleanups
 // metric's reason.
 const (
-	cleanupRegistrationTimeout = "registration_timeout"
-	cleanupJobTimeout          = "job_timeout"
-	cleanupMacLost             = "mac_lost"
-	cleanupSurplus             = "surplus"
-	cleanupOrphan              = "orphan"
+	CleanupRegistrationTimeout = "registration_timeout"
+	CleanupJobTimeout          = "job_timeout"
+	CleanupMacLost             = "mac_lost"
+	CleanupSurplus             = "surplus"
+	CleanupOrphan              = "orphan"
 )
 
-// runnerFacts is what the reconcile knows of one runner: its claim, what
-// GitHub's messages and runner list said, and what its Mac's task did.
-type runnerFacts struct {
+// Facts is what the reconcile knows of one runner: its claim, what
+// the CI system said, and what its Mac's task did.
+type Facts struct {
 	Name     string
 	Created  time.Time
 	Deleting bool
@@ -30,37 +30,41 @@ type runnerFacts struct {
 	Bound bool
 	// Lost: the claim's Mac is gone (the claim's phase is Lost).
 	Lost bool
-	// Job is the job GitHub gave it, from a message or the claim's record.
+	// Job is the job the CI system gave it, as it said or the claim records.
 	Job *macvirtv1alpha1.RunnerJob
-	// Result is its job's result when GitHub said the job completed.
+	// Result is its job's result once the CI system said the job ended.
 	Result string
 	// TaskEnded is the state of its runner task when the task ended (the
 	// runner exited).
 	TaskEnded macvirtv1alpha1.BootstrapState
-	// Listed: GitHub's last runner list has it; Online and Busy as listed.
+	// Listed: the CI system's last list of its runners (agents) has it;
+	// Online and Busy as listed.
 	Listed, Online, Busy bool
 }
 
-// planInput is everything a plan is decided from.
-type planInput struct {
+// PlanInput is everything a plan is decided from.
+type PlanInput struct {
 	Now time.Time
-	// Known: the listener has GitHub's statistics for the current session;
-	// without them nothing is created or released as surplus.
+	// Known: the demand is known now (for GitHub, the statistics of the
+	// open session); without it nothing is created or released as surplus.
 	Known bool
-	// Assigned is GitHub's totalAssignedJobs.
-	Assigned            int
+	// Assigned is the jobs that want a Mac, waiting or running.
+	Assigned int
+	// System names the CI system in runners' messages ("GitHub").
+	System              string
 	MaxRunners          int
 	MinIdle             int
 	OwnsPool            bool
 	JobTimeout          time.Duration
 	RegistrationTimeout time.Duration
-	Runners             []runnerFacts
+	Runners             []Facts
 }
 
-// runnerDecision is a runner's state and whether to release it now.
-type runnerDecision struct {
+// Decision is a runner's state and whether to release it now.
+type Decision struct {
 	macvirtv1alpha1.RunnerStatus
-	// Release: remove its registration from GitHub and delete its claim.
+	// Release: remove its registration from the CI system and delete its
+	// claim.
 	Release bool
 	// Cleanup is why it is released early (a cleanup metric reason); empty
 	// when its job (or its runner's exit) ended it.
@@ -68,10 +72,10 @@ type runnerDecision struct {
 	created time.Time
 }
 
-// runnerPlan is what to do.
-type runnerPlan struct {
-	Runners []runnerDecision
-	// Desired is GitHub's assigned jobs up to maxRunners.
+// Plan is what to do.
+type Plan struct {
+	Runners []Decision
+	// Desired is the assigned jobs up to maxRunners.
 	Desired int
 	// Create is how many runners to add.
 	Create int
@@ -82,14 +86,15 @@ type runnerPlan struct {
 	Pending, Idle, Running, Finishing int
 }
 
-// decide is the runner set's one decision: each runner's state, which to
-// release (finished, dead, timed out, or surplus when GitHub wants fewer),
+// Decide is the runner set's one decision: each runner's state, which to
+// release (finished, dead, timed out, or surplus when the CI system wants
+// fewer),
 // how many to create, and the warm pool's idle target. Never more claims
 // than maxRunners exist at once, finishing ones included, and no runner
 // that runs a job is released as surplus.
-func decide(in planInput) runnerPlan {
-	var p runnerPlan
-	p.Runners = make([]runnerDecision, 0, len(in.Runners))
+func Decide(in PlanInput) Plan {
+	var p Plan
+	p.Runners = make([]Decision, 0, len(in.Runners))
 	for _, r := range in.Runners {
 		p.Runners = append(p.Runners, classify(in, r))
 	}
@@ -103,7 +108,7 @@ func decide(in planInput) runnerPlan {
 		p.Desired = min(in.Assigned, in.MaxRunners)
 		p.AtMax = in.Assigned > in.MaxRunners
 		if surplus := active - p.Desired; surplus > 0 {
-			releaseSurplus(&p, surplus)
+			releaseSurplus(&p, surplus, in.System)
 			active -= surplus - remainingSurplus(p, surplus)
 		}
 		if want := p.Desired - active; want > 0 {
@@ -133,10 +138,10 @@ func decide(in planInput) runnerPlan {
 }
 
 // classify says where one runner is and whether it is done.
-func classify(in planInput, r runnerFacts) runnerDecision {
-	d := runnerDecision{RunnerStatus: macvirtv1alpha1.RunnerStatus{Name: r.Name, Job: r.Job}, created: r.Created}
+func classify(in PlanInput, r Facts) Decision {
+	d := Decision{RunnerStatus: macvirtv1alpha1.RunnerStatus{Name: r.Name, Job: r.Job}, created: r.Created}
 	since := func(t time.Time) *metav1.Time { mt := metav1.NewTime(t); return &mt }
-	finish := func(cleanup, msg string) runnerDecision {
+	finish := func(cleanup, msg string) Decision {
 		d.State, d.Message, d.Release, d.Cleanup = macvirtv1alpha1.RunnerFinishing, msg, !r.Deleting, cleanup
 		return d
 	}
@@ -152,13 +157,13 @@ func classify(in planInput, r runnerFacts) runnerDecision {
 	case r.TaskEnded != "":
 		return finish("", fmt.Sprintf("the runner exited (%s)", r.TaskEnded))
 	case r.Lost:
-		return finish(cleanupMacLost, "its Mac was lost")
+		return finish(CleanupMacLost, "its Mac was lost")
 	case r.Job != nil || (r.Listed && r.Busy):
 		d.State = macvirtv1alpha1.RunnerRunning
 		if r.Job != nil && r.Job.StartedAt != nil {
 			d.Since = r.Job.StartedAt.DeepCopy()
 			if in.Now.Sub(r.Job.StartedAt.Time) > in.JobTimeout {
-				return finish(cleanupJobTimeout, fmt.Sprintf("job %s ran longer than the set's jobTimeout (%s)", r.Job.ID, in.JobTimeout))
+				return finish(CleanupJobTimeout, fmt.Sprintf("job %s ran longer than the set's jobTimeout (%s)", r.Job.ID, in.JobTimeout))
 			}
 		}
 		return d
@@ -169,18 +174,18 @@ func classify(in planInput, r runnerFacts) runnerDecision {
 	d.State, d.Since = macvirtv1alpha1.RunnerProvisioning, since(r.Created)
 	switch {
 	case in.Now.Sub(r.Created) > in.RegistrationTimeout:
-		return finish(cleanupRegistrationTimeout, fmt.Sprintf("its runner did not come online within the set's registrationTimeout (%s)", in.RegistrationTimeout))
+		return finish(CleanupRegistrationTimeout, fmt.Sprintf("its runner did not come online within the set's registrationTimeout (%s)", in.RegistrationTimeout))
 	case !r.Bound:
 		d.Message = "waiting for a Mac"
 	default:
-		d.Message = "waiting for GitHub's runner to come online on the Mac"
+		d.Message = fmt.Sprintf("waiting for %s's runner to come online on the Mac", in.System)
 	}
 	return d
 }
 
 // releaseSurplus marks up to n runners that run no job for release:
 // those not online first, then idle ones, newest first in each.
-func releaseSurplus(p *runnerPlan, n int) {
+func releaseSurplus(p *Plan, n int, system string) {
 	idx := make([]int, 0, len(p.Runners))
 	for i, d := range p.Runners {
 		if d.State == macvirtv1alpha1.RunnerProvisioning || d.State == macvirtv1alpha1.RunnerIdle {
@@ -196,17 +201,17 @@ func releaseSurplus(p *runnerPlan, n int) {
 	})
 	for _, i := range idx[:min(n, len(idx))] {
 		d := &p.Runners[i]
-		d.State, d.Release, d.Cleanup = macvirtv1alpha1.RunnerFinishing, true, cleanupSurplus
-		d.Message = "GitHub wants fewer runners: released before taking a job"
+		d.State, d.Release, d.Cleanup = macvirtv1alpha1.RunnerFinishing, true, CleanupSurplus
+		d.Message = system + " wants fewer runners: released before taking a job"
 	}
 }
 
 // remainingSurplus is how much of n releaseSurplus could not release
 // (runners running jobs are never surplus).
-func remainingSurplus(p runnerPlan, n int) int {
+func remainingSurplus(p Plan, n int) int {
 	released := 0
 	for _, d := range p.Runners {
-		if d.Cleanup == cleanupSurplus {
+		if d.Cleanup == CleanupSurplus {
 			released++
 		}
 	}

@@ -1,0 +1,146 @@
+package runnercore
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+)
+
+var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
+func job(id string, started time.Time) *macvirtv1alpha1.RunnerJob {
+	t := metav1.NewTime(started)
+	return &macvirtv1alpha1.RunnerJob{ID: id, StartedAt: &t}
+}
+
+func baseInput(assigned int, runners ...Facts) PlanInput {
+	return PlanInput{Now: t0, Known: true, Assigned: assigned, MaxRunners: 5, JobTimeout: time.Hour,
+		RegistrationTimeout: 10 * time.Minute, Runners: runners}
+}
+
+func TestDecide(t *testing.T) {
+	recent := t0.Add(-time.Minute)
+	cases := []struct {
+		name        string
+		in          PlanInput
+		create      int
+		desired     int
+		released    map[string]string // name -> cleanup reason ("" for a normal end)
+		states      map[string]macvirtv1alpha1.RunnerState
+		warm        int32
+		atMax       bool
+		pendingWant int
+	}{
+		{name: "nothing assigned, nothing to do", in: baseInput(0)},
+		{name: "jobs assigned create runners", in: baseInput(3), create: 3, desired: 3},
+		{name: "creation never exceeds maxRunners", in: baseInput(9), create: 5, desired: 5, atMax: true},
+		{name: "finishing claims count against maxRunners",
+			in:     baseInput(5, Facts{Name: "a", Created: recent, Deleting: true}, Facts{Name: "b", Created: recent, Deleting: true}),
+			create: 3, desired: 5,
+			states: map[string]macvirtv1alpha1.RunnerState{"a": macvirtv1alpha1.RunnerFinishing, "b": macvirtv1alpha1.RunnerFinishing}},
+		{name: "unknown statistics create and release nothing",
+			in: PlanInput{Now: t0, Assigned: 0, MaxRunners: 5, JobTimeout: time.Hour, RegistrationTimeout: time.Hour,
+				Runners: []Facts{{Name: "a", Created: recent, Bound: true}}},
+			states: map[string]macvirtv1alpha1.RunnerState{"a": macvirtv1alpha1.RunnerProvisioning}, pendingWant: 1},
+		{name: "a completed job releases its runner",
+			in:       baseInput(0, Facts{Name: "a", Created: recent, Job: job("7", recent), Result: "succeeded"}),
+			released: map[string]string{"a": ""}},
+		{name: "a runner whose task ended is released",
+			in:       baseInput(1, Facts{Name: "a", Created: recent, TaskEnded: macvirtv1alpha1.BootstrapSucceeded}),
+			released: map[string]string{"a": ""}, create: 1, desired: 1},
+		{name: "a lost Mac is cleaned up and replaced",
+			in:       baseInput(1, Facts{Name: "a", Created: recent, Lost: true, Job: job("7", recent)}),
+			released: map[string]string{"a": CleanupMacLost}, create: 1, desired: 1},
+		{name: "a job past the timeout is cleaned up",
+			in:       baseInput(1, Facts{Name: "a", Created: t0.Add(-3 * time.Hour), Job: job("7", t0.Add(-2*time.Hour))}),
+			released: map[string]string{"a": CleanupJobTimeout}, create: 1, desired: 1},
+		{name: "a runner that never comes online is cleaned up",
+			in:       baseInput(1, Facts{Name: "a", Created: t0.Add(-11 * time.Minute), Bound: true}),
+			released: map[string]string{"a": CleanupRegistrationTimeout}, create: 1, desired: 1},
+		{name: "surplus releases runners without a job, not-online first, newest first, never a running one",
+			in: baseInput(1,
+				Facts{Name: "running", Created: t0.Add(-5 * time.Minute), Job: job("1", recent)},
+				Facts{Name: "idle", Created: t0.Add(-4 * time.Minute), Listed: true, Online: true},
+				Facts{Name: "old", Created: t0.Add(-3 * time.Minute), Bound: true},
+				Facts{Name: "new", Created: t0.Add(-2 * time.Minute)}),
+			desired:  1,
+			released: map[string]string{"idle": CleanupSurplus, "old": CleanupSurplus, "new": CleanupSurplus},
+			states:   map[string]macvirtv1alpha1.RunnerState{"running": macvirtv1alpha1.RunnerRunning}},
+		{name: "surplus of one takes the newest runner that is not online",
+			in: baseInput(2,
+				Facts{Name: "idle", Created: t0.Add(-4 * time.Minute), Listed: true, Online: true},
+				Facts{Name: "old", Created: t0.Add(-3 * time.Minute), Bound: true},
+				Facts{Name: "new", Created: t0.Add(-2 * time.Minute)}),
+			desired:     2,
+			released:    map[string]string{"new": CleanupSurplus},
+			states:      map[string]macvirtv1alpha1.RunnerState{"idle": macvirtv1alpha1.RunnerIdle, "old": macvirtv1alpha1.RunnerProvisioning},
+			pendingWant: 1},
+		{name: "running jobs beyond the desired count are never surplus",
+			in: baseInput(0,
+				Facts{Name: "a", Created: recent, Job: job("1", recent)},
+				Facts{Name: "b", Created: recent, Listed: true, Busy: true}),
+			states: map[string]macvirtv1alpha1.RunnerState{"a": macvirtv1alpha1.RunnerRunning, "b": macvirtv1alpha1.RunnerRunning}},
+		{name: "the warm pool keeps minIdle plus the runners still waiting for a Mac, up to maxRunners",
+			in: func() PlanInput {
+				in := baseInput(4, Facts{Name: "a", Created: recent}, Facts{Name: "b", Created: recent, Bound: true})
+				in.OwnsPool, in.MinIdle = true, 2
+				return in
+			}(),
+			create: 2, desired: 4, warm: 5, pendingWant: 2,
+			states: map[string]macvirtv1alpha1.RunnerState{"a": macvirtv1alpha1.RunnerProvisioning, "b": macvirtv1alpha1.RunnerProvisioning}},
+		{name: "an idle warm pool keeps minIdle",
+			in:   func() PlanInput { in := baseInput(0); in.OwnsPool, in.MinIdle = true, 2; return in }(),
+			warm: 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Decide(tc.in)
+			if p.Create != tc.create || p.Desired != tc.desired || p.AtMax != tc.atMax || p.WarmIdle != tc.warm {
+				t.Errorf("create %d desired %d atMax %t warm %d, want %d %d %t %d", p.Create, p.Desired, p.AtMax, p.WarmIdle,
+					tc.create, tc.desired, tc.atMax, tc.warm)
+			}
+			if tc.pendingWant != 0 && p.Pending != tc.pendingWant {
+				t.Errorf("pending %d, want %d", p.Pending, tc.pendingWant)
+			}
+			released := map[string]string{}
+			for _, d := range p.Runners {
+				if d.Release {
+					released[d.Name] = d.Cleanup
+					if d.State != macvirtv1alpha1.RunnerFinishing || d.Message == "" {
+						t.Errorf("released %s is %s with message %q", d.Name, d.State, d.Message)
+					}
+				}
+				if want, ok := tc.states[d.Name]; ok && d.State != want {
+					t.Errorf("%s is %s, want %s", d.Name, d.State, want)
+				}
+			}
+			if len(released) != len(tc.released) {
+				t.Errorf("released %v, want %v", released, tc.released)
+			}
+			for n, why := range tc.released {
+				if got, ok := released[n]; !ok || got != why {
+					t.Errorf("released %v, want %v", released, tc.released)
+				}
+			}
+			total := len(tc.in.Runners) + p.Create
+			if total > tc.in.MaxRunners {
+				t.Errorf("%d claims would exist, maxRunners %d", total, tc.in.MaxRunners)
+			}
+		})
+	}
+}
+
+func TestOwnsName(t *testing.T) {
+	name := RunnerName("ios")
+	if !OwnsName("ios", name) {
+		t.Fatalf("%s not recognised as the set's", name)
+	}
+	for _, other := range []string{"ios", "ios-", "ios-abc", "ios-abcdef", "iosx-abcde", "android-abcde", "ios-ab-cd-ef"} {
+		if OwnsName("ios", other) {
+			t.Errorf("%s taken for the set's", other)
+		}
+	}
+}
