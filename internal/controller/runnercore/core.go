@@ -3,6 +3,7 @@ package runnercore
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 
@@ -153,4 +154,17 @@ func (j *Record) forget(uid types.UID) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	delete(j.uids, uid)
+}
+
+// Int32 is n as an int32, clamped (counts of a status stay far below).
+func Int32(n int) int32 {
+	return int32(max(math.MinInt32, min(n, math.MaxInt32)))
+}
+
+// Truncate cuts s to n bytes, for a message from elsewhere in a status.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }

@@ -127,7 +127,7 @@ func (e *Engine) Create(ctx context.Context, s *Scope, b Backend) (bool, error) 
 			return false, nil
 		}
 		base.RecordEvent(e.Recorder, s.Of.Object, corev1.EventTypeNormal, "RunnerCreated", "Create",
-			fmt.Sprintf("claimed a Mac for runner %s: %d jobs assigned, %d runners", c.Name, s.Assigned, len(s.Claims)+i+1))
+			fmt.Sprintf("claimed a Mac for runner %s: %d jobs assigned, %d runners", c.Name, s.Assigned, len(s.Claims)+1))
 		s.Claims = append(s.Claims, *c)
 		s.Plan.Runners = append(s.Plan.Runners, Decision{RunnerStatus: macvirtv1alpha1.RunnerStatus{Name: c.Name,
 			State: macvirtv1alpha1.RunnerProvisioning, Message: "waiting for a Mac"}})

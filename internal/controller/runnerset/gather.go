@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -26,7 +24,7 @@ func (r *Reconciler) loadCredentials(ctx context.Context, s *setScope) (bool, er
 	}
 	s.Target = scope
 	key := types.NamespacedName{Namespace: s.Set.Namespace, Name: s.Set.Spec.GitHub.CredentialsSecretName}
-	sec, err := r.readCredentials(ctx, key)
+	sec, err := r.creds.Get(ctx, r.APIReader, r.now(), key)
 	if err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
@@ -50,37 +48,6 @@ func (r *Reconciler) loadCredentials(ctx context.Context, s *setScope) (bool, er
 	}
 	s.Credentials = &creds
 	return true, nil
-}
-
-// credentialsReread is how long a credentials Secret read is used before
-// it is read again: a busy set reconciles many times a second, and a
-// rotated key or a removed Secret shows within this.
-const credentialsReread = 30 * time.Second
-
-// readCredentials gets a credentials Secret from the API server (the
-// operator may not cache Secrets), or the copy read less than
-// credentialsReread ago.
-func (r *Reconciler) readCredentials(ctx context.Context, key types.NamespacedName) (*corev1.Secret, error) {
-	r.credsMu.Lock()
-	read, ok := r.creds[key]
-	r.credsMu.Unlock()
-	if ok && r.now().Sub(read.at) < credentialsReread {
-		return read.secret, nil
-	}
-	sec := &corev1.Secret{}
-	if err := r.APIReader.Get(ctx, key, sec); err != nil {
-		r.credsMu.Lock()
-		delete(r.creds, key)
-		r.credsMu.Unlock()
-		return nil, err
-	}
-	r.credsMu.Lock()
-	if r.creds == nil {
-		r.creds = map[types.NamespacedName]credentialsRead{}
-	}
-	r.creds[key] = credentialsRead{secret: sec, at: r.now()}
-	r.credsMu.Unlock()
-	return sec, nil
 }
 
 // claimScaleSet refuses the scale set to a set when an older set of the

@@ -1,11 +1,7 @@
 package runnerset
 
 import (
-	"sync"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/macvirt/macvirt/internal/controller/metrics"
 	"github.com/macvirt/macvirt/internal/controller/runnercore"
@@ -35,15 +31,8 @@ type Reconciler struct {
 
 	// handed remembers the claims whose JIT Secret exists.
 	handed runnercore.Record
-	// creds are the credentials Secrets last read, by Secret.
-	credsMu sync.Mutex
-	creds   map[types.NamespacedName]credentialsRead
-}
-
-// credentialsRead is a credentials Secret and when it was read.
-type credentialsRead struct {
-	secret *corev1.Secret
-	at     time.Time
+	// creds are the credentials Secrets last read.
+	creds runnercore.Secrets
 }
 
 // githubFailed records an error GitHub answered the reconcile with.

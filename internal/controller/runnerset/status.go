@@ -2,7 +2,6 @@ package runnerset
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/controller/runnercore"
 )
 
 // errorShown is how long an error GitHub answered stays in the status
@@ -27,12 +27,12 @@ func computeRunnerSetStatus(s *setScope, now time.Time) macvirtv1alpha1.MacRunne
 	st := macvirtv1alpha1.MacRunnerSetStatus{
 		ObservedGeneration: set.Generation,
 		ScaleSetID:         set.Status.ScaleSetID,
-		AssignedJobs:       i32(s.Demand.Assigned),
-		Desired:            i32(p.Desired),
-		Runners:            i32(len(p.Runners)),
-		Pending:            i32(p.Pending),
-		Idle:               i32(p.Idle),
-		Running:            i32(p.Running),
+		AssignedJobs:       runnercore.Int32(s.Demand.Assigned),
+		Desired:            runnercore.Int32(p.Desired),
+		Runners:            runnercore.Int32(len(p.Runners)),
+		Pending:            runnercore.Int32(p.Pending),
+		Idle:               runnercore.Int32(p.Idle),
+		Running:            runnercore.Int32(p.Running),
 		Conditions:         append([]metav1.Condition(nil), set.Status.Conditions...),
 	}
 	if s.Demand.ScaleSetID != 0 {
@@ -49,7 +49,7 @@ func computeRunnerSetStatus(s *setScope, now time.Time) macvirtv1alpha1.MacRunne
 	}
 	sort.Slice(st.RunnerStatuses, func(i, j int) bool { return st.RunnerStatuses[i].Name < st.RunnerStatuses[j].Name })
 	if e := s.Demand.Err; e != nil && (!s.Demand.Listening || now.Sub(e.At) < errorShown) {
-		ge := &macvirtv1alpha1.GitHubError{Time: metav1.NewTime(e.At), StatusCode: i32(e.StatusCode), Message: truncate(e.Message, 1024)}
+		ge := &macvirtv1alpha1.GitHubError{Time: metav1.NewTime(e.At), StatusCode: runnercore.Int32(e.StatusCode), Message: runnercore.Truncate(e.Message, 1024)}
 		if e.RateLimit != nil {
 			t := metav1.NewTime(*e.RateLimit)
 			ge.RateLimitReset = &t
@@ -90,16 +90,4 @@ func computeRunnerSetStatus(s *setScope, now time.Time) macvirtv1alpha1.MacRunne
 	meta.SetStatusCondition(&st.Conditions, cond)
 	meta.SetStatusCondition(&st.Conditions, base.StalledCondition(set.Generation, stalled))
 	return st
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
-
-// i32 is n as an int32, clamped (counts here stay far below).
-func i32(n int) int32 {
-	return int32(max(math.MinInt32, min(n, math.MaxInt32)))
 }
