@@ -18,11 +18,19 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/macvirt/macvirt/internal/buildkite/fakebuildkite"
 	"github.com/macvirt/macvirt/internal/github/fakegithub"
 	"github.com/macvirt/macvirt/internal/sandbox"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.FakeBuildkiteAgentArg {
+		// A simulated guest's buildkite-agent: acquire and run one job.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		code := fakebuildkite.AgentMain(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	if len(os.Args) > 1 && os.Args[1] == sandbox.FakeRunnerArg {
 		// A simulated guest's run.sh: play GitHub's runner for one job.
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -43,6 +51,8 @@ func main() {
 	verbose := flag.Bool("verbose", false, "show the operator's and the simulator's logs")
 	flag.BoolVar(&opts.GitHubFake, "github-fake", false,
 		"run a fake GitHub and a runner set against it, and run one GitHub Actions job on a warm Mac (--until-ready waits for its success too)")
+	flag.BoolVar(&opts.BuildkiteFake, "buildkite-fake", false,
+		"run a fake Buildkite and a Buildkite queue against it, and run one job on a warm Mac (--until-ready waits for its end too)")
 	flag.StringVar(&opts.TenantKubeconfig, "tenant-kubeconfig", "", "where to write the tenant's kubeconfig, for kubectl mac (a temporary file by default)")
 	// --kubeconfig is registered by controller-runtime; here it says where to
 	// write the sandbox's kubeconfig (a temporary file by default).
@@ -62,10 +72,10 @@ func main() {
 	level := zap.Level(zapLevel(*verbose))
 	ctrl.SetLogger(zap.New(level))
 	opts.Out = os.Stdout
-	if opts.GitHubFake {
+	if opts.GitHubFake || opts.BuildkiteFake {
 		self, err := os.Executable()
 		if err != nil {
-			_, _ = fmt.Fprintln(os.Stderr, "macvirt-sandbox: finding its own binary for the guests' GitHub runner:", err)
+			_, _ = fmt.Fprintln(os.Stderr, "macvirt-sandbox: finding its own binary for the guests' runner and agent:", err)
 			os.Exit(1)
 		}
 		opts.RunnerCommand = self

@@ -69,6 +69,39 @@ func TestSandboxRunsAGitHubJob(t *testing.T) {
 	}
 }
 
+// TestSandboxRunsABuildkiteJob runs the walk-through of docs/buildkite.md:
+// `macvirt-sandbox --until-ready --buildkite-fake` exits 0 only once a job
+// scheduled on the fake Buildkite ran on a warm Mac of the tenant's queue.
+func TestSandboxRunsABuildkiteJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole sandbox")
+	}
+	bin := testenv.Build(t)
+	p := testenv.StartProcess(t, "", sandboxEnv(), bin, "--until-ready", "--buildkite-fake", "--speed", "4", "--timeout", "4m")
+	if err := <-p.Exited(); err != nil {
+		t.Fatalf("macvirt-sandbox --until-ready --buildkite-fake failed: %v\n%s", err, p.Output())
+	}
+	out := p.Output()
+	for _, want := range []string{`buildkite: queue team-ios/macos: stack "macvirt-team-ios-macos" polls`, "buildkite: scheduled job",
+		"was handed the job and its token after", "finished on agent macos-", `output "hello from macos-`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	t.Logf("the sandbox's Buildkite job:\n%s", grepLines(out, "buildkite: "))
+}
+
+// grepLines are out's lines that start with prefix.
+func grepLines(out, prefix string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, prefix) || (b.Len() > 0 && strings.HasPrefix(l, "        ")) {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
 // TestSandboxServesUntilInterrupted runs the sandbox, lists all four kinds
 // through its kubeconfig the way `kubectl get macvirt -A` does (with kubectl
 // when installed, else through discovery of the macvirt category), then

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/macvirt/macvirt/internal/classhistory"
+	"github.com/macvirt/macvirt/internal/controller/buildkitequeue"
 	"github.com/macvirt/macvirt/internal/controller/claim"
 	"github.com/macvirt/macvirt/internal/controller/class"
 	"github.com/macvirt/macvirt/internal/controller/image"
@@ -290,6 +291,16 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 				Listeners:      runnerset.NewListeners(rs.Client, rs.Backoff, rs.MaxBackoff),
 				Resync:         rs.Resync,
 				ControllerName: "macrunnerset" + opts.NameSuffix,
+			}).SetupWithManager(mgr)
+		}},
+		{BuildkiteController, func() error {
+			return (&buildkitequeue.Reconciler{
+				Client:         c,
+				APIReader:      mgr.GetAPIReader(),
+				Recorder:       mgr.GetEventRecorder("macvirt-buildkite-controller"),
+				Clock:          clk,
+				Poll:           opts.BuildkitePoll,
+				ControllerName: "macbuildkitequeue" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},
 		{NodeController, func() error {

@@ -97,6 +97,9 @@ type Options struct {
 	ConnectionResync time.Duration
 	// RunnerSets tunes how runner sets talk to GitHub.
 	RunnerSets RunnerSetOptions
+	// BuildkitePoll is how often a Buildkite queue's scheduled jobs are
+	// read (5 s when zero).
+	BuildkitePoll time.Duration
 
 	// What tests and benchmarks change.
 
@@ -201,6 +204,8 @@ const (
 	RunnerSetController Controller = "runnerset"
 	// ImageController captures Macs as golden images.
 	ImageController Controller = "image"
+	// BuildkiteController runs Buildkite queues.
+	BuildkiteController Controller = "buildkite"
 )
 
 func (o *Options) runs(c Controller) bool {

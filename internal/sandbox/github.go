@@ -24,7 +24,7 @@ import (
 // play GitHub's runner (run.sh --jitconfig ...) in a simulated guest.
 const FakeRunnerArg = "fake-runner"
 
-// The sandbox's runner set: in the tenant's namespace, from runnerClass,
+// The sandbox's runner set: in the tenant's namespace, from CIClass,
 // one warm Mac, at most two runners.
 var sandboxRunnerSet = types.NamespacedName{Namespace: TenantNamespace, Name: "macos"}
 
@@ -40,26 +40,15 @@ func runnerGuestFiles(command string) map[string]simulator.GuestFile {
 	}
 }
 
-// runnerClass is the sandbox's class for CI: the sample class whose Macs
-// heartbeat every 5 s, so a warm Mac takes its runner within seconds
-// (docs/github-actions.md#how-long-a-job-waits).
-const runnerClass = "ci-runner"
+// CIClass is the sandbox's class for CI: the sample class whose Macs
+// heartbeat every 5 s, so a warm Mac takes its runner or agent within
+// seconds (docs/github-actions.md#how-long-a-job-waits).
+const CIClass = "ci-runner"
 
 // ApplyRunnerSet creates the sandbox's runner set against the fake GitHub
 // at url, with the Secret of its token and its class.
 func ApplyRunnerSet(ctx context.Context, c client.Client, url string) error {
-	objs, err := readObjects(filepath.Join(testenv.RepoRoot(), "config", "samples", "macvirt_v1alpha1_macclass.yaml"), c.Scheme())
-	if err != nil {
-		return err
-	}
-	class, ok := objs[0].(*macvirtv1alpha1.MacClass)
-	if !ok || len(objs) != 1 {
-		return fmt.Errorf("the sample class file holds %d objects, the first a %T", len(objs), objs[0])
-	}
-	class.Name = runnerClass
-	class.Spec.Description = "the sample class for CI runners: its Macs heartbeat every 5 s"
-	class.Spec.Lifecycle.HeartbeatTimeout = &metav1.Duration{Duration: 20 * time.Second}
-	if err := createIfMissing(ctx, c, class); err != nil {
+	if err := ApplyCIClass(ctx, c); err != nil {
 		return err
 	}
 	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxRunnerSet.Namespace, Name: "github"},
@@ -69,8 +58,24 @@ func ApplyRunnerSet(ctx context.Context, c client.Client, url string) error {
 	return c.Create(ctx, &macvirtv1alpha1.MacRunnerSet{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxRunnerSet.Namespace, Name: sandboxRunnerSet.Name},
 		Spec: macvirtv1alpha1.MacRunnerSetSpec{
 			GitHub:    macvirtv1alpha1.GitHubRunnerTarget{URL: strings.TrimSuffix(url, "/") + "/acme", CredentialsSecretName: "github"},
-			ClassName: runnerClass, MaxRunners: 2, MinIdle: 1,
+			ClassName: CIClass, MaxRunners: 2, MinIdle: 1,
 		}})
+}
+
+// ApplyCIClass creates CIClass from the sample class, unless it exists.
+func ApplyCIClass(ctx context.Context, c client.Client) error {
+	objs, err := readObjects(filepath.Join(testenv.RepoRoot(), "config", "samples", "macvirt_v1alpha1_macclass.yaml"), c.Scheme())
+	if err != nil {
+		return err
+	}
+	class, ok := objs[0].(*macvirtv1alpha1.MacClass)
+	if !ok || len(objs) != 1 {
+		return fmt.Errorf("the sample class file holds %d objects, the first a %T", len(objs), objs[0])
+	}
+	class.Name = CIClass
+	class.Spec.Description = "the sample class for CI runners: its Macs heartbeat every 5 s"
+	class.Spec.Lifecycle.HeartbeatTimeout = &metav1.Duration{Duration: 20 * time.Second}
+	return createIfMissing(ctx, c, class)
 }
 
 // runFakeJob waits for the runner set to listen and its warm Mac, queues

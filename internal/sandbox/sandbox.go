@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -34,6 +35,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/buildkite/fakebuildkite"
 	"github.com/macvirt/macvirt/internal/devserve"
 	"github.com/macvirt/macvirt/internal/github/fakegithub"
 	"github.com/macvirt/macvirt/internal/localnet"
@@ -81,6 +83,12 @@ type Options struct {
 	// FakeRunnerArg (the sandbox's own binary).
 	GitHubFake    bool
 	RunnerCommand string
+	// BuildkiteFake runs a fake Buildkite and a Buildkite queue of the
+	// tenant's against it, and runs one job on a warm Mac
+	// (docs/buildkite.md); with UntilReady, the sandbox also waits for
+	// that job's end. The guests' buildkite-agent execs RunnerCommand with
+	// FakeBuildkiteAgentArg.
+	BuildkiteFake bool
 }
 
 // sampleClaim is the claim of config/samples the sandbox waits for.
@@ -141,6 +149,18 @@ func Run(ctx context.Context, opts Options) (err error) {
 		defer gh.Close()
 		sysOpts.GuestFiles = runnerGuestFiles(opts.RunnerCommand)
 	}
+	var bk *fakebuildkite.Server
+	if opts.BuildkiteFake {
+		if opts.RunnerCommand == "" {
+			return errors.New("the fake Buildkite needs RunnerCommand, the program guests run as buildkite-agent")
+		}
+		bk = fakebuildkite.New(buildkiteFakeToken, buildkiteFakeQueue)
+		defer bk.Close()
+		if sysOpts.GuestFiles == nil {
+			sysOpts.GuestFiles = map[string]simulator.GuestFile{}
+		}
+		maps.Copy(sysOpts.GuestFiles, buildkiteGuestFiles(opts.RunnerCommand))
+	}
 	sys, err := StartSystem(runCtx, cfg, scheme, sysOpts)
 	if err != nil {
 		return err
@@ -169,7 +189,22 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := WriteTenantKubeconfig(env, TenantUser, TenantNamespace, tenant); err != nil {
 		return err
 	}
-	jobDone := make(chan error, 1)
+	jobDone := make(chan error, 2)
+	if bk != nil {
+		if err := ApplyBuildkiteQueue(runCtx, c, bk.URL()); err != nil {
+			return err
+		}
+		_, _ = fmt.Fprintf(opts.Out, "fake Buildkite at %s: queue %s (kubectl get macbuildkitequeue -n %s)\n", bk.URL(), sandboxQueue, sandboxQueue.Namespace)
+		go func() {
+			err := runFakeBuildkiteJob(runCtx, c, bk, opts.Out)
+			if err != nil && runCtx.Err() == nil {
+				_, _ = fmt.Fprintf(opts.Out, "buildkite: %v\n", err)
+			}
+			jobDone <- err
+		}()
+	} else {
+		jobDone <- nil
+	}
 	if gh != nil {
 		if err := ApplyRunnerSet(runCtx, c, gh.URL()); err != nil {
 			return err
@@ -193,12 +228,18 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := watch(runCtx, c, opts, start); err != nil || !opts.UntilReady {
 		return err
 	}
-	select {
-	case err := <-jobDone:
-		return err
-	case <-time.After(max(time.Minute, opts.Timeout-time.Since(start))):
-		return errors.New("the fake GitHub's job did not complete in time")
+	deadline := time.After(max(time.Minute, opts.Timeout-time.Since(start)))
+	for range 2 {
+		select {
+		case err := <-jobDone:
+			if err != nil {
+				return err
+			}
+		case <-deadline:
+			return errors.New("the fake GitHub's or Buildkite's job did not end in time")
+		}
 	}
+	return nil
 }
 
 func writeKubeconfig(env *envtest.Environment, path, tmp string) (string, error) {
@@ -249,6 +290,8 @@ type System struct {
 	operators int
 	// runnerSets is every operator's RunnerSetOptions.
 	runnerSets operator.RunnerSetOptions
+	// buildkitePoll is every operator's BuildkitePoll.
+	buildkitePoll time.Duration
 }
 
 // operatorRun is one operator's manager at work.
@@ -316,6 +359,9 @@ type SystemOptions struct {
 	GuestFiles map[string]simulator.GuestFile
 	// RunnerSets tunes how every operator's runner sets talk to GitHub.
 	RunnerSets operator.RunnerSetOptions
+	// BuildkitePoll is how often every operator's Buildkite queues read
+	// their scheduled jobs (5 s when zero).
+	BuildkitePoll time.Duration
 	// Registry is the container registry the simulated CDI polls for
 	// refreshed images (simulator.Options.Registry); none when nil.
 	Registry *simulator.Registry
@@ -380,7 +426,7 @@ func StartSystem(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 		return nil, err
 	}
 	sys := &System{Simulator: sim, opCfg: opCfg, scheme: scheme, admin: admin,
-		simStopped: make(chan struct{}), runnerSets: opts.RunnerSets}
+		simStopped: make(chan struct{}), runnerSets: opts.RunnerSets, buildkitePoll: opts.BuildkitePoll}
 	if err := sys.prepareServing(ctx); err != nil {
 		sys.closeServers()
 		return nil, err
@@ -432,6 +478,7 @@ func (s *System) StartOperator(ctx context.Context, opts OperatorOptions) error 
 		Tunnel:          s.tunnel,
 		HookImage:       opts.HookImage,
 		RunnerSets:      s.runnerSets,
+		BuildkitePoll:   s.buildkitePoll,
 		ImagesNamespace: operator.DefaultImagesNamespace,
 		NameSuffix:      suffix})
 	if err != nil {

@@ -23,6 +23,7 @@ const module = "github.com/macvirt/macvirt/"
 var kinds = []string{
 	"internal/controller/machine", "internal/controller/claim", "internal/controller/pool",
 	"internal/controller/class", "internal/controller/nodeslots", "internal/controller/image", "internal/controller/runnerset",
+	"internal/controller/buildkitequeue",
 }
 
 // controllerBase is what the kinds share.
@@ -61,7 +62,7 @@ func importRules() []importRule {
 		importRule{append(append([]string{}, kinds...), controllerBase...),
 			[]string{"internal/operator", "internal/webhook/...", "internal/sandbox", "internal/simulator", "internal/domainhook/install"},
 			"the controllers are composed by internal/operator and know nothing of what composes or plays around them"},
-		importRule{[]string{"internal/controller/runnercore"}, []string{"internal/github/...", "internal/gitlab/..."},
+		importRule{[]string{"internal/controller/runnercore"}, []string{"internal/github/...", "internal/gitlab/...", "internal/buildkite/..."},
 			"the runner core knows no CI system: each is a backend of it"},
 		importRule{hookImage, []string{"api/...", "internal/domainhook/install", "internal/operator", "internal/controller/...", "internal/render"},
 			"the hook image carries the contract and Apply, no API types and nothing of the operator's"},

@@ -96,7 +96,8 @@ func Collectors(reader client.Reader) []prometheus.Collector {
 	return []prometheus.Collector{MachinePhaseTransitions, &machineCollector{reader: reader}, &slotsCollector{reader: reader},
 		&claimCollector{reader: reader}, PoolMachineOps, PoolMachines, poolIdleTarget, ClaimBindSeconds, ClaimReadySeconds, ClaimBootstraps, OrphansDeleted, ForcedPowerOffs, StopFailures,
 		machineProvisionSeconds, machineBootSeconds,
-		RunnerSetRunners, RunnerSetAssignedJobs, RunnerSetJobsWaiting, RunnerSetQueueWait, RunnerSetCleanups, RunnerSetGitHubErrors}
+		RunnerSetRunners, RunnerSetAssignedJobs, RunnerSetJobsWaiting, RunnerSetQueueWait, RunnerSetCleanups, RunnerSetGitHubErrors,
+		BuildkiteAgents, BuildkiteJobs, BuildkiteJobsWaiting, BuildkiteCleanups, BuildkiteErrors}
 }
 
 // Register registers the operator's metrics with controller-runtime's
@@ -373,6 +374,56 @@ func ForgetRunnerSet(namespace, name string) {
 	l := prometheus.Labels{"runner_set_namespace": namespace, "runner_set": name}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		RunnerSetRunners, RunnerSetAssignedJobs, RunnerSetJobsWaiting, RunnerSetQueueWait, RunnerSetCleanups, RunnerSetGitHubErrors,
+	} {
+		v.DeletePartialMatch(l)
+	}
+}
+
+// Buildkite queues' metrics carry buildkite_queue_namespace and
+// buildkite_queue.
+var buildkiteLabels = []string{"buildkite_queue_namespace", "buildkite_queue"}
+
+// BuildkiteAgents is each queue's agents by state (pending, running,
+// finishing), as last reconciled.
+var BuildkiteAgents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "macvirt_buildkitequeue_agents",
+	Help: "MacBuildkiteQueue agents by state: pending (Mac booting or waiting to be handed a job), running, finishing.",
+}, append(buildkiteLabels, "state"))
+
+// BuildkiteJobs is each queue's jobs that want a Mac, scheduled or handed
+// to one of its agents and not ended.
+var BuildkiteJobs = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "macvirt_buildkitequeue_jobs",
+	Help: "Jobs of each MacBuildkiteQueue's cluster queue that want a Mac: scheduled, or handed to one of its agents and not ended.",
+}, buildkiteLabels)
+
+// BuildkiteJobsWaiting is how long each queue has had, without a break, a
+// scheduled job no agent of its was handed.
+var BuildkiteJobsWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "macvirt_buildkitequeue_jobs_waiting_seconds",
+	Help: "Seconds since each MacBuildkiteQueue last had no scheduled job waiting for an agent; 0 while none waits.",
+}, buildkiteLabels)
+
+// BuildkiteCleanups counts agents a queue released before their job ended
+// it, by why: registration_timeout (no job handed within startTimeout),
+// job_timeout, mac_lost, surplus.
+var BuildkiteCleanups = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "macvirt_buildkitequeue_cleanups_total",
+	Help: "Agents a MacBuildkiteQueue released early, by reason: registration_timeout, job_timeout, mac_lost, surplus.",
+}, append(buildkiteLabels, "reason"))
+
+// BuildkiteErrors counts errors Buildkite answered each queue with, by
+// HTTP status (0: no answer).
+var BuildkiteErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "macvirt_buildkitequeue_buildkite_errors_total",
+	Help: "Errors from Buildkite for each MacBuildkiteQueue, by HTTP status code (0 when Buildkite did not answer).",
+}, append(buildkiteLabels, "code"))
+
+// ForgetBuildkiteQueue drops a deleted queue's series.
+func ForgetBuildkiteQueue(namespace, name string) {
+	l := prometheus.Labels{"buildkite_queue_namespace": namespace, "buildkite_queue": name}
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
+		BuildkiteAgents, BuildkiteJobs, BuildkiteJobsWaiting, BuildkiteCleanups, BuildkiteErrors,
 	} {
 		v.DeletePartialMatch(l)
 	}

@@ -67,6 +67,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			WithDefaulter(&machineWebhook{lookup: l}).WithValidator(&machineWebhook{lookup: l, operator: opts.OperatorUser}).Complete(),
 		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacRunnerSet{}).
 			WithValidator(&runnerSetWebhook{reviews: mgr.GetClient()}).Complete(),
+		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacBuildkiteQueue{}).
+			WithValidator(&buildkiteQueueWebhook{reviews: mgr.GetClient()}).Complete(),
 		ctrl.NewWebhookManagedBy(mgr, &macvirtv1alpha1.MacImage{}).
 			WithValidator(&imageWebhook{lookup: l, reviews: mgr.GetClient()}).Complete(),
 	} {
