@@ -31,7 +31,7 @@ func (r *Reconciler) finalize(ctx context.Context, s *queueScope) (ctrl.Result, 
 		"the queue is being deleted: its agents' Macs are released and its stack deregistered"); err != nil {
 		return base.DeletingResult(err)
 	}
-	done, err := r.engine().ReleaseAll(ctx, &s.Scope, q.Status.WarmPoolName != "")
+	done, err := r.engine().ReleaseAll(ctx, &s.Scope)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

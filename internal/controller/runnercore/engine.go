@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,7 +43,15 @@ func (e *Engine) ListClaims(ctx context.Context, s *Scope) (bool, error) {
 		client.MatchingLabels{s.Of.Label: s.Of.Object.GetName()}); err != nil {
 		return false, fmt.Errorf("listing the claims of %s %s: %w", s.Of.Kind, s.Of.Key(), err)
 	}
-	s.Claims = claims.Items
+	// Only the set's own claims: a tenant may label a claim of theirs
+	// like a runner's, and must not get a job handed to it (or have it
+	// released) that way.
+	s.Claims = s.Claims[:0]
+	for i := range claims.Items {
+		if metav1.IsControlledBy(&claims.Items[i], s.Of.Object) {
+			s.Claims = append(s.Claims, claims.Items[i])
+		}
+	}
 	sort.Slice(s.Claims, func(i, j int) bool { return s.Claims[i].Name < s.Claims[j].Name })
 	return true, nil
 }
@@ -69,6 +78,9 @@ func (e *Engine) Release(ctx context.Context, s *Scope, b Backend) (bool, error)
 			continue
 		}
 		claim := s.Claim(d.Name)
+		if claim == nil {
+			continue
+		}
 		if err := e.Client.Delete(ctx, claim, client.Preconditions{UID: &claim.UID}); err != nil && !apierrors.IsNotFound(err) {
 			s.Fail(macvirtv1alpha1.ReasonRunnerCleanup, fmt.Sprintf("releasing claim %s: %v", d.Name, err))
 			return false, fmt.Errorf("releasing claim %s/%s: %w", claim.Namespace, claim.Name, err)
@@ -177,12 +189,12 @@ func (e *Engine) ForgetLeaked(ctx context.Context, s *Scope, b Backend, listed [
 // EnsureWarmPool keeps the set's own pool at the planned idle target,
 // where the set's namespace may claim its class.
 func (e *Engine) EnsureWarmPool(ctx context.Context, s *Scope) (bool, error) {
-	if !s.Of.OwnsPool() {
-		return true, nil
-	}
 	pool := &macvirtv1alpha1.MacPool{}
 	if err := base.GetOptional(ctx, e.Client, types.NamespacedName{Name: s.Of.OwnedPool}, pool); err != nil {
 		return false, err
+	}
+	if !s.Of.OwnsPool() {
+		return true, e.drainPool(ctx, s, pool)
 	}
 	want := OwnedPool(&s.Of, s.Plan.WarmIdle)
 	if pool.Name == "" {
@@ -216,6 +228,23 @@ func (e *Engine) EnsureWarmPool(ctx context.Context, s *Scope) (bool, error) {
 	return true, nil
 }
 
+// drainPool sets the idle target of the set's former warm pool to 0, once
+// the set keeps none (minIdle 0, or a poolName): its warm Macs go, and the
+// pool itself goes with the set.
+func (e *Engine) drainPool(ctx context.Context, s *Scope, pool *macvirtv1alpha1.MacPool) error {
+	if pool.Name == "" || !ownedBy(&s.Of, pool) || !pool.DeletionTimestamp.IsZero() || (pool.Spec.Idle != nil && *pool.Spec.Idle == 0) {
+		return nil
+	}
+	patch := client.MergeFrom(pool.DeepCopy())
+	zero := int32(0)
+	pool.Spec.Idle = &zero
+	if err := e.Client.Patch(ctx, pool, patch); err != nil {
+		s.Fail(macvirtv1alpha1.ReasonClassUnavailable, fmt.Sprintf("emptying the former warm pool %s: %v", pool.Name, err))
+		return fmt.Errorf("patching MacPool %s: %w", pool.Name, err)
+	}
+	return nil
+}
+
 // mayClaim refuses a warm pool of a class the set's namespace may not
 // claim: owning a pool must not give the set more than its namespace has.
 func (e *Engine) mayClaim(ctx context.Context, s *Scope) (*base.Problem, error) {
@@ -237,9 +266,9 @@ func (e *Engine) mayClaim(ctx context.Context, s *Scope) (*base.Problem, error) 
 	return nil, nil
 }
 
-// ReleaseAll deletes every claim of the set and its warm pool, for a set
-// being deleted: done once no claim is left.
-func (e *Engine) ReleaseAll(ctx context.Context, s *Scope, hadPool bool) (bool, error) {
+// ReleaseAll deletes every claim of the set and its warm pool (or former
+// one), for a set being deleted: done once no claim is left.
+func (e *Engine) ReleaseAll(ctx context.Context, s *Scope) (bool, error) {
 	if _, err := e.ListClaims(ctx, s); err != nil {
 		return false, err
 	}
@@ -251,15 +280,13 @@ func (e *Engine) ReleaseAll(ctx context.Context, s *Scope, hadPool bool) (bool, 
 			}
 		}
 	}
-	if s.Of.OwnsPool() || hadPool {
-		pool := &macvirtv1alpha1.MacPool{}
-		if err := base.GetOptional(ctx, e.Client, types.NamespacedName{Name: s.Of.OwnedPool}, pool); err != nil {
-			return false, err
-		}
-		if pool.Name != "" && ownedBy(&s.Of, pool) && pool.DeletionTimestamp.IsZero() {
-			if err := e.Client.Delete(ctx, pool); err != nil && !apierrors.IsNotFound(err) {
-				return false, fmt.Errorf("deleting the warm pool %s: %w", pool.Name, err)
-			}
+	pool := &macvirtv1alpha1.MacPool{}
+	if err := base.GetOptional(ctx, e.Client, types.NamespacedName{Name: s.Of.OwnedPool}, pool); err != nil {
+		return false, err
+	}
+	if pool.Name != "" && ownedBy(&s.Of, pool) && pool.DeletionTimestamp.IsZero() {
+		if err := e.Client.Delete(ctx, pool); err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("deleting the warm pool %s: %w", pool.Name, err)
 		}
 	}
 	return len(s.Claims) == 0, nil

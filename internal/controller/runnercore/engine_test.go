@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/base"
 )
 
 // ciSystem is a CI system that is not GitHub: it hands a Mac its job only
@@ -134,10 +135,15 @@ func TestReleaseFollowsTheBackendsAnswer(t *testing.T) {
 	ctx := context.Background()
 	names := []string{"ios-aaaaa", "ios-bbbbb", "ios-ccccc", "ios-ddddd"}
 	var objs []client.Object
+	set := queueSet()
+	owner := []metav1.OwnerReference{base.ControllerRef(set.Kind, "ios", "u-1")}
 	for _, n := range names {
 		objs = append(objs, &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: "ci", UID: types.UID(n),
-			Labels: map[string]string{"example.com/queue": "ios"}}})
+			Labels: map[string]string{"example.com/queue": "ios"}, OwnerReferences: owner}})
 	}
+	// A tenant's own claim, labelled like a runner's: not the set's.
+	objs = append(objs, &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "ios-eeeee", Namespace: "ci", UID: "mine",
+		Labels: map[string]string{"example.com/queue": "ios"}}})
 	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(objs...).Build()
 	cleanups := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cleanups"}, []string{"namespace", "set", "reason"})
 	e := &Engine{Client: c, APIReader: c, Handed: &Record{}, Cleanups: cleanups}
@@ -146,21 +152,30 @@ func TestReleaseFollowsTheBackendsAnswer(t *testing.T) {
 		"ios-bbbbb": ErrBusy,               // timed out: its Mac goes anyway
 		"ios-ccccc": errors.New("refused"), // surplus, the call failed: kept for the next try
 	}}
-	s := &Scope{Of: queueSet()}
+	s := &Scope{Of: set}
 	if _, err := e.ListClaims(ctx, s); err != nil {
 		t.Fatal(err)
+	}
+	if len(s.Claims) != len(names) || s.Claim("ios-eeeee") != nil {
+		t.Fatalf("listed %d claims (the tenant's among them: %t), want the set's %d", len(s.Claims), s.Claim("ios-eeeee") != nil, len(names))
 	}
 	release := func(name, cleanup string) Decision {
 		return Decision{RunnerStatus: macvirtv1alpha1.RunnerStatus{Name: name, State: macvirtv1alpha1.RunnerFinishing}, Release: true, Cleanup: cleanup}
 	}
 	s.Plan.Runners = []Decision{release("ios-aaaaa", CleanupSurplus), release("ios-bbbbb", CleanupJobTimeout),
-		release("ios-ccccc", CleanupSurplus), release("ios-ddddd", "")}
+		release("ios-ccccc", CleanupSurplus), release("ios-ddddd", ""), release("ios-eeeee", CleanupSurplus)}
 	if proceed, err := e.Release(ctx, s, ci); !proceed || err != nil {
 		t.Fatalf("release: %t %v", proceed, err)
 	}
 	want := map[string]macvirtv1alpha1.RunnerState{"ios-aaaaa": macvirtv1alpha1.RunnerRunning, "ios-ccccc": macvirtv1alpha1.RunnerIdle}
 	for _, d := range s.Plan.Runners {
 		err := c.Get(ctx, types.NamespacedName{Namespace: "ci", Name: d.Name}, &macvirtv1alpha1.MacClaim{})
+		if d.Name == "ios-eeeee" {
+			if err != nil {
+				t.Errorf("the tenant's own claim was released: %v", err)
+			}
+			continue
+		}
 		if st, kept := want[d.Name]; kept {
 			if err != nil || d.State != st || d.Release {
 				t.Errorf("%s: %s release %t (%v), want kept %s", d.Name, d.State, d.Release, err, st)

@@ -57,7 +57,10 @@ type PlanInput struct {
 	OwnsPool            bool
 	JobTimeout          time.Duration
 	RegistrationTimeout time.Duration
-	Runners             []Facts
+	// RegistrationField names RegistrationTimeout's field in messages
+	// (registrationTimeout when empty).
+	RegistrationField string
+	Runners           []Facts
 }
 
 // Decision is a runner's state and whether to release it now.
@@ -174,7 +177,11 @@ func classify(in PlanInput, r Facts) Decision {
 	d.State, d.Since = macvirtv1alpha1.RunnerProvisioning, since(r.Created)
 	switch {
 	case in.Now.Sub(r.Created) > in.RegistrationTimeout:
-		return finish(CleanupRegistrationTimeout, fmt.Sprintf("its runner did not come online within the set's registrationTimeout (%s)", in.RegistrationTimeout))
+		field := in.RegistrationField
+		if field == "" {
+			field = "registrationTimeout"
+		}
+		return finish(CleanupRegistrationTimeout, fmt.Sprintf("its runner did not come online within the set's %s (%s)", field, in.RegistrationTimeout))
 	case !r.Bound:
 		d.Message = "waiting for a Mac"
 	default:

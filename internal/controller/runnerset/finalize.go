@@ -28,7 +28,7 @@ func (r *Reconciler) finalize(ctx context.Context, s *setScope) (ctrl.Result, er
 		"the runner set is being deleted: its runners are released and removed from GitHub"); err != nil {
 		return base.DeletingResult(err)
 	}
-	done, err := r.engine().ReleaseAll(ctx, &s.Scope, s.Set.Status.WarmPoolName != "")
+	done, err := r.engine().ReleaseAll(ctx, &s.Scope)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
