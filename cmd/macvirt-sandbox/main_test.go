@@ -82,7 +82,7 @@ func TestSandboxRunsABuildkiteJob(t *testing.T) {
 		t.Fatalf("macvirt-sandbox --until-ready --buildkite-fake failed: %v\n%s", err, p.Output())
 	}
 	out := p.Output()
-	for _, want := range []string{`buildkite: queue team-ios/macos: stack "macvirt-team-ios-macos" polls`, "buildkite: scheduled job",
+	for _, want := range []string{`buildkite: queue team-ios/macos: stack "macvirt-team-ios-macos-c0281586" polls`, "buildkite: scheduled job",
 		"was handed the job and its token after", "finished on agent macos-", `output "hello from macos-`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)

@@ -52,9 +52,9 @@ func TestAJobTravelsFromTheQueueToOneAgentWithItsOwnToken(t *testing.T) {
 	ctx := context.Background()
 	bk, c, _ := setup(t)
 	a, b := bk.AddJob("echo built a"), bk.AddJob("exit 3")
-	jobs, err := c.Scheduled(ctx, 10)
-	if err != nil || len(jobs) != 2 {
-		t.Fatalf("scheduled %d (%v), want 2", len(jobs), err)
+	q, err := c.Scheduled(ctx, 10)
+	if err != nil || len(q.Jobs) != 2 || q.Paused {
+		t.Fatalf("scheduled %d (paused %t, %v), want 2", len(q.Jobs), q.Paused, err)
 	}
 	reserved, err := c.Reserve(ctx, []string{a, b}, 10*time.Minute)
 	if err != nil || len(reserved) != 2 {
@@ -68,8 +68,10 @@ func TestAJobTravelsFromTheQueueToOneAgentWithItsOwnToken(t *testing.T) {
 	if err := other.Register(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if jobs, err := other.Scheduled(ctx, 10); err != nil || len(jobs) != 0 {
-		t.Errorf("another stack lists %d reserved jobs (%v)", len(jobs), err)
+	for _, stack := range []*buildkite.Client{c, other} {
+		if q, err := stack.Scheduled(ctx, 10); err != nil || len(q.Jobs) != 0 {
+			t.Errorf("stack %s lists %d reserved jobs (%v); Buildkite lists only jobs no stack holds", stack.Stack, len(q.Jobs), err)
+		}
 	}
 	if got, err := other.Reserve(ctx, []string{a}, time.Minute); err != nil || len(got) != 0 {
 		t.Errorf("another stack reserved %v (%v)", got, err)
@@ -154,6 +156,15 @@ func TestReservationsAndTokensExpire(t *testing.T) {
 	}
 	if _, err := c.Issue(ctx, a, time.Minute); !errors.Is(err, buildkite.ErrNotIssued) {
 		t.Errorf("a token was issued after the reservation ended: %v", err)
+	}
+}
+
+func TestAPausedQueueSaysSo(t *testing.T) {
+	bk, c, _ := setup(t)
+	bk.AddJob("true")
+	bk.SetPaused(true)
+	if q, err := c.Scheduled(context.Background(), 10); err != nil || !q.Paused {
+		t.Errorf("a paused queue: %+v %v", q, err)
 	}
 }
 

@@ -71,24 +71,35 @@ func (c *Client) Deregister(ctx context.Context) error {
 	return err
 }
 
-// Scheduled is the queue's scheduled jobs this stack may reserve (those it
-// holds reserved among them), up to limit, highest priority first.
-func (c *Client) Scheduled(ctx context.Context, limit int) ([]stacksapi.ScheduledJob, error) {
-	var jobs []stacksapi.ScheduledJob
+// Queue is what a poll of the queue saw.
+type Queue struct {
+	// Jobs are the scheduled jobs no stack holds reserved, highest
+	// priority first.
+	Jobs []stacksapi.ScheduledJob
+	// Paused: the cluster queue is paused in Buildkite; a stack starts no
+	// job of it.
+	Paused bool
+}
+
+// Scheduled reads the queue's scheduled jobs, up to limit.
+func (c *Client) Scheduled(ctx context.Context, limit int) (Queue, error) {
+	var q Queue
 	cursor := ""
-	for len(jobs) < limit {
+	for len(q.Jobs) < limit {
 		page, _, err := c.api.ListScheduledJobs(ctx, stacksapi.ListScheduledJobsRequest{StackKey: c.Stack, ClusterQueueKey: c.Queue,
-			PageSize: min(limit-len(jobs), 1000), StartCursor: cursor}, stacksapi.WithNoRetry())
+			PageSize: min(limit-len(q.Jobs), 1000), StartCursor: cursor}, stacksapi.WithNoRetry())
 		if err != nil {
-			return nil, err
+			return Queue{}, err
 		}
-		jobs = append(jobs, page.Jobs...)
+		q.Jobs = append(q.Jobs, page.Jobs...)
+		q.Paused = q.Paused || page.ClusterQueue.Paused
 		if !page.PageInfo.HasNextPage || page.PageInfo.EndCursor == "" {
 			break
 		}
 		cursor = page.PageInfo.EndCursor
 	}
-	return jobs[:min(len(jobs), limit)], nil
+	q.Jobs = q.Jobs[:min(len(q.Jobs), limit)]
+	return q, nil
 }
 
 // Reserve reserves jobs for expiry; it returns those reserved.
@@ -112,7 +123,9 @@ func (c *Client) States(ctx context.Context, ids []string) (map[string]string, e
 }
 
 // Fail finishes a reserved job the stack could not start, with detail
-// shown on the job in Buildkite.
+// shown on the job in Buildkite. Buildkite refuses (422) a job that is no
+// longer reserved by the stack: taken by its agent, or its reservation
+// over.
 func (c *Client) Fail(ctx context.Context, id, detail string) error {
 	_, err := c.api.FinishJob(ctx, stacksapi.FinishJobRequest{StackKey: c.Stack, JobUUID: id, ExitStatus: -1, Detail: detail},
 		stacksapi.WithNoRetry())
@@ -174,6 +187,17 @@ func (c *Client) Issue(ctx context.Context, job string, lifetime time.Duration) 
 		}
 	}
 	return Token{}, ErrNotIssued
+}
+
+// Refused reports whether err is Buildkite refusing the request itself
+// (a 4xx answer other than 401, 403 and 429), rather than failing.
+func Refused(err error) bool {
+	var e *stacksapi.ErrorResponse
+	if !errors.As(err, &e) || e.Response == nil {
+		return false
+	}
+	c := e.Response.StatusCode
+	return c >= 400 && c < 500 && c != http.StatusUnauthorized && c != http.StatusForbidden && c != http.StatusTooManyRequests
 }
 
 // Explanation is an error Buildkite answered, in words a status carries.

@@ -112,10 +112,19 @@ var _ = Describe("A Buildkite queue", func() {
 		cw := watchClaims(ns, "ios")
 		q := newQueue(ns, "ios")
 		Eventually(func() string { return readyReason(q) }).Should(Equal(macvirtv1alpha1.ReasonPolling))
+		registered := &macvirtv1alpha1.MacBuildkiteQueue{}
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(q), registered)).To(Succeed())
+		stack := registered.Status.StackKey
+		Expect(bk.Stacks()).To(ContainElement(stack), "the queue's stack is registered as its status says")
 		By("the queue's warm pool keeps minIdle Macs")
+		poolName := ""
 		Eventually(func(g Gomega) {
+			cur := &macvirtv1alpha1.MacBuildkiteQueue{}
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(q), cur)).To(Succeed())
+			poolName = cur.Status.WarmPoolName
+			g.Expect(poolName).To(HavePrefix("buildkite-burst-ios-"))
 			pool := &macvirtv1alpha1.MacPool{}
-			g.Expect(admin.Get(ctx, client.ObjectKey{Name: "buildkite-burst-ios"}, pool)).To(Succeed())
+			g.Expect(admin.Get(ctx, client.ObjectKey{Name: poolName}, pool)).To(Succeed())
 			g.Expect(pool.Status.Idle).To(BeNumerically(">=", 1))
 		}).Should(Succeed())
 
@@ -185,10 +194,39 @@ var _ = Describe("A Buildkite queue", func() {
 		Eventually(func() bool {
 			return admin.Get(ctx, client.ObjectKeyFromObject(q), &macvirtv1alpha1.MacBuildkiteQueue{}) != nil
 		}).Should(BeTrue(), "the queue goes")
-		Expect(bk.Stacks()).NotTo(ContainElement("macvirt-burst-ios"), "its stack is deregistered")
+		Expect(bk.Stacks()).NotTo(ContainElement(stack), "its stack is deregistered")
 		Eventually(func() error {
-			return admin.Get(ctx, client.ObjectKey{Name: "buildkite-burst-ios"}, &macvirtv1alpha1.MacPool{})
+			return admin.Get(ctx, client.ObjectKey{Name: poolName}, &macvirtv1alpha1.MacPool{})
 		}).ShouldNot(Succeed(), "its warm pool is deleted")
+	})
+
+	It("fails a job in Buildkite, saying why, when its Mac's agent does not start, instead of passing it to Mac after Mac", func() {
+		ns := team("broken", agentToken)
+		cw := watchClaims(ns, "ios")
+		q := newQueue(ns, "ios")
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(q), q)).To(Succeed())
+		q.Spec.Agent.Path, q.Spec.MinIdle, q.Spec.MaxAgents = "bin/no-such-agent", 0, 1
+		Expect(admin.Update(ctx, q)).To(Succeed())
+		Eventually(func() string { return readyReason(q) }).Should(Equal(macvirtv1alpha1.ReasonPolling))
+		id := bk.AddJob("echo never")
+		Eventually(func(g Gomega) {
+			j, _ := bk.Job(id)
+			g.Expect(j.State).To(Equal(fakebuildkite.StateFinished))
+			g.Expect(j.ExitStatus).To(Equal(-1))
+			g.Expect(j.Detail).To(ContainSubstring("did not take this job"))
+			g.Expect(j.Detail).To(ContainSubstring("MacBuildkiteQueue broken/ios"))
+			g.Expect(j.Acquisitions).To(BeZero())
+		}).WithTimeout(4 * time.Minute).Should(Succeed())
+		j, _ := bk.Job(id)
+		_, _ = fmt.Fprintf(GinkgoWriter, "the failed job's detail in Buildkite: %s\n", j.Detail)
+		Eventually(func(g Gomega) {
+			var cl macvirtv1alpha1.MacClaimList
+			g.Expect(admin.List(ctx, &cl, client.InNamespace(ns), client.MatchingLabels{macvirtv1alpha1.LabelBuildkiteQueue: "ios"})).To(Succeed())
+			g.Expect(cl.Items).To(BeEmpty())
+		}).Should(Succeed(), "no Mac is claimed for a job that failed")
+		cw.mu.Lock()
+		defer cw.mu.Unlock()
+		Expect(cw.claims).To(HaveLen(1), "one Mac tried the job: %v", cw.claims)
 	})
 
 	It("says which Secret holds a token Buildkite refuses, and claims no Mac", func() {

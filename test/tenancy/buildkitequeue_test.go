@@ -45,6 +45,14 @@ var _ = Describe("Buildkite queues", func() {
 			g.Expect(ready).NotTo(BeNil())
 			g.Expect(ready.Reason).To(Equal(macvirtv1alpha1.ReasonCredentialsInvalid))
 		}).Should(Succeed(), "the operator, under the shipped rules, adds its finalizer and writes the status")
+		By("dave may edit alice's queue, but not send its token to another queue or endpoint")
+		Expect(as("dave").Get(ctx, client.ObjectKeyFromObject(own), own)).To(Succeed())
+		own.Spec.Buildkite.Queue = "daves-queue"
+		Expect(as("dave").Update(ctx, own)).To(MatchError(ContainSubstring(
+			`spec.buildkite.tokenSecretName: Forbidden: dave may not get secret "alices-app" in namespace team-a`)))
+		Expect(as("dave").Get(ctx, client.ObjectKeyFromObject(own), own)).To(Succeed())
+		own.Spec.MaxAgents = 2
+		Expect(as("dave").Update(ctx, own)).To(Succeed(), "a change that keeps the token where it goes is his to make")
 		Expect(admin.Delete(ctx, own)).To(Succeed())
 		Eventually(func() error {
 			return admin.Get(ctx, client.ObjectKeyFromObject(own), &macvirtv1alpha1.MacBuildkiteQueue{})

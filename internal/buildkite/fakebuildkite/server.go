@@ -38,8 +38,11 @@ const (
 // Job is one job of the queue.
 type Job struct {
 	ID string
-	// Command is what the job runs (sh -c on the agent's machine).
+	// Command is what the job runs (sh -c on the agent's machine);
+	// Pipeline and Build name the build it belongs to.
 	Command  string
+	Pipeline string
+	Build    int
 	Priority int
 	State    string
 	// ReservedBy is the stack holding the job reserved until ReservedUntil.
@@ -80,6 +83,8 @@ type Server struct {
 	jats   map[string]jat
 	agents map[string]agent
 	calls  map[string]int
+	builds int
+	paused bool
 	srv    *httptest.Server
 }
 
@@ -108,8 +113,14 @@ func (s *Server) SetClock(now func() time.Time) {
 func (s *Server) AddJob(command string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.schedule(command, 0)
+}
+
+// schedule adds a job of a new build of the pipeline app.
+func (s *Server) schedule(command string, priority int) string {
 	id := uuid()
-	s.jobs[id] = &Job{ID: id, Command: command, State: StateScheduled, scheduledAt: s.now()}
+	s.builds++
+	s.jobs[id] = &Job{ID: id, Command: command, Pipeline: "app", Build: s.builds, Priority: priority, State: StateScheduled, scheduledAt: s.now()}
 	return id
 }
 
@@ -145,6 +156,27 @@ func (s *Server) Jobs() []Job {
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].scheduledAt.Before(out[b].scheduledAt) })
 	return out
+}
+
+// SetPaused pauses or resumes the cluster queue.
+func (s *Server) SetPaused(paused bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.paused = paused
+}
+
+// validKey is a stack key Buildkite takes.
+func validKey(key string) bool {
+	if key == "" || len(key) > 80 {
+		return false
+	}
+	for _, r := range key {
+		letter := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'
+		if !letter && (r < '0' || r > '9') && r != '_' && r != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // Stacks are the keys of the registered stacks, sorted.
@@ -237,9 +269,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		if !decode(w, r, &body) {
 			return
 		}
-		id := uuid()
-		s.jobs[id] = &Job{ID: id, Command: body.Command, Priority: body.Priority, State: StateScheduled, scheduledAt: s.now()}
-		reply(w, http.StatusCreated, map[string]string{"id": id})
+		reply(w, http.StatusCreated, map[string]string{"id": s.schedule(body.Command, body.Priority)})
 	case r.Method == http.MethodPost && path == "register":
 		s.count(r, "register")
 		s.registerAgent(w, r, auth)
@@ -285,6 +315,9 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	case body.Key == "" || body.QueueKey == "":
 		refuse(w, http.StatusUnprocessableEntity, "key and queue_key are required")
 		return
+	case !validKey(body.Key):
+		refuse(w, http.StatusUnprocessableEntity, fmt.Sprintf("key %q must be 1 to 80 characters of A-Z, a-z, 0-9, _ and -", body.Key))
+		return
 	case body.Type != "custom":
 		refuse(w, http.StatusUnprocessableEntity, fmt.Sprintf("type %q is reserved or unknown; custom stacks register as custom", body.Type))
 		return
@@ -302,7 +335,7 @@ func (s *Server) stack(w http.ResponseWriter, r *http.Request, key, rest string)
 	switch {
 	case r.Method == http.MethodGet && rest == "scheduled-jobs":
 		s.count(r, "scheduled-jobs")
-		s.scheduled(w, r, key)
+		s.scheduled(w, r)
 	case r.Method == http.MethodPut && rest == "scheduled-jobs/batch-reserve":
 		s.count(r, "batch-reserve")
 		s.reserve(w, r, key)
@@ -324,9 +357,10 @@ func (s *Server) stack(w http.ResponseWriter, r *http.Request, key, rest string)
 	}
 }
 
-// scheduled lists the queue's jobs not reserved by another stack, highest
-// priority first, then oldest, a page at a time.
-func (s *Server) scheduled(w http.ResponseWriter, r *http.Request, key string) {
+// scheduled lists the queue's jobs no stack holds reserved (not even the
+// caller: a reserved job is listed again only once its reservation
+// expired), highest priority first, then oldest, a page at a time.
+func (s *Server) scheduled(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if q.Get("queue_key") != s.Queue {
 		refuse(w, http.StatusNotFound, fmt.Sprintf("No cluster queue found with key %q", q.Get("queue_key")))
@@ -334,7 +368,7 @@ func (s *Server) scheduled(w http.ResponseWriter, r *http.Request, key string) {
 	}
 	var open []*Job
 	for _, j := range s.jobs {
-		if j.State == StateScheduled && (j.ReservedBy == "" || j.ReservedBy == key) {
+		if j.State == StateScheduled && j.ReservedBy == "" {
 			open = append(open, j)
 		}
 	}
@@ -352,20 +386,26 @@ func (s *Server) scheduled(w http.ResponseWriter, r *http.Request, key string) {
 	start = min(max(start, 0), len(open))
 	end := min(start+limit, len(open))
 	type job struct {
-		ID          string    `json:"id"`
-		Priority    int       `json:"priority"`
-		ScheduledAt time.Time `json:"scheduled_at"`
-		Rules       []string  `json:"agent_query_rules"`
+		ID          string            `json:"id"`
+		Priority    int               `json:"priority"`
+		ScheduledAt time.Time         `json:"scheduled_at"`
+		Rules       []string          `json:"agent_query_rules"`
+		Pipeline    map[string]string `json:"pipeline"`
+		Build       map[string]any    `json:"build"`
+		Step        map[string]string `json:"step"`
 	}
 	page := []job{}
 	for _, j := range open[start:end] {
-		page = append(page, job{ID: j.ID, Priority: j.Priority, ScheduledAt: j.scheduledAt, Rules: []string{"queue=" + s.Queue}})
+		page = append(page, job{ID: j.ID, Priority: j.Priority, ScheduledAt: j.scheduledAt, Rules: []string{"queue=" + s.Queue},
+			Pipeline: map[string]string{"slug": j.Pipeline, "uuid": "pipeline-" + j.Pipeline},
+			Build:    map[string]any{"uuid": fmt.Sprintf("build-%d", j.Build), "number": j.Build, "branch": "main"},
+			Step:     map[string]string{"key": "test"}})
 	}
 	info := map[string]any{"has_next_page": end < len(open), "end_cursor": ""}
 	if end < len(open) {
 		info["end_cursor"] = strconv.Itoa(end)
 	}
-	reply(w, http.StatusOK, map[string]any{"jobs": page, "cluster_queue": map[string]any{"id": "queue-" + s.Queue, "paused": false},
+	reply(w, http.StatusOK, map[string]any{"jobs": page, "cluster_queue": map[string]any{"id": "queue-" + s.Queue, "paused": s.paused},
 		"page_info": info})
 }
 

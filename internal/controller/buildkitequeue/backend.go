@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/buildkite/stacksapi"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,7 +37,7 @@ func view(q *macvirtv1alpha1.MacBuildkiteQueue) runnercore.Set {
 	return runnercore.Set{Object: q, Kind: "MacBuildkiteQueue", Label: macvirtv1alpha1.LabelBuildkiteQueue, System: "Buildkite",
 		ClassName: q.Spec.ClassName, PoolName: q.Spec.PoolName, MaxRunners: q.Spec.MaxAgents, MinIdle: q.Spec.MinIdle,
 		JobTimeout: q.Spec.EffectiveJobTimeout(), RegistrationTimeout: q.Spec.EffectiveStartTimeout(),
-		OwnedPool: "buildkite-" + q.Namespace + "-" + q.Name, PoolLabels: map[string]string{
+		OwnedPool: ownedPoolName(q), PoolLabels: map[string]string{
 			macvirtv1alpha1.LabelBuildkiteQueue: q.Name, macvirtv1alpha1.LabelBuildkiteQueueNamespace: q.Namespace}}
 }
 
@@ -87,20 +89,27 @@ func (b bk) Hand(ctx context.Context, c *macvirtv1alpha1.MacClaim, fresh bool) (
 		sec := &corev1.Secret{}
 		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: c.Name}, sec)
 		if err == nil {
-			job := macvirtv1alpha1.RunnerJob{ID: string(sec.Data[macvirtv1alpha1.BuildkiteJobKey]), StartedAt: &sec.CreationTimestamp}
-			return true, true, b.record(ctx, c, job)
+			job, ok := s.Poll.Handing[c.UID]
+			if !ok {
+				job = macvirtv1alpha1.RunnerJob{ID: string(sec.Data[macvirtv1alpha1.BuildkiteJobKey]), StartedAt: &sec.CreationTimestamp}
+			}
+			if err := b.record(ctx, c, job); err != nil {
+				return false, false, err
+			}
+			delete(s.Poll.Handing, c.UID)
+			return true, true, nil
 		}
 		if !apierrors.IsNotFound(err) {
 			return false, false, fmt.Errorf("reading the job Secret of claim %s/%s: %w", c.Namespace, c.Name, err)
 		}
 		s.Poll.noSecret(c.UID)
 	}
-	if s.Client == nil || !s.Poll.Known {
+	if s.Client == nil || !s.Poll.Known || s.Poll.Paused {
 		return false, true, nil
 	}
 	ttl := s.Queue.Spec.EffectiveJobTokenTTL()
 	for _, j := range s.Poll.Scheduled {
-		if s.Taken[j.ID] {
+		if until, held := s.Poll.Reserved[j.ID]; s.Taken[j.ID] || (held && r.now().Before(until)) {
 			continue
 		}
 		s.Taken[j.ID] = true
@@ -112,6 +121,7 @@ func (b bk) Hand(ctx context.Context, c *macvirtv1alpha1.MacClaim, fresh bool) (
 		if len(reserved) == 0 {
 			continue // another stack took it, or it was cancelled
 		}
+		s.Poll.reserved(j.ID, r.now().Add(ttl))
 		tok, err := s.Client.Issue(ctx, j.ID, ttl)
 		if errors.Is(err, buildkite.ErrNotIssued) {
 			continue
@@ -121,17 +131,17 @@ func (b bk) Hand(ctx context.Context, c *macvirtv1alpha1.MacClaim, fresh bool) (
 			return false, false, nil
 		}
 		now := metav1.NewTime(r.now())
-		job := macvirtv1alpha1.RunnerJob{ID: j.ID, Repository: j.Pipeline.Slug, DisplayName: fmt.Sprintf("%s #%d", j.Pipeline.Slug, j.Build.Number),
-			StartedAt: &now}
-		if j.Step.Key != "" {
-			job.DisplayName += " " + j.Step.Key
-		}
+		job := macvirtv1alpha1.RunnerJob{ID: j.ID, Repository: j.Pipeline.Slug, DisplayName: displayName(j), StartedAt: &now}
 		if err := r.Create(ctx, jobSecret(c, j.ID, tok.Value)); err != nil && !apierrors.IsAlreadyExists(err) {
 			s.Fail(macvirtv1alpha1.ReasonRunnerCleanup, fmt.Sprintf("creating the job Secret of agent %s: %v", c.Name, err))
 			return false, false, fmt.Errorf("creating Secret %s/%s: %w", c.Namespace, c.Name, err)
 		}
+		delete(s.Poll.NoSecret, c.UID)
 		if err := b.record(ctx, c, job); err != nil {
-			return true, false, err
+			// The Mac has its job: the plan counts it as handed, and the
+			// next Hand finds the Secret and records it.
+			s.Poll.handing(c.UID, job)
+			return false, false, err
 		}
 		base.RecordEvent(r.Recorder, s.Queue, corev1.EventTypeNormal, "JobHanded", "Hand",
 			fmt.Sprintf("agent %s (claim %s/%s) was handed job %s, its token valid until %s", c.Name, c.Namespace, c.Name, j.ID,
@@ -143,6 +153,22 @@ func (b bk) Hand(ctx context.Context, c *macvirtv1alpha1.MacClaim, fresh bool) (
 		return true, true, nil
 	}
 	return false, true, nil
+}
+
+// displayName names a job by its pipeline, build and step, as far as
+// Buildkite said them ("app #12 test").
+func displayName(j stacksapi.ScheduledJob) string {
+	var parts []string
+	if j.Pipeline.Slug != "" {
+		parts = append(parts, j.Pipeline.Slug)
+	}
+	if j.Build.Number > 0 {
+		parts = append(parts, fmt.Sprintf("#%d", j.Build.Number))
+	}
+	if j.Step.Key != "" {
+		parts = append(parts, j.Step.Key)
+	}
+	return strings.Join(parts, " ")
 }
 
 // record writes the job on the claim, if it is not there.
@@ -166,8 +192,37 @@ func (b bk) record(ctx context.Context, c *macvirtv1alpha1.MacClaim, job macvirt
 	return nil
 }
 
-// Unregister has nothing to remove (see bk).
-func (bk) Unregister(context.Context, string) error { return nil }
+// Unregister removes nothing (see bk), but fails in Buildkite a job handed
+// to the Mac whose agent never acquired it (the Mac lost, the agent
+// missing or failing at start, the job outliving its timeout before it
+// began), so the build says why instead of the job waiting out its
+// reservation and going to another Mac that may fail the same way. A job
+// the agent took is Buildkite's to end (it refuses with 422).
+func (b bk) Unregister(ctx context.Context, name string) error {
+	s := b.s
+	c := s.Claim(name)
+	if c == nil || s.Client == nil {
+		return nil
+	}
+	job := jobOf(c)
+	if handing, ok := s.Poll.Handing[c.UID]; job == nil && ok {
+		job = &handing
+	}
+	if job == nil || (s.Poll.Asked[job.ID] && s.Poll.States[job.ID] != "scheduled") {
+		return nil
+	}
+	why := "its Mac was released"
+	if d := s.Decision(name); d != nil && d.Message != "" {
+		why = d.Message
+	}
+	err := s.Client.Fail(ctx, job.ID, fmt.Sprintf("macvirt: agent %s did not take this job: %s (MacBuildkiteQueue %s/%s)",
+		name, why, s.Queue.Namespace, s.Queue.Name))
+	if err != nil && !buildkite.Refused(err) {
+		b.r.failed(s, err)
+	}
+	delete(s.Poll.Handing, c.UID)
+	return nil
+}
 
 // Forget has nothing to remove (see bk).
 func (bk) Forget(context.Context, runnercore.Registration) (bool, error) { return false, nil }

@@ -2,6 +2,8 @@ package buildkitequeue
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -43,6 +45,8 @@ func (r *Reconciler) loadToken(ctx context.Context, s *queueScope) (bool, error)
 			key, macvirtv1alpha1.BuildkiteTokenKey)}
 		return true, nil
 	}
+	sum := sha256.Sum256([]byte(token))
+	s.TokenSum = hex.EncodeToString(sum[:8])
 	c, err := buildkite.New(q.Spec.Buildkite.Endpoint, token, stackKey(q), q.Spec.Buildkite.Queue, r.HTTP)
 	if err != nil {
 		s.Blocked = &base.Problem{Reason: macvirtv1alpha1.ReasonBuildkiteUnavailable, Message: "spec.buildkite.endpoint: " + err.Error()}
@@ -53,22 +57,26 @@ func (r *Reconciler) loadToken(ctx context.Context, s *queueScope) (bool, error)
 }
 
 // connect registers the queue's stack with Buildkite, again when the
-// queue or the token changed.
+// queue or the token changed or a poll failed (the stack may be gone: a
+// deregistration elsewhere), at most once per poll interval.
 func (r *Reconciler) connect(ctx context.Context, s *queueScope) (bool, error) {
 	if s.Client == nil || s.Blocked != nil {
 		return true, nil
 	}
-	config := s.Client.Stack + "\x00" + s.Client.Queue + "\x00" + s.Queue.Spec.Buildkite.Endpoint + "\x00" + string(s.Queue.UID)
+	config := strings.Join([]string{s.Client.Stack, s.Client.Queue, s.Queue.Spec.Buildkite.Endpoint, string(s.Queue.UID), s.TokenSum}, "\x00")
 	if s.Poll.Registered && s.Poll.Config == config {
 		return true, nil
 	}
-	s.Poll.Registered, s.Poll.Known = false, false
+	if r.now().Sub(s.Poll.TriedAt) < r.pollEvery() && s.Poll.Config == config {
+		return true, nil
+	}
+	s.Poll.Registered, s.Poll.Known, s.Poll.Config, s.Poll.TriedAt = false, false, config, r.now()
 	err := s.Client.Register(ctx, map[string]string{"macvirt.io/namespace": s.Queue.Namespace, "macvirt.io/queue": s.Queue.Name})
 	if err != nil {
 		r.failed(s, err)
 		return true, nil
 	}
-	s.Poll.Registered, s.Poll.Config = true, config
+	s.Poll.Registered = true
 	return true, nil
 }
 
@@ -93,11 +101,16 @@ func (r *Reconciler) refresh(ctx context.Context, s *queueScope) (bool, error) {
 	}
 	s.Poll.At = r.now()
 	limit := int(s.Queue.Spec.MaxAgents) + len(s.Claims)
-	jobs, err := s.Client.Scheduled(ctx, limit)
+	queue, err := s.Client.Scheduled(ctx, limit)
 	if err != nil {
 		r.failed(s, err)
-		s.Poll.Known = false
+		s.Poll.Known, s.Poll.Registered = false, false
 		return true, nil
+	}
+	for id, until := range s.Poll.Reserved {
+		if !r.now().Before(until) {
+			delete(s.Poll.Reserved, id)
+		}
 	}
 	var handed []string
 	for id := range s.Taken {
@@ -107,7 +120,7 @@ func (r *Reconciler) refresh(ctx context.Context, s *queueScope) (bool, error) {
 	if len(handed) > 0 {
 		if states, err = s.Client.States(ctx, handed); err != nil {
 			r.failed(s, err)
-			s.Poll.Known = false
+			s.Poll.Known, s.Poll.Registered = false, false
 			return true, nil
 		}
 	}
@@ -115,8 +128,12 @@ func (r *Reconciler) refresh(ctx context.Context, s *queueScope) (bool, error) {
 	for _, id := range handed {
 		asked[id] = true
 	}
-	s.Poll.Scheduled, s.Poll.States, s.Poll.Asked, s.Poll.Known, s.Poll.Err = jobs, states, asked, true, nil
-	s.Poll.WaitingSince = waitingSince(s.Poll.WaitingSince, waiting(jobs, s.Taken), s.Poll.At)
+	s.Poll.Scheduled, s.Poll.Paused, s.Poll.States, s.Poll.Asked, s.Poll.Known, s.Poll.Err = queue.Jobs, queue.Paused, states, asked, true, nil
+	waits := waiting(queue.Jobs, s.Taken)
+	if queue.Paused {
+		waits = 0 // held in Buildkite on purpose
+	}
+	s.Poll.WaitingSince = waitingSince(s.Poll.WaitingSince, waits, s.Poll.At)
 	return true, nil
 }
 
@@ -125,15 +142,20 @@ func (r *Reconciler) plan(_ context.Context, s *queueScope) (bool, error) {
 	q := s.Queue
 	wanted := map[string]bool{}
 	for _, j := range s.Poll.Scheduled {
-		wanted[j.ID] = true
+		if !s.Poll.Paused {
+			wanted[j.ID] = true
+		}
 	}
 	in := runnercore.PlanInput{Now: r.now(), Known: s.Poll.Known && s.Blocked == nil, System: s.Of.System,
 		MaxRunners: int(q.Spec.MaxAgents), MinIdle: int(q.Spec.MinIdle), OwnsPool: s.Of.OwnsPool(),
-		JobTimeout: q.Spec.EffectiveJobTimeout(), RegistrationTimeout: q.Spec.EffectiveStartTimeout()}
+		JobTimeout: q.Spec.EffectiveJobTimeout(), RegistrationTimeout: q.Spec.EffectiveStartTimeout(), RegistrationField: "startTimeout"}
 	for i := range s.Claims {
 		c := &s.Claims[i]
 		f := runnercore.Facts{Name: c.Name, Created: c.CreationTimestamp.Time, Deleting: !c.DeletionTimestamp.IsZero(),
 			Bound: c.Status.MachineRef != nil, Lost: c.Status.Phase.Ended(), Job: jobOf(c)}
+		if job, ok := s.Poll.Handing[c.UID]; ok && f.Job == nil {
+			f.Job = &job
+		}
 		if f.Job != nil {
 			f.Result = result(s.Poll, f.Job.ID)
 			if f.Result == "" && !f.Deleting {
@@ -194,13 +216,14 @@ func waitingSince(since time.Time, waiting int, now time.Time) time.Time {
 }
 
 // ended reports whether a job in Buildkite's state no longer needs its
-// Mac.
+// Mac: only the states Buildkite ends a job in; one it may add later keeps
+// the Mac until the job timeout.
 func ended(state string) bool {
 	switch state {
-	case "scheduled", "assigned", "accepted", "running", "canceling", "timing_out", "waiting", "blocked", "limiting", "limited", "pending":
-		return false
+	case "finished", "canceled", "timed_out", "skipped", "broken", "expired":
+		return true
 	}
-	return true
+	return false
 }
 
 // jobOf is the job recorded on claim, if any.

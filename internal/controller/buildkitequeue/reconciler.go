@@ -1,6 +1,8 @@
 package buildkitequeue
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"strconv"
 	"strings"
@@ -97,14 +99,35 @@ func tokenRef(q *macvirtv1alpha1.MacBuildkiteQueue) string {
 	return "Secret " + q.Namespace + "/" + q.Spec.Buildkite.TokenSecretName + " (key " + macvirtv1alpha1.BuildkiteTokenKey + ")"
 }
 
-// stackKey is the key of macvirt's stack for the queue: unique in the
-// cluster, so two queues of one cluster queue are two stacks.
+// stackKey is the key of macvirt's stack for the queue: its namespace and
+// name as far as Buildkite's 80 characters of A-Z, a-z, 0-9, _ and - allow
+// (a dot of the name becomes _), and a hash of both, so that no two queues
+// share a stack (team-a/ios-x and team-a-ios/x read alike) and each holds
+// only its own reservations.
 func stackKey(q *macvirtv1alpha1.MacBuildkiteQueue) string {
-	key := "macvirt-" + q.Namespace + "-" + q.Name
-	if len(key) > 100 {
-		key = key[:100]
+	readable := strings.ReplaceAll("macvirt-"+q.Namespace+"-"+q.Name, ".", "_")
+	return truncateName(readable, 80-9) + "-" + nameHash(q)
+}
+
+// ownedPoolName is the name of the queue's own warm pool (pools are
+// cluster-scoped): readable, and the hash, so that no tenant can take
+// another namespace's pool name first; at most the 52 characters a pool's
+// name may have (its machines add a suffix).
+func ownedPoolName(q *macvirtv1alpha1.MacBuildkiteQueue) string {
+	return truncateName("buildkite-"+q.Namespace+"-"+q.Name, 52-9) + "-" + nameHash(q)
+}
+
+// nameHash is 8 hex digits of the queue's namespace and name.
+func nameHash(q *macvirtv1alpha1.MacBuildkiteQueue) string {
+	sum := sha256.Sum256([]byte(q.Namespace + "/" + q.Name))
+	return hex.EncodeToString(sum[:4])
+}
+
+func truncateName(s string, n int) string {
+	if len(s) > n {
+		s = s[:n]
 	}
-	return strings.TrimSuffix(key, "-")
+	return strings.TrimRight(s, "-._")
 }
 
 // finalizer keeps a queue until its agents' Macs are released and its

@@ -27,6 +27,9 @@ type queueScope struct {
 	// Taken are the jobs handed to an agent of the queue in this
 	// reconcile or before, by job id.
 	Taken map[string]bool
+	// TokenSum tells tokens apart without keeping one: a new token
+	// registers the stack again.
+	TokenSum string
 }
 
 // poll is what the reconciler last learned of a queue from Buildkite.
@@ -34,15 +37,26 @@ type poll struct {
 	// Config is what the stack was registered with; a change registers
 	// it again.
 	Config string
-	// Registered: the stack is registered with Config.
+	// Registered: the stack is registered with Config; TriedAt is when
+	// it was last registered or tried.
 	Registered bool
+	TriedAt    time.Time
 	// At is when the scheduled jobs were last read; Known whether that
 	// read succeeded.
 	At    time.Time
 	Known bool
-	// Scheduled are the queue's scheduled jobs the stack may reserve
-	// (those it holds reserved among them).
+	// Scheduled are the queue's scheduled jobs no stack holds reserved;
+	// Paused says the cluster queue is paused in Buildkite.
 	Scheduled []stacksapi.ScheduledJob
+	Paused    bool
+	// Reserved are the jobs this process reserved, until their
+	// reservations end: Buildkite lets a stack reserve a job it holds
+	// again, and a claim's record of its job may not be in the cache yet.
+	Reserved map[string]time.Time
+	// Handing are the jobs whose Secret was written and whose record on
+	// the claim failed, by claim: the plan counts them as handed until
+	// the record is written.
+	Handing map[types.UID]macvirtv1alpha1.RunnerJob
 	// States are the states of the jobs handed to the queue's agents,
 	// Asked the jobs the poll asked about (those handed before it).
 	States map[string]string
@@ -54,6 +68,20 @@ type poll struct {
 	WaitingSince time.Time
 	// NoSecret are the Ready claims whose job Secret was read missing.
 	NoSecret map[types.UID]bool
+}
+
+func (p *poll) reserved(job string, until time.Time) {
+	if p.Reserved == nil {
+		p.Reserved = map[string]time.Time{}
+	}
+	p.Reserved[job] = until
+}
+
+func (p *poll) handing(uid types.UID, job macvirtv1alpha1.RunnerJob) {
+	if p.Handing == nil {
+		p.Handing = map[types.UID]macvirtv1alpha1.RunnerJob{}
+	}
+	p.Handing[uid] = job
 }
 
 func (p *poll) noSecret(uid types.UID) {

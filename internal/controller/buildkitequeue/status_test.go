@@ -31,7 +31,7 @@ func TestComputeBuildkiteQueueStatus(t *testing.T) {
 	}{
 		{name: "polling", scope: queueScope{Poll: polled, Scope: runnercore.Scope{Assigned: 1, Plan: runnercore.Plan{Desired: 1, Running: 1,
 			Runners: []runnercore.Decision{{RunnerStatus: macvirtv1alpha1.RunnerStatus{Name: "ios-abcde", State: macvirtv1alpha1.RunnerRunning}}}}}},
-			ready: metav1.ConditionTrue, reason: macvirtv1alpha1.ReasonPolling, msg: `stack "macvirt-ci-ios" polls queue "macos": 1 jobs want a Mac, 1 agents (0 pending, 1 running)`},
+			ready: metav1.ConditionTrue, reason: macvirtv1alpha1.ReasonPolling, msg: `stack "macvirt-ci-ios-43c3292d" polls queue "macos": 1 jobs want a Mac, 1 agents (0 pending, 1 running)`},
 		{name: "a missing Secret needs a human", scope: queueScope{Poll: &poll{}, Scope: runnercore.Scope{Blocked: &base.Problem{
 			Reason: macvirtv1alpha1.ReasonCredentialsInvalid, Message: "Secret ci/bk does not exist"}}},
 			ready: metav1.ConditionFalse, reason: macvirtv1alpha1.ReasonCredentialsInvalid, stalled: true, msg: "ci/bk"},
@@ -45,7 +45,7 @@ func TestComputeBuildkiteQueueStatus(t *testing.T) {
 			Explanation: buildkite.Explanation{StatusCode: 500, Message: "Buildkite answered 500"}}}},
 			ready: metav1.ConditionFalse, reason: macvirtv1alpha1.ReasonBuildkiteUnavailable, msg: "500"},
 		{name: "connecting", scope: queueScope{Poll: &poll{}}, ready: metav1.ConditionFalse, reason: macvirtv1alpha1.ReasonConnectingBuildkite,
-			msg: `registering stack "macvirt-ci-ios" on queue "macos"`},
+			msg: `registering stack "macvirt-ci-ios-43c3292d" on queue "macos"`},
 		{name: "at max agents", scope: queueScope{Poll: polled, Scope: runnercore.Scope{Assigned: 5, Plan: runnercore.Plan{AtMax: true, Desired: 2}}},
 			ready: metav1.ConditionTrue, reason: macvirtv1alpha1.ReasonAtMaxAgents, msg: "5 jobs want a Mac and maxAgents is 2: 3 wait"},
 		{name: "a failed write shows", scope: queueScope{Poll: polled, Scope: runnercore.Scope{Failed: &base.Problem{Reason: macvirtv1alpha1.ReasonRunnerCleanup,
@@ -66,7 +66,7 @@ func TestComputeBuildkiteQueueStatus(t *testing.T) {
 			if (s.Poll.Err != nil) != (st.LastBuildkiteError != nil) {
 				t.Errorf("lastBuildkiteError %+v with error %+v", st.LastBuildkiteError, s.Poll.Err)
 			}
-			if want := map[bool]string{true: "macvirt-ci-ios"}[s.Poll.Registered]; st.StackKey != want || st.ObservedGeneration != 2 {
+			if want := map[bool]string{true: "macvirt-ci-ios-43c3292d"}[s.Poll.Registered]; st.StackKey != want || st.ObservedGeneration != 2 {
 				t.Errorf("stackKey %q observedGeneration %d; want the key only once registered (%q)", st.StackKey, st.ObservedGeneration, want)
 			}
 		})
@@ -79,7 +79,7 @@ func TestEndedStatesReleaseTheMac(t *testing.T) {
 			t.Errorf("%s is not ended", state)
 		}
 	}
-	for _, state := range []string{"scheduled", "assigned", "accepted", "running", "canceling", "timing_out"} {
+	for _, state := range []string{"scheduled", "assigned", "accepted", "running", "canceling", "timing_out", "a_state_buildkite_adds_later"} {
 		if ended(state) {
 			t.Errorf("%s is ended: its Mac would go while the job runs", state)
 		}
@@ -124,5 +124,16 @@ func TestJobsWaitWithoutABreak(t *testing.T) {
 	}
 	if got := waitingSince(t0, 0, t1); !got.IsZero() {
 		t.Errorf("no job waits, yet since %s", got)
+	}
+}
+
+func TestAJobIsNamedByWhatBuildkiteSaid(t *testing.T) {
+	var j stacksapi.ScheduledJob
+	if got := displayName(j); got != "" {
+		t.Errorf("nothing said, named %q", got)
+	}
+	j.Pipeline.Slug, j.Build.Number, j.Step.Key = "app", 12, "test"
+	if got := displayName(j); got != "app #12 test" {
+		t.Errorf("named %q, want app #12 test", got)
 	}
 }

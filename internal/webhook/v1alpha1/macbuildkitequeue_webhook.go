@@ -28,8 +28,10 @@ func (w *buildkiteQueueWebhook) ValidateCreate(ctx context.Context, q *macvirtv1
 }
 
 func (w *buildkiteQueueWebhook) ValidateUpdate(ctx context.Context, old, q *macvirtv1alpha1.MacBuildkiteQueue) (admission.Warnings, error) {
-	changed := old.Spec.Buildkite.TokenSecretName != q.Spec.Buildkite.TokenSecretName || old.Spec.Buildkite.Endpoint != q.Spec.Buildkite.Endpoint
-	return w.validate(ctx, q, changed)
+	// Any change of where the token goes (its Secret, the endpoint, the
+	// queue) is asked of the user making it, as at creation: an editor who
+	// may not read the token must not send it elsewhere.
+	return w.validate(ctx, q, old.Spec.Buildkite != q.Spec.Buildkite)
 }
 
 func (w *buildkiteQueueWebhook) ValidateDelete(context.Context, *macvirtv1alpha1.MacBuildkiteQueue) (admission.Warnings, error) {
