@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -65,20 +64,8 @@ func ApplyBuildkiteQueue(ctx context.Context, c client.Client, endpoint string) 
 func runFakeBuildkiteJob(ctx context.Context, c client.Client, bk *fakebuildkite.Server, out io.Writer) error {
 	say := func(format string, args ...any) { _, _ = fmt.Fprintf(out, "buildkite: "+format+"\n", args...) }
 	q := &macvirtv1alpha1.MacBuildkiteQueue{}
-	if err := poll(ctx, func() (bool, error) {
-		if err := c.Get(ctx, sandboxQueue, q); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		ready := meta.FindStatusCondition(q.Status.Conditions, macvirtv1alpha1.ConditionReady)
-		if ready == nil || ready.Reason != macvirtv1alpha1.ReasonPolling {
-			return false, nil
-		}
-		pool := &macvirtv1alpha1.MacPool{}
-		if err := c.Get(ctx, types.NamespacedName{Name: q.Status.WarmPoolName}, pool); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return pool.Status.Idle >= 1, nil
-	}); err != nil {
+	if err := waitWarm(ctx, c, q, sandboxQueue, macvirtv1alpha1.ReasonPolling, func() []metav1.Condition { return q.Status.Conditions },
+		func() string { return q.Status.WarmPoolName }); err != nil {
 		return fmt.Errorf("queue %s not polling with a warm Mac: %w", sandboxQueue, err)
 	}
 	say("queue %s: stack %q polls cluster queue %q with a warm Mac in pool %s", sandboxQueue, q.Status.StackKey,

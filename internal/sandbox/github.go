@@ -83,20 +83,8 @@ func ApplyCIClass(ctx context.Context, c client.Client) error {
 func runFakeJob(ctx context.Context, c client.Client, gh *fakegithub.Server, out io.Writer) error {
 	say := func(format string, args ...any) { _, _ = fmt.Fprintf(out, "github: "+format+"\n", args...) }
 	set := &macvirtv1alpha1.MacRunnerSet{}
-	if err := poll(ctx, func() (bool, error) {
-		if err := c.Get(ctx, sandboxRunnerSet, set); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		ready := meta.FindStatusCondition(set.Status.Conditions, macvirtv1alpha1.ConditionReady)
-		if ready == nil || ready.Reason != macvirtv1alpha1.ReasonListening {
-			return false, nil
-		}
-		pool := &macvirtv1alpha1.MacPool{}
-		if err := c.Get(ctx, types.NamespacedName{Name: set.Status.WarmPoolName}, pool); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return pool.Status.Idle >= 1, nil
-	}); err != nil {
+	if err := waitWarm(ctx, c, set, sandboxRunnerSet, macvirtv1alpha1.ReasonListening, func() []metav1.Condition { return set.Status.Conditions },
+		func() string { return set.Status.WarmPoolName }); err != nil {
 		return fmt.Errorf("runner set %s not listening with a warm Mac: %w", sandboxRunnerSet, err)
 	}
 	say("runner set %s listens to scale set %q (id %d) with a warm Mac in pool %s", sandboxRunnerSet, set.EffectiveScaleSetName(),
@@ -129,6 +117,26 @@ func runFakeJob(ctx context.Context, c client.Client, gh *fakegithub.Server, out
 		"        curl -X POST %s/_fake/jobs -d '{\"labels\":[\"%s\"],\"durationSeconds\":30}'\n"+
 		"        kubectl mac runners -n %s", id, job.RunnerName, gh.URL(), set.EffectiveScaleSetName(), sandboxRunnerSet.Namespace)
 	return nil
+}
+
+// waitWarm waits until obj (read at key) is Ready for reason and the warm
+// pool it names has an idle Mac; conditions and pool read obj's status.
+func waitWarm(ctx context.Context, c client.Client, obj client.Object, key types.NamespacedName, reason string,
+	conditions func() []metav1.Condition, pool func() string) error {
+	return poll(ctx, func() (bool, error) {
+		if err := c.Get(ctx, key, obj); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		ready := meta.FindStatusCondition(conditions(), macvirtv1alpha1.ConditionReady)
+		if ready == nil || ready.Reason != reason {
+			return false, nil
+		}
+		p := &macvirtv1alpha1.MacPool{}
+		if err := c.Get(ctx, types.NamespacedName{Name: pool()}, p); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return p.Status.Idle >= 1, nil
+	})
 }
 
 // poll calls done every half second until it is true, it fails, or ctx ends.
