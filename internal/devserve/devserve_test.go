@@ -38,8 +38,8 @@ func TestPreparePointsEveryWebhookAtTheLocalServer(t *testing.T) {
 			}
 		}
 	}
-	if webhooks != 10 {
-		t.Errorf("%d webhooks, want 10 (defaulting and validating for four kinds, validating for runner sets and images)", webhooks)
+	if webhooks != 11 {
+		t.Errorf("%d webhooks, want 11 (defaulting and validating for four kinds, validating for runner sets, Buildkite queues and images)", webhooks)
 	}
 
 	// The serving certificate verifies against the CA for the host.

@@ -23,7 +23,7 @@ import (
 // newQueue creates a queue in ns on the fake Buildkite's queue: the CI
 // class, at most three agents, one warm Mac, buildkite-agent under the
 // guest account's home.
-func newQueue(ns, name string) *macvirtv1alpha1.MacBuildkiteQueue {
+func newQueue(ns, name string, mutate ...func(*macvirtv1alpha1.MacBuildkiteQueue)) *macvirtv1alpha1.MacBuildkiteQueue {
 	q := &macvirtv1alpha1.MacBuildkiteQueue{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: macvirtv1alpha1.MacBuildkiteQueueSpec{
 			Buildkite: macvirtv1alpha1.BuildkiteTarget{Queue: queueKey, TokenSecretName: "buildkite", Endpoint: bk.URL()},
@@ -32,6 +32,9 @@ func newQueue(ns, name string) *macvirtv1alpha1.MacBuildkiteQueue {
 			StartTimeout: &metav1.Duration{Duration: 3 * time.Minute},
 			Agent:        macvirtv1alpha1.BuildkiteAgentInstall{Path: "bin/buildkite-agent"},
 		}}
+	for _, m := range mutate {
+		m(q)
+	}
 	Expect(admin.Create(ctx, q)).To(Succeed())
 	return q
 }
@@ -203,10 +206,9 @@ var _ = Describe("A Buildkite queue", func() {
 	It("fails a job in Buildkite, saying why, when its Mac's agent does not start, instead of passing it to Mac after Mac", func() {
 		ns := team("broken", agentToken)
 		cw := watchClaims(ns, "ios")
-		q := newQueue(ns, "ios")
-		Expect(admin.Get(ctx, client.ObjectKeyFromObject(q), q)).To(Succeed())
-		q.Spec.Agent.Path, q.Spec.MinIdle, q.Spec.MaxAgents = "bin/no-such-agent", 0, 1
-		Expect(admin.Update(ctx, q)).To(Succeed())
+		q := newQueue(ns, "ios", func(q *macvirtv1alpha1.MacBuildkiteQueue) {
+			q.Spec.Agent.Path, q.Spec.MinIdle, q.Spec.MaxAgents = "bin/no-such-agent", 0, 1
+		})
 		Eventually(func() string { return readyReason(q) }).Should(Equal(macvirtv1alpha1.ReasonPolling))
 		id := bk.AddJob("echo never")
 		Eventually(func(g Gomega) {
