@@ -2,6 +2,7 @@ package base
 
 import (
 	"fmt"
+	"math"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,4 +72,9 @@ func TurnedStalled(before, after []metav1.Condition) (reason, message string, tu
 		return "", "", false
 	}
 	return now.Reason, now.Message, true
+}
+
+// Int32 is n as an int32, clamped (counts of a status stay far below).
+func Int32(n int) int32 {
+	return int32(max(math.MinInt32, min(n, math.MaxInt32)))
 }

@@ -23,11 +23,11 @@ func computeBuildkiteQueueStatus(s *queueScope) macvirtv1alpha1.MacBuildkiteQueu
 	st := macvirtv1alpha1.MacBuildkiteQueueStatus{
 		ObservedGeneration: q.Generation,
 		StackKey:           q.Status.StackKey,
-		Jobs:               runnercore.Int32(s.Assigned),
-		Desired:            runnercore.Int32(p.Desired),
-		Agents:             runnercore.Int32(len(p.Runners)),
-		Pending:            runnercore.Int32(p.Pending),
-		Running:            runnercore.Int32(p.Running),
+		Jobs:               base.Int32(s.Assigned),
+		Desired:            base.Int32(p.Desired),
+		Agents:             base.Int32(len(p.Runners)),
+		Pending:            base.Int32(p.Pending),
+		Running:            base.Int32(p.Running),
 		Conditions:         append([]metav1.Condition(nil), q.Status.Conditions...),
 	}
 	if s.Poll.Registered {
@@ -45,7 +45,7 @@ func computeBuildkiteQueueStatus(s *queueScope) macvirtv1alpha1.MacBuildkiteQueu
 	sort.Slice(st.AgentStatuses, func(i, j int) bool { return st.AgentStatuses[i].Name < st.AgentStatuses[j].Name })
 	e := s.Poll.Err
 	if e != nil {
-		st.LastBuildkiteError = &macvirtv1alpha1.BuildkiteError{Time: metav1.NewTime(e.At), StatusCode: runnercore.Int32(e.StatusCode), Message: runnercore.Truncate(e.Message, 1024)}
+		st.LastBuildkiteError = &macvirtv1alpha1.BuildkiteError{Time: metav1.NewTime(e.At), StatusCode: base.Int32(e.StatusCode), Message: runnercore.Truncate(e.Message, 1024)}
 	}
 
 	var stalled *base.Problem

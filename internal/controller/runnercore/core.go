@@ -3,7 +3,6 @@ package runnercore
 import (
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"time"
 
@@ -154,11 +153,6 @@ func (j *Record) forget(uid types.UID) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	delete(j.uids, uid)
-}
-
-// Int32 is n as an int32, clamped (counts of a status stay far below).
-func Int32(n int) int32 {
-	return int32(max(math.MinInt32, min(n, math.MaxInt32)))
 }
 
 // Truncate cuts s to n bytes, for a message from elsewhere in a status.

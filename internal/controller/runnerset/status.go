@@ -27,12 +27,12 @@ func computeRunnerSetStatus(s *setScope, now time.Time) macvirtv1alpha1.MacRunne
 	st := macvirtv1alpha1.MacRunnerSetStatus{
 		ObservedGeneration: set.Generation,
 		ScaleSetID:         set.Status.ScaleSetID,
-		AssignedJobs:       runnercore.Int32(s.Demand.Assigned),
-		Desired:            runnercore.Int32(p.Desired),
-		Runners:            runnercore.Int32(len(p.Runners)),
-		Pending:            runnercore.Int32(p.Pending),
-		Idle:               runnercore.Int32(p.Idle),
-		Running:            runnercore.Int32(p.Running),
+		AssignedJobs:       base.Int32(s.Demand.Assigned),
+		Desired:            base.Int32(p.Desired),
+		Runners:            base.Int32(len(p.Runners)),
+		Pending:            base.Int32(p.Pending),
+		Idle:               base.Int32(p.Idle),
+		Running:            base.Int32(p.Running),
 		Conditions:         append([]metav1.Condition(nil), set.Status.Conditions...),
 	}
 	if s.Demand.ScaleSetID != 0 {
@@ -49,7 +49,7 @@ func computeRunnerSetStatus(s *setScope, now time.Time) macvirtv1alpha1.MacRunne
 	}
 	sort.Slice(st.RunnerStatuses, func(i, j int) bool { return st.RunnerStatuses[i].Name < st.RunnerStatuses[j].Name })
 	if e := s.Demand.Err; e != nil && (!s.Demand.Listening || now.Sub(e.At) < errorShown) {
-		ge := &macvirtv1alpha1.GitHubError{Time: metav1.NewTime(e.At), StatusCode: runnercore.Int32(e.StatusCode), Message: runnercore.Truncate(e.Message, 1024)}
+		ge := &macvirtv1alpha1.GitHubError{Time: metav1.NewTime(e.At), StatusCode: base.Int32(e.StatusCode), Message: runnercore.Truncate(e.Message, 1024)}
 		if e.RateLimit != nil {
 			t := metav1.NewTime(*e.RateLimit)
 			ge.RateLimitReset = &t
