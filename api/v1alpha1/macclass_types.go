@@ -267,6 +267,13 @@ type PlacementSpec struct {
 	// affinity is copied to the VM.
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// hostSelector chooses the MacHosts a Virtualization class's machines
+	// may be placed on; unset, any host. KubeVirt classes ignore it (they
+	// use nodeSelector, tolerations and affinity, which Virtualization
+	// classes ignore).
+	// +optional
+	HostSelector *metav1.LabelSelector `json:"hostSelector,omitempty"`
 }
 
 // LifecycleSpec holds the timeouts of a machine's life.
@@ -436,9 +443,34 @@ type ClassAccess struct {
 	AllowedPeers []networkingv1.NetworkPolicyPeer `json:"allowedPeers,omitempty"`
 }
 
+// RuntimeType says what runs a class's machines.
+// +kubebuilder:validation:Enum=KubeVirt;Virtualization
+type RuntimeType string
+
+// Runtimes.
+const (
+	// RuntimeKubeVirt runs machines as KubeVirt VMs on Linux nodes of
+	// Apple hardware (QEMU, OpenCore, CDI disks). The default.
+	RuntimeKubeVirt RuntimeType = "KubeVirt"
+	// RuntimeVirtualization runs machines on Apple-silicon Macs
+	// (MacHosts) under Apple's Virtualization framework, driven by the
+	// macvirt host agent (docs/apple-silicon-hosts.md).
+	RuntimeVirtualization RuntimeType = "Virtualization"
+)
+
 // MacClassSpec is a hardware and image recipe for macOS machines.
+// +kubebuilder:validation:XValidation:rule="(has(self.runtime) && self.runtime == 'Virtualization') || has(self.bootloader)",message="bootloader is required for a KubeVirt class: give the OpenCore disk's source, or set runtime: Virtualization"
+// +kubebuilder:validation:XValidation:rule="!has(self.runtime) || self.runtime != 'Virtualization' || !has(self.bootloader)",message="a Virtualization class has no bootloader (the Virtualization framework boots macOS itself): remove spec.bootloader"
+// +kubebuilder:validation:XValidation:rule="!has(self.runtime) || self.runtime != 'Virtualization' || (has(self.image.source) && has(self.image.source.registry) && !has(self.image.refresh))",message="a Virtualization class takes its VM image from image.source.registry.url (an OCI reference tart or lume can pull, such as docker://ghcr.io/cirruslabs/macos-sequoia-base:latest), without image.refresh"
+// +kubebuilder:validation:XValidation:rule="!has(self.runtime) || self.runtime != 'Virtualization' || !has(self.installer)",message="installer classes run on KubeVirt only: remove spec.installer or the runtime"
+// +kubebuilder:validation:XValidation:rule="(has(self.runtime) ? self.runtime : 'KubeVirt') == (has(oldSelf.runtime) ? oldSelf.runtime : 'KubeVirt')",message="runtime is immutable: make a new class for the other runtime"
 // +kubebuilder:validation:XValidation:rule="has(self.installer) == (has(self.image.source) && has(self.image.source.blank))",message="a blank system disk (image.source.blank) is for installer classes only: set spec.installer with the recovery DataSource, or give image a source with macOS on it"
 type MacClassSpec struct {
+	// runtime is what runs the class's machines: KubeVirt (unset means
+	// KubeVirt) or Virtualization (Apple-silicon MacHosts). Immutable.
+	// +optional
+	Runtime RuntimeType `json:"runtime,omitempty"`
+
 	// description is a one-line summary shown to tenants.
 	// +kubebuilder:validation:MaxLength=256
 	// +optional
@@ -453,9 +485,11 @@ type MacClassSpec struct {
 	// +required
 	Image ImageSpec `json:"image"`
 
-	// bootloader is the OpenCore disk.
-	// +required
-	Bootloader BootloaderSpec `json:"bootloader"`
+	// bootloader is the OpenCore disk of a KubeVirt class; a
+	// Virtualization class has none (Apple's Virtualization framework
+	// boots macOS itself).
+	// +optional
+	Bootloader BootloaderSpec `json:"bootloader,omitzero"`
 
 	// installer makes the class an installer: its machines get a blank
 	// system disk of image.size (image.source must be blank) and boot the
@@ -640,4 +674,34 @@ func (c *MacClass) EffectiveImage() ImageSpec {
 // ImageUnresolved reports a refreshed image whose first import is not done.
 func (c *MacClass) ImageUnresolved() bool {
 	return c.Spec.Image.Refresh != nil && (c.Status.Image == nil || c.Status.Image.Resolved == nil)
+}
+
+// RuntimeOrDefault is the class's runtime: KubeVirt when unset.
+func (s *MacClassSpec) RuntimeOrDefault() RuntimeType {
+	if s.Runtime == "" {
+		return RuntimeKubeVirt
+	}
+	return s.Runtime
+}
+
+// OnHosts reports a class whose machines run on MacHosts under the
+// Virtualization framework, not on KubeVirt.
+func (s *MacClassSpec) OnHosts() bool {
+	return s.RuntimeOrDefault() == RuntimeVirtualization
+}
+
+// VMImage is the OCI reference of a Virtualization class's VM image, as
+// tart and lume take it (without CDI's docker:// scheme); empty for a
+// class without a registry image.
+func (s *MacClassSpec) VMImage() string {
+	if s.Image.Source == nil || s.Image.Source.Registry == nil || s.Image.Source.Registry.URL == nil {
+		return ""
+	}
+	u := *s.Image.Source.Registry.URL
+	for _, scheme := range []string{"docker://", "oci-archive://"} {
+		if len(u) > len(scheme) && u[:len(scheme)] == scheme {
+			return u[len(scheme):]
+		}
+	}
+	return u
 }

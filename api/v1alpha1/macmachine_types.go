@@ -69,6 +69,7 @@ type MachineSMBIOS struct {
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.claimRef) || (has(self.claimRef) && self.claimRef == oldSelf.claimRef)",message="claimRef is set once at binding and never changed afterwards"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.smbios) || (has(self.smbios) && self.smbios == oldSelf.smbios)",message="smbios is generated once and immutable"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.classRevision) || (has(self.classRevision) && self.classRevision == oldSelf.classRevision)",message="classRevision is recorded once and immutable"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.hostName) || (has(self.hostName) && self.hostName == oldSelf.hostName)",message="hostName is set once, when the operator places the machine, and a machine is never moved"
 type MacMachineSpec struct {
 	// className is the MacClass the machine is rendered from. Immutable.
 	// +kubebuilder:validation:MinLength=1
@@ -94,6 +95,13 @@ type MacMachineSpec struct {
 	// smbios is the machine's SMBIOS identity, generated once when created.
 	// +optional
 	SMBIOS *MachineSMBIOS `json:"smbios,omitempty"`
+
+	// hostName is the MacHost a machine of a Virtualization class is placed
+	// on; the operator sets it once and never changes it. Empty for
+	// KubeVirt machines.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	HostName string `json:"hostName,omitempty"`
 
 	// running: false stops the VM gracefully and keeps its disks; true
 	// (default) starts it.
@@ -171,6 +179,55 @@ type GuestStatus struct {
 	Tasks []GuestTaskStatus `json:"tasks,omitempty"`
 }
 
+// HostVMState is a Virtualization machine's VM as its host agent sees it.
+// +kubebuilder:validation:Enum=Creating;Stopped;Starting;Running;Stopping;Deleted
+type HostVMState string
+
+// Host VM states.
+const (
+	// HostVMCreating: the agent is making the VM from the class's image
+	// (pulling it when the host has not cached it).
+	HostVMCreating HostVMState = "Creating"
+	// HostVMStopped: the VM exists and does not run.
+	HostVMStopped HostVMState = "Stopped"
+	// HostVMStarting: a start was asked; the VM does not run yet.
+	HostVMStarting HostVMState = "Starting"
+	// HostVMRunning: the Virtualization framework runs the VM.
+	HostVMRunning HostVMState = "Running"
+	// HostVMStopping: macOS was asked to shut down and still runs.
+	HostVMStopping HostVMState = "Stopping"
+	// HostVMDeleted: the machine is being deleted and its VM is gone from
+	// the host.
+	HostVMDeleted HostVMState = "Deleted"
+)
+
+// HostVMStatus is what the host agent reports about a Virtualization
+// machine's VM. Only the agent of the machine's host writes it.
+type HostVMStatus struct {
+	// vmName is the VM's name on the host.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	VMName string `json:"vmName,omitempty"`
+	// state is the VM's state.
+	// +optional
+	State HostVMState `json:"state,omitempty"`
+	// address is the guest's address on the host's NAT network.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Address string `json:"address,omitempty"`
+	// runningSince is when the agent saw the VM start running.
+	// +optional
+	RunningSince *metav1.Time `json:"runningSince,omitempty"`
+	// stopRequestedAt is when the agent asked macOS to shut down.
+	// +optional
+	StopRequestedAt *metav1.Time `json:"stopRequestedAt,omitempty"`
+	// error is the agent's or the tool's last failure with this VM, in
+	// their words; empty once the step succeeds.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Error string `json:"error,omitempty"`
+}
+
 // MacMachineStatus is the observed state of a machine.
 type MacMachineStatus struct {
 	// observedGeneration is the generation the status was computed from.
@@ -204,9 +261,14 @@ type MacMachineStatus struct {
 	// +optional
 	Guest *GuestStatus `json:"guest,omitempty"`
 	// runningSince is when the current VMI entered the Running phase, as
-	// KubeVirt recorded it; bootTimeout counts from it.
+	// KubeVirt recorded it (or the host agent saw a Virtualization
+	// machine's VM run); bootTimeout counts from it.
 	// +optional
 	RunningSince *metav1.Time `json:"runningSince,omitempty"`
+	// host is what the host agent reports about a Virtualization
+	// machine's VM; only that agent writes it.
+	// +optional
+	Host *HostVMStatus `json:"host,omitempty"`
 }
 
 // MacMachine is one macOS VM: a KubeVirt VirtualMachine plus its CDI
@@ -219,11 +281,13 @@ type MacMachineStatus struct {
 // +kubebuilder:resource:scope=Namespaced,shortName=mm,categories=macvirt
 // +kubebuilder:selectablefield:JSONPath=`.spec.claimRef.uid`
 // +kubebuilder:selectablefield:JSONPath=`.spec.className`
+// +kubebuilder:selectablefield:JSONPath=`.spec.hostName`
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Claim NS",type=string,JSONPath=`.spec.claimRef.namespace`
 // +kubebuilder:printcolumn:name="Claim",type=string,JSONPath=`.spec.claimRef.name`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Host",type=string,JSONPath=`.spec.hostName`,priority=1
 // +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.provisioning.progress`,priority=1
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.spec.classRevision`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

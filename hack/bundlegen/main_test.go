@@ -101,7 +101,7 @@ func TestRunRefusesBadInput(t *testing.T) {
 		"no CSV base":        {without("ClusterServiceVersion"), nil, "no ClusterServiceVersion base"},
 		"no Deployment":      {without("Deployment"), nil, "want exactly one Deployment, found 0"},
 		"bound role absent":  {without("ClusterRole"), nil, "which is not in the input"},
-		"CRD missing":        {without("CustomResourceDefinition"), nil, "the CSV base owns 7 CRDs, the input has 0"},
+		"CRD missing":        {without("CustomResourceDefinition"), nil, "the CSV base owns 8 CRDs, the input has 0"},
 		"APIService missing": {without("APIService"), nil, "the CSV base owns APIService v1alpha1.subresources.macvirt.io, which is not in the input"},
 		"APIService's Service missing": {strings.Replace(in, "name: macvirt-tunnel\n  namespace: macvirt-system\nspec:", "name: elsewhere\n  namespace: macvirt-system\nspec:", 1), nil,
 			"names Service macvirt-tunnel, which is not in the input"},

@@ -27,6 +27,7 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/buildkitequeue"
 	"github.com/macvirt/macvirt/internal/controller/claim"
 	"github.com/macvirt/macvirt/internal/controller/class"
+	"github.com/macvirt/macvirt/internal/controller/host"
 	"github.com/macvirt/macvirt/internal/controller/image"
 	"github.com/macvirt/macvirt/internal/controller/index"
 	"github.com/macvirt/macvirt/internal/controller/machine"
@@ -308,6 +309,14 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 				Client:         c,
 				Recorder:       mgr.GetEventRecorder("macvirt-node-controller"),
 				ControllerName: "nodeslots" + opts.NameSuffix,
+			}).SetupWithManager(mgr)
+		}},
+		{HostController, func() error {
+			return (&host.Reconciler{
+				Client:         c,
+				Clock:          clk,
+				Recorder:       mgr.GetEventRecorder("macvirt-host-controller"),
+				ControllerName: "machost" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},
 	}

@@ -206,6 +206,8 @@ const (
 	ImageController Controller = "image"
 	// BuildkiteController runs Buildkite queues.
 	BuildkiteController Controller = "buildkite"
+	// HostController says which MacHosts are alive and take machines.
+	HostController Controller = "host"
 )
 
 func (o *Options) runs(c Controller) bool {

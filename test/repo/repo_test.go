@@ -54,7 +54,7 @@ func TestProjectFileListsEveryKind(t *testing.T) {
 	if project.Domain != "io" || project.Repo != "github.com/macvirt/macvirt" || !slices.Contains(project.Layout, "go.kubebuilder.io/v4") {
 		t.Errorf("PROJECT header = %+v", project)
 	}
-	namespaced := map[string]bool{"MacClass": false, "MacImage": false, "MacPool": false, "MacClaim": true, "MacMachine": true, "MacRunnerSet": true, "MacBuildkiteQueue": true}
+	namespaced := map[string]bool{"MacClass": false, "MacImage": false, "MacPool": false, "MacClaim": true, "MacMachine": true, "MacRunnerSet": true, "MacBuildkiteQueue": true, "MacHost": false}
 	served := webhookNames(t)
 	var kinds []string
 	for _, r := range project.Resources {
@@ -83,7 +83,7 @@ func TestProjectFileListsEveryKind(t *testing.T) {
 		}
 	}
 	slices.Sort(kinds)
-	if !slices.Equal(kinds, []string{"MacBuildkiteQueue", "MacClaim", "MacClass", "MacImage", "MacMachine", "MacPool", "MacRunnerSet"}) {
+	if !slices.Equal(kinds, []string{"MacBuildkiteQueue", "MacClaim", "MacClass", "MacHost", "MacImage", "MacMachine", "MacPool", "MacRunnerSet"}) {
 		t.Errorf("PROJECT kinds = %v", kinds)
 	}
 }

@@ -81,6 +81,13 @@ func (r *Reconciler) checkExposure(ctx context.Context, s *claimScope) (bool, er
 	if s.machine == nil || s.lost != "" {
 		return true, nil
 	}
+	if s.machine.Spec.HostName != "" {
+		// A Mac of the Virtualization runtime has no NetworkPolicy: its
+		// VMs sit behind the Mac's NAT, which is the weaker promise
+		// docs/design/apple-silicon-runtime.md (section 7) states.
+		s.exposed = true
+		return true, nil
+	}
 	np := &networkingv1.NetworkPolicy{}
 	err := r.Get(ctx, types.NamespacedName{Namespace: s.machine.Namespace, Name: render.NetworkPolicyName(s.machine)}, np)
 	switch {

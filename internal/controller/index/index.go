@@ -39,6 +39,9 @@ const (
 	// ClassDataSource indexes MacClasses by the DataSources they clone
 	// from ("<namespace>/<name>").
 	ClassDataSource = "macvirt.io/datasource"
+	// MachineHost indexes MacMachines by spec.hostName, the MacHost a
+	// Virtualization machine is placed on.
+	MachineHost = "spec.hostName"
 	// ClaimWaitingFor indexes the MacClaims that wait for a machine by the
 	// BindKey they wait on.
 	ClaimWaitingFor = "macvirt.io/waiting-for"
@@ -60,6 +63,12 @@ func Register(ctx context.Context, idx client.FieldIndexer) error {
 		{&macvirtv1alpha1.MacMachine{}, MachineClaimUID, func(o client.Object) []string {
 			if ref := o.(*macvirtv1alpha1.MacMachine).Spec.ClaimRef; ref != nil {
 				return []string{string(ref.UID)}
+			}
+			return nil
+		}},
+		{&macvirtv1alpha1.MacMachine{}, MachineHost, func(o client.Object) []string {
+			if h := o.(*macvirtv1alpha1.MacMachine).Spec.HostName; h != "" {
+				return []string{h}
 			}
 			return nil
 		}},

@@ -25,6 +25,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -117,13 +118,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 // reconcileNormal runs the ensure functions in order; each records what it
 // found in the observation and stops the chain when it cannot go on.
 func (r *Reconciler) reconcileNormal(ctx context.Context, o *machineObservation) error {
-	for _, step := range []func(context.Context, *machineObservation) (bool, error){
+	return base.RunSteps(ctx, o,
 		r.ensureFinalizer,
 		r.releaseIfClaimGone,
 		r.loadClass,
 		r.ensureIdentity,
 		r.ensureClassKept,
 		r.ensureAgentConfig,
+		r.runtimeSteps,
+	)
+}
+
+// runtimeSteps runs the steps of the class's runtime: KubeVirt's objects,
+// or, for a Virtualization class, the placement on a MacHost whose agent
+// makes and runs the VM (the operator only observes it).
+func (r *Reconciler) runtimeSteps(ctx context.Context, o *machineObservation) (bool, error) {
+	if o.Class.Spec.OnHosts() {
+		return true, base.RunSteps(ctx, o, r.ensurePlacement, r.observeHost)
+	}
+	return true, base.RunSteps(ctx, o,
 		r.observeObjects,
 		r.ensureNetworkPolicy,
 		r.ensureDataVolumes,
@@ -132,12 +145,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, o *machineObservation)
 		r.ensureDomainHookAnnotations,
 		r.ensureAgentVolume,
 		r.ensureRunState,
-	} {
-		if proceed, err := step(ctx, o); err != nil || !proceed {
-			return err
-		}
-	}
-	return nil
+	)
 }
 
 // patchStatus computes the status from the observation and writes it once,
@@ -145,7 +153,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, o *machineObservation)
 func (r *Reconciler) patchStatus(ctx context.Context, o *machineObservation) (time.Duration, error) {
 	m := o.Machine
 	r.reportForcedPowerOff(o)
-	computed := computeMachineStatus(*o)
+	computed := computeStatus(*o)
 	if equality.Semantic.DeepEqual(m.Status, computed.Status) {
 		r.forgetKilled(o)
 		return computed.RequeueAfter, nil
@@ -207,7 +215,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(r.namesakeMachine),
 			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return !hasMachineLabel(o) }))).
 		Watches(&macvirtv1alpha1.MacClass{}, handler.EnqueueRequestsFromMapFunc(r.classToMachines)).
-		Watches(&macvirtv1alpha1.MacClaim{}, handler.EnqueueRequestsFromMapFunc(r.claimToMachines))
+		Watches(&macvirtv1alpha1.MacClaim{}, handler.EnqueueRequestsFromMapFunc(r.claimToMachines)).
+		Watches(&macvirtv1alpha1.MacHost{}, handler.EnqueueRequestsFromMapFunc(r.hostToMachines))
 	if r.ControllerName != "" {
 		b = b.Named(r.ControllerName)
 	} else {
@@ -235,6 +244,26 @@ func (r *Reconciler) vmiToMachine(_ context.Context, o client.Object) []reconcil
 // claimToMachines maps a claim (also its deletion) to the machine bound to it.
 func (r *Reconciler) claimToMachines(ctx context.Context, o client.Object) []reconcile.Request {
 	return machinesIndexed(ctx, r.Client, index.MachineClaimUID, string(o.GetUID()))
+}
+
+// hostToMachines maps a MacHost's change to the machines placed on it
+// (lost, back) and to the machines that wait for a host (a slot freed, a
+// host registered or uncordoned).
+func (r *Reconciler) hostToMachines(ctx context.Context, o client.Object) []reconcile.Request {
+	reqs := machinesIndexed(ctx, r.Client, index.MachineHost, o.GetName())
+	list := &macvirtv1alpha1.MacMachineList{}
+	if err := r.List(ctx, list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing machines waiting for a MacHost")
+		return reqs
+	}
+	for i := range list.Items {
+		m := &list.Items[i]
+		if c := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionReady); m.Spec.HostName == "" && c != nil &&
+			c.Reason == macvirtv1alpha1.ReasonNoHostAvailable {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(m)})
+		}
+	}
+	return reqs
 }
 
 func (r *Reconciler) classToMachines(ctx context.Context, o client.Object) []reconcile.Request {

@@ -24,6 +24,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, o *machineObservation)
 	if !controllerutil.ContainsFinalizer(m, macvirtv1alpha1.MachineFinalizer) {
 		return ctrl.Result{}, nil
 	}
+	if m.Spec.HostName != "" {
+		return r.reconcileDeleteHosted(ctx, o)
+	}
 	if err := r.observeOwned(ctx, o); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -55,10 +58,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, o *machineObservation)
 		o.DeletionStep = fmt.Sprintf("waiting for %d VirtualMachine/DataVolume objects to be deleted", remaining)
 		return ctrl.Result{}, nil
 	}
-	patch := client.MergeFrom(m.DeepCopy())
-	controllerutil.RemoveFinalizer(m, macvirtv1alpha1.MachineFinalizer)
-	if err := r.Patch(ctx, m, patch); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
+	if err := r.removeFinalizer(ctx, m); err != nil {
+		return ctrl.Result{}, err
 	}
 	ctrl.LoggerFrom(ctx).Info("machine deleted after graceful stop", "leftAlone", o.Foreign)
 	o.DeletionStep = "done"

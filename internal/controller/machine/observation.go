@@ -97,6 +97,12 @@ type machineObservation struct {
 	// the machine's status.
 	Released bool
 
+	// Host is the MacHost a Virtualization machine is placed on, as read
+	// in this reconcile (HostObserved); nil when it is gone.
+	Host         *macvirtv1alpha1.MacHost
+	HostObserved bool
+	// Unplaced says why no host takes a Virtualization machine yet.
+	Unplaced *base.Problem
 	// rendered memoizes this reconcile's rendering.
 	rendered *renderedObjects
 }

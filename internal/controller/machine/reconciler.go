@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -67,6 +68,8 @@ type Reconciler struct {
 	// killed holds, per machine, an instance the watch saw KubeVirt kill at
 	// the end of a graceful stop, until the machine's status records it.
 	killed sync.Map
+	// placed holds the placements on MacHosts the cache may not show yet.
+	placed placements
 }
 
 // patchVMTemplate changes the template of the machine's VM, a VM the
@@ -128,4 +131,17 @@ func (r *Reconciler) updateFailed(o *machineObservation, err error) error {
 	o.WriteFailed = &base.Problem{Reason: macvirtv1alpha1.ReasonUpdateFailed, Message: err.Error()}
 	base.RecordEvent(r.Recorder, o.Machine, corev1.EventTypeWarning, macvirtv1alpha1.ReasonUpdateFailed, "Provision", err.Error())
 	return err
+}
+
+// placements remembers the placements this operator wrote that its cache
+// may not show yet, so two machines never take one host's last slot.
+type placements struct {
+	mu sync.Mutex
+	// inFlight maps a machine's UID to where it was placed.
+	inFlight map[types.UID]placement
+}
+
+type placement struct {
+	key  types.NamespacedName
+	host string
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -54,4 +55,14 @@ func (r *Reconciler) ensureIdentity(ctx context.Context, o *machineObservation) 
 	}
 	ctrl.LoggerFrom(ctx).Info("recorded machine identity", "serial", m.Spec.SMBIOS.SerialNumber, "classRevision", m.Spec.ClassRevision)
 	return true, nil
+}
+
+// removeFinalizer lets the machine go.
+func (r *Reconciler) removeFinalizer(ctx context.Context, m *macvirtv1alpha1.MacMachine) error {
+	patch := client.MergeFrom(m.DeepCopy())
+	controllerutil.RemoveFinalizer(m, macvirtv1alpha1.MachineFinalizer)
+	if err := r.Patch(ctx, m, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing finalizer: %w", err)
+	}
+	return nil
 }

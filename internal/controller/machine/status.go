@@ -25,6 +25,7 @@ var terminalReasons = map[string]bool{
 	macvirtv1alpha1.ReasonDataVolumeFailed: true,
 	macvirtv1alpha1.ReasonBootTimeout:      true,
 	macvirtv1alpha1.ReasonCrashLoop:        true,
+	macvirtv1alpha1.ReasonHostLost:         true,
 }
 
 // computeMachineStatus derives phase and conditions from an observation.

@@ -30,7 +30,7 @@ func DefaultMacClass(c *macvirtv1alpha1.MacClass) {
 		q := macvirtv1alpha1.DefaultImageSize.DeepCopy()
 		s.Image.Size = &q
 	}
-	if s.Bootloader.Size == nil {
+	if !s.OnHosts() && s.Bootloader.Size == nil {
 		q := macvirtv1alpha1.DefaultBootloaderSize.DeepCopy()
 		s.Bootloader.Size = &q
 	}

@@ -29,6 +29,8 @@ import (
 //     happens to a bound machine when its claim goes.
 //   - the agent token-hash and agent Secret annotations say which guest
 //     may heartbeat for the machine and which Secret its config disk is.
+//   - spec.hostName places a Virtualization machine on a Mac: that Mac's
+//     agent runs it, and the operator counts the Mac's slots by it.
 //
 // Anyone else, whatever RBAC grants them on MacMachines, is refused when a
 // create sets one of them or an update changes one. Removing a controller
@@ -55,6 +57,10 @@ func OperatorOnlyChanges(old, m *macvirtv1alpha1.MacMachine) field.ErrorList {
 	if !equality.Semantic.DeepEqual(old.Spec.ClaimRef, m.Spec.ClaimRef) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "claimRef"),
 			why+"create a MacClaim to have a machine bound to it"))
+	}
+	if old.Spec.HostName != m.Spec.HostName {
+		errs = append(errs, field.Forbidden(field.NewPath("spec", "hostName"),
+			why+"the operator places a Virtualization machine on a MacHost with a free slot; leave it unset"))
 	}
 	if old.Spec.ClassRevision != m.Spec.ClassRevision {
 		// A kept revision of a class is rendered as it was: naming one

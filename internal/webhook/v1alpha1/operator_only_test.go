@@ -31,6 +31,7 @@ func TestOperatorOnlyChanges(t *testing.T) {
 		{"a claimRef", nil, func(m *macvirtv1alpha1.MacMachine) {
 			m.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: "team-b", Name: "db", UID: "claim-uid"}
 		}, "spec.claimRef"},
+		{"a host", nil, func(m *macvirtv1alpha1.MacMachine) { m.Spec.HostName = "mac-a" }, "spec.hostName"},
 		{"the pool label", nil, func(m *macvirtv1alpha1.MacMachine) {
 			m.Labels = map[string]string{macvirtv1alpha1.LabelPool: "ci"}
 		}, "metadata.labels[macvirt.io/pool]"},

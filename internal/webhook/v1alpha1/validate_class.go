@@ -66,8 +66,12 @@ func ValidateMacClass(c *macvirtv1alpha1.MacClass, env ClassEnv) (field.ErrorLis
 		warns = append(warns, fmt.Sprintf("spec.image.size %s is under %s: macOS updates need room, and a clone fails when the source is larger",
 			sz.String(), minSafeImageSize.String()))
 	}
-	errs = append(errs, validateDiskSource(spec.Child("bootloader"), &s.Bootloader.DiskSource, &warns)...)
-	errs = append(errs, validateSize(spec.Child("bootloader", "size"), s.Bootloader.Size)...)
+	if s.OnHosts() {
+		errs = append(errs, validateOnHosts(spec, s)...)
+	} else {
+		errs = append(errs, validateDiskSource(spec.Child("bootloader"), &s.Bootloader.DiskSource, &warns)...)
+		errs = append(errs, validateSize(spec.Child("bootloader", "size"), s.Bootloader.Size)...)
+	}
 
 	errs = append(errs, validateHardware(spec.Child("hardware"), &s.Hardware, env, &warns)...)
 	// What the class's macOS release is known not to boot with, on the
@@ -116,6 +120,11 @@ func validateImage(spec *field.Path, s *macvirtv1alpha1.MacClassSpec, warns *[]s
 	blank := s.Image.Source != nil && s.Image.Source.Blank != nil
 	var errs field.ErrorList
 	switch {
+	case s.OnHosts():
+		// Said once, by validateOnHosts.
+		if s.Image.SourceRef == nil && s.Image.Source != nil {
+			errs = append(errs, validateDiskSource(img, &s.Image.DiskSource, warns)...)
+		}
 	case s.Installer != nil && !blank:
 		errs = append(errs, field.Invalid(img.Child("source"), "not blank",
 			"an installer class (spec.installer) installs macOS onto a blank disk: set image.source to {blank: {}}"))
@@ -152,6 +161,36 @@ func validateImage(spec *field.Path, s *macvirtv1alpha1.MacClassSpec, warns *[]s
 			errs = append(errs, field.Invalid(img.Child("refresh", "schedule"), r.Schedule,
 				"not a cron schedule CDI can parse ("+err.Error()+"): five fields, such as \"0 */6 * * *\""))
 		}
+	}
+	return errs
+}
+
+// validateOnHosts checks what a Virtualization class needs: an OCI image
+// the host agents' tool can pull, no OpenCore disk, and a valid host
+// selector.
+func validateOnHosts(spec *field.Path, s *macvirtv1alpha1.MacClassSpec) field.ErrorList {
+	var errs field.ErrorList
+	if s.Bootloader != (macvirtv1alpha1.BootloaderSpec{}) {
+		errs = append(errs, field.Forbidden(spec.Child("bootloader"),
+			"a Virtualization class has no bootloader: Apple's Virtualization framework boots macOS itself; remove it"))
+	}
+	switch {
+	case s.Image.SourceRef != nil:
+		errs = append(errs, field.Forbidden(spec.Child("image", "sourceRef"),
+			"CDI DataSources do not reach a Mac: give the VM image as image.source.registry.url"))
+	case s.VMImage() == "":
+		errs = append(errs, field.Required(spec.Child("image", "source", "registry", "url"),
+			"a Virtualization class's VM image is an OCI reference tart or lume can pull, such as docker://ghcr.io/cirruslabs/macos-sequoia-base:latest"))
+	}
+	if s.Image.Refresh != nil {
+		errs = append(errs, field.Forbidden(spec.Child("image", "refresh"), "a Mac's tool pulls the image itself: remove refresh"))
+	}
+	if s.Installer != nil {
+		errs = append(errs, field.Forbidden(spec.Child("installer"), "installer classes run on KubeVirt only: remove installer, or runtime"))
+	}
+	if sel := s.Placement.HostSelector; sel != nil {
+		errs = append(errs, metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{},
+			spec.Child("placement", "hostSelector"))...)
 	}
 	return errs
 }
