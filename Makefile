@@ -180,6 +180,10 @@ kubectl-mac: ## Build the kubectl mac plugin into bin/kubectl-mac (put bin/ on P
 fleeting-plugin: ## Build GitLab Runner's fleeting plugin into bin/fleeting-plugin-macvirt (docs/gitlab.md).
 	go build -ldflags="-X github.com/macvirt/macvirt/internal/gitlab.Version=v$(VERSION)" -o bin/fleeting-plugin-macvirt ./cmd/fleeting-plugin-macvirt
 
+.PHONY: host-agent
+host-agent: ## Build the host agent for Apple-silicon Macs into bin/macvirt-host-agent (darwin/arm64, no cgo; docs/apple-silicon-hosts.md).
+	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 go build -ldflags="-X main.version=v$(VERSION)" -o bin/macvirt-host-agent ./cmd/macvirt-host-agent
+
 KUBECTL_MAC_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
 .PHONY: kubectl-mac-dist

@@ -1,0 +1,186 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package hostagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/hostagent/vz"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+)
+
+// Facts are what the agent reports about its Mac besides its VMs.
+type Facts struct {
+	Chip, MacOSVersion string
+	// FreeDisk is the free space where the tool keeps its VMs; nil when
+	// unknown.
+	FreeDisk *resource.Quantity
+}
+
+// Options configure an agent.
+type Options struct {
+	// Host is the MacHost's name: the Mac's, and the agent's
+	// ServiceAccount's.
+	Host string
+	// Lease is how long the host counts as alive after a heartbeat; the
+	// agent heartbeats four times per lease. Unset: 60s.
+	Lease time.Duration
+	// MinFreeDisk is the free disk under which the host reports
+	// DiskPressure. Unset: 60Gi.
+	MinFreeDisk *resource.Quantity
+	// Version is the agent's version, reported.
+	Version string
+	// Facts reads the Mac's chip, macOS version and free disk; unset,
+	// nothing is reported of them.
+	Facts func(ctx context.Context) Facts
+	// Clock is the agent's time source (tests move it).
+	Clock clock.PassiveClock
+	// Name tells several agents apart in one process (tests).
+	Name string
+}
+
+// Agent is one Mac's host agent.
+type Agent struct {
+	opts   Options
+	driver vz.Driver
+	client client.Client
+	clock  clock.PassiveClock
+	mgr    manager.Manager
+
+	mu sync.Mutex
+	// stuck is the VM-limit error of the last start, when it came with no
+	// VM running; cleared by the next start that succeeds.
+	stuck string
+}
+
+// New makes an agent that talks to the API server with cfg (the host's
+// ServiceAccount) and drives VMs with driver.
+func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
+	if opts.Host == "" {
+		return nil, errors.New("the host's name is required")
+	}
+	if opts.Lease == 0 {
+		opts.Lease = macvirtv1alpha1.DefaultHostLease
+	}
+	if opts.MinFreeDisk == nil {
+		q := resource.MustParse("60Gi")
+		opts.MinFreeDisk = &q
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	scheme, err := macvirtscheme.New()
+	if err != nil {
+		return nil, err
+	}
+	// The agent caches only its own machines (a field selector, served for
+	// .spec.hostName as a selectable field) and the classes; it reads its
+	// MacHost uncached.
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&macvirtv1alpha1.MacMachine{}: {Field: fields.OneTermEqualSelector("spec.hostName", opts.Host)},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("making the agent's manager: %w", err)
+	}
+	a := &Agent{opts: opts, driver: driver, client: mgr.GetClient(), clock: opts.Clock, mgr: mgr}
+	name := "hostagent"
+	if opts.Name != "" {
+		name += "-" + opts.Name
+	}
+	err = ctrl.NewControllerManagedBy(mgr).
+		For(&macvirtv1alpha1.MacMachine{}).
+		Named(name).
+		Complete(&machineReconciler{agent: a})
+	if err != nil {
+		return nil, fmt.Errorf("setting up the agent's machine loop: %w", err)
+	}
+	if err := mgr.Add(manager.RunnableFunc(a.keepHost)); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Start runs the agent until ctx ends.
+func (a *Agent) Start(ctx context.Context) error { return a.mgr.Start(ctx) }
+
+// start starts a VM, and tells the framework's VM limit with no VM
+// running (the stuck count) from a host that is only full.
+func (a *Agent) start(ctx context.Context, name string) error {
+	err := a.driver.Start(ctx, name, vz.StartOptions{})
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case err == nil:
+		a.stuck = ""
+	case errors.Is(err, vz.ErrVMLimit):
+		if s, serr := a.driver.Slots(ctx); serr == nil && s.Running == 0 {
+			a.stuck = fmt.Sprintf("starting %s failed at %s with no VM running: %v", name, a.clock.Now().UTC().Format(time.RFC3339), err)
+		}
+	}
+	return err
+}
+
+// stuckCount is the last stuck-count failure, or "".
+func (a *Agent) stuckCount() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stuck
+}
+
+// orphans returns the agent's VMs that no machine placed on the host
+// names: left by a machine deleted while the host was lost.
+func (a *Agent) orphans(ctx context.Context) ([]string, error) {
+	vms, err := a.driver.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	list := &macvirtv1alpha1.MacMachineList{}
+	if err := a.client.List(ctx, list); err != nil {
+		return nil, err
+	}
+	placed := map[string]bool{}
+	for i := range list.Items {
+		placed[VMName(&list.Items[i])] = true
+	}
+	var out []string
+	for _, vm := range vms {
+		if strings.HasPrefix(vm.Name, VMPrefix) && !placed[vm.Name] {
+			out = append(out, vm.Name)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,106 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package hostagent
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/macvirt/macvirt/internal/hostagent/vz"
+)
+
+// Action is what the agent does next with a machine's VM.
+type Action string
+
+// Actions.
+const (
+	// ActNone: the VM is as the machine wants it; report it.
+	ActNone Action = "None"
+	// ActCreate: make the VM from the class's image.
+	ActCreate Action = "Create"
+	// ActStart: start the stopped VM.
+	ActStart Action = "Start"
+	// ActRequestStop: ask macOS to shut down (the power button).
+	ActRequestStop Action = "RequestStop"
+	// ActWaitStop: macOS was asked and still runs; wait for it, and never
+	// force it.
+	ActWaitStop Action = "WaitStop"
+	// ActDelete: remove the stopped VM and its disk.
+	ActDelete Action = "Delete"
+	// ActDeleted: the machine is deleted and its VM is gone.
+	ActDeleted Action = "Deleted"
+)
+
+// Input is what the agent knows about one machine's VM.
+type Input struct {
+	Now time.Time
+	// Deleting: the machine has a deletion timestamp (or is an orphan:
+	// a VM of the agent's that no machine is placed for).
+	Deleting bool
+	// WantsRunning is the machine's spec.running.
+	WantsRunning bool
+	// Exists and State are what the driver reports.
+	Exists bool
+	State  vz.State
+	// StopRequestedAt is when the agent asked macOS to shut down, as the
+	// machine's status records it; nil when it did not.
+	StopRequestedAt *time.Time
+	// Grace is the class's shutdownGracePeriod.
+	Grace time.Duration
+}
+
+// Decision is the next action, and a problem to report with it.
+type Decision struct {
+	Action Action
+	// Problem is said in status.host.error (a stop past its grace period).
+	Problem string
+	// RecheckAfter is when to look again, for what no event reports.
+	RecheckAfter time.Duration
+}
+
+// Decide picks the next step for one VM. A stop is only ever asked of
+// macOS; a VM that outlives its grace period is reported, and left.
+func Decide(in Input) Decision {
+	stopping := in.Deleting || !in.WantsRunning
+	switch {
+	case !in.Exists && in.Deleting:
+		return Decision{Action: ActDeleted}
+	case !in.Exists:
+		return Decision{Action: ActCreate}
+	case stopping && in.State == vz.StateStopped && in.Deleting:
+		return Decision{Action: ActDelete}
+	case stopping && in.State == vz.StateStopped:
+		return Decision{Action: ActNone}
+	case stopping && in.StopRequestedAt == nil:
+		return Decision{Action: ActRequestStop, RecheckAfter: stopPoll}
+	case stopping:
+		waited := in.Now.Sub(*in.StopRequestedAt)
+		if waited >= in.Grace {
+			return Decision{Action: ActWaitStop, RecheckAfter: stopPoll, Problem: fmt.Sprintf(
+				"macOS did not shut down within shutdownGracePeriod %s of being asked at %s; the VM is left running, never forced: log in and shut it down, or find what holds it",
+				in.Grace, in.StopRequestedAt.UTC().Format(time.RFC3339))}
+		}
+		return Decision{Action: ActWaitStop, RecheckAfter: stopPoll}
+	case in.State == vz.StateStopped:
+		return Decision{Action: ActStart}
+	}
+	return Decision{Action: ActNone}
+}
+
+// stopPoll is how often a VM asked to stop is looked at: the tools report
+// no event when it does.
+const stopPoll = 2 * time.Second

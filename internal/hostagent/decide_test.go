@@ -1,0 +1,62 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package hostagent
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/macvirt/macvirt/internal/hostagent/vz"
+)
+
+func TestDecide(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	asked := now.Add(-time.Minute)
+	longAgo := now.Add(-10 * time.Minute)
+	for name, tc := range map[string]struct {
+		in          Input
+		want        Action
+		wantProblem bool
+	}{
+		"a new machine's VM is made":                       {in: Input{WantsRunning: true}, want: ActCreate},
+		"a stopped VM that should run starts":              {in: Input{WantsRunning: true, Exists: true, State: vz.StateStopped}, want: ActStart},
+		"a running VM that should run is left":             {in: Input{WantsRunning: true, Exists: true, State: vz.StateRunning}, want: ActNone},
+		"a starting VM is left to start":                   {in: Input{WantsRunning: true, Exists: true, State: vz.StateStarting}, want: ActNone},
+		"stopping asks macOS first":                        {in: Input{Exists: true, State: vz.StateRunning}, want: ActRequestStop},
+		"a stopped VM that should stay stopped is left":    {in: Input{Exists: true, State: vz.StateStopped}, want: ActNone},
+		"asked to stop, it is waited for":                  {in: Input{Exists: true, State: vz.StateRunning, StopRequestedAt: &asked}, want: ActWaitStop},
+		"past the grace period it is reported, not forced": {in: Input{Exists: true, State: vz.StateRunning, StopRequestedAt: &longAgo}, want: ActWaitStop, wantProblem: true},
+		"a deleted machine's running VM is asked to stop":  {in: Input{Deleting: true, WantsRunning: true, Exists: true, State: vz.StateRunning}, want: ActRequestStop},
+		"a deleted machine's stopped VM is deleted":        {in: Input{Deleting: true, WantsRunning: true, Exists: true, State: vz.StateStopped}, want: ActDelete},
+		"a deleted machine's VM once gone is reported":     {in: Input{Deleting: true, WantsRunning: true}, want: ActDeleted},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tc.in.Now, tc.in.Grace = now, 5*time.Minute
+			got := Decide(tc.in)
+			if got.Action != tc.want {
+				t.Fatalf("Decide(%+v) = %s; want %s", tc.in, got.Action, tc.want)
+			}
+			if (got.Problem != "") != tc.wantProblem {
+				t.Fatalf("problem %q; want one: %v", got.Problem, tc.wantProblem)
+			}
+			if tc.wantProblem && !strings.Contains(got.Problem, "never forced") {
+				t.Errorf("problem %q does not say the VM is never forced", got.Problem)
+			}
+		})
+	}
+}

@@ -1,0 +1,192 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package hostagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/hostagent/vz"
+)
+
+// VMPrefix starts the name of every VM the agent makes; a VM with it that
+// no machine placed on the host names is the agent's to remove.
+const VMPrefix = "macvirt-"
+
+// VMName is a machine's VM's name on the host: its UID, which no other
+// machine ever has, even one of the same name made again.
+func VMName(m *macvirtv1alpha1.MacMachine) string { return VMPrefix + string(m.UID) }
+
+// resync is how often a machine is looked at although nothing changed:
+// a VM that stops by itself reports no event.
+const resync = 10 * time.Second
+
+// machineReconciler runs the VMs of the machines placed on the host.
+type machineReconciler struct {
+	agent *Agent
+}
+
+// Reconcile brings one machine's VM one step closer to what the machine
+// wants, and reports it in status.host when that changed.
+func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	a := r.agent
+	m := &macvirtv1alpha1.MacMachine{}
+	if err := a.client.Get(ctx, req.NamespacedName, m); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if m.Spec.HostName != a.opts.Host || m.UID == "" {
+		return ctrl.Result{}, nil
+	}
+	class := &macvirtv1alpha1.MacClass{}
+	classErr := a.client.Get(ctx, client.ObjectKey{Name: m.Spec.ClassName}, class)
+	if classErr != nil {
+		class = nil
+	}
+	name := VMName(m)
+	report := m.Status.Host.DeepCopy()
+	if report == nil {
+		report = &macvirtv1alpha1.HostVMStatus{}
+	}
+	report.VMName = name
+	vm, err := a.driver.Get(ctx, name)
+	exists := err == nil
+	if err != nil && !errors.Is(err, vz.ErrNotFound) {
+		report.Error = err.Error()
+		return r.write(ctx, m, report, ctrl.Result{RequeueAfter: resync}, err)
+	}
+	in := Input{Now: a.clock.Now(), Deleting: !m.DeletionTimestamp.IsZero(), WantsRunning: m.Spec.Running == nil || *m.Spec.Running,
+		Exists: exists, State: vm.State, Grace: macvirtv1alpha1.DefaultShutdownGracePeriod}
+	if class != nil {
+		in.Grace = class.Spec.Lifecycle.ShutdownGracePeriodOrDefault()
+	}
+	if report.StopRequestedAt != nil {
+		t := report.StopRequestedAt.Time
+		in.StopRequestedAt = &t
+	}
+	d := Decide(in)
+	result := ctrl.Result{RequeueAfter: resync}
+	if d.RecheckAfter > 0 {
+		result.RequeueAfter = d.RecheckAfter
+	}
+	report.Error = d.Problem
+	var stepErr error
+	switch d.Action {
+	case ActDeleted:
+		report.State, report.Address, report.RunningSince = macvirtv1alpha1.HostVMDeleted, "", nil
+		return r.write(ctx, m, report, ctrl.Result{}, nil)
+	case ActCreate:
+		if class == nil {
+			report.State, report.Error = macvirtv1alpha1.HostVMCreating, fmt.Sprintf("reading MacClass %s: %v", m.Spec.ClassName, classErr)
+			return r.write(ctx, m, report, result, classErr)
+		}
+		report.State = macvirtv1alpha1.HostVMCreating
+		stepErr = a.driver.Create(ctx, name, createOptions(class))
+		if stepErr == nil {
+			report.State = macvirtv1alpha1.HostVMStopped
+			result.RequeueAfter = time.Millisecond
+		}
+	case ActStart:
+		report.State, report.StopRequestedAt = macvirtv1alpha1.HostVMStarting, nil
+		stepErr = a.start(ctx, name)
+		if stepErr == nil {
+			now := metav1.NewTime(a.clock.Now())
+			report.State, report.RunningSince = macvirtv1alpha1.HostVMRunning, &now
+			if vm, err := a.driver.Get(ctx, name); err == nil {
+				report.Address = vm.IP
+			}
+		}
+	case ActRequestStop:
+		stepErr = a.driver.RequestStop(ctx, name)
+		switch {
+		case stepErr == nil:
+			now := metav1.NewTime(a.clock.Now())
+			report.State, report.StopRequestedAt = macvirtv1alpha1.HostVMStopping, &now
+		case errors.Is(stepErr, vz.ErrNotRunning):
+			stepErr, result.RequeueAfter = nil, time.Millisecond
+		case errors.Is(stepErr, vz.ErrNoGracefulStop):
+			report.State = macvirtv1alpha1.HostVMRunning
+			stepErr = fmt.Errorf("%w; macvirt never forces macOS off, and asking through the guest agent is not built yet: shut macOS down from inside the VM", stepErr)
+		}
+	case ActWaitStop:
+		report.State = macvirtv1alpha1.HostVMStopping
+	case ActDelete:
+		stepErr = a.driver.Delete(ctx, name)
+		if stepErr == nil {
+			report.State, report.Address, report.RunningSince, report.StopRequestedAt = macvirtv1alpha1.HostVMDeleted, "", nil, nil
+			return r.write(ctx, m, report, ctrl.Result{}, nil)
+		}
+	case ActNone:
+		report.State = hostState(vm.State)
+		if vm.State == vz.StateStopped {
+			report.Address, report.RunningSince, report.StopRequestedAt = "", nil, nil
+		} else {
+			report.Address = vm.IP
+		}
+	}
+	if stepErr != nil {
+		report.Error = stepErr.Error()
+	}
+	return r.write(ctx, m, report, result, stepErr)
+}
+
+// write patches status.host, only when it changed, and nothing else.
+func (r *machineReconciler) write(ctx context.Context, m *macvirtv1alpha1.MacMachine, report *macvirtv1alpha1.HostVMStatus,
+	result ctrl.Result, stepErr error) (ctrl.Result, error) {
+	if len(report.Error) > 1024 {
+		report.Error = report.Error[:1024]
+	}
+	if equality.Semantic.DeepEqual(m.Status.Host, report) {
+		return result, stepErr
+	}
+	before := m.DeepCopy()
+	m.Status.Host = report
+	if err := r.agent.client.Status().Patch(ctx, m, client.MergeFrom(before)); err != nil {
+		return result, fmt.Errorf("reporting the VM of MacMachine %s/%s: %w", m.Namespace, m.Name, err)
+	}
+	if stepErr != nil {
+		// Reported; looked at again after resync, not in a hot loop.
+		ctrl.LoggerFrom(ctx).Info("VM step failed", "vm", report.VMName, "error", stepErr.Error())
+		return result, nil
+	}
+	return result, nil
+}
+
+func hostState(s vz.State) macvirtv1alpha1.HostVMState {
+	switch s {
+	case vz.StateRunning:
+		return macvirtv1alpha1.HostVMRunning
+	case vz.StateStarting:
+		return macvirtv1alpha1.HostVMStarting
+	}
+	return macvirtv1alpha1.HostVMStopped
+}
+
+func createOptions(class *macvirtv1alpha1.MacClass) vz.CreateOptions {
+	opts := vz.CreateOptions{Image: class.Spec.VMImage()}
+	opts.CPUs = int(class.Spec.Resources.CPU)
+	mem := class.Spec.Resources.MemoryOrDefault()
+	opts.MemoryMiB = int(mem.Value() / (1 << 20))
+	return opts
+}

@@ -1,0 +1,616 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package fakelume
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// LimitText is what the fake logs when a start fails on the framework's VM
+// limit: the description of VZErrorDomain code 6 as macOS words it.
+const LimitText = "The maximum supported number of active virtual machines has been reached."
+
+// ManifestFetchFailed is lume's error text for a pull whose image the
+// registry does not have; like lume's, it does not name the image.
+const ManifestFetchFailed = "Failed to fetch image manifest from registry."
+
+// Options are the fake's knobs.
+type Options struct {
+	// MaxVMs is the framework's limit on running VMs; 0 means 2. The host
+	// status always reports max_vms 2, as lume hard-codes it.
+	MaxVMs int
+	// StartDelay is how long a started VM stays "provisioning" before it
+	// runs (or fails); 0 starts it at once, still after the 202.
+	StartDelay time.Duration
+	// Stuck makes every start fail with the VM-limit error, even with no VM
+	// running, as a host whose framework count is stuck; the host status
+	// still computes its slots from the running VMs, as lume's does.
+	Stuck bool
+	// Images are the references the fake registry has, as
+	// "registry/organization/image:tag"; a pull of another fails.
+	Images []string
+	// NoLogs makes GET /lume/logs answer as a lume without log files (one
+	// not started as a daemon).
+	NoLogs bool
+}
+
+// Server is a fake lume: an http.Handler for the /lume routes the macvirt
+// driver uses, keeping each VM as a JSON file in Dir/<name>/.
+type Server struct {
+	// Dir holds the VMs' state files and the image cache.
+	Dir string
+
+	mu          sync.Mutex
+	opts        Options
+	forcedStops int
+	log         strings.Builder
+	nextIP      int
+	timers      []*time.Timer
+}
+
+// vmState is one VM's file.
+type vmState struct {
+	Name        string   `json:"name"`
+	CPUCount    int      `json:"cpuCount"`
+	MemorySize  uint64   `json:"memorySize"`
+	DiskSize    uint64   `json:"diskSize"`
+	Display     string   `json:"display"`
+	Status      string   `json:"status"`
+	IPAddress   string   `json:"ipAddress,omitempty"`
+	SharedDirs  []string `json:"sharedDirs,omitempty"`
+	SourceImage string   `json:"sourceImage"`
+}
+
+// New returns a fake lume keeping its files in dir.
+func New(dir string, opts Options) *Server {
+	s := &Server{Dir: dir, opts: opts, nextIP: 2}
+	return s
+}
+
+// Start serves s on a new httptest.Server closed at the test's end.
+func Start(t testing.TB, s *Server) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewServer(s)
+	t.Cleanup(func() {
+		ts.Close()
+		s.stopTimers()
+	})
+	return ts
+}
+
+// SetOptions replaces the fake's knobs; VMs keep their state.
+func (s *Server) SetOptions(opts Options) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts = opts
+}
+
+// ForcedStops is how many times POST /lume/vms/:name/stop was called, so a
+// test can prove nothing forced a VM off.
+func (s *Server) ForcedStops() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.forcedStops
+}
+
+// Log is everything the fake logged, as lume's daemon log would hold it.
+func (s *Server) Log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
+}
+
+// GuestShutdown makes a running VM stop as if macOS shut itself down (the
+// guest agent's shutdown); it is an error when the VM does not run.
+func (s *Server) GuestShutdown(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	vm, err := s.read(name)
+	if err != nil {
+		return err
+	}
+	if vm.Status != "running" {
+		return fmt.Errorf("fakelume: VM %s is %s, not running", name, vm.Status)
+	}
+	vm.Status = "stopped"
+	vm.IPAddress = ""
+	s.logf("INFO", "VM lifecycle ended", name, "")
+	return s.write(vm)
+}
+
+// SetRunning puts a VM into the running state directly, creating it when
+// missing, so a test can set up a host with running VMs.
+func (s *Server) SetRunning(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	vm, err := s.read(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		vm = s.newVM(name, "")
+	} else if err != nil {
+		return err
+	}
+	vm.Status = "running"
+	vm.IPAddress = s.ip()
+	return s.write(vm)
+}
+
+func (s *Server) stopTimers() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.timers {
+		t.Stop()
+	}
+}
+
+func (s *Server) maxVMs() int {
+	if s.opts.MaxVMs > 0 {
+		return s.opts.MaxVMs
+	}
+	return 2
+}
+
+func (s *Server) ip() string {
+	ip := fmt.Sprintf("192.168.64.%d", s.nextIP)
+	s.nextIP++
+	return ip
+}
+
+// logf appends a line in lume's log format: "[time] LEVEL: message" and
+// key=value metadata.
+func (s *Server) logf(level, msg, name, errText string) {
+	fmt.Fprintf(&s.log, "[%s] %s: %s name=%s", time.Now().UTC().Format(time.RFC3339), level, msg, name)
+	if errText != "" {
+		fmt.Fprintf(&s.log, " error=%s", errText)
+	}
+	s.log.WriteString("\n")
+}
+
+func (s *Server) vmFile(name string) string {
+	return filepath.Join(s.Dir, name, "vm.json")
+}
+
+func (s *Server) read(name string) (vmState, error) {
+	var vm vmState
+	if !validName(name) {
+		return vm, fs.ErrNotExist
+	}
+	b, err := os.ReadFile(s.vmFile(name))
+	if err != nil {
+		return vm, err
+	}
+	err = json.Unmarshal(b, &vm)
+	return vm, err
+}
+
+// validName keeps a VM's files inside Dir.
+func validName(name string) bool {
+	return name != "" && !strings.ContainsAny(name, `/\`) && name != "." && name != ".." && name != "cache"
+}
+
+func (s *Server) write(vm vmState) error {
+	if !validName(vm.Name) {
+		return fmt.Errorf("fakelume: bad VM name %q", vm.Name)
+	}
+	if err := os.MkdirAll(filepath.Join(s.Dir, vm.Name), 0o750); err != nil {
+		return err
+	}
+	b, err := json.Marshal(vm)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(s.vmFile(vm.Name), b, 0o600) //nolint:gosec // G703: validName keeps the path in Dir.
+}
+
+func (s *Server) all() ([]vmState, error) {
+	entries, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []vmState
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		vm, err := s.read(e.Name())
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, vm)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (s *Server) running() (int, error) {
+	vms, err := s.all()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, vm := range vms {
+		if vm.Status == "running" {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (s *Server) newVM(name, image string) vmState {
+	return vmState{
+		Name: name, CPUCount: 4, MemorySize: 8 << 30, DiskSize: 50 << 30,
+		Display: "1024x768", Status: "stopped", SourceImage: image,
+	}
+}
+
+// details is lume's VMDetails JSON: every key present, null when absent.
+func details(vm vmState) map[string]any {
+	d := map[string]any{
+		"name":                  vm.Name,
+		"os":                    "macOS",
+		"cpuCount":              vm.CPUCount,
+		"memorySize":            vm.MemorySize,
+		"diskSize":              map[string]any{"allocated": vm.DiskSize / 4, "total": vm.DiskSize},
+		"display":               vm.Display,
+		"status":                vm.Status,
+		"provisioningOperation": nil,
+		"vncUrl":                nil,
+		"ipAddress":             nil,
+		"sshAvailable":          nil,
+		"locationName":          "home",
+		"sharedDirectories":     nil,
+		"networkMode":           "nat",
+		"downloadProgress":      nil,
+	}
+	if vm.Status == "running" {
+		d["ipAddress"] = vm.IPAddress
+		d["sshAvailable"] = true
+		d["vncUrl"] = "vnc://:fake@127.0.0.1:5900"
+	}
+	return d
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if v != nil {
+		_ = json.NewEncoder(w).Encode(v)
+	}
+}
+
+func badRequest(w http.ResponseWriter, msg string) {
+	writeJSON(w, http.StatusBadRequest, map[string]string{"message": msg})
+}
+
+func notFound(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(http.StatusNotFound)
+	_, _ = io.WriteString(w, "Not found")
+}
+
+// ServeHTTP routes as lume does: on the raw request target split at "/",
+// query string included, so "/lume/vms?x=y" matches no route.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	parts := strings.Split(strings.Trim(r.URL.RequestURI(), "/"), "/")
+	if len(parts) < 2 || parts[0] != "lume" {
+		notFound(w)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case r.Method == http.MethodGet && len(parts) == 2 && parts[1] == "vms":
+		s.list(w)
+	case r.Method == http.MethodGet && len(parts) == 3 && parts[1] == "vms":
+		s.get(w, vmName(parts[2]))
+	case r.Method == http.MethodPatch && len(parts) == 3 && parts[1] == "vms":
+		s.patch(w, r, vmName(parts[2]))
+	case r.Method == http.MethodDelete && len(parts) == 3 && parts[1] == "vms":
+		s.delete(w, vmName(parts[2]))
+	case r.Method == http.MethodPost && len(parts) == 4 && parts[1] == "vms" && parts[3] == "run":
+		s.run(w, r, vmName(parts[2]))
+	case r.Method == http.MethodPost && len(parts) == 4 && parts[1] == "vms" && parts[3] == "stop":
+		s.stop(w, vmName(parts[2]))
+	case r.Method == http.MethodPost && len(parts) == 2 && parts[1] == "pull":
+		s.pull(w, r)
+	case r.Method == http.MethodGet && len(parts) == 2 && parts[1] == "images":
+		s.images(w)
+	case r.Method == http.MethodGet && len(parts) == 3 && parts[1] == "host" && parts[2] == "status":
+		s.hostStatus(w)
+	case r.Method == http.MethodGet && len(parts) == 2 && parts[1] == "logs":
+		s.logs(w)
+	default:
+		notFound(w)
+	}
+}
+
+// vmName takes the name from a path segment, dropping a query string as
+// lume's parameter extraction does.
+func vmName(seg string) string {
+	seg, _, _ = strings.Cut(seg, "?")
+	if n, err := urlUnescape(seg); err == nil {
+		return n
+	}
+	return seg
+}
+
+func (s *Server) list(w http.ResponseWriter) {
+	vms, err := s.all()
+	if err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	out := make([]map[string]any, 0, len(vms))
+	for _, vm := range vms {
+		out = append(out, details(vm))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) get(w http.ResponseWriter, name string) {
+	vm, err := s.read(name)
+	if err != nil {
+		badRequest(w, "Virtual machine not found: "+name)
+		return
+	}
+	writeJSON(w, http.StatusOK, details(vm))
+}
+
+func (s *Server) patch(w http.ResponseWriter, r *http.Request, name string) {
+	var req struct {
+		CPU    *int    `json:"cpu"`
+		Memory *string `json:"memory"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		badRequest(w, "Invalid request body")
+		return
+	}
+	vm, err := s.read(name)
+	if err != nil {
+		badRequest(w, "Virtual machine not found: "+name)
+		return
+	}
+	if req.CPU != nil {
+		vm.CPUCount = *req.CPU
+	}
+	if req.Memory != nil {
+		n, err := parseSize(*req.Memory)
+		if err != nil {
+			badRequest(w, err.Error())
+			return
+		}
+		vm.MemorySize = n
+	}
+	if err := s.write(vm); err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"message": "VM settings updated successfully"})
+}
+
+func (s *Server) delete(w http.ResponseWriter, name string) {
+	vm, err := s.read(name)
+	if err != nil {
+		badRequest(w, "Virtual machine not found: "+name)
+		return
+	}
+	if vm.Status == "running" {
+		// lume deletes a running VM's files too; the driver never asks.
+		s.logf("INFO", "Deleting a running VM", name, "")
+	}
+	if err := os.RemoveAll(filepath.Join(s.Dir, name)); err != nil { //nolint:gosec // G703: read checked the name.
+		badRequest(w, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) run(w http.ResponseWriter, r *http.Request, name string) {
+	var req struct {
+		NoDisplay         *bool `json:"noDisplay"`
+		SharedDirectories []struct {
+			HostPath string `json:"hostPath"`
+			ReadOnly *bool  `json:"readOnly"`
+		} `json:"sharedDirectories"`
+	}
+	if body, _ := io.ReadAll(r.Body); len(body) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			badRequest(w, "Invalid run request body")
+			return
+		}
+	}
+	var dirs []string
+	for _, d := range req.SharedDirectories {
+		if st, err := os.Stat(d.HostPath); err != nil || !st.IsDir() {
+			badRequest(w, "Host path does not exist or is not a directory: "+d.HostPath)
+			return
+		}
+		mode := "rw"
+		if d.ReadOnly != nil && *d.ReadOnly {
+			mode = "ro"
+		}
+		dirs = append(dirs, d.HostPath+":"+mode)
+	}
+	s.logf("INFO", "Starting VM in background", name, "")
+	// The start runs detached: the 202 says nothing about its outcome.
+	delay := s.opts.StartDelay
+	if vm, err := s.read(name); err == nil && vm.Status == "stopped" {
+		vm.Status = "provisioning"
+		vm.SharedDirs = dirs
+		_ = s.write(vm)
+	}
+	s.timers = append(s.timers, time.AfterFunc(delay, func() { s.finishStart(name) }))
+	writeJSON(w, http.StatusAccepted, map[string]string{
+		"message": "VM start initiated", "name": name, "status": "pending",
+	})
+}
+
+// finishStart ends a detached start: the VM runs, or the failure goes to
+// the log only, as lume's does.
+func (s *Server) finishStart(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	vm, err := s.read(name)
+	if err != nil {
+		s.logf("ERROR", "Failed to start VM in background task", name, "Virtual machine not found: "+name)
+		return
+	}
+	if vm.Status == "running" {
+		s.logf("ERROR", "Failed to start VM in background task", name, "Virtual machine already running: "+name)
+		return
+	}
+	n, _ := s.running()
+	if s.opts.Stuck || n >= s.maxVMs() {
+		vm.Status = "stopped"
+		_ = s.write(vm)
+		s.logf("ERROR", "Failed in VM.run", name, LimitText)
+		s.logf("ERROR", "Failed to start VM in background task", name, LimitText)
+		return
+	}
+	vm.Status = "running"
+	vm.IPAddress = s.ip()
+	_ = s.write(vm)
+	s.logf("INFO", "VM started successfully", name, "")
+}
+
+func (s *Server) stop(w http.ResponseWriter, name string) {
+	s.forcedStops++
+	vm, err := s.read(name)
+	if err != nil {
+		badRequest(w, "Virtual machine not found: "+name)
+		return
+	}
+	if vm.Status != "running" {
+		badRequest(w, "Virtual machine not running: "+name)
+		return
+	}
+	vm.Status = "stopped"
+	vm.IPAddress = ""
+	_ = s.write(vm)
+	writeJSON(w, http.StatusOK, map[string]string{"message": "VM stopped successfully"})
+}
+
+func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Image        string  `json:"image"`
+		Name         *string `json:"name"`
+		Registry     *string `json:"registry"`
+		Organization *string `json:"organization"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		badRequest(w, "Invalid request body")
+		return
+	}
+	parts := strings.Split(req.Image, ":")
+	if len(parts) != 2 {
+		badRequest(w, "Invalid image format. Expected format: name:tag")
+		return
+	}
+	registry, org := "ghcr.io", "trycua"
+	if req.Registry != nil {
+		registry = *req.Registry
+	}
+	if req.Organization != nil {
+		org = *req.Organization
+	}
+	name := parts[0] + "_" + parts[1]
+	if req.Name != nil {
+		name = *req.Name
+	}
+	if _, err := s.read(name); err == nil {
+		badRequest(w, "Virtual machine already exists with name: "+name)
+		return
+	}
+	ref := registry + "/" + org + "/" + req.Image
+	known := false
+	for _, i := range s.opts.Images {
+		if i == ref {
+			known = true
+		}
+	}
+	if !known {
+		s.logf("ERROR", "Failed to pull image", name, ManifestFetchFailed)
+		badRequest(w, ManifestFetchFailed)
+		return
+	}
+	if err := s.cache(org, parts[0]); err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	if err := s.write(s.newVM(name, ref)); err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{
+		"message": "Image pulled successfully", "image": req.Image, "name": name,
+	})
+}
+
+// cache records a pulled image under Dir/cache/<org>/<image>.
+func (s *Server) cache(org, image string) error {
+	return os.MkdirAll(filepath.Join(s.Dir, "cache", org, image), 0o750)
+}
+
+func (s *Server) images(w http.ResponseWriter) {
+	// Only the default organization, as lume lists without a query string.
+	entries, err := os.ReadDir(filepath.Join(s.Dir, "cache", "trycua"))
+	out := []map[string]string{}
+	if err == nil {
+		for _, e := range entries {
+			out = append(out, map[string]string{"repository": e.Name(), "imageId": "0123456789ab"})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) hostStatus(w http.ResponseWriter) {
+	n, err := s.running()
+	if err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"status": "healthy", "vm_count": n, "max_vms": 2,
+		"available_slots": max(0, 2-n), "version": "1.0.0",
+	})
+}
+
+func (s *Server) logs(w http.ResponseWriter) {
+	if s.opts.NoLogs {
+		writeJSON(w, http.StatusOK, map[string]string{
+			"info": "Info log file not found", "error": "Error log file not found",
+		})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"info": s.log.String(), "error": ""})
+}

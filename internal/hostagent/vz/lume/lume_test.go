@@ -1,0 +1,256 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package lume_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/macvirt/macvirt/internal/hostagent/vz"
+	"github.com/macvirt/macvirt/internal/hostagent/vz/fakelume"
+	"github.com/macvirt/macvirt/internal/hostagent/vz/lume"
+)
+
+const image = "ghcr.io/trycua/macos-sequoia-vanilla:latest"
+
+// setup starts a fake lume and a driver with short waits.
+func setup(t *testing.T, opts fakelume.Options) (*lume.Driver, *fakelume.Server) {
+	t.Helper()
+	if opts.Images == nil {
+		opts.Images = []string{image}
+	}
+	fake := fakelume.New(t.TempDir(), opts)
+	ts := fakelume.Start(t, fake)
+	d := lume.New(ts.URL)
+	d.Client = ts.Client()
+	d.StartTimeout = 5 * time.Second
+	d.PollInterval = 10 * time.Millisecond
+	return d, fake
+}
+
+func create(t *testing.T, d *lume.Driver, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if err := d.Create(context.Background(), n, vz.CreateOptions{Image: image}); err != nil {
+			t.Fatalf("Create(%s): %v", n, err)
+		}
+	}
+}
+
+func mustErr(t *testing.T, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("error = %v, want %v", err, want)
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	d, fake := setup(t, fakelume.Options{StartDelay: 50 * time.Millisecond})
+	ctx := context.Background()
+	if d.Name() != "lume" {
+		t.Fatalf("Name() = %q", d.Name())
+	}
+	if err := d.Create(ctx, "vm1", vz.CreateOptions{Image: image, CPUs: 6, MemoryMiB: 12288}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	mustErr(t, d.Create(ctx, "vm1", vz.CreateOptions{Image: image}), vz.ErrExists)
+	b, err := os.ReadFile(filepath.Join(fake.Dir, "vm1", "vm.json"))
+	if err != nil || !strings.Contains(string(b), `"cpuCount":6`) || !strings.Contains(string(b), `"memorySize":12884901888`) {
+		t.Fatalf("CPU and memory not set: %s %v", b, err)
+	}
+	vms, err := d.List(ctx)
+	if err != nil || len(vms) != 1 || vms[0] != (vz.VM{Name: "vm1", State: vz.StateStopped}) {
+		t.Fatalf("List = %+v, %v", vms, err)
+	}
+	cfg := t.TempDir()
+	if err := d.Start(ctx, "vm1", vz.StartOptions{ConfigDir: cfg}); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	vm, err := d.Get(ctx, "vm1")
+	if err != nil || vm.State != vz.StateRunning || vm.IP == "" {
+		t.Fatalf("Get = %+v, %v", vm, err)
+	}
+	b, _ = os.ReadFile(filepath.Join(fake.Dir, "vm1", "vm.json"))
+	if !strings.Contains(string(b), cfg+":ro") {
+		t.Fatalf("config dir not shared read-only: %s", b)
+	}
+	mustErr(t, d.Start(ctx, "vm1", vz.StartOptions{}), vz.ErrAlreadyRunning)
+	mustErr(t, d.Delete(ctx, "vm1"), vz.ErrRunning)
+	s, err := d.Slots(ctx)
+	if err != nil || s != (vz.Slots{Max: 2, Running: 1}) {
+		t.Fatalf("Slots = %+v, %v", s, err)
+	}
+	imgs, err := d.Images(ctx)
+	if err != nil || len(imgs) != 1 || !strings.HasPrefix(imgs[0], "macos-sequoia-vanilla:") {
+		t.Fatalf("Images = %v, %v", imgs, err)
+	}
+	mustErr(t, d.RequestStop(ctx, "vm1"), vz.ErrNoGracefulStop)
+	if err := fake.GuestShutdown("vm1"); err != nil {
+		t.Fatal(err)
+	}
+	mustErr(t, d.RequestStop(ctx, "vm1"), vz.ErrNotRunning)
+	if err := d.Delete(ctx, "vm1"); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if err := d.Delete(ctx, "vm1"); err != nil {
+		t.Fatalf("Delete of a deleted VM: %v", err)
+	}
+	if n := fake.ForcedStops(); n != 0 {
+		t.Fatalf("forced stops = %d, want 0", n)
+	}
+}
+
+func TestNotFound(t *testing.T) {
+	d, fake := setup(t, fakelume.Options{})
+	ctx := context.Background()
+	_, err := d.Get(ctx, "nope")
+	mustErr(t, err, vz.ErrNotFound)
+	if !strings.Contains(err.Error(), "Virtual machine not found: nope") {
+		t.Fatalf("error lacks lume's words: %v", err)
+	}
+	mustErr(t, d.Start(ctx, "nope", vz.StartOptions{}), vz.ErrNotFound)
+	mustErr(t, d.RequestStop(ctx, "nope"), vz.ErrNotFound)
+	if strings.Contains(fake.Log(), "Starting VM") {
+		t.Fatal("the driver asked lume to run a VM that does not exist")
+	}
+}
+
+func TestSlotsExhausted(t *testing.T) {
+	d, fake := setup(t, fakelume.Options{})
+	create(t, d, "a", "b", "c")
+	ctx := context.Background()
+	for _, n := range []string{"a", "b"} {
+		if err := d.Start(ctx, n, vz.StartOptions{}); err != nil {
+			t.Fatalf("Start(%s): %v", n, err)
+		}
+	}
+	err := d.Start(ctx, "c", vz.StartOptions{})
+	mustErr(t, err, vz.ErrVMLimit)
+	if strings.Contains(fake.Log(), "Starting VM in background name=c") {
+		t.Fatal("the driver asked lume to run a VM with no free slot")
+	}
+	if s, _ := d.Slots(ctx); s.Running != 2 {
+		t.Fatalf("Slots = %+v, want 2 running", s)
+	}
+	if fake.ForcedStops() != 0 {
+		t.Fatal("a VM was forced off")
+	}
+}
+
+// TestLimitFromLog: lume's host status shows a free slot, the framework
+// refuses anyway, and only lume's log says so.
+func TestLimitFromLog(t *testing.T) {
+	d, fake := setup(t, fakelume.Options{MaxVMs: 1, StartDelay: 20 * time.Millisecond})
+	create(t, d, "a", "b")
+	ctx := context.Background()
+	if err := d.Start(ctx, "a", vz.StartOptions{}); err != nil {
+		t.Fatalf("Start(a): %v", err)
+	}
+	d.StartTimeout = time.Hour // the log, not the timeout, must end the wait
+	err := d.Start(ctx, "b", vz.StartOptions{})
+	mustErr(t, err, vz.ErrVMLimit)
+	if !strings.Contains(err.Error(), fakelume.LimitText) {
+		t.Fatalf("error lacks the framework's words: %v", err)
+	}
+	if s, _ := d.Slots(ctx); s.Running != 1 || s.Max != 2 {
+		t.Fatalf("Slots = %+v, want 1 of 2 running (lume's count)", s)
+	}
+	if fake.ForcedStops() != 0 {
+		t.Fatal("a VM was forced off")
+	}
+}
+
+func TestStuckCount(t *testing.T) {
+	d, fake := setup(t, fakelume.Options{Stuck: true})
+	create(t, d, "a")
+	ctx := context.Background()
+	err := d.Start(ctx, "a", vz.StartOptions{})
+	mustErr(t, err, vz.ErrVMLimit)
+	if s, _ := d.Slots(ctx); s.Running != 0 || s.Max != 2 {
+		t.Fatalf("Slots = %+v, want 0 of 2 running", s)
+	}
+	vm, _ := d.Get(ctx, "a")
+	if vm.State != vz.StateStopped {
+		t.Fatalf("VM state = %s after a refused start", vm.State)
+	}
+	if fake.ForcedStops() != 0 {
+		t.Fatal("a VM was forced off")
+	}
+}
+
+// TestStartTimeoutWithoutLogs: lume without log files and with free slots
+// gives no cause; the driver must not claim the VM limit.
+func TestStartTimeoutWithoutLogs(t *testing.T) {
+	d, _ := setup(t, fakelume.Options{Stuck: true, NoLogs: true})
+	create(t, d, "a")
+	d.StartTimeout = 200 * time.Millisecond
+	err := d.Start(context.Background(), "a", vz.StartOptions{})
+	if err == nil || errors.Is(err, vz.ErrVMLimit) {
+		t.Fatalf("error = %v, want a timeout that is not ErrVMLimit", err)
+	}
+}
+
+func TestUnknownImage(t *testing.T) {
+	d, _ := setup(t, fakelume.Options{})
+	ref := "ghcr.io/trycua/macos-nothing:1.0"
+	err := d.Create(context.Background(), "x", vz.CreateOptions{Image: ref})
+	if err == nil || !strings.Contains(err.Error(), ref) || !strings.Contains(err.Error(), fakelume.ManifestFetchFailed) {
+		t.Fatalf("error = %v, want one naming %s with lume's words", err, ref)
+	}
+	if _, err := d.Get(context.Background(), "x"); !errors.Is(err, vz.ErrNotFound) {
+		t.Fatalf("a failed pull left a VM: %v", err)
+	}
+}
+
+func TestSplitImage(t *testing.T) {
+	for _, c := range []struct{ in, reg, org, img string }{
+		{"ghcr.io/trycua/macos-sequoia-vanilla:latest", "ghcr.io", "trycua", "macos-sequoia-vanilla:latest"},
+		{"ghcr.io/cirruslabs/macos-sequoia-base", "ghcr.io", "cirruslabs", "macos-sequoia-base:latest"},
+		{"trycua/macos:15", "ghcr.io", "trycua", "macos:15"},
+		{"registry.local:5000/a/b/img:t", "registry.local:5000", "a/b", "img:t"},
+	} {
+		reg, org, img, err := lume.SplitImage(c.in)
+		if err != nil || reg != c.reg || org != c.org || img != c.img {
+			t.Errorf("SplitImage(%q) = %q %q %q %v", c.in, reg, org, img, err)
+		}
+	}
+	for _, bad := range []string{"macos:latest", "ghcr.io/trycua/macos@sha256:abc", "ghcr.io/macos:1"} {
+		if _, _, _, err := lume.SplitImage(bad); err == nil {
+			t.Errorf("SplitImage(%q) did not fail", bad)
+		}
+	}
+}
+
+// TestNoQueryOnVMs proves the fake routes like lume: a query string on
+// /lume/vms matches no route, so the driver's List works only without one.
+func TestNoQueryOnVMs(t *testing.T) {
+	_, fake := setup(t, fakelume.Options{})
+	ts := fakelume.Start(t, fake)
+	resp, err := ts.Client().Get(ts.URL + "/lume/vms?storage=x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Fatalf("GET /lume/vms?storage=x = %d, want 404 as lume", resp.StatusCode)
+	}
+}

@@ -1,0 +1,565 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package tart
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/macvirt/macvirt/internal/hostagent/vz"
+)
+
+// Defaults used when the Driver's fields are zero.
+const (
+	// DefaultBinary is the tart command looked up in PATH.
+	DefaultBinary = "tart"
+	// DefaultMaxVMs is how many macOS VMs Apple's licence lets run at once.
+	DefaultMaxVMs = 2
+	// DefaultStartTimeout bounds how long Start waits for a VM to run.
+	DefaultStartTimeout = 2 * time.Minute
+	// DefaultPollInterval is how often Start asks tart about the VM.
+	DefaultPollInterval = 500 * time.Millisecond
+	// DefaultStartSettle is how long a "tart run" must stay alive after tart
+	// lists its VM running before Start trusts the start, when tart made no
+	// control socket (macOS 13): tart holds the VM's lock before the
+	// framework starts the VM, and exits at once when the framework refuses.
+	DefaultStartSettle = 3 * time.Second
+)
+
+// configDirTag is the tag of the shared configuration directory in the
+// guest (tart's --dir=NAME:PATH:ro).
+const configDirTag = "macvirt"
+
+// Driver drives the tart command. The zero value is not usable; make one
+// with New, then set the fields before the first call.
+type Driver struct {
+	// Binary is the tart command: a path, or a name looked up in PATH.
+	Binary string
+	// StateDir holds the driver's own files: each started VM's "tart run"
+	// PID (NAME.pid) and output (NAME.log). It must outlive the host agent,
+	// so a restarted agent finds the VMs its predecessor started.
+	StateDir string
+	// Env is added to the host agent's environment for every tart command,
+	// e.g. "TART_HOME=/path".
+	Env []string
+	// MaxVMs is the host's VM limit that Slots reports.
+	MaxVMs int
+	// StartTimeout bounds how long Start waits for a started VM to run.
+	StartTimeout time.Duration
+	// PollInterval is how often Start asks tart whether the VM runs.
+	PollInterval time.Duration
+	// StartSettle is how long a "tart run" must live after its VM is listed
+	// running before Start returns, when tart made no new control socket.
+	StartSettle time.Duration
+
+	// starting holds the names of the VMs this Driver is starting.
+	starting sync.Map
+}
+
+var _ vz.Driver = (*Driver)(nil)
+
+// New returns a Driver for the tart command binary ("tart" when empty),
+// keeping its files in stateDir.
+func New(binary, stateDir string) *Driver {
+	if binary == "" {
+		binary = DefaultBinary
+	}
+	return &Driver{
+		Binary:       binary,
+		StateDir:     stateDir,
+		MaxVMs:       DefaultMaxVMs,
+		StartTimeout: DefaultStartTimeout,
+		PollInterval: DefaultPollInterval,
+		StartSettle:  DefaultStartSettle,
+	}
+}
+
+// Name returns "tart".
+func (d *Driver) Name() string { return "tart" }
+
+// exitError is a tart command that exited non-zero.
+type exitError struct {
+	code   int
+	stderr string
+}
+
+func (e *exitError) Error() string {
+	return fmt.Sprintf("tart exited %d: %s", e.code, e.stderr)
+}
+
+// mapped wraps a tart failure with the vz error its exit code and words
+// mean, when any: exit 2 is "does not exist", "is not running" or "is
+// already running"; exit 1 is everything else, among it the framework's
+// VM limit and the deletion of a running VM.
+func mapped(err error) error {
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		return err
+	}
+	s := ee.stderr
+	switch {
+	case ee.code == 2 && strings.Contains(s, "does not exist"):
+		return fmt.Errorf("%w: %s", vz.ErrNotFound, s)
+	case ee.code == 2 && strings.Contains(s, "is not running"):
+		return fmt.Errorf("%w: %s", vz.ErrNotRunning, s)
+	case ee.code == 2 && strings.Contains(s, "is already running"):
+		return fmt.Errorf("%w: %s", vz.ErrAlreadyRunning, s)
+	case ee.code == 1 && strings.Contains(s, "exceeds the system limit"):
+		return fmt.Errorf("%w: %s", vz.ErrVMLimit, s)
+	case ee.code == 1 && strings.HasSuffix(strings.TrimSpace(s), " is running"):
+		return fmt.Errorf("%w: %s", vz.ErrRunning, s)
+	}
+	return err
+}
+
+func (d *Driver) binary() string {
+	if d.Binary == "" {
+		return DefaultBinary
+	}
+	return d.Binary
+}
+
+func (d *Driver) env() []string {
+	return append(os.Environ(), d.Env...)
+}
+
+// tart runs one short tart command and returns its standard output; a
+// non-zero exit is an *exitError with the last line of standard error.
+func (d *Driver) tart(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, d.binary(), args...) //nolint:gosec // G204: the binary is the operator's configured tart.
+	cmd.Env = d.env()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ctx.Err() == nil {
+		return stdout.String(), &exitError{code: ee.ExitCode(), stderr: lastLine(stderr.String())}
+	}
+	if err != nil {
+		return "", fmt.Errorf("running tart %s: %w", strings.Join(args, " "), err)
+	}
+	return stdout.String(), nil
+}
+
+// lastLine is the last non-empty line of s, trimmed.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" {
+			return l
+		}
+	}
+	return ""
+}
+
+// listEntry is one element of "tart list --format json".
+type listEntry struct {
+	Source  string `json:"Source"`
+	Name    string `json:"Name"`
+	Running bool   `json:"Running"`
+	State   string `json:"State"`
+}
+
+// getInfo is "tart get NAME --format json".
+type getInfo struct {
+	Running bool   `json:"Running"`
+	State   string `json:"State"`
+}
+
+func (d *Driver) list(ctx context.Context, source string) ([]listEntry, error) {
+	out, err := d.tart(ctx, "list", "--source", source, "--format", "json")
+	if err != nil {
+		return nil, mapped(err)
+	}
+	var l []listEntry
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		return nil, fmt.Errorf("decoding tart list: %w", err)
+	}
+	return l, nil
+}
+
+// vm builds a vz.VM from tart's view and the driver's own: a VM whose
+// "tart run" lives but holds no lock yet is Starting.
+func (d *Driver) vm(ctx context.Context, name string, running bool) vz.VM {
+	v := vz.VM{Name: name, State: vz.StateStopped}
+	switch {
+	case running:
+		v.State = vz.StateRunning
+		v.IP = d.ip(ctx, name)
+	case d.runPID(name) > 0:
+		v.State = vz.StateStarting
+	}
+	return v
+}
+
+// ip asks tart for a running VM's address without waiting; "" when tart
+// has none yet.
+func (d *Driver) ip(ctx context.Context, name string) string {
+	out, err := d.tart(ctx, "ip", name)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(out)
+}
+
+// List returns every local VM.
+func (d *Driver) List(ctx context.Context) ([]vz.VM, error) {
+	l, err := d.list(ctx, "local")
+	if err != nil {
+		return nil, fmt.Errorf("listing VMs with tart: %w", err)
+	}
+	out := make([]vz.VM, 0, len(l))
+	for _, e := range l {
+		out = append(out, d.vm(ctx, e.Name, e.Running))
+	}
+	return out, nil
+}
+
+// Get returns one VM, or vz.ErrNotFound.
+func (d *Driver) Get(ctx context.Context, name string) (vz.VM, error) {
+	out, err := d.tart(ctx, "get", name, "--format", "json")
+	if err != nil {
+		return vz.VM{}, fmt.Errorf("getting VM %s with tart: %w", name, mapped(err))
+	}
+	var g getInfo
+	if err := json.Unmarshal([]byte(out), &g); err != nil {
+		return vz.VM{}, fmt.Errorf("decoding tart get %s: %w", name, err)
+	}
+	return d.vm(ctx, name, g.Running), nil
+}
+
+// Create clones the image into a new VM ("tart clone" pulls it when not
+// cached), then sets CPUs and memory when asked. tart clone replaces a VM
+// of the same name, so the driver checks first.
+func (d *Driver) Create(ctx context.Context, name string, opts vz.CreateOptions) error {
+	_, err := d.Get(ctx, name)
+	switch {
+	case err == nil:
+		return fmt.Errorf("creating VM %s with tart: %w", name, vz.ErrExists)
+	case !errors.Is(err, vz.ErrNotFound):
+		return fmt.Errorf("creating VM %s with tart: %w", name, err)
+	}
+	if _, err := d.tart(ctx, "clone", opts.Image, name); err != nil {
+		return fmt.Errorf("creating VM %s with tart from image %s: %w", name, opts.Image, err)
+	}
+	if opts.CPUs == 0 && opts.MemoryMiB == 0 {
+		return nil
+	}
+	args := []string{"set", name}
+	if opts.CPUs > 0 {
+		args = append(args, "--cpu", strconv.Itoa(opts.CPUs))
+	}
+	if opts.MemoryMiB > 0 {
+		args = append(args, "--memory", strconv.Itoa(opts.MemoryMiB))
+	}
+	if _, err := d.tart(ctx, args...); err != nil {
+		return fmt.Errorf("setting CPUs and memory of VM %s with tart: %w", name, mapped(err))
+	}
+	return nil
+}
+
+func (d *Driver) pidFile(name string) string { return filepath.Join(d.StateDir, name+".pid") }
+
+func (d *Driver) logFile(name string) string { return filepath.Join(d.StateDir, name+".log") }
+
+// runPID is the recorded "tart run" PID of the VM when that process still
+// lives and still runs this VM; 0 otherwise.
+func (d *Driver) runPID(name string) int {
+	b, err := os.ReadFile(d.pidFile(name))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 || !isTartRun(pid, name) {
+		return 0
+	}
+	return pid
+}
+
+// Start runs "tart run NAME --no-graphics" as a detached child in its own
+// session, so the VM outlives the host agent, and returns when tart lists
+// the VM running and the process stays up (tart made a new control socket,
+// or StartSettle passed); when the process exits first, its output says
+// why (the framework's VM limit, most often).
+func (d *Driver) Start(ctx context.Context, name string, opts vz.StartOptions) error {
+	if _, busy := d.starting.LoadOrStore(name, struct{}{}); busy {
+		return fmt.Errorf("starting VM %s with tart: %w: another Start of it is under way", name, vz.ErrAlreadyRunning)
+	}
+	defer d.starting.Delete(name)
+	vm, err := d.Get(ctx, name)
+	if err != nil {
+		return fmt.Errorf("starting VM %s with tart: %w", name, err)
+	}
+	if vm.State == vz.StateRunning {
+		return fmt.Errorf("starting VM %s with tart: %w", name, vz.ErrAlreadyRunning)
+	}
+	if vm.State == vz.StateStarting {
+		return fmt.Errorf("starting VM %s with tart: %w: a tart run (PID %d) is starting it",
+			name, vz.ErrAlreadyRunning, d.runPID(name))
+	}
+	if err := os.MkdirAll(d.StateDir, 0o750); err != nil {
+		return fmt.Errorf("starting VM %s with tart: %w", name, err)
+	}
+	sock := d.controlSocket(name)
+	sockBefore, _ := os.Stat(sock)
+
+	args := []string{"run", name, "--no-graphics"}
+	if opts.ConfigDir != "" {
+		args = append(args, "--dir="+configDirTag+":"+opts.ConfigDir+":ro")
+	}
+	logf, err := os.OpenFile(d.logFile(name), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("starting VM %s with tart: %w", name, err)
+	}
+	// Not CommandContext: the VM must outlive this call and the agent.
+	cmd := exec.Command(d.binary(), args...) //nolint:gosec,noctx // G204: the configured tart; the run outlives ctx on purpose.
+	cmd.Env = d.env()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	detach(cmd)
+	err = cmd.Start()
+	_ = logf.Close()
+	if err != nil {
+		return fmt.Errorf("starting VM %s with tart: %w", name, err)
+	}
+	pid := cmd.Process.Pid
+	if err := os.WriteFile(d.pidFile(name), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("starting VM %s with tart: recording PID %d: %w", name, pid, err)
+	}
+	exited := make(chan int, 1)
+	go func() {
+		_ = cmd.Wait()
+		exited <- cmd.ProcessState.ExitCode()
+	}()
+	return d.waitRunning(ctx, name, pid, exited, sock, sockBefore)
+}
+
+// waitRunning polls tart until the VM runs, the tart run exits, or the
+// start timeout passes.
+func (d *Driver) waitRunning(ctx context.Context, name string, pid int, exited <-chan int,
+	sock string, sockBefore fs.FileInfo) error {
+	timeout := orDefault(d.StartTimeout, DefaultStartTimeout)
+	interval := orDefault(d.PollInterval, DefaultPollInterval)
+	settle := orDefault(d.StartSettle, DefaultStartSettle)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var runningSince time.Time
+	for {
+		select {
+		case code := <-exited:
+			_ = os.Remove(d.pidFile(name))
+			return d.runFailure(name, code)
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for VM %s to run with tart (PID %d goes on): %w", name, pid, ctx.Err())
+		case <-deadline.C:
+			return fmt.Errorf("starting VM %s with tart: it did not run within %s (tart run PID %d goes on; see %s)",
+				name, timeout, pid, d.logFile(name))
+		case <-tick.C:
+		}
+		l, err := d.list(ctx, "local")
+		if err != nil {
+			continue
+		}
+		if !listedRunning(l, name) {
+			continue
+		}
+		if runningSince.IsZero() {
+			runningSince = time.Now()
+		}
+		if newSocket(sock, sockBefore) || time.Since(runningSince) >= settle {
+			return nil
+		}
+	}
+}
+
+func listedRunning(l []listEntry, name string) bool {
+	for _, e := range l {
+		if e.Name == name && e.Running {
+			return true
+		}
+	}
+	return false
+}
+
+// newSocket tells whether tart made the VM's control socket since before:
+// tart makes it once the framework started the VM (macOS 14 and later).
+func newSocket(sock string, before fs.FileInfo) bool {
+	now, err := os.Stat(sock)
+	if err != nil {
+		return false
+	}
+	return before == nil || !os.SameFile(before, now) || !now.ModTime().Equal(before.ModTime())
+}
+
+// runFailure maps a "tart run" that exited before its VM ran, from its
+// exit code and its output: the last line with words the driver knows, or
+// else the last line.
+func (d *Driver) runFailure(name string, code int) error {
+	b, _ := os.ReadFile(d.logFile(name))
+	line := lastLine(string(b))
+	lines := strings.Split(string(b), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if isKnown(code, l) {
+			line = l
+			break
+		}
+	}
+	err := mapped(&exitError{code: code, stderr: line})
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return fmt.Errorf("starting VM %s with tart: tart run exited %d: %s", name, code, line)
+	}
+	return fmt.Errorf("starting VM %s with tart: %w", name, err)
+}
+
+// isKnown tells whether mapped gives a vz error for this exit and line.
+func isKnown(code int, line string) bool {
+	var ee *exitError
+	return line != "" && !errors.As(mapped(&exitError{code: code, stderr: line}), &ee)
+}
+
+func orDefault(v, def time.Duration) time.Duration {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// RequestStop sends SIGUSR2 to the VM's "tart run", tart's only graceful
+// path: tart asks the framework to request a stop, and macOS sees the
+// power button. It never calls "tart stop", which forces the VM off. The
+// PID comes from the state directory, or from the VM's lock when another
+// process started it.
+func (d *Driver) RequestStop(ctx context.Context, name string) error {
+	vm, err := d.Get(ctx, name)
+	if err != nil {
+		return fmt.Errorf("asking VM %s to stop with tart: %w", name, err)
+	}
+	if vm.State != vz.StateRunning {
+		return fmt.Errorf("asking VM %s to stop with tart: %w", name, vz.ErrNotRunning)
+	}
+	pid := d.runPID(name)
+	if pid == 0 {
+		pid = lockOwner(d.vmConfig(name))
+		if pid > 0 && !isTartRun(pid, name) {
+			pid = 0
+		}
+	}
+	if pid == 0 {
+		return fmt.Errorf("asking VM %s to stop with tart: %w: no tart run process found for it", name, vz.ErrNoGracefulStop)
+	}
+	if err := requestStop(pid); err != nil {
+		return fmt.Errorf("asking VM %s to stop with tart: signalling tart run PID %d: %w", name, pid, err)
+	}
+	return nil
+}
+
+// Delete removes a stopped VM ("tart delete"); nil when it does not exist,
+// vz.ErrRunning when it runs.
+func (d *Driver) Delete(ctx context.Context, name string) error {
+	vm, err := d.Get(ctx, name)
+	if errors.Is(err, vz.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting VM %s with tart: %w", name, err)
+	}
+	if vm.State != vz.StateStopped {
+		return fmt.Errorf("deleting VM %s with tart: %w (%s)", name, vz.ErrRunning, vm.State)
+	}
+	if _, err := d.tart(ctx, "delete", name); err != nil {
+		err = mapped(err)
+		if errors.Is(err, vz.ErrNotFound) {
+			return nil
+		}
+		return fmt.Errorf("deleting VM %s with tart: %w", name, err)
+	}
+	_ = os.Remove(d.pidFile(name))
+	_ = os.Remove(d.logFile(name))
+	return nil
+}
+
+// Slots reports MaxVMs and how many VMs tart lists running.
+func (d *Driver) Slots(ctx context.Context) (vz.Slots, error) {
+	l, err := d.list(ctx, "local")
+	if err != nil {
+		return vz.Slots{}, fmt.Errorf("counting running VMs with tart: %w", err)
+	}
+	s := vz.Slots{Max: d.MaxVMs}
+	if s.Max <= 0 {
+		s.Max = DefaultMaxVMs
+	}
+	for _, e := range l {
+		if e.Running {
+			s.Running++
+		}
+	}
+	return s, nil
+}
+
+// Images lists the OCI images tart has cached, by the names tart lists
+// (references by tag, and by digest).
+func (d *Driver) Images(ctx context.Context) ([]string, error) {
+	l, err := d.list(ctx, "oci")
+	if err != nil {
+		return nil, fmt.Errorf("listing images with tart: %w", err)
+	}
+	out := make([]string, 0, len(l))
+	for _, e := range l {
+		out = append(out, e.Name)
+	}
+	return out, nil
+}
+
+// tartHome is tart's base directory: TART_HOME from Env or the agent's
+// environment, else ~/.tart.
+func (d *Driver) tartHome() string {
+	for i := len(d.Env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(d.Env[i], "TART_HOME="); ok {
+			return v
+		}
+	}
+	if v := os.Getenv("TART_HOME"); v != "" {
+		return v
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, ".tart")
+}
+
+func (d *Driver) vmConfig(name string) string {
+	return filepath.Join(d.tartHome(), "vms", name, "config.json")
+}
+
+func (d *Driver) controlSocket(name string) string {
+	return filepath.Join(d.tartHome(), "vms", name, "control.sock")
+}

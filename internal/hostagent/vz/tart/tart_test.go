@@ -1,0 +1,383 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package tart_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/macvirt/macvirt/internal/hostagent/vz"
+	"github.com/macvirt/macvirt/internal/hostagent/vz/faketart/build"
+	"github.com/macvirt/macvirt/internal/hostagent/vz/tart"
+)
+
+const image = "ghcr.io/cirruslabs/macos-sequoia-base:latest"
+
+// fakeTart is the faketart binary, built once for the package.
+var fakeTart string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "faketart")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fakeTart, err = build.To(dir)
+	code := 1
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		code = m.Run()
+	}
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// setup makes a TART_HOME with the knobs and a driver for it; Start must
+// see tart's control socket to return, as StartSettle is an hour.
+func setup(t *testing.T, k build.Knobs) (*tart.Driver, string) {
+	t.Helper()
+	if k.Images == nil {
+		k.Images = []string{image}
+	}
+	home := t.TempDir()
+	if err := build.WriteKnobs(home, k); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { build.KillAll(home) })
+	return driver(home, t.TempDir()), home
+}
+
+func driver(home, state string) *tart.Driver {
+	d := tart.New(fakeTart, state)
+	d.Env = []string{"TART_HOME=" + home}
+	d.PollInterval = 20 * time.Millisecond
+	d.StartTimeout = time.Minute
+	d.StartSettle = time.Hour
+	return d
+}
+
+func create(t *testing.T, d *tart.Driver, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if err := d.Create(context.Background(), n, vz.CreateOptions{Image: image}); err != nil {
+			t.Fatalf("Create(%s): %v", n, err)
+		}
+	}
+}
+
+func start(t *testing.T, d *tart.Driver, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if err := d.Start(context.Background(), n, vz.StartOptions{}); err != nil {
+			t.Fatalf("Start(%s): %v", n, err)
+		}
+	}
+}
+
+func mustErr(t *testing.T, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("error = %v, want %v", err, want)
+	}
+}
+
+// eventually polls cond until it holds or a generous deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func state(t *testing.T, d *tart.Driver, name string) vz.State {
+	t.Helper()
+	vm, err := d.Get(context.Background(), name)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", name, err)
+	}
+	return vm.State
+}
+
+func noStop(t *testing.T, home string) {
+	t.Helper()
+	used, err := build.Used(home, "stop")
+	if err != nil || used {
+		t.Fatalf("tart stop was invoked (%v, %v)", used, err)
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	d, home := setup(t, build.Knobs{ShutdownDelayMillis: 50})
+	ctx := context.Background()
+	if d.Name() != "tart" {
+		t.Fatalf("Name() = %q", d.Name())
+	}
+	if err := d.Create(ctx, "vm1", vz.CreateOptions{Image: image, CPUs: 6, MemoryMiB: 12288}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	mustErr(t, d.Create(ctx, "vm1", vz.CreateOptions{Image: image}), vz.ErrExists)
+	var cfg struct {
+		CPU    int `json:"cpuCount"`
+		Memory int `json:"memorySizeMB"`
+	}
+	b, _ := os.ReadFile(filepath.Join(home, "vms", "vm1", "config.json")) //nolint:gosec // G304: the test's temp dir.
+	if err := json.Unmarshal(b, &cfg); err != nil || cfg.CPU != 6 || cfg.Memory != 12288 {
+		t.Fatalf("CPU and memory not set: %s %v", b, err)
+	}
+	vms, err := d.List(ctx)
+	if err != nil || len(vms) != 1 || vms[0] != (vz.VM{Name: "vm1", State: vz.StateStopped}) {
+		t.Fatalf("List = %+v, %v", vms, err)
+	}
+	dir := t.TempDir()
+	if err := d.Start(ctx, "vm1", vz.StartOptions{ConfigDir: dir}); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	b, _ = os.ReadFile(filepath.Join(home, "vms", "vm1", "run.json")) //nolint:gosec // G304: the test's temp dir.
+	if !strings.Contains(string(b), `"--no-graphics"`) || !strings.Contains(string(b), `"--dir=macvirt:`+dir+`:ro"`) {
+		t.Fatalf("tart run arguments: %s", b)
+	}
+	vm, err := d.Get(ctx, "vm1")
+	if err != nil || vm.State != vz.StateRunning || !strings.HasPrefix(vm.IP, "192.168.64.") {
+		t.Fatalf("Get = %+v, %v", vm, err)
+	}
+	mustErr(t, d.Start(ctx, "vm1", vz.StartOptions{}), vz.ErrAlreadyRunning)
+	mustErr(t, d.Delete(ctx, "vm1"), vz.ErrRunning)
+	if s, err := d.Slots(ctx); err != nil || s != (vz.Slots{Max: 2, Running: 1}) {
+		t.Fatalf("Slots = %+v, %v", s, err)
+	}
+	if imgs, err := d.Images(ctx); err != nil || len(imgs) != 1 || imgs[0] != image {
+		t.Fatalf("Images = %v, %v", imgs, err)
+	}
+	if err := d.RequestStop(ctx, "vm1"); err != nil {
+		t.Fatalf("RequestStop: %v", err)
+	}
+	eventually(t, "vm1 stops", func() bool { return state(t, d, "vm1") == vz.StateStopped })
+	if how := build.LastExit(home, "vm1"); how != "shutdown" {
+		t.Fatalf("vm1 ended %q, want the guest's shutdown", how)
+	}
+	mustErr(t, d.RequestStop(ctx, "vm1"), vz.ErrNotRunning)
+	if err := d.Delete(ctx, "vm1"); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if err := d.Delete(ctx, "vm1"); err != nil {
+		t.Fatalf("Delete of a deleted VM: %v", err)
+	}
+	noStop(t, home)
+}
+
+func TestNotFound(t *testing.T) {
+	d, _ := setup(t, build.Knobs{})
+	ctx := context.Background()
+	_, err := d.Get(ctx, "nope")
+	mustErr(t, err, vz.ErrNotFound)
+	if !strings.Contains(err.Error(), `the specified VM "nope" does not exist`) {
+		t.Fatalf("error lacks tart's words: %v", err)
+	}
+	mustErr(t, d.Start(ctx, "nope", vz.StartOptions{}), vz.ErrNotFound)
+	mustErr(t, d.RequestStop(ctx, "nope"), vz.ErrNotFound)
+}
+
+// TestTartWordsMapped runs tart commands the driver avoids by checking
+// first, to prove the exit-code mapping against the fake's words.
+func TestTartWordsMapped(t *testing.T) {
+	d, home := setup(t, build.Knobs{})
+	create(t, d, "a")
+	start(t, d, "a")
+	run := func(args ...string) (int, string) {
+		cmd := exec.Command(fakeTart, args...) //nolint:gosec // G204: the test's fake.
+		cmd.Env = append(os.Environ(), "TART_HOME="+home)
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), strings.TrimSpace(string(out))
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		text string
+	}{
+		{[]string{"delete", "a"}, 1, `VM "a" is running`},
+		{[]string{"run", "a", "--no-graphics"}, 2, `VM "a" is already running!`},
+		{[]string{"get", "x", "--format", "json"}, 2, `the specified VM "x" does not exist`},
+	} {
+		if code, out := run(c.args...); code != c.code || out != c.text {
+			t.Errorf("tart %v = %d %q, want %d %q", c.args, code, out, c.code, c.text)
+		}
+	}
+	if code, out := run("stop", "nothere"); code != 2 || !strings.Contains(out, "does not exist") {
+		t.Errorf("tart stop nothere = %d %q", code, out)
+	}
+}
+
+func TestSlotsExhausted(t *testing.T) {
+	d, home := setup(t, build.Knobs{})
+	create(t, d, "a", "b", "c")
+	start(t, d, "a", "b")
+	err := d.Start(context.Background(), "c", vz.StartOptions{})
+	mustErr(t, err, vz.ErrVMLimit)
+	if !strings.Contains(err.Error(), "The number of VMs exceeds the system limit (other running VMs: a, b)") {
+		t.Fatalf("error lacks tart's words: %v", err)
+	}
+	if s, _ := d.Slots(context.Background()); s.Running != 2 {
+		t.Fatalf("Slots = %+v, want 2 running", s)
+	}
+	noStop(t, home)
+}
+
+func TestStuckCount(t *testing.T) {
+	d, _ := setup(t, build.Knobs{Stuck: true})
+	create(t, d, "a")
+	err := d.Start(context.Background(), "a", vz.StartOptions{})
+	mustErr(t, err, vz.ErrVMLimit)
+	if s, _ := d.Slots(context.Background()); s.Running != 0 {
+		t.Fatalf("Slots = %+v, want 0 running", s)
+	}
+	if st := state(t, d, "a"); st != vz.StateStopped {
+		t.Fatalf("state after a refused start = %s", st)
+	}
+}
+
+// TestLimitAfterLock: tart lists a VM running from the moment tart run
+// holds its lock, before the framework refuses it; Start must not take
+// that for a start.
+func TestLimitAfterLock(t *testing.T) {
+	d, _ := setup(t, build.Knobs{Stuck: true, BootMillis: 500})
+	create(t, d, "a")
+	mustErr(t, d.Start(context.Background(), "a", vz.StartOptions{}), vz.ErrVMLimit)
+	d2, _ := setup(t, build.Knobs{BootMillis: 500})
+	create(t, d2, "b")
+	start(t, d2, "b")
+	if st := state(t, d2, "b"); st != vz.StateRunning {
+		t.Fatalf("state after Start = %s", st)
+	}
+}
+
+// TestStartWithoutControlSocket: without tart's control socket (macOS
+// 13), Start trusts a run that stays up for StartSettle.
+func TestStartWithoutControlSocket(t *testing.T) {
+	d, _ := setup(t, build.Knobs{NoControlSocket: true})
+	d.StartSettle = 100 * time.Millisecond
+	create(t, d, "a")
+	start(t, d, "a")
+	if st := state(t, d, "a"); st != vz.StateRunning {
+		t.Fatalf("state after Start = %s", st)
+	}
+}
+
+// TestIgnoredShutdown: a guest that ignores the request keeps running, and
+// the driver forces nothing.
+func TestIgnoredShutdown(t *testing.T) {
+	d, home := setup(t, build.Knobs{IgnoreShutdown: true})
+	create(t, d, "a")
+	start(t, d, "a")
+	if err := d.RequestStop(context.Background(), "a"); err != nil {
+		t.Fatalf("RequestStop: %v", err)
+	}
+	log := filepath.Join(d.StateDir, "a.log")
+	eventually(t, "tart run gets the request", func() bool {
+		b, _ := os.ReadFile(log) //nolint:gosec // G304: the test's temp dir.
+		return strings.Contains(string(b), "Requesting guest OS to stop...")
+	})
+	if st := state(t, d, "a"); st != vz.StateRunning {
+		t.Fatalf("state = %s, want Running", st)
+	}
+	if how := build.LastExit(home, "a"); how != "" {
+		t.Fatalf("the VM ended %q", how)
+	}
+	noStop(t, home)
+}
+
+// TestRestart: a new driver, as after the host agent's restart, finds the
+// tart run its predecessor started, by the PID file, and else by tart's
+// lock; the run is in a session of its own.
+func TestRestart(t *testing.T) {
+	d1, home := setup(t, build.Knobs{})
+	create(t, d1, "a", "b")
+	start(t, d1, "a", "b")
+	b, err := os.ReadFile(filepath.Join(d1.StateDir, "a.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if pgid, err := syscall.Getpgid(pid); err != nil || pgid != pid {
+		t.Fatalf("tart run %d is in process group %d (%v), want its own session", pid, pgid, err)
+	}
+	d2 := driver(home, d1.StateDir)
+	if err := d2.RequestStop(context.Background(), "a"); err != nil {
+		t.Fatalf("RequestStop by a new driver: %v", err)
+	}
+	eventually(t, "a stops", func() bool { return state(t, d2, "a") == vz.StateStopped })
+	d3 := driver(home, t.TempDir()) // its state directory lost
+	if err := d3.RequestStop(context.Background(), "b"); err != nil {
+		t.Fatalf("RequestStop without a PID file: %v", err)
+	}
+	eventually(t, "b stops", func() bool { return state(t, d3, "b") == vz.StateStopped })
+	for _, n := range []string{"a", "b"} {
+		if how := build.LastExit(home, n); how != "shutdown" {
+			t.Fatalf("%s ended %q", n, how)
+		}
+	}
+	noStop(t, home)
+}
+
+// TestStalePID: a PID file naming another process is not signalled.
+func TestStalePID(t *testing.T) {
+	d, home := setup(t, build.Knobs{})
+	create(t, d, "a")
+	start(t, d, "a")
+	other := exec.Command("sleep", "600")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	if err := os.WriteFile(filepath.Join(d.StateDir, "a.pid"), []byte(strconv.Itoa(other.Process.Pid)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RequestStop(context.Background(), "a"); err != nil {
+		t.Fatalf("RequestStop: %v", err)
+	}
+	eventually(t, "a stops", func() bool { return state(t, d, "a") == vz.StateStopped })
+	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the other process was signalled: %v", err)
+	}
+	noStop(t, home)
+}
+
+func TestUnknownImage(t *testing.T) {
+	d, _ := setup(t, build.Knobs{})
+	ref := "ghcr.io/cirruslabs/macos-nothing:1.0"
+	err := d.Create(context.Background(), "x", vz.CreateOptions{Image: ref})
+	if err == nil || !strings.Contains(err.Error(), ref) {
+		t.Fatalf("error = %v, want one naming %s", err, ref)
+	}
+	if _, err := d.Get(context.Background(), "x"); !errors.Is(err, vz.ErrNotFound) {
+		t.Fatalf("a failed clone left a VM: %v", err)
+	}
+}

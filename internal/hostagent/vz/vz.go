@@ -1,0 +1,125 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package vz
+
+import (
+	"context"
+	"errors"
+)
+
+// State is a VM's state as a driver reports it.
+type State string
+
+// VM states.
+const (
+	// StateStopped: the VM exists and does not run.
+	StateStopped State = "Stopped"
+	// StateStarting: a start was accepted and the VM does not run yet
+	// (lume's "provisioning", a tart run whose VM holds no lock yet).
+	StateStarting State = "Starting"
+	// StateRunning: the Virtualization framework runs the VM.
+	StateRunning State = "Running"
+)
+
+// VM is one VM on the host.
+type VM struct {
+	// Name is the VM's name on the host.
+	Name string
+	// State is what the driver last saw.
+	State State
+	// IP is the guest's address on the host's NAT network, when the VM
+	// runs and the driver knows it.
+	IP string
+}
+
+// Slots is what the host says about its VM licence slots.
+type Slots struct {
+	// Max is how many macOS VMs may run at once (the Virtualization
+	// framework's limit, 2 under Apple's licence).
+	Max int
+	// Running is how many VMs the driver sees running.
+	Running int
+}
+
+// CreateOptions sizes a VM made from an image.
+type CreateOptions struct {
+	// Image is the OCI reference of the macOS image
+	// (ghcr.io/cirruslabs/macos-sequoia-base:latest).
+	Image string
+	// CPUs is the virtual CPU count; 0 keeps the image's.
+	CPUs int
+	// MemoryMiB is the memory; 0 keeps the image's.
+	MemoryMiB int
+}
+
+// StartOptions says how a VM starts.
+type StartOptions struct {
+	// ConfigDir is a host directory shared read-only into the guest, with
+	// the guest agent's configuration; empty shares nothing.
+	ConfigDir string
+}
+
+// Errors a driver returns, wrapped with the tool's own words.
+var (
+	// ErrNotFound: no VM of that name.
+	ErrNotFound = errors.New("no such VM")
+	// ErrExists: a VM of that name exists already.
+	ErrExists = errors.New("VM exists already")
+	// ErrAlreadyRunning: the VM runs already.
+	ErrAlreadyRunning = errors.New("VM is already running")
+	// ErrNotRunning: the VM does not run.
+	ErrNotRunning = errors.New("VM is not running")
+	// ErrRunning: the VM runs, and the call needs it stopped.
+	ErrRunning = errors.New("VM is running")
+	// ErrVMLimit: the Virtualization framework refused to start another
+	// VM (VZErrorDomain code 6, "the number of VMs exceeds the system
+	// limit").
+	ErrVMLimit = errors.New("the Virtualization framework's limit on running VMs was reached")
+	// ErrNoGracefulStop: the tool cannot ask the guest to shut down; the
+	// caller must ask macOS some other way and never force instead.
+	ErrNoGracefulStop = errors.New("the tool cannot ask the guest to shut down")
+)
+
+// Driver runs macOS VMs on one Apple-silicon host through a tool that
+// wraps Apple's Virtualization framework (lume, tart). Every call is
+// idempotent where the tool allows it, and errors wrap the ones above so
+// the host agent decides on them, not on a tool's words.
+type Driver interface {
+	// Name is the tool's name: "lume" or "tart".
+	Name() string
+	// List returns every VM on the host.
+	List(ctx context.Context) ([]VM, error)
+	// Get returns one VM, or ErrNotFound.
+	Get(ctx context.Context, name string) (VM, error)
+	// Create makes a stopped VM from an image, pulling the image when the
+	// host has not cached it; ErrExists when the name is taken.
+	Create(ctx context.Context, name string, opts CreateOptions) error
+	// Start starts a stopped VM and returns once it runs, or ErrVMLimit
+	// when the framework refused it, or ErrAlreadyRunning.
+	Start(ctx context.Context, name string, opts StartOptions) error
+	// RequestStop asks macOS to shut down (the power button), and returns
+	// without waiting; ErrNotRunning when it does not run, and
+	// ErrNoGracefulStop when the tool has no way to ask.
+	RequestStop(ctx context.Context, name string) error
+	// Delete removes a stopped VM and its disk; ErrRunning when it runs,
+	// nil when it does not exist.
+	Delete(ctx context.Context, name string) error
+	// Slots is the host's VM limit and how many VMs run.
+	Slots(ctx context.Context) (Slots, error)
+	// Images lists the images the host has cached.
+	Images(ctx context.Context) ([]string, error)
+}
