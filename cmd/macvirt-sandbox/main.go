@@ -53,6 +53,8 @@ func main() {
 		"run a fake GitHub and a runner set against it, and run one GitHub Actions job on a warm Mac (--until-ready waits for its success too)")
 	flag.BoolVar(&opts.BuildkiteFake, "buildkite-fake", false,
 		"run a fake Buildkite and a Buildkite queue against it, and run one job on a warm Mac (--until-ready waits for its end too)")
+	flag.StringVar(&opts.Runtime, "runtime", "kubevirt",
+		"kubevirt, or vz to add two fake Apple-silicon Macs (host agents driving a fake tart), a Virtualization class and a claim of it (--until-ready waits for it too)")
 	flag.StringVar(&opts.TenantKubeconfig, "tenant-kubeconfig", "", "where to write the tenant's kubeconfig, for kubectl mac (a temporary file by default)")
 	// --kubeconfig is registered by controller-runtime; here it says where to
 	// write the sandbox's kubeconfig (a temporary file by default).
@@ -69,6 +71,10 @@ func main() {
 		os.Exit(2)
 	}
 	opts.Machines = int32(machines) //nolint:gosec // bounded above.
+	if opts.Runtime != "kubevirt" && opts.Runtime != sandbox.RuntimeVZ {
+		_, _ = fmt.Fprintln(os.Stderr, "macvirt-sandbox: --runtime must be kubevirt or vz")
+		os.Exit(2)
+	}
 	level := zap.Level(zapLevel(*verbose))
 	ctrl.SetLogger(zap.New(level))
 	opts.Out = os.Stdout

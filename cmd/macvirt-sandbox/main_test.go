@@ -91,6 +91,29 @@ func TestSandboxRunsABuildkiteJob(t *testing.T) {
 	t.Logf("the sandbox's Buildkite job:\n%s", grepLines(out, "buildkite: "))
 }
 
+// TestSandboxRunsAClaimOnAnAppleSiliconMac runs the sandbox with the
+// Virtualization runtime: a claim of the sandbox's Virtualization class is
+// Ready on one of its fake Apple-silicon Macs, next to the sample claim on
+// the simulated KubeVirt nodes.
+func TestSandboxRunsAClaimOnAnAppleSiliconMac(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole sandbox")
+	}
+	bin := testenv.Build(t)
+	p := testenv.StartProcess(t, "", sandboxEnv(), bin, "--until-ready", "--runtime", "vz", "--speed", "4", "--timeout", "4m")
+	if err := <-p.Exited(); err != nil {
+		t.Fatalf("macvirt-sandbox --until-ready --runtime vz failed: %v\n%s", err, p.Output())
+	}
+	out := p.Output()
+	for _, want := range []string{"claim default/ios-build is Ready", "vz: claim default/arm-build Ready after",
+		"on MacHost mac-", "tart VM macvirt-", "macOS 15.5 heartbeating"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	t.Logf("the sandbox's Virtualization claim:\n%s", grepLines(out, "vz: "))
+}
+
 // grepLines are out's lines that start with prefix.
 func grepLines(out, prefix string) string {
 	var b strings.Builder

@@ -89,7 +89,15 @@ type Options struct {
 	// that job's end. The guests' buildkite-agent execs RunnerCommand with
 	// FakeBuildkiteAgentArg.
 	BuildkiteFake bool
+	// Runtime "vz" adds two fake Apple-silicon Macs (MacHosts with host
+	// agents driving a fake tart), a Virtualization class and a claim of
+	// it, next to the simulated KubeVirt nodes; with UntilReady, the
+	// sandbox also waits for that claim to be Ready.
+	Runtime string
 }
+
+// RuntimeVZ is Options.Runtime for the Virtualization runtime.
+const RuntimeVZ = "vz"
 
 // sampleClaim is the claim of config/samples the sandbox waits for.
 var sampleClaim = types.NamespacedName{Namespace: "default", Name: "ios-build"}
@@ -189,7 +197,27 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := WriteTenantKubeconfig(env, TenantUser, TenantNamespace, tenant); err != nil {
 		return err
 	}
-	jobDone := make(chan error, 2)
+	jobDone := make(chan error, 3)
+	if opts.Runtime == RuntimeVZ {
+		macs, err := StartMacs(runCtx, cfg, c, MacsOptions{Names: VZMacs, Labels: map[string]string{vzHostLabel: "true"},
+			Images: []string{VZImage}, Dir: filepath.Join(tmp, "macs")})
+		if err != nil {
+			return fmt.Errorf("starting the fake Macs: %w", err)
+		}
+		defer macs.Stop()
+		if err := ApplyVZClass(runCtx, c); err != nil {
+			return err
+		}
+		go func() {
+			err := runVZClaim(runCtx, c, opts.Out)
+			if err != nil && runCtx.Err() == nil {
+				_, _ = fmt.Fprintf(opts.Out, "vz: %v\n", err)
+			}
+			jobDone <- err
+		}()
+	} else {
+		jobDone <- nil
+	}
 	if bk != nil {
 		if err := ApplyBuildkiteQueue(runCtx, c, bk.URL()); err != nil {
 			return err
@@ -229,14 +257,14 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	deadline := time.After(max(time.Minute, opts.Timeout-time.Since(start)))
-	for range 2 {
+	for range 3 {
 		select {
 		case err := <-jobDone:
 			if err != nil {
 				return err
 			}
 		case <-deadline:
-			return errors.New("the fake GitHub's or Buildkite's job did not end in time")
+			return errors.New("the fake GitHub's or Buildkite's job, or the Virtualization claim, did not end in time")
 		}
 	}
 	return nil

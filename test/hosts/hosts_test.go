@@ -1,0 +1,199 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package hosts_test
+
+import (
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/hostagent/vz/faketart/build"
+	"github.com/macvirt/macvirt/internal/sandbox"
+)
+
+var _ = Describe("Machines on Apple-silicon hosts", func() {
+	It("fills a pool of 3 on two hosts 2+1, and a machine with every host full waits saying why", func() {
+		const spec = "fill"
+		const a, b = "fill-mac-a", "fill-mac-b"
+		macs := startMacs(spec, nil, a, b)
+		class := vzClass(spec)
+
+		By("a pool of 3: two on one host, one on the other, all Ready")
+		p := pool(spec, class, 3)
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+			g.Expect(p.Status.Idle).To(BeEquivalentTo(3))
+		}).Should(Succeed())
+		Expect(perHost(class)).To(Equal(map[string]int{a: 2, b: 1}))
+		Expect(running(macs, a)).To(Equal(2), "the first host's tart runs its two VMs")
+		Expect(running(macs, b)).To(Equal(1))
+
+		By("a pool of 2 more: one takes the last slot, the other waits and names both hosts full")
+		q := pool(spec+"-more", class, 2)
+		var waiting *macvirtv1alpha1.MacMachine
+		Eventually(func(g Gomega) {
+			for _, m := range machinesOf(class) {
+				if m.Spec.HostName == "" {
+					waiting = m.DeepCopy()
+				}
+			}
+			g.Expect(waiting).NotTo(BeNil())
+			g.Expect(waiting.Status.Phase).To(Equal(macvirtv1alpha1.MachinePending))
+			g.Expect(readyReason(waiting)).To(And(HavePrefix(macvirtv1alpha1.ReasonNoHostAvailable),
+				ContainSubstring(a+": full (2 of 2 slots hold machines)"), ContainSubstring(b+": full (2 of 2 slots hold machines)")))
+		}).Should(Succeed())
+		Expect(perHost(class)).To(Equal(map[string]int{a: 2, b: 2, "": 1}))
+		GinkgoWriter.Printf("waiting machine %s: %s\n", waiting.Name, readyReason(waiting))
+		Consistently(func() int { return running(macs, a) + running(macs, b) }, "3s").Should(Equal(4), "no host runs more than its slots")
+		deleteAndWait(q)
+	})
+
+	It("makes the bound claim of a lost host Lost and replaces its idle machine on another host, never moving one", func() {
+		const spec = "lost"
+		const a, b = "lost-mac-a", "lost-mac-b"
+		macs := startMacs(spec, []string{b}, a, b)
+		class := vzClass(spec)
+		ns := namespace(spec)
+
+		By("a pool of 2 on the first host (the second is cordoned), and a claim bound to one of them")
+		p := pool(spec, class, 2)
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+			g.Expect(p.Status.Idle).To(BeEquivalentTo(2))
+		}).Should(Succeed())
+		Expect(perHost(class)).To(Equal(map[string]int{a: 2}))
+		claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dev"},
+			Spec: macvirtv1alpha1.MacClaimSpec{ClassName: class}}
+		Expect(admin.Create(ctx, claim)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
+			ready := meta.FindStatusCondition(claim.Status.Conditions, macvirtv1alpha1.ConditionReady)
+			g.Expect(ready).NotTo(BeNil())
+			g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "%s: %s", ready.Reason, ready.Message)
+		}).Should(Succeed(), "the claim is Ready: its Mac's guest heartbeats through the operator's endpoint")
+
+		By("the pool's new idle machine waits for the full host, and takes the second once it is uncordoned")
+		Eventually(func() map[string]int { return perHost(class) }).Should(Equal(map[string]int{a: 2, "": 1}))
+		h := &macvirtv1alpha1.MacHost{}
+		Expect(admin.Get(ctx, client.ObjectKey{Name: b}, h)).To(Succeed())
+		before := h.DeepCopy()
+		h.Spec.Unschedulable = false
+		Expect(admin.Patch(ctx, h, client.MergeFrom(before))).To(Succeed())
+		Eventually(func() map[string]int { return perHost(class) }).Should(Equal(map[string]int{a: 2, b: 1}))
+		placed := map[string]string{}
+		var idleOnA string
+		for _, m := range machinesOf(class) {
+			placed[m.Name] = m.Spec.HostName
+			if m.Spec.HostName == a && m.Spec.ClaimRef == nil {
+				idleOnA = m.Name
+			}
+		}
+		Expect(idleOnA).NotTo(BeEmpty())
+
+		By("the first host stops heartbeating")
+		macs.Halt(a)
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKey{Name: a}, h)).To(Succeed())
+			c := meta.FindStatusCondition(h.Status.Conditions, macvirtv1alpha1.ConditionReady)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionUnknown))
+			g.Expect(c.Reason).To(Equal(macvirtv1alpha1.ReasonHostLost))
+		}).Should(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
+			g.Expect(claim.Status.Phase).To(Equal(macvirtv1alpha1.ClaimLost))
+		}).Should(Succeed())
+		bound := &macvirtv1alpha1.MacMachine{}
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: claim.Status.MachineRef.Namespace, Name: claim.Status.MachineRef.Name}, bound)).To(Succeed())
+		Expect(bound.Status.Phase).To(Equal(macvirtv1alpha1.MachineFailed))
+		Expect(readyReason(bound)).To(HavePrefix(macvirtv1alpha1.ReasonHostLost + ": MacHost " + a + " is lost"))
+		Expect(bound.Spec.HostName).To(Equal(a), "a machine is never moved")
+
+		By("the pool replaces the lost host's idle machine on the second host")
+		Eventually(func(g Gomega) {
+			for _, m := range machinesOf(class) {
+				g.Expect(m.Name).NotTo(Equal(idleOnA), "the lost idle machine is gone")
+				if was, ok := placed[m.Name]; ok {
+					g.Expect(m.Spec.HostName).To(Equal(was), "machine %s moved", m.Name)
+				}
+			}
+			g.Expect(perHost(class)[b]).To(Equal(2))
+		}).Should(Succeed())
+		Eventually(func() int { return running(macs, b) }).Should(Equal(2))
+
+		By("the host comes back: its agent shuts down the VM no machine is placed for, gracefully, and removes it")
+		Expect(admin.Delete(ctx, claim)).To(Succeed())
+		Eventually(func() map[string]int { return perHost(class) }).Should(Equal(map[string]int{b: 2}))
+		Expect(macs.Start(ctx, a)).To(Succeed())
+		Eventually(func() int { return running(macs, a) }).Should(BeZero())
+		Eventually(func(g Gomega) {
+			cmds, err := build.Commands(macs.Home(a))
+			g.Expect(err).NotTo(HaveOccurred())
+			deletes := 0
+			for _, c := range cmds {
+				g.Expect(c).NotTo(HavePrefix("stop"), "tart stop forces a VM off; the agent never uses it")
+				if strings.HasPrefix(c, "delete ") {
+					deletes++
+				}
+			}
+			g.Expect(deletes).To(Equal(2))
+		}).Should(Succeed())
+	})
+
+	It("places nothing twice when the operator restarts in the middle of placing a pool", func() {
+		const spec = "restart"
+		const a, b = "restart-mac-a", "restart-mac-b"
+		macs := startMacs(spec, nil, a, b)
+		class := vzClass(spec)
+
+		By("a pool of 4, and the operator stopped once the first machine is placed")
+		pool(spec, class, 4)
+		first := map[string]string{}
+		Eventually(func() int {
+			for _, m := range machinesOf(class) {
+				if m.Spec.HostName != "" {
+					first[m.Name] = m.Spec.HostName
+				}
+			}
+			return len(first)
+		}).Should(BeNumerically(">=", 1))
+		system.StopOperator()
+		Expect(system.StartOperator(ctx, sandbox.OperatorOptions{})).To(Succeed())
+
+		By("a new operator places the rest: two per host, none moved, no host past its slots")
+		Eventually(func() map[string]int { return perHost(class) }).Should(Equal(map[string]int{a: 2, b: 2}))
+		for _, m := range machinesOf(class) {
+			if was, ok := first[m.Name]; ok {
+				Expect(m.Spec.HostName).To(Equal(was))
+			}
+		}
+		Eventually(func() int { return running(macs, a) + running(macs, b) }).Should(Equal(4))
+		for _, host := range []string{a, b} {
+			h := &macvirtv1alpha1.MacHost{}
+			Eventually(func(g Gomega) {
+				g.Expect(admin.Get(ctx, client.ObjectKey{Name: host}, h)).To(Succeed())
+				g.Expect(h.Status.Machines).To(BeEquivalentTo(2))
+			}).Should(Succeed())
+		}
+		Consistently(func() int { return len(machinesOf(class)) }, "3s").Should(Equal(4))
+	})
+})

@@ -1,0 +1,190 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package hosts_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/sandbox"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/internal/testenv"
+)
+
+// The suite runs a real API server with macvirt's CRDs and webhooks, the
+// operator with its agent endpoint (which a spec stops and starts again),
+// and, for each spec, fake Macs: host agents in this process driving the
+// fake tart command, which keeps its VMs in a temporary TART_HOME and runs
+// each VM as a process, as tart does.
+var (
+	cfg     *rest.Config
+	cluster *testenv.Cluster
+	scheme  *runtime.Scheme
+	admin   client.Client
+	system  *sandbox.System
+	stopAll context.CancelFunc
+	ctx     context.Context
+)
+
+// image is the Virtualization classes' VM image, which the fake tart can
+// clone.
+const image = "ghcr.io/cirruslabs/macos-sequoia-base:latest"
+
+// lease is the fake hosts' lease; the shortest the API allows, so a lost
+// host is seen soon.
+const lease = 10 * time.Second
+
+func TestHosts(t *testing.T) {
+	testenv.NeedsAPIServer(t)
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Apple-silicon Hosts Suite")
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	SetDefaultEventuallyTimeout(2 * time.Minute)
+	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
+	var err error
+	scheme, err = macvirtscheme.New()
+	Expect(err).NotTo(HaveOccurred())
+	cluster, err = sandbox.StartCluster(scheme)
+	Expect(err).NotTo(HaveOccurred())
+	cfg = cluster.Config
+	admin, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	ctx, stopAll = context.WithCancel(context.Background())
+	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}})
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var _ = AfterSuite(func() {
+	if stopAll != nil {
+		stopAll()
+	}
+	if system != nil {
+		system.Stop()
+	}
+	if cluster != nil {
+		Expect(cluster.Stop()).To(Succeed())
+	}
+})
+
+// startMacs runs the spec's fake Macs (sandbox.StartMacs): each a MacHost
+// with the spec's label (so only the spec's class selects it), the real
+// host agent and tart driver against the fake tart, and a guest for each
+// running VM that heartbeats to the operator's endpoint with the real
+// agent's client. They stop with the spec.
+func startMacs(spec string, cordoned []string, names ...string) *sandbox.Macs {
+	m, err := sandbox.StartMacs(ctx, cfg, admin, sandbox.MacsOptions{Names: names, Cordoned: cordoned,
+		Labels: map[string]string{"test.macvirt.io/spec": spec}, Lease: lease, Images: []string{image}, Dir: GinkgoT().TempDir()})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(m.Stop)
+	return m
+}
+
+// running counts the VMs a Mac's tart runs.
+func running(m *sandbox.Macs, name string) int {
+	n, err := m.Running(ctx, name)
+	Expect(err).NotTo(HaveOccurred())
+	return n
+}
+
+// vzClass makes a Virtualization class that selects the spec's hosts; its
+// claims bind only its pools' machines.
+func vzClass(spec string) string {
+	c := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: spec},
+		Spec: macvirtv1alpha1.MacClassSpec{
+			Runtime: macvirtv1alpha1.RuntimeVirtualization,
+			Image: macvirtv1alpha1.ImageSpec{DiskSource: macvirtv1alpha1.DiskSource{Source: &cdiv1.DataVolumeSource{
+				Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://" + image)}}}},
+			Placement: macvirtv1alpha1.PlacementSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test.macvirt.io/spec": spec}}},
+			Tenancy:   macvirtv1alpha1.TenancySpec{OnDemand: ptr.To(false)},
+		}}
+	Expect(admin.Create(ctx, c)).To(Succeed())
+	DeferCleanup(func() { Expect(client.IgnoreNotFound(admin.Delete(ctx, c))).To(Succeed()) })
+	return c.Name
+}
+
+// namespace makes the spec's tenant namespace.
+func namespace(name string) string {
+	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+	return name
+}
+
+// pool makes a pool of the class in the operator's pools namespace.
+func pool(name, class string, idle int32) *macvirtv1alpha1.MacPool {
+	p := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: macvirtv1alpha1.MacPoolSpec{ClassName: class, Idle: ptr.To(idle)}}
+	Expect(admin.Create(ctx, p)).To(Succeed())
+	DeferCleanup(func() { deleteAndWait(p) })
+	return p
+}
+
+// deleteAndWait deletes obj and waits until it is gone.
+func deleteAndWait(obj client.Object) {
+	Expect(client.IgnoreNotFound(admin.Delete(ctx, obj))).To(Succeed())
+	Eventually(func() bool {
+		return client.IgnoreNotFound(admin.Get(ctx, client.ObjectKeyFromObject(obj), obj)) == nil &&
+			admin.Get(ctx, client.ObjectKeyFromObject(obj), obj) != nil
+	}).Should(BeTrue(), "%T %s is not gone", obj, obj.GetName())
+}
+
+// machinesOf lists the machines of a class.
+func machinesOf(class string) []macvirtv1alpha1.MacMachine {
+	list := &macvirtv1alpha1.MacMachineList{}
+	Expect(admin.List(ctx, list)).To(Succeed())
+	var out []macvirtv1alpha1.MacMachine
+	for _, m := range list.Items {
+		if m.Spec.ClassName == class {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// perHost counts a class's machines by host ("" for unplaced).
+func perHost(class string) map[string]int {
+	n := map[string]int{}
+	for _, m := range machinesOf(class) {
+		n[m.Spec.HostName]++
+	}
+	return n
+}
+
+func readyReason(m *macvirtv1alpha1.MacMachine) string {
+	for _, c := range m.Status.Conditions {
+		if c.Type == macvirtv1alpha1.ConditionReady {
+			return fmt.Sprintf("%s: %s", c.Reason, c.Message)
+		}
+	}
+	return ""
+}
