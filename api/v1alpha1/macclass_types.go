@@ -17,6 +17,10 @@ limitations under the License.
 package v1alpha1
 
 import (
+	"errors"
+	"fmt"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -704,4 +708,22 @@ func (s *MacClassSpec) VMImage() string {
 		}
 	}
 	return u
+}
+
+// CheckVMImage says why ref is not an image a Mac's tool may pull for a
+// Virtualization class: it must name a registry (a host with a dot or a
+// port, or localhost) and a repository. A bare name would be taken by
+// tart as a VM already on the Mac (another machine's disk), and a leading
+// dash as an option.
+func CheckVMImage(ref string) error {
+	registry, repo, ok := strings.Cut(ref, "/")
+	switch {
+	case ref == "":
+		return errors.New("no image")
+	case strings.HasPrefix(ref, "-") || strings.ContainsAny(ref, " \t\n"):
+		return fmt.Errorf("%q is not an image reference", ref)
+	case !ok || repo == "" || (!strings.ContainsAny(registry, ".:") && registry != "localhost"):
+		return fmt.Errorf("%q names no registry: give a full reference such as ghcr.io/cirruslabs/macos-sequoia-base:latest", ref)
+	}
+	return nil
 }

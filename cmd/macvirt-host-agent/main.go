@@ -63,6 +63,12 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("reading --kubeconfig %s: %w", *kubeconfig, err)
 	}
+	if *lease < 10*time.Second || *lease > time.Hour {
+		return fmt.Errorf("--lease %s: give between 10s and 1h (MacHost's status.agent.leaseSeconds)", *lease)
+	}
+	if *host == "" {
+		return fmt.Errorf("--host is required: the MacHost's name, its ServiceAccount's in macvirt-hosts")
+	}
 	q, err := resource.ParseQuantity(*minFreeDisk)
 	if err != nil {
 		return fmt.Errorf("--min-free-disk %q: %w", *minFreeDisk, err)
@@ -83,7 +89,8 @@ func run() error {
 		return fmt.Errorf("--tool %q: give lume or tart", *tool)
 	}
 	a, err := hostagent.New(cfg, driver, hostagent.Options{Host: *host, Lease: *lease, MinFreeDisk: &q, Version: version,
-		Facts: hostagent.MacFacts(*stateDir)})
+		StateDir: filepath.Join(*stateDir, "agent"),
+		Facts:    hostagent.MacFacts(*stateDir)})
 	if err != nil {
 		return err
 	}

@@ -20,11 +20,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -63,6 +67,9 @@ type Options struct {
 	// Facts reads the Mac's chip, macOS version and free disk; unset,
 	// nothing is reported of them.
 	Facts func(ctx context.Context) Facts
+	// StateDir keeps the agent's own records: the VMs it made, the only
+	// ones it ever removes on its own. Required.
+	StateDir string
 	// Clock is the agent's time source (tests move it).
 	Clock clock.PassiveClock
 	// Name tells several agents apart in one process (tests).
@@ -74,6 +81,8 @@ type Agent struct {
 	opts   Options
 	driver vz.Driver
 	client client.Client
+	// reader reads from the API server, uncached.
+	reader client.Reader
 	clock  clock.PassiveClock
 	mgr    manager.Manager
 
@@ -88,6 +97,12 @@ type Agent struct {
 func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
 	if opts.Host == "" {
 		return nil, errors.New("the host's name is required")
+	}
+	if opts.StateDir == "" {
+		return nil, errors.New("the agent's state directory is required")
+	}
+	if err := os.MkdirAll(filepath.Join(opts.StateDir, madeDir), 0o700); err != nil {
+		return nil, fmt.Errorf("making the agent's state directory: %w", err)
 	}
 	if opts.Lease == 0 {
 		opts.Lease = macvirtv1alpha1.DefaultHostLease
@@ -116,7 +131,7 @@ func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("making the agent's manager: %w", err)
 	}
-	a := &Agent{opts: opts, driver: driver, client: mgr.GetClient(), clock: opts.Clock, mgr: mgr}
+	a := &Agent{opts: opts, driver: driver, client: mgr.GetClient(), reader: mgr.GetAPIReader(), clock: opts.Clock, mgr: mgr}
 	name := "hostagent"
 	if opts.Name != "" {
 		name += "-" + opts.Name
@@ -161,25 +176,63 @@ func (a *Agent) stuckCount() string {
 	return a.stuck
 }
 
-// orphans returns the agent's VMs that no machine placed on the host
-// names: left by a machine deleted while the host was lost.
+// uidPattern is a Kubernetes UID, as VMName puts one after VMPrefix.
+var uidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// madeDir, under the state directory, holds an empty file per VM the
+// agent made, written before the VM is.
+const madeDir = "made"
+
+// recordMade notes that the agent makes the VM name.
+func (a *Agent) recordMade(name string) error {
+	return os.WriteFile(filepath.Join(a.opts.StateDir, madeDir, name), nil, 0o600)
+}
+
+// forgetMade drops the note once the VM is gone.
+func (a *Agent) forgetMade(name string) {
+	_ = os.Remove(filepath.Join(a.opts.StateDir, madeDir, name))
+}
+
+// made says whether the agent made the VM name.
+func (a *Agent) made(name string) bool {
+	_, err := os.Stat(filepath.Join(a.opts.StateDir, madeDir, name))
+	return err == nil
+}
+
+// orphans returns the VMs the agent made whose machine no longer exists
+// anywhere in the cluster: left by a machine deleted while the Mac was
+// lost. A VM the agent did not make (a user's, even named like its own),
+// and one whose machine exists (on any host, placed or not) is never one.
 func (a *Agent) orphans(ctx context.Context) ([]string, error) {
 	vms, err := a.driver.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	list := &macvirtv1alpha1.MacMachineList{}
-	if err := a.client.List(ctx, list); err != nil {
-		return nil, err
+	var candidates []string
+	for _, vm := range vms {
+		uid, ok := strings.CutPrefix(vm.Name, VMPrefix)
+		if ok && uidPattern.MatchString(uid) && a.made(vm.Name) {
+			candidates = append(candidates, vm.Name)
+		}
 	}
-	placed := map[string]bool{}
+	if len(candidates) == 0 {
+		return nil, nil
+	}
+	// Read from the API server, all machines: not the agent's cache, which
+	// holds only those placed here.
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(macvirtv1alpha1.GroupVersion.WithKind("MacMachineList"))
+	if err := a.reader.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing machines to find orphaned VMs: %w", err)
+	}
+	exists := map[string]bool{}
 	for i := range list.Items {
-		placed[VMName(&list.Items[i])] = true
+		exists[VMPrefix+string(list.Items[i].UID)] = true
 	}
 	var out []string
-	for _, vm := range vms {
-		if strings.HasPrefix(vm.Name, VMPrefix) && !placed[vm.Name] {
-			out = append(out, vm.Name)
+	for _, name := range candidates {
+		if !exists[name] {
+			out = append(out, name)
 		}
 	}
 	return out, nil

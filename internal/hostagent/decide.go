@@ -85,6 +85,9 @@ func Decide(in Input) Decision {
 		return Decision{Action: ActDelete}
 	case stopping && in.State == vz.StateStopped:
 		return Decision{Action: ActNone}
+	case stopping && in.State == vz.StateStarting:
+		// Nothing to ask yet: macOS is asked once the VM runs.
+		return Decision{Action: ActWaitStop, RecheckAfter: stopPoll}
 	case stopping && in.StopRequestedAt == nil:
 		return Decision{Action: ActRequestStop, RecheckAfter: stopPoll}
 	case stopping:

@@ -39,6 +39,7 @@ func TestDecide(t *testing.T) {
 		"a starting VM is left to start":                   {in: Input{WantsRunning: true, Exists: true, State: vz.StateStarting}, want: ActNone},
 		"stopping asks macOS first":                        {in: Input{Exists: true, State: vz.StateRunning}, want: ActRequestStop},
 		"a stopped VM that should stay stopped is left":    {in: Input{Exists: true, State: vz.StateStopped}, want: ActNone},
+		"a starting VM is asked nothing until it runs":     {in: Input{Deleting: true, Exists: true, State: vz.StateStarting}, want: ActWaitStop},
 		"asked to stop, it is waited for":                  {in: Input{Exists: true, State: vz.StateRunning, StopRequestedAt: &asked}, want: ActWaitStop},
 		"past the grace period it is reported, not forced": {in: Input{Exists: true, State: vz.StateRunning, StopRequestedAt: &longAgo}, want: ActWaitStop, wantProblem: true},
 		"a deleted machine's running VM is asked to stop":  {in: Input{Deleting: true, WantsRunning: true, Exists: true, State: vz.StateRunning}, want: ActRequestStop},

@@ -65,13 +65,13 @@ func (a *Agent) keepHost(ctx context.Context) error {
 // beat registers the host when it is missing and writes its report.
 func (a *Agent) beat(ctx context.Context) error {
 	h := &macvirtv1alpha1.MacHost{}
-	err := a.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: a.opts.Host}, h)
+	err := a.reader.Get(ctx, client.ObjectKey{Name: a.opts.Host}, h)
 	if apierrors.IsNotFound(err) {
 		h = &macvirtv1alpha1.MacHost{ObjectMeta: metav1.ObjectMeta{Name: a.opts.Host}}
 		if err := a.client.Create(ctx, h); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("registering MacHost %s: %w", a.opts.Host, err)
 		}
-		err = a.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: a.opts.Host}, h)
+		err = a.reader.Get(ctx, client.ObjectKey{Name: a.opts.Host}, h)
 	}
 	if err != nil {
 		return fmt.Errorf("reading MacHost %s: %w", a.opts.Host, err)
@@ -162,7 +162,8 @@ func (a *Agent) removeOrphans(ctx context.Context, stopAsked map[string]time.Tim
 				continue
 			}
 			delete(stopAsked, name)
-			ctrl.LoggerFrom(ctx).Info("removed a VM no machine is placed for", "vm", name)
+			a.forgetMade(name)
+			ctrl.LoggerFrom(ctx).Info("removed a VM it made whose machine no longer exists", "vm", name)
 		}
 	}
 	return errors.Join(errs...)

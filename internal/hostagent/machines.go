@@ -102,7 +102,11 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return r.write(ctx, m, report, result, classErr)
 		}
 		report.State = macvirtv1alpha1.HostVMCreating
-		stepErr = a.driver.Create(ctx, name, createOptions(class))
+		if stepErr = macvirtv1alpha1.CheckVMImage(class.Spec.VMImage()); stepErr != nil {
+			stepErr = fmt.Errorf("MacClass %s: image.source.registry.url: %w", class.Name, stepErr)
+		} else if stepErr = a.recordMade(name); stepErr == nil {
+			stepErr = a.driver.Create(ctx, name, createOptions(class))
+		}
 		if stepErr == nil {
 			report.State = macvirtv1alpha1.HostVMStopped
 			result.RequeueAfter = time.Millisecond
@@ -124,7 +128,8 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			now := metav1.NewTime(a.clock.Now())
 			report.State, report.StopRequestedAt = macvirtv1alpha1.HostVMStopping, &now
 		case errors.Is(stepErr, vz.ErrNotRunning):
-			stepErr, result.RequeueAfter = nil, time.Millisecond
+			// Stopped meanwhile, or not running yet: looked at again.
+			stepErr = nil
 		case errors.Is(stepErr, vz.ErrNoGracefulStop):
 			report.State = macvirtv1alpha1.HostVMRunning
 			stepErr = fmt.Errorf("%w; macvirt never forces macOS off, and asking through the guest agent is not built yet: shut macOS down from inside the VM", stepErr)
@@ -134,6 +139,7 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	case ActDelete:
 		stepErr = a.driver.Delete(ctx, name)
 		if stepErr == nil {
+			a.forgetMade(name)
 			report.State, report.Address, report.RunningSince, report.StopRequestedAt = macvirtv1alpha1.HostVMDeleted, "", nil, nil
 			return r.write(ctx, m, report, ctrl.Result{}, nil)
 		}

@@ -143,7 +143,8 @@ func (m *Macs) Start(ctx context.Context, name string) error {
 	}
 	m.starts++
 	a, err := hostagent.New(m.cfg, m.driver(name), hostagent.Options{Host: name, Lease: m.opts.Lease, Version: "sandbox",
-		Name: fmt.Sprintf("%s-%d", name, m.starts)})
+		StateDir: filepath.Join(m.opts.Dir, name, "agent"),
+		Name:     fmt.Sprintf("%s-%d", name, m.starts)})
 	if err != nil {
 		return err
 	}

@@ -181,6 +181,10 @@ func validateOnHosts(spec *field.Path, s *macvirtv1alpha1.MacClassSpec) field.Er
 	case s.VMImage() == "":
 		errs = append(errs, field.Required(spec.Child("image", "source", "registry", "url"),
 			"a Virtualization class's VM image is an OCI reference tart or lume can pull, such as docker://ghcr.io/cirruslabs/macos-sequoia-base:latest"))
+	default:
+		if err := macvirtv1alpha1.CheckVMImage(s.VMImage()); err != nil {
+			errs = append(errs, field.Invalid(spec.Child("image", "source", "registry", "url"), *s.Image.Source.Registry.URL, err.Error()))
+		}
 	}
 	if s.Image.Refresh != nil {
 		errs = append(errs, field.Forbidden(spec.Child("image", "refresh"), "a Mac's tool pulls the image itself: remove refresh"))

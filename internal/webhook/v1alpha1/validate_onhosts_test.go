@@ -45,6 +45,10 @@ func TestValidateVirtualizationClassRejections(t *testing.T) {
 		}, "spec.image.sourceRef", "do not reach a Mac"},
 		"an image over http": {imageSource(cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://x/y"}}),
 			"spec.image.source.registry.url", "OCI reference tart or lume can pull"},
+		"a VM already on the Mac, by its name": {imageSource(cdiv1.DataVolumeSource{Registry: &cdiv1.DataVolumeSourceRegistry{URL: strPtr("docker://macvirt-0b9c2f3e-0000-4000-8000-000000000001")}}),
+			"spec.image.source.registry.url", "names no registry"},
+		"an option for tart": {imageSource(cdiv1.DataVolumeSource{Registry: &cdiv1.DataVolumeSourceRegistry{URL: strPtr("docker://--insecure")}}),
+			"spec.image.source.registry.url", "not an image reference"},
 		"a refreshed image": {func(c *macvirtv1alpha1.MacClass) {
 			c.Spec.Image.Refresh = &macvirtv1alpha1.ImageRefresh{Schedule: "0 * * * *"}
 		},

@@ -214,15 +214,18 @@ func (d *Driver) call(ctx context.Context, method, path string, body, out any) e
 // are Starting (lume is busy with the VM); "provisioning (stale)" and every
 // other word are Stopped.
 func toVM(v vmDetails) vz.VM {
-	out := vz.VM{Name: v.Name, State: vz.StateStopped}
+	// Only "stopped" is stopped: any other state ("provisioning",
+	// "pulling", "pending", one lume adds later) is lume at work on the
+	// VM, which neither a start nor a delete may cross.
+	out := vz.VM{Name: v.Name, State: vz.StateStarting}
 	switch v.Status {
+	case "stopped":
+		out.State = vz.StateStopped
 	case "running":
 		out.State = vz.StateRunning
 		if v.IPAddress != nil {
 			out.IP = *v.IPAddress
 		}
-	case "provisioning", "pulling":
-		out.State = vz.StateStarting
 	}
 	return out
 }

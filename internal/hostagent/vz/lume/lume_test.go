@@ -19,6 +19,8 @@ package lume_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -252,5 +254,32 @@ func TestNoQueryOnVMs(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != 404 {
 		t.Fatalf("GET /lume/vms?storage=x = %d, want 404 as lume", resp.StatusCode)
+	}
+}
+
+// A state lume reports that the driver does not know is lume at work on
+// the VM: neither a delete nor a start may cross it.
+func TestUnknownStateIsBusy(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/lume/vms/vm-1" {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"name":"vm-1","status":"pending","ipAddress":null}`))
+			return
+		}
+		t.Errorf("unexpected call %s %s", r.Method, r.URL.Path)
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	d := lume.New(srv.URL)
+	ctx := context.Background()
+	vm, err := d.Get(ctx, "vm-1")
+	if err != nil || vm.State != vz.StateStarting {
+		t.Fatalf("Get = %+v, %v; want a busy (starting) VM", vm, err)
+	}
+	if err := d.Delete(ctx, "vm-1"); !errors.Is(err, vz.ErrRunning) {
+		t.Errorf("Delete = %v; want ErrRunning", err)
+	}
+	if err := d.Start(ctx, "vm-1", vz.StartOptions{}); !errors.Is(err, vz.ErrAlreadyRunning) {
+		t.Errorf("Start = %v; want ErrAlreadyRunning", err)
 	}
 }
