@@ -83,8 +83,18 @@ var _ = Describe("The macvirt CRDs", func() {
 		Entry("two sources", func(c *macvirtv1alpha1.MacClass) {
 			c.Spec.Image.SourceRef = &cdiv1.DataVolumeSourceRef{Kind: "DataSource", Name: "x"}
 		}, "spec.image: Invalid value: set exactly one of source or sourceRef"),
-		Entry("no source", func(c *macvirtv1alpha1.MacClass) { c.Spec.Bootloader.Source = nil },
-			"spec.bootloader: Invalid value: set exactly one of source or sourceRef"),
+		Entry("no bootloader source, which leaves no bootloader", func(c *macvirtv1alpha1.MacClass) { c.Spec.Bootloader.Source = nil },
+			"bootloader is required for a KubeVirt class: give the OpenCore disk's source, or set runtime: Virtualization"),
+		Entry("a bootloader without a source", func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Bootloader.Source, c.Spec.Bootloader.Size = nil, ptrTo(resource.MustParse("1Gi"))
+		}, "spec.bootloader: Invalid value: set exactly one of source or sourceRef"),
+		Entry("a Virtualization class with a bootloader", func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Runtime = macvirtv1alpha1.RuntimeVirtualization
+			c.Spec.Image.Source = &cdiv1.DataVolumeSource{Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptrTo("docker://ghcr.io/cirruslabs/macos-sequoia-base:latest")}}
+		}, "a Virtualization class has no bootloader"),
+		Entry("a Virtualization class whose image is not a registry's", func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Runtime, c.Spec.Bootloader = macvirtv1alpha1.RuntimeVirtualization, macvirtv1alpha1.BootloaderSpec{}
+		}, "a Virtualization class takes its VM image from image.source.registry.url"),
 		Entry("one vCPU", func(c *macvirtv1alpha1.MacClass) { c.Spec.Resources.CPU = 1 },
 			"spec.resources.cpu: Invalid value: 1: spec.resources.cpu in body should be greater than or equal to 2"),
 		Entry("too little memory", func(c *macvirtv1alpha1.MacClass) { c.Spec.Resources.Memory = ptrTo(resource.MustParse("2Gi")) },

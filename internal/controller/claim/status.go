@@ -131,7 +131,7 @@ func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatu
 		set(macvirtv1alpha1.ConditionReady, false, reason, msg)
 		return st
 	}
-	if machineAddress(m) == "" {
+	if machineAddress(m) == "" && m.Spec.HostName == "" {
 		st.Phase = macvirtv1alpha1.ClaimBound
 		set(macvirtv1alpha1.ConditionReady, false, macvirtv1alpha1.ReasonMachineNotReady,
 			fmt.Sprintf("KubeVirt reports no pod-network address for machine %s yet", m.Name))
@@ -166,6 +166,15 @@ func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatu
 	st.Phase = macvirtv1alpha1.ClaimReady
 	if st.ReadyAt == nil {
 		st.ReadyAt = &now
+	}
+	if m.Spec.HostName != "" {
+		// An Apple-silicon Mac's guest is out of the cluster's reach: the
+		// route to it is not built (docs/design/apple-silicon-runtime.md,
+		// section 7), so the claim publishes no address.
+		set(macvirtv1alpha1.ConditionReady, true, macvirtv1alpha1.ReasonAsExpected, fmt.Sprintf(
+			"Ready on MacHost %s: macOS heartbeats; the cluster has no route to it yet, so no address is published (docs/apple-silicon-hosts.md)",
+			m.Spec.HostName))
+		return st
 	}
 	set(macvirtv1alpha1.ConditionReady, true, macvirtv1alpha1.ReasonAsExpected, "Ready at "+machineAddress(m))
 	return st

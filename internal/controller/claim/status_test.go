@@ -26,6 +26,11 @@ func TestComputeClaimStatus(t *testing.T) {
 	keysRefused.Status.Guest = &macvirtv1alpha1.GuestStatus{ApplyError: "refusing /Users/admin/.ssh: it is not a real directory"}
 	booting := ready.DeepCopy()
 	booting.Status.Phase, booting.Status.Conditions = macvirtv1alpha1.MachineBooting, nil
+	// A Mac of the Virtualization runtime: Ready, its guest's address on
+	// the Mac's NAT network only (status.host), none in status.addresses.
+	onMac := unaddressed.DeepCopy()
+	onMac.Spec.HostName = "mac-a"
+	onMac.Status.Host = &macvirtv1alpha1.HostVMStatus{State: macvirtv1alpha1.HostVMRunning, Address: "192.168.64.5"}
 	killed := ready.DeepCopy()
 	killed.Status.Phase = macvirtv1alpha1.MachineStopped
 	killed.Status.Conditions = []metav1.Condition{
@@ -56,6 +61,8 @@ func TestComputeClaimStatus(t *testing.T) {
 			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonGuestConfigFailed, metav1.ConditionTrue, true},
 		"ready, but with no address but the guest's own": {claimScope{machine: unaddressed},
 			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonMachineNotReady, metav1.ConditionFalse, false},
+		"ready on an Apple-silicon Mac: Ready, with no address to publish": {claimScope{machine: onMac, exposed: true},
+			macvirtv1alpha1.ClaimReady, macvirtv1alpha1.ReasonAsExpected, metav1.ConditionFalse, false},
 		"lost": {claimScope{lost: "bound machine pools/m no longer exists"},
 			macvirtv1alpha1.ClaimLost, macvirtv1alpha1.ReasonMachineLost, metav1.ConditionTrue, false},
 	} {

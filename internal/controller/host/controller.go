@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,7 +37,7 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/base"
 )
 
-// +kubebuilder:rbac:groups=macvirt.io,resources=machosts,verbs=get;list;watch
+// +kubebuilder:rbac:groups=macvirt.io,resources=machosts,verbs=list;watch
 // +kubebuilder:rbac:groups=macvirt.io,resources=machosts/status,verbs=patch
 
 // Reconcile reads the host, counts its machines, and writes the status
@@ -44,9 +45,13 @@ import (
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, reterr error) {
 	h := &macvirtv1alpha1.MacHost{}
 	if err := r.Get(ctx, req.NamespacedName, h); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.beats.Delete(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	s := &scope{Now: r.Clock.Now(), Host: h}
+	now := r.Clock.Now()
+	s := &scope{Now: now, Host: h, BeatSeenAt: r.seenAt(h, now)}
 	defer func() {
 		if !s.Observed {
 			return

@@ -17,9 +17,14 @@ limitations under the License.
 package host
 
 import (
+	"sync"
+	"time"
+
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
 
 // Reconciler keeps the operator's part of each MacHost's status.
@@ -30,4 +35,29 @@ type Reconciler struct {
 	// ControllerName overrides the controller's name, so tests can run
 	// several managers in one process.
 	ControllerName string
+
+	// beats holds, per host, the last heartbeat seen and when (beatSeen).
+	beats sync.Map
+}
+
+// beatSeen is a heartbeat of a host's agent and when this operator first
+// saw it.
+type beatSeen struct {
+	beat time.Time
+	at   time.Time
+}
+
+// seenAt is when the operator first saw the host's current heartbeat: now
+// for a heartbeat it has not seen before (after its own start too).
+func (r *Reconciler) seenAt(h *macvirtv1alpha1.MacHost, now time.Time) time.Time {
+	a := h.Status.Agent
+	if a == nil || a.LastHeartbeat == nil {
+		r.beats.Delete(h.Name)
+		return now
+	}
+	if v, ok := r.beats.Load(h.Name); ok && v.(beatSeen).beat.Equal(a.LastHeartbeat.Time) {
+		return v.(beatSeen).at
+	}
+	r.beats.Store(h.Name, beatSeen{beat: a.LastHeartbeat.Time, at: now})
+	return now
 }

@@ -33,6 +33,11 @@ type scope struct {
 	Host *macvirtv1alpha1.MacHost
 	// Placed is how many machines are placed on the host.
 	Placed int
+	// BeatSeenAt is when this operator first saw the agent's current
+	// heartbeat, by its own clock: the lease runs from then, so a Mac
+	// whose clock is off is judged by the operator's time, and no Mac is
+	// judged for a time the operator was not watching.
+	BeatSeenAt time.Time
 	// Observed is true once the machines were counted; the status is
 	// written only then.
 	Observed bool

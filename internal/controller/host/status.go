@@ -61,11 +61,11 @@ func readiness(s *scope) (base.Condition, time.Duration) {
 		return base.CondFalse(macvirtv1alpha1.ReasonHostNotRegistered,
 			"no host agent has reported; install it on the Mac (docs/apple-silicon-hosts.md)"), 0
 	}
-	end := a.LastHeartbeat.Add(a.Lease())
+	end := s.BeatSeenAt.Add(a.Lease())
 	if !s.Now.Before(end) {
 		return base.Condition{Status: metav1.ConditionUnknown, Problem: base.Problem{Reason: macvirtv1alpha1.ReasonHostLost,
-			Message: fmt.Sprintf("the host agent's last heartbeat was at %s and its lease of %s ended at %s",
-				a.LastHeartbeat.UTC().Format(time.RFC3339), a.Lease(), end.UTC().Format(time.RFC3339))}}, 0
+			Message: fmt.Sprintf("no heartbeat from the host agent since %s (stamped %s by the Mac), and its lease of %s ended at %s",
+				s.BeatSeenAt.UTC().Format(time.RFC3339), a.LastHeartbeat.UTC().Format(time.RFC3339), a.Lease(), end.UTC().Format(time.RFC3339))}}, 0
 	}
 	requeue := end.Sub(s.Now)
 	if c := meta.FindStatusCondition(a.Conditions, macvirtv1alpha1.HostConditionToolReachable); c != nil && c.Status == metav1.ConditionFalse {

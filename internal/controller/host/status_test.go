@@ -23,6 +23,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
@@ -45,6 +46,9 @@ func TestComputeHostStatus(t *testing.T) {
 		schedReason   string
 		wantInMessage string
 		requeue       time.Duration
+		// seenAgo is how long ago the operator saw the heartbeat; unset,
+		// when the Mac stamped it.
+		seenAgo *time.Duration
 	}{
 		"never reported": {ready: metav1.ConditionFalse, readyReason: macvirtv1alpha1.ReasonHostNotRegistered,
 			schedReason: macvirtv1alpha1.ReasonHostNotRegistered, wantInMessage: "install it"},
@@ -54,6 +58,10 @@ func TestComputeHostStatus(t *testing.T) {
 			schedReason: macvirtv1alpha1.ReasonHostFull, requeue: time.Minute},
 		"lease ended": {agent: beat(time.Minute), ready: metav1.ConditionUnknown, readyReason: macvirtv1alpha1.ReasonHostLost,
 			schedReason: macvirtv1alpha1.ReasonHostLost, wantInMessage: "lease of 1m0s ended"},
+		"a Mac whose clock is 5m behind, heard just now, is alive": {agent: beat(5 * time.Minute), seenAgo: ptr.To(time.Duration(0)),
+			ready: metav1.ConditionTrue, readyReason: macvirtv1alpha1.ReasonAsExpected, schedReason: macvirtv1alpha1.ReasonAsExpected, requeue: time.Minute},
+		"a Mac whose clock is 5m ahead, silent for a lease, is lost": {agent: beat(-5 * time.Minute), seenAgo: ptr.To(time.Minute),
+			ready: metav1.ConditionUnknown, readyReason: macvirtv1alpha1.ReasonHostLost, schedReason: macvirtv1alpha1.ReasonHostLost, wantInMessage: "ended"},
 		"cordoned": {agent: beat(0), cordoned: true, ready: metav1.ConditionTrue, readyReason: macvirtv1alpha1.ReasonAsExpected,
 			schedReason: macvirtv1alpha1.ReasonHostCordoned, requeue: time.Minute},
 		"the tool does not answer": {agent: beat(0, cond(macvirtv1alpha1.HostConditionToolReachable, metav1.ConditionFalse)),
@@ -68,7 +76,14 @@ func TestComputeHostStatus(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := &macvirtv1alpha1.MacHost{Spec: macvirtv1alpha1.MacHostSpec{Unschedulable: tc.cordoned},
 				Status: macvirtv1alpha1.MacHostStatus{Agent: tc.agent}}
-			got := computeHostStatus(&scope{Now: now, Host: h, Placed: tc.placed})
+			seen := now
+			if tc.agent != nil {
+				seen = tc.agent.LastHeartbeat.Time
+			}
+			if tc.seenAgo != nil {
+				seen = now.Add(-*tc.seenAgo)
+			}
+			got := computeHostStatus(&scope{Now: now, Host: h, Placed: tc.placed, BeatSeenAt: seen})
 			ready := meta.FindStatusCondition(got.Status.Conditions, macvirtv1alpha1.ConditionReady)
 			sched := meta.FindStatusCondition(got.Status.Conditions, macvirtv1alpha1.HostConditionSchedulable)
 			if ready.Status != tc.ready || ready.Reason != tc.readyReason {
@@ -99,11 +114,11 @@ func TestComputeHostStatusIsStable(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	beat := metav1.NewTime(now)
 	h := &macvirtv1alpha1.MacHost{Status: macvirtv1alpha1.MacHostStatus{Agent: &macvirtv1alpha1.HostAgentReport{Slots: 2, LastHeartbeat: &beat}}}
-	h.Status = computeHostStatus(&scope{Now: now, Host: h}).Status
+	h.Status = computeHostStatus(&scope{Now: now, Host: h, BeatSeenAt: now}).Status
 	later := h.DeepCopy()
 	next := metav1.NewTime(now.Add(15 * time.Second))
 	later.Status.Agent.LastHeartbeat = &next
-	again := computeHostStatus(&scope{Now: now.Add(20 * time.Second), Host: later}).Status
+	again := computeHostStatus(&scope{Now: now.Add(20 * time.Second), Host: later, BeatSeenAt: now.Add(15 * time.Second)}).Status
 	if !equalConditions(h.Status.Conditions, again.Conditions) {
 		t.Fatalf("status changed with time alone:\n%+v\n%+v", h.Status.Conditions, again.Conditions)
 	}

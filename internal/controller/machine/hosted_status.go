@@ -90,6 +90,11 @@ func observeHosted(o machineObservation) hostedState {
 		s.vm = base.CondFalse(macvirtv1alpha1.ReasonStopped, "stopped (spec.running is false); its disk is kept on MacHost %s", m.Spec.HostName)
 		if running {
 			s.vm = base.CondFalse(macvirtv1alpha1.ReasonStopping, "macOS was asked to shut down; waiting for it on MacHost %s", m.Spec.HostName)
+			if hv.Error != "" {
+				// Past the grace period, or a tool that cannot ask: never
+				// forced, and a human is needed.
+				s.vm = base.CondFalse(macvirtv1alpha1.ReasonStopFailed, "the host agent on MacHost %s: %s", m.Spec.HostName, hv.Error)
+			}
 			return final(macvirtv1alpha1.MachineStopping, s.vm)
 		}
 		return final(macvirtv1alpha1.MachineStopped, s.vm)
@@ -103,6 +108,11 @@ func observeHosted(o machineObservation) hostedState {
 	}
 	s.vm = base.CondTrue(fmt.Sprintf("the VM runs on MacHost %s", m.Spec.HostName))
 	guest := observeGuest(o, hv.RunningSince)
+	if guest.cond.Reason == macvirtv1alpha1.ReasonBootTimeout {
+		guest.cond.Message = fmt.Sprintf("no guest-agent heartbeat within bootTimeout %s of the VM's start on MacHost %s: "+
+			"macOS did not boot, or its guest agent has no configuration (its delivery to a Virtualization guest is not built yet; docs/apple-silicon-hosts.md)",
+			o.Class.Spec.Lifecycle.BootTimeoutOrDefault(), m.Spec.HostName)
+	}
 	s.guest, s.recheckAfter = guest.cond, guest.recheckAfter
 	switch {
 	case guest.cond.Reason == macvirtv1alpha1.ReasonBootTimeout:
@@ -121,10 +131,10 @@ func computeHostedStatus(o machineObservation) machineStatus {
 	st.ObservedGeneration = m.Generation
 	st.VirtualMachineName, st.NodeName, st.Addresses, st.RunningSince, st.Provisioning = "", "", nil, nil, nil
 	if hv := m.Status.Host; hv != nil {
+		// The guest's address is on the Mac's NAT network, which the
+		// cluster does not reach; it stays in status.host and is never
+		// published as a machine address (EndpointSlices, the tunnel).
 		st.VirtualMachineName, st.RunningSince = hv.VMName, hv.RunningSince
-		if hv.Address != "" {
-			st.Addresses = []string{hv.Address}
-		}
 	}
 	h := observeHosted(o)
 	ready := h.ready
@@ -143,7 +153,11 @@ func computeHostedStatus(o machineObservation) machineStatus {
 		set(macvirtv1alpha1.ConditionClassUpToDate, classUpToDate(o))
 	}
 	set(macvirtv1alpha1.ConditionReady, ready)
-	set(macvirtv1alpha1.ConditionStalled, stalled(o, h.phase, ready))
+	stall := stalled(o, h.phase, ready)
+	if ready.Reason == macvirtv1alpha1.ReasonStopFailed {
+		stall = base.Condition{Status: metav1.ConditionTrue, Problem: ready.Problem}
+	}
+	set(macvirtv1alpha1.ConditionStalled, stall)
 	requeue := time.Duration(0)
 	if h.phase == macvirtv1alpha1.MachineBooting || h.phase == macvirtv1alpha1.MachineReady {
 		requeue = h.recheckAfter

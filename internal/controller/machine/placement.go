@@ -20,14 +20,15 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/index"
 )
 
-// +kubebuilder:rbac:groups=macvirt.io,resources=machosts,verbs=get;list;watch
+// +kubebuilder:rbac:groups=macvirt.io,resources=machosts,verbs=list;watch
 
 // hostCandidate is one MacHost as placement weighs it.
 type hostCandidate struct {
 	Name string
-	// Slots is how many VMs the host may run; Placed how many machines
-	// are placed on it (those the cache shows, and those this operator
-	// placed that it does not show yet).
+	// Slots is how many VMs the host may run; Placed how many of them
+	// are taken: by the machines placed on it (those the cache shows, and
+	// those this operator placed that it does not show yet), or by the
+	// VMs its agent sees running, when more.
 	Slots, Placed int
 	// Refused says why the host takes no machine whatever its slots
 	// (not Ready, cordoned, disk pressure); empty when it may.
@@ -49,7 +50,7 @@ func choosePlacement(hosts []hostCandidate) (string, *base.Problem) {
 		case h.Refused != "":
 			why = append(why, fmt.Sprintf("%s: %s", h.Name, h.Refused))
 		case h.Placed >= h.Slots:
-			why = append(why, fmt.Sprintf("%s: full (%d of %d slots hold machines)", h.Name, h.Placed, h.Slots))
+			why = append(why, fmt.Sprintf("%s: full (%d of %d slots taken)", h.Name, h.Placed, h.Slots))
 		default:
 			fit = append(fit, h)
 		}
@@ -79,6 +80,10 @@ func choosePlacement(hosts []hostCandidate) (string, *base.Problem) {
 // the host controller set: it must be Ready, and Schedulable or only full
 // (fullness is counted afresh here, with the placements in flight).
 func hostRefusal(h *macvirtv1alpha1.MacHost) string {
+	if h.Spec.Unschedulable {
+		// Read here too: a cordon counts from the moment it is written.
+		return "cordoned (spec.unschedulable)"
+	}
 	ready := meta.FindStatusCondition(h.Status.Conditions, macvirtv1alpha1.ConditionReady)
 	if ready == nil {
 		return "not looked at by the operator yet"
@@ -87,10 +92,12 @@ func hostRefusal(h *macvirtv1alpha1.MacHost) string {
 		return fmt.Sprintf("not Ready (%s: %s)", ready.Reason, ready.Message)
 	}
 	s := meta.FindStatusCondition(h.Status.Conditions, macvirtv1alpha1.HostConditionSchedulable)
-	if s == nil || (s.Status != metav1.ConditionTrue && s.Reason != macvirtv1alpha1.ReasonHostFull) {
-		if s == nil {
-			return "not looked at by the operator yet"
-		}
+	switch {
+	case s == nil:
+		return "not looked at by the operator yet"
+	case s.ObservedGeneration != h.Generation:
+		return "not looked at by the operator since its last change"
+	case s.Status != metav1.ConditionTrue && s.Reason != macvirtv1alpha1.ReasonHostFull:
 		return fmt.Sprintf("not schedulable (%s: %s)", s.Reason, s.Message)
 	}
 	return ""
@@ -157,7 +164,9 @@ func (r *Reconciler) hostCandidates(ctx context.Context, class *macvirtv1alpha1.
 		}
 		c := hostCandidate{Name: h.Name, Placed: placed, Refused: hostRefusal(h)}
 		if a := h.Status.Agent; a != nil {
-			c.Slots, c.Cached = int(a.Slots), slices.Contains(a.CachedImages, image)
+			// VMs no machine accounts for (a user's, one left while the
+			// Mac was lost) hold slots too.
+			c.Slots, c.Cached, c.Placed = int(a.Slots), slices.Contains(a.CachedImages, image), max(placed, int(a.RunningVMs))
 		}
 		out = append(out, c)
 	}

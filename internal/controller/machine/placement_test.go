@@ -44,7 +44,7 @@ func TestChoosePlacement(t *testing.T) {
 		"with every host full, the machine waits and says why for each": {
 			hosts:    []hostCandidate{{Name: "a", Slots: 2, Placed: 2}, {Name: "b", Slots: 2, Refused: "not Ready (HostLost: gone)"}},
 			wantNone: true,
-			wantWhy:  []string{"a: full (2 of 2 slots hold machines)", "b: not Ready (HostLost: gone)", "waits for a free slot"},
+			wantWhy:  []string{"a: full (2 of 2 slots taken)", "b: not Ready (HostLost: gone)", "waits for a free slot"},
 		},
 		"with no host at all, it says how to get one": {
 			wantNone: true,
@@ -79,9 +79,15 @@ func TestHostRefusal(t *testing.T) {
 		return metav1.Condition{Type: t, Status: metav1.ConditionStatus(status), Reason: reason, Message: "m"}
 	}
 	for name, tc := range map[string]struct {
-		conds   []metav1.Condition
-		refused bool
+		conds         []metav1.Condition
+		generation    int64
+		unschedulable bool
+		refused       bool
 	}{
+		"cordoned a moment ago, its conditions not yet recomputed": {conds: []metav1.Condition{cond("Ready", "True", "AsExpected"),
+			cond("Schedulable", "True", "AsExpected")}, unschedulable: true, refused: true},
+		"changed since the operator looked": {conds: []metav1.Condition{cond("Ready", "True", "AsExpected"),
+			cond("Schedulable", "True", "AsExpected")}, generation: 2, refused: true},
 		"not looked at yet":       {refused: true},
 		"Ready and Schedulable":   {conds: []metav1.Condition{cond("Ready", "True", "AsExpected"), cond("Schedulable", "True", "AsExpected")}},
 		"only full: counted here": {conds: []metav1.Condition{cond("Ready", "True", "AsExpected"), cond("Schedulable", "False", macvirtv1alpha1.ReasonHostFull)}},
@@ -90,7 +96,8 @@ func TestHostRefusal(t *testing.T) {
 		"stuck":                   {conds: []metav1.Condition{cond("Ready", "False", macvirtv1alpha1.HostConditionVMLimitStuck)}, refused: true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := &macvirtv1alpha1.MacHost{Status: macvirtv1alpha1.MacHostStatus{Conditions: tc.conds}}
+			h := &macvirtv1alpha1.MacHost{ObjectMeta: metav1.ObjectMeta{Generation: tc.generation},
+				Spec: macvirtv1alpha1.MacHostSpec{Unschedulable: tc.unschedulable}, Status: macvirtv1alpha1.MacHostStatus{Conditions: tc.conds}}
 			if got := hostRefusal(h); (got != "") != tc.refused {
 				t.Fatalf("hostRefusal = %q; want refused: %v", got, tc.refused)
 			}
@@ -158,4 +165,31 @@ func (l lagging) Get(ctx context.Context, key client.ObjectKey, obj client.Objec
 		m.Spec.HostName = ""
 	}
 	return nil
+}
+
+// A class's hostSelector is obeyed: a host it does not select is never
+// chosen, even with more free slots and a name that sorts first; VMs a host
+// runs that no machine accounts for take its slots.
+func TestPlacementObeysTheSelectorAndRunningVMs(t *testing.T) {
+	ctx := context.Background()
+	host := func(name string, labels map[string]string, slots, running int32) *macvirtv1alpha1.MacHost {
+		return &macvirtv1alpha1.MacHost{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Status: macvirtv1alpha1.MacHostStatus{Agent: &macvirtv1alpha1.HostAgentReport{Slots: slots, RunningVMs: running}, Conditions: []metav1.Condition{
+				{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AsExpected"},
+				{Type: macvirtv1alpha1.HostConditionSchedulable, Status: metav1.ConditionTrue, Reason: "AsExpected"}}}}
+	}
+	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "arm"}, Spec: macvirtv1alpha1.MacClassSpec{
+		Runtime:   macvirtv1alpha1.RuntimeVirtualization,
+		Placement: macvirtv1alpha1.PlacementSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "ios"}}}}}
+	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "m-0", UID: "uid-0"}}
+	c := controllertest.FakeClient(t, host("a-unselected", nil, 8, 0), host("b-busy", map[string]string{"team": "ios"}, 2, 2),
+		host("c-ios", map[string]string{"team": "ios"}, 2, 0), m)
+	r := &Reconciler{Client: c}
+	o := &machineObservation{Machine: m.DeepCopy(), Class: class}
+	if proceed, err := r.ensurePlacement(ctx, o); err != nil || !proceed {
+		t.Fatalf("placing: proceed %v, %v (%v)", proceed, err, o.Unplaced)
+	}
+	if got := o.Machine.Spec.HostName; got != "c-ios" {
+		t.Fatalf("placed on %q; want c-ios (a-unselected is not selected, b-busy runs two VMs of its two slots)", got)
+	}
 }
