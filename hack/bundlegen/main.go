@@ -244,6 +244,9 @@ func build(objs []*unstructured.Unstructured, o options, icon []byte) (*bundle, 
 			examples = append(examples, u.Object)
 		case gvk.Group == "cert-manager.io", gvk.Kind == "Namespace":
 			// OLM issues webhook certificates and owns the install namespace.
+		case gvk.Kind == "ValidatingAdmissionPolicy", gvk.Kind == "ValidatingAdmissionPolicyBinding":
+			// A bundle cannot carry admission policies; the host agents'
+			// one is applied by hand (docs/apple-silicon-hosts.md).
 		case gvk.Kind == "CustomResourceDefinition":
 			var crd apiextensionsv1.CustomResourceDefinition
 			if err := fromUnstructured(u, &crd); err != nil {

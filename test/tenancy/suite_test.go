@@ -189,8 +189,8 @@ var _ = AfterSuite(func() {
 
 // tenantRoleFiles are the ClusterRoles config/rbac ships for people: all of
 // them but the operator's own, the metrics endpoint's, the one namespaces
-// bind to the operator for bootstraps, and the one an admin binds to it for
-// the plugin-sidecar transport.
+// bind to the operator for bootstraps, the one an admin binds to it for
+// the plugin-sidecar transport, and the host agents' (hostagent_test.go).
 func tenantRoleFiles() []string {
 	entries, err := os.ReadDir(filepath.Join(testenv.RepoRoot(), "config", "rbac"))
 	Expect(err).NotTo(HaveOccurred())
@@ -198,7 +198,7 @@ func tenantRoleFiles() []string {
 	for _, e := range entries {
 		name := e.Name()
 		if !strings.HasSuffix(name, "_role.yaml") || strings.HasPrefix(name, "leader_election") || strings.HasPrefix(name, "metrics_") ||
-			strings.HasPrefix(name, "bootstrap_") || strings.HasPrefix(name, "domain_hook_") {
+			strings.HasPrefix(name, "bootstrap_") || strings.HasPrefix(name, "domain_hook_") || strings.HasPrefix(name, "host_agent_") {
 			continue
 		}
 		files = append(files, name)
