@@ -94,7 +94,7 @@ func (c *machineCollector) Collect(ch chan<- prometheus.Metric) {
 // nodes from reader at scrape time.
 func Collectors(reader client.Reader) []prometheus.Collector {
 	return []prometheus.Collector{MachinePhaseTransitions, &machineCollector{reader: reader}, &slotsCollector{reader: reader},
-		&claimCollector{reader: reader}, PoolMachineOps, PoolMachines, poolIdleTarget, ClaimBindSeconds, ClaimReadySeconds, ClaimBootstraps, OrphansDeleted, ForcedPowerOffs, StopFailures,
+		&claimCollector{reader: reader}, &hostCollector{reader: reader}, PoolMachineOps, PoolMachines, poolIdleTarget, ClaimBindSeconds, ClaimReadySeconds, ClaimBootstraps, OrphansDeleted, ForcedPowerOffs, StopFailures,
 		machineProvisionSeconds, machineBootSeconds,
 		RunnerSetRunners, RunnerSetAssignedJobs, RunnerSetJobsWaiting, RunnerSetQueueWait, RunnerSetCleanups, RunnerSetGitHubErrors,
 		BuildkiteAgents, BuildkiteJobs, BuildkiteJobsWaiting, BuildkiteCleanups, BuildkiteErrors}
@@ -251,6 +251,47 @@ func (c *slotsCollector) Collect(ch chan<- prometheus.Metric) {
 			cordoned = 1
 		}
 		ch <- prometheus.MustNewConstMetric(nodeCordonedDesc, prometheus.GaugeValue, cordoned, u.Node)
+	}
+}
+
+var (
+	hostSlotsDesc = prometheus.NewDesc("macvirt_host_slots",
+		"macOS VMs each Apple-silicon MacHost may run at once, as its host agent reports.", []string{"host"}, nil)
+	hostMachinesDesc = prometheus.NewDesc("macvirt_host_machines",
+		"MacMachines placed on each MacHost.", []string{"host"}, nil)
+	hostConditionDesc = prometheus.NewDesc("macvirt_host_condition",
+		"1 for each MacHost's Ready and Schedulable condition, labelled with its status and reason.",
+		[]string{"host", "condition", "status", "reason"}, nil)
+)
+
+// hostCollector reports each MacHost from the cache at scrape time, so a
+// deleted host's series goes with it.
+type hostCollector struct {
+	reader client.Reader
+}
+
+func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- hostSlotsDesc
+	ch <- hostMachinesDesc
+	ch <- hostConditionDesc
+}
+
+func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
+	hosts := &macvirtv1alpha1.MacHostList{}
+	if err := scrapeList(c.reader, hosts); err != nil {
+		return
+	}
+	for i := range hosts.Items {
+		h := &hosts.Items[i]
+		slots := 0.0
+		if a := h.Status.Agent; a != nil {
+			slots = float64(a.Slots)
+		}
+		ch <- prometheus.MustNewConstMetric(hostSlotsDesc, prometheus.GaugeValue, slots, h.Name)
+		ch <- prometheus.MustNewConstMetric(hostMachinesDesc, prometheus.GaugeValue, float64(h.Status.Machines), h.Name)
+		for _, cond := range h.Status.Conditions {
+			ch <- prometheus.MustNewConstMetric(hostConditionDesc, prometheus.GaugeValue, 1, h.Name, cond.Type, string(cond.Status), cond.Reason)
+		}
 	}
 }
 

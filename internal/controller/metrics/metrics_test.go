@@ -97,6 +97,42 @@ macvirt_node_cordoned{node="mac-2"} 1
 	}
 }
 
+func TestHostCollectorReportsEachMacHost(t *testing.T) {
+	cond := func(typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: status, Reason: reason}
+	}
+	up := &macvirtv1alpha1.MacHost{ObjectMeta: metav1.ObjectMeta{Name: "mac-a"}, Status: macvirtv1alpha1.MacHostStatus{
+		Agent: &macvirtv1alpha1.HostAgentReport{Slots: 2}, Machines: 1,
+		Conditions: []metav1.Condition{cond("Ready", metav1.ConditionTrue, "AsExpected"), cond("Schedulable", metav1.ConditionTrue, "AsExpected")}}}
+	lost := &macvirtv1alpha1.MacHost{ObjectMeta: metav1.ObjectMeta{Name: "mac-b"}, Status: macvirtv1alpha1.MacHostStatus{
+		Agent: &macvirtv1alpha1.HostAgentReport{Slots: 2}, Machines: 2,
+		Conditions: []metav1.Condition{cond("Ready", metav1.ConditionUnknown, macvirtv1alpha1.ReasonHostLost),
+			cond("Schedulable", metav1.ConditionFalse, macvirtv1alpha1.ReasonHostLost)}}}
+	unregistered := &macvirtv1alpha1.MacHost{ObjectMeta: metav1.ObjectMeta{Name: "mac-c"}}
+	c := controllertest.FakeClient(t, up, lost, unregistered)
+	want := `
+# HELP macvirt_host_slots macOS VMs each Apple-silicon MacHost may run at once, as its host agent reports.
+# TYPE macvirt_host_slots gauge
+macvirt_host_slots{host="mac-a"} 2
+macvirt_host_slots{host="mac-b"} 2
+macvirt_host_slots{host="mac-c"} 0
+# HELP macvirt_host_machines MacMachines placed on each MacHost.
+# TYPE macvirt_host_machines gauge
+macvirt_host_machines{host="mac-a"} 1
+macvirt_host_machines{host="mac-b"} 2
+macvirt_host_machines{host="mac-c"} 0
+# HELP macvirt_host_condition 1 for each MacHost's Ready and Schedulable condition, labelled with its status and reason.
+# TYPE macvirt_host_condition gauge
+macvirt_host_condition{condition="Ready",host="mac-a",reason="AsExpected",status="True"} 1
+macvirt_host_condition{condition="Schedulable",host="mac-a",reason="AsExpected",status="True"} 1
+macvirt_host_condition{condition="Ready",host="mac-b",reason="HostLost",status="Unknown"} 1
+macvirt_host_condition{condition="Schedulable",host="mac-b",reason="HostLost",status="False"} 1
+`
+	if err := testutil.CollectAndCompare(&hostCollector{reader: c}, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}
+
 // A deleted pool's series go: they would report its last counts for as
 // long as the operator runs.
 func TestPhaseDurations(t *testing.T) {
