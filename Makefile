@@ -164,8 +164,9 @@ build: manifests generate fmt vet ## Build the manager binary.
 	go build -ldflags "$(GO_LDFLAGS)" -o bin/manager ./cmd
 
 .PHONY: build-agent
-build-agent: ## Cross-compile the macOS guest agent (darwin/amd64, no cgo) into bin/macvirt-agent.
+build-agent: ## Cross-compile the macOS guest agent (no cgo) into bin/macvirt-agent (darwin/amd64, KubeVirt's Intel guests) and bin/macvirt-agent-arm64 (darwin/arm64, Apple-silicon guests).
 	GOOS=darwin GOARCH=amd64 CGO_ENABLED=0 go build -o bin/macvirt-agent ./cmd/macvirt-agent
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go build -o bin/macvirt-agent-arm64 ./cmd/macvirt-agent
 
 .PHONY: agent-pkg
 agent-pkg: build-agent ## Build the agent's unsigned macOS installer package bin/macvirt-agent-<VERSION>.pkg, without a Mac (time stamps: SOURCE_DATE_EPOCH, else 0).
