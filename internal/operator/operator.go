@@ -14,6 +14,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -23,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/classhistory"
 	"github.com/macvirt/macvirt/internal/controller/buildkitequeue"
 	"github.com/macvirt/macvirt/internal/controller/claim"
@@ -213,6 +216,16 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 	if opts.WrapClient != nil {
 		c = opts.WrapClient(c)
 	}
+	// An install whose MacHost CRD is not there yet (applied after the
+	// operator, or an older release's CRDs) runs KubeVirt machines all the
+	// same: nothing waits on a kind the API server does not serve.
+	hosts, err := kindServed(mgr.GetRESTMapper(), macvirtv1alpha1.GroupVersion.WithKind("MacHost"))
+	if err != nil {
+		return err
+	}
+	if !hosts {
+		ctrl.Log.WithName("operator").Info("the API server does not serve MacHosts (is the CRD applied?): Apple-silicon Macs are not watched until the operator restarts with it")
+	}
 	setups := []struct {
 		name  Controller
 		setup func() error
@@ -230,6 +243,7 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 				Tunnel:         d.tunnel,
 				ListeningSince: d.listeningSince,
 				Clock:          clk,
+				WatchHosts:     hosts,
 				ControllerName: "macmachine" + opts.NameSuffix,
 			}).SetupWithManager(mgr)
 		}},
@@ -312,6 +326,9 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 			}).SetupWithManager(mgr)
 		}},
 		{HostController, func() error {
+			if !hosts {
+				return nil
+			}
 			return (&host.Reconciler{
 				Client:         c,
 				Clock:          clk,
@@ -400,4 +417,16 @@ func orOff(addr string) string {
 		return "0"
 	}
 	return addr
+}
+
+// kindServed says whether the API server serves a kind at its version.
+func kindServed(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
+	_, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	switch {
+	case err == nil:
+		return true, nil
+	case meta.IsNoMatchError(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("asking the API server whether it serves %s: %w", gvk, err)
 }

@@ -215,8 +215,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(r.namesakeMachine),
 			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return !hasMachineLabel(o) }))).
 		Watches(&macvirtv1alpha1.MacClass{}, handler.EnqueueRequestsFromMapFunc(r.classToMachines)).
-		Watches(&macvirtv1alpha1.MacClaim{}, handler.EnqueueRequestsFromMapFunc(r.claimToMachines)).
-		Watches(&macvirtv1alpha1.MacHost{}, handler.EnqueueRequestsFromMapFunc(r.hostToMachines))
+		Watches(&macvirtv1alpha1.MacClaim{}, handler.EnqueueRequestsFromMapFunc(r.claimToMachines))
+	if r.WatchHosts {
+		b = b.Watches(&macvirtv1alpha1.MacHost{}, handler.EnqueueRequestsFromMapFunc(r.hostToMachines))
+	}
 	if r.ControllerName != "" {
 		b = b.Named(r.ControllerName)
 	} else {

@@ -64,6 +64,9 @@ type Reconciler struct {
 	// ControllerName overrides the controller's name, so tests can run
 	// several managers in one process.
 	ControllerName string
+	// WatchHosts follows MacHosts (placement, lost Macs); false where the
+	// API server does not serve them.
+	WatchHosts bool
 
 	// killed holds, per machine, an instance the watch saw KubeVirt kill at
 	// the end of a graceful stop, until the machine's status records it.
