@@ -104,7 +104,7 @@ test-unit: kustomize ## Run the unit tests alone: no API server, libvirt or QEMU
 FUZZTIME ?= 30s
 FUZZ_TARGETS ?= ./internal/webhook/v1alpha1:FuzzMacClass ./internal/webhook/v1alpha1:FuzzMacPool \
 	./internal/webhook/v1alpha1:FuzzMacClaim ./internal/webhook/v1alpha1:FuzzMacMachine \
-	./internal/domainhook/hook:FuzzApply ./internal/guestagent/endpoint:FuzzDecodeHeartbeat
+	./internal/domainhook/hook:FuzzApply ./internal/guestendpoint:FuzzDecodeHeartbeat
 
 .PHONY: fuzz
 fuzz: ## Fuzz every target for FUZZTIME each (default 30s).

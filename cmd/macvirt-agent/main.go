@@ -13,14 +13,14 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/macvirt/macvirt/internal/guestagent/agent"
+	"github.com/macvirt/macvirt/internal/guestagent"
 )
 
 func main() {
 	version := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
 	if *version {
-		fmt.Println(agent.Version)
+		fmt.Println(guestagent.Version)
 		return
 	}
 	p, err := newPlatform()
@@ -29,8 +29,8 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	log.Printf("macvirt-agent %s starting", agent.Version)
-	if err := agent.Run(ctx, p, log.Printf); err != nil {
+	log.Printf("macvirt-agent %s starting", guestagent.Version)
+	if err := guestagent.Run(ctx, p, log.Printf); err != nil {
 		log.Printf("macvirt-agent: %v", err)
 		stop()
 		os.Exit(1) //nolint:gocritic // stop ran.

@@ -13,24 +13,24 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/macvirt/macvirt/internal/guestagent/agent"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestagent"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // darwin finds the config disk under /Volumes and asks macOS's own tools.
 type darwin struct{}
 
 // A Mac's agent generalises a cloned disk.
-var _ agent.GeneralizeHost = darwin{}
+var _ guestagent.GeneralizeHost = darwin{}
 
-func newPlatform() (agent.Platform, error) { return darwin{}, nil }
+func newPlatform() (guestagent.Platform, error) { return darwin{}, nil }
 
 // A macOS agent runs tasks (protocol v2).
-var _ agent.TaskPlatform = darwin{}
+var _ guestagent.TaskPlatform = darwin{}
 
 func (darwin) ConfigDir() (string, error) {
-	dir := filepath.Join("/Volumes", protocol.ConfigVolumeLabel)
-	if _, err := os.Stat(filepath.Join(dir, protocol.KeyToken)); err != nil {
+	dir := filepath.Join("/Volumes", guestprotocol.ConfigVolumeLabel)
+	if _, err := os.Stat(filepath.Join(dir, guestprotocol.KeyToken)); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return "", nil
 		}
@@ -41,8 +41,8 @@ func (darwin) ConfigDir() (string, error) {
 
 var bootTimeRE = regexp.MustCompile(`sec = (\d+)`)
 
-func (darwin) Facts() (agent.Facts, error) {
-	var f agent.Facts
+func (darwin) Facts() (guestagent.Facts, error) {
+	var f guestagent.Facts
 	out := func(name string, args ...string) (string, error) {
 		b, err := exec.Command(name, args...).Output() //nolint:gosec // fixed macOS tools.
 		return strings.TrimSpace(string(b)), err
@@ -64,13 +64,13 @@ func (darwin) Facts() (agent.Facts, error) {
 			}
 		}
 	}
-	f.SSHHostKeys = agent.HostKeys("/etc/ssh")
+	f.SSHHostKeys = guestagent.HostKeys("/etc/ssh")
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return f, err
 	}
 	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.IsGlobalUnicast() && len(f.IPAddresses) < protocol.MaxIPAddresses {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.IsGlobalUnicast() && len(f.IPAddresses) < guestprotocol.MaxIPAddresses {
 			f.IPAddresses = append(f.IPAddresses, ipn.IP.String())
 		}
 	}
@@ -120,14 +120,14 @@ func (darwin) Owner(user string) (int, int, error) {
 
 // TaskDir keeps the agent's task records and each task's output; the
 // output of a task is <TaskDir>/<id>/output.log (docs/bootstrap.md).
-func (darwin) TaskDir() string { return protocol.MacOSTaskDir }
+func (darwin) TaskDir() string { return guestprotocol.MacOSTaskDir }
 
 // TaskUser is root, or a person's account (uid 501 and up, as macOS
 // numbers them) with its home under /Users, as the directory service says
 // (id(1): uid, primary and supplementary groups).
-func (d darwin) TaskUser(name string) (agent.TaskUser, error) {
+func (d darwin) TaskUser(name string) (guestagent.TaskUser, error) {
 	if name == "" || strings.ContainsAny(name, "/.:") {
-		return agent.TaskUser{}, fmt.Errorf("refusing user name %q", name)
+		return guestagent.TaskUser{}, fmt.Errorf("refusing user name %q", name)
 	}
 	ids := func(flag string) ([]int, error) {
 		out, err := exec.Command("/usr/bin/id", flag, name).Output() //nolint:gosec // a checked account name.
@@ -149,24 +149,24 @@ func (d darwin) TaskUser(name string) (agent.TaskUser, error) {
 	}
 	uid, err := ids("-u")
 	if err != nil {
-		return agent.TaskUser{}, err
+		return guestagent.TaskUser{}, err
 	}
 	gid, err := ids("-g")
 	if err != nil {
-		return agent.TaskUser{}, err
+		return guestagent.TaskUser{}, err
 	}
 	groups, err := ids("-G")
 	if err != nil {
-		return agent.TaskUser{}, err
+		return guestagent.TaskUser{}, err
 	}
-	if err := agent.CheckAccount(name, uid[0], firstPersonUID); err != nil {
-		return agent.TaskUser{}, err
+	if err := guestagent.CheckAccount(name, uid[0], firstPersonUID); err != nil {
+		return guestagent.TaskUser{}, err
 	}
 	home := filepath.Join("/Users", name)
-	if name == agent.RootUser {
+	if name == guestagent.RootUser {
 		home = "/var/root"
 	}
-	return agent.TaskUser{Name: name, UID: uid[0], GID: gid[0], Groups: groups, Home: home}, nil
+	return guestagent.TaskUser{Name: name, UID: uid[0], GID: gid[0], Groups: groups, Home: home}, nil
 }
 
 // firstPersonUID is the first uid macOS gives a person's account.

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // Plan is the parts a binding of claim runs, in order, all Pending: the
@@ -45,7 +45,9 @@ func Spec(part string, class *macvirtv1alpha1.MacClass, claim *macvirtv1alpha1.M
 }
 
 // TaskID is the agent's id of a part of claim's binding.
-func TaskID(claimUID types.UID, part string) string { return protocol.TaskID(string(claimUID), part) }
+func TaskID(claimUID types.UID, part string) string {
+	return guestprotocol.TaskID(string(claimUID), part)
+}
 
 // Observe is parts with each unfinished part's state as the machine's
 // guest status has it (by task id): what the agent reported, or the
@@ -128,7 +130,7 @@ func Summarize(parts []macvirtv1alpha1.BootstrapPartStatus, protocolVersion stri
 		}
 		// Pending.
 		switch {
-		case protocolVersion == protocol.Version:
+		case protocolVersion == guestprotocol.Version:
 			s.Reason, s.Warning = macvirtv1alpha1.ReasonAgentTooOld, true
 			s.Message = "the machine's guest agent speaks protocol v1 and runs no bootstrap; " +
 				"the class's golden image needs an agent of protocol v2 (docs/bootstrap.md)"

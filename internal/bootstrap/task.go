@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // Unavailable is a Secret or ConfigMap a part names that the operator
@@ -26,13 +26,13 @@ func (u *Unavailable) Error() string { return u.Message }
 // ConfigMaps in namespace that b names, with reader (the API server
 // itself: the operator watches no Secret). A source it cannot read or use
 // is an *Unavailable; other errors are the API server's.
-func Task(ctx context.Context, reader client.Reader, namespace, id string, b *macvirtv1alpha1.Bootstrap) (protocol.Task, error) {
+func Task(ctx context.Context, reader client.Reader, namespace, id string, b *macvirtv1alpha1.Bootstrap) (guestprotocol.Task, error) {
 	r := &sources{ctx: ctx, reader: reader, namespace: namespace}
 	user := b.User
 	if user == "" {
-		user = protocol.DefaultSSHUser
+		user = guestprotocol.DefaultSSHUser
 	}
-	t := protocol.Task{ID: id, User: user, TimeoutSeconds: int(b.TimeoutOrDefault().Seconds())}
+	t := guestprotocol.Task{ID: id, User: user, TimeoutSeconds: int(b.TimeoutOrDefault().Seconds())}
 	if s := b.Script; s != nil {
 		switch {
 		case s.SecretKeyRef != nil:
@@ -66,7 +66,7 @@ func Task(ctx context.Context, reader client.Reader, namespace, id string, b *ma
 			t.Mask = maskText(t.Mask, v)
 		}
 		envBytes += len(e.Name) + len(v)
-		t.Env = append(t.Env, protocol.EnvVar{Name: e.Name, Value: v})
+		t.Env = append(t.Env, guestprotocol.EnvVar{Name: e.Name, Value: v})
 	}
 	if envBytes > macvirtv1alpha1.MaxBootstrapEnvBytes {
 		return t, &Unavailable{fmt.Sprintf("the environment is %d bytes, more than the limit of %d", envBytes, macvirtv1alpha1.MaxBootstrapEnvBytes)}
@@ -89,7 +89,7 @@ func Task(ctx context.Context, reader client.Reader, namespace, id string, b *ma
 		if owner == "" {
 			owner = user
 		}
-		t.Files = append(t.Files, protocol.File{Path: f.Path, Mode: uint32(f.ModeOrDefault()) & 0o777, Owner: owner, Content: content}) //nolint:gosec // 0 to 0777 by the schema.
+		t.Files = append(t.Files, guestprotocol.File{Path: f.Path, Mode: uint32(f.ModeOrDefault()) & 0o777, Owner: owner, Content: content}) //nolint:gosec // 0 to 0777 by the schema.
 	}
 	if fileBytes > macvirtv1alpha1.MaxBootstrapFileBytes {
 		return t, &Unavailable{fmt.Sprintf("the files hold %d bytes, more than the limit of %d", fileBytes, macvirtv1alpha1.MaxBootstrapFileBytes)}

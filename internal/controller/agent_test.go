@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/guestagent/agent"
-	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
+	"github.com/macvirt/macvirt/internal/guestagent"
+	"github.com/macvirt/macvirt/internal/guestendpoint"
 	"github.com/macvirt/macvirt/internal/render"
 )
 
@@ -29,17 +29,17 @@ var _ = Describe("The guest agent", func() {
 
 	// agentOf returns a client configured as the machine's config disk says,
 	// except for the endpoint, which is this test's server.
-	agentOf := func(k types.NamespacedName, endpoint string, ca []byte) *agent.Client {
+	agentOf := func(k types.NamespacedName, endpoint string, ca []byte) *guestagent.Client {
 		secret := &corev1.Secret{}
 		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: k.Namespace, Name: render.AgentSecretName(getMachine(k))}, secret)).To(Succeed())
-		c, err := agent.NewClient(&agent.Config{Endpoint: endpoint, CABundle: ca, Token: string(secret.Data["token"]),
+		c, err := guestagent.NewClient(&guestagent.Config{Endpoint: endpoint, CABundle: ca, Token: string(secret.Data["token"]),
 			Namespace: string(secret.Data["namespace"]), Machine: string(secret.Data["machine"])})
 		Expect(err).NotTo(HaveOccurred())
 		return c
 	}
 
 	It("makes a booting machine Ready, loses Ready when silent, and receives its claim's keys once bound", func() {
-		srv := httptest.NewTLSServer(&endpoint.Handler{Client: k8sClient, Clock: clock})
+		srv := httptest.NewTLSServer(&guestendpoint.Handler{Client: k8sClient, Clock: clock})
 		DeferCleanup(srv.Close)
 		ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 
@@ -57,7 +57,7 @@ var _ = Describe("The guest agent", func() {
 		Eventually(phase(k)).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.MachineBooting))
 
 		client := agentOf(k, srv.URL, ca)
-		facts := agent.Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: k.Name, BootTime: clock.Now().Add(-time.Minute),
+		facts := guestagent.Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: k.Name, BootTime: clock.Now().Add(-time.Minute),
 			IPAddresses: []string{"10.0.2.2"}}
 		state, err := client.Heartbeat(context.Background(), facts)
 		Expect(err).NotTo(HaveOccurred())
@@ -85,7 +85,7 @@ var _ = Describe("The guest agent", func() {
 			return getMachineWith(g, ok).Annotations[macvirtv1alpha1.AnnotationAgentTokenHash]
 		}).WithTimeout(timeout).ShouldNot(BeEmpty())
 		stolen := agentOf(ok, srv.URL, ca)
-		forged, err := agent.NewClient(&agent.Config{Endpoint: srv.URL, CABundle: ca, Token: tokenOf(stolen), Namespace: k.Namespace, Machine: k.Name})
+		forged, err := guestagent.NewClient(&guestagent.Config{Endpoint: srv.URL, CABundle: ca, Token: tokenOf(stolen), Namespace: k.Namespace, Machine: k.Name})
 		Expect(err).NotTo(HaveOccurred())
 		before := getMachine(k).Status.Guest.LastHeartbeat
 		_, err = forged.Heartbeat(context.Background(), facts)
@@ -95,4 +95,4 @@ var _ = Describe("The guest agent", func() {
 })
 
 // tokenOf reads the token back from a client's configuration.
-func tokenOf(c *agent.Client) string { return c.Token() }
+func tokenOf(c *guestagent.Client) string { return c.Token() }

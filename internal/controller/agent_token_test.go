@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestendpoint"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 	"github.com/macvirt/macvirt/internal/render"
 )
 
@@ -22,7 +22,7 @@ import (
 var _ = Describe("Issuing the guest agent's token", func() {
 	var (
 		ns   string
-		opts = endpoint.Address{Endpoint: "https://agent.test:9444", CABundle: []byte("test CA bundle")}
+		opts = guestendpoint.Address{Endpoint: "https://agent.test:9444", CABundle: []byte("test CA bundle")}
 	)
 	BeforeEach(func() { ns = newNamespace() })
 
@@ -42,17 +42,17 @@ var _ = Describe("Issuing the guest agent's token", func() {
 		// lagging cache or a second operator replica would have it.
 		stale := getMachine(k)
 
-		Expect(endpoint.IssueToken(ctx, k8sClient, getMachine(k), opts)).To(BeTrue())
+		Expect(guestendpoint.IssueToken(ctx, k8sClient, getMachine(k), opts)).To(BeTrue())
 		issued, hash := mounted(k)
 		Expect(hash).To(HaveLen(64))
-		Expect(protocol.HashToken(string(issued.Data[protocol.KeyToken]))).To(Equal(hash))
+		Expect(guestprotocol.HashToken(string(issued.Data[guestprotocol.KeyToken]))).To(Equal(hash))
 
-		_, err := endpoint.IssueToken(ctx, k8sClient, stale, opts)
+		_, err := guestendpoint.IssueToken(ctx, k8sClient, stale, opts)
 		Expect(apierrors.IsConflict(err)).To(BeTrue(), "the second writer's stale copy loses the optimistic lock, got %v", err)
 
 		secret, recorded := mounted(k)
 		Expect(recorded).To(Equal(hash), "the first writer's hash stays recorded")
-		Expect(protocol.HashToken(string(secret.Data[protocol.KeyToken]))).To(Equal(recorded),
+		Expect(guestprotocol.HashToken(string(secret.Data[guestprotocol.KeyToken]))).To(Equal(recorded),
 			"the Secret the VM mounts holds the token whose hash the machine records")
 		Expect(secret.ResourceVersion).To(Equal(issued.ResourceVersion), "a Secret whose hash is recorded is never written again")
 
@@ -65,7 +65,7 @@ var _ = Describe("Issuing the guest agent's token", func() {
 		}
 
 		By("a writer with a fresh copy finds the token issued and writes nothing")
-		Expect(endpoint.IssueToken(ctx, k8sClient, getMachine(k), opts)).To(BeTrue())
+		Expect(guestendpoint.IssueToken(ctx, k8sClient, getMachine(k), opts)).To(BeTrue())
 		Expect(k8sClient.List(ctx, secrets, client.InNamespace(ns), client.MatchingLabels{macvirtv1alpha1.LabelMachine: k.Name})).To(Succeed())
 		Expect(secrets.Items).To(HaveLen(2))
 	})
@@ -75,12 +75,12 @@ var _ = Describe("Issuing the guest agent's token", func() {
 		k := key(newMachine(ns, "sonoma"))
 		crashing := newFaultyClient(k8sClient)
 		crashing.crashAfter = 1 // the Secret is written, the machine's patch is not
-		_, err := endpoint.IssueToken(ctx, crashing, getMachine(k), opts)
+		_, err := guestendpoint.IssueToken(ctx, crashing, getMachine(k), opts)
 		Expect(err).To(MatchError(ContainSubstring("simulated operator crash")))
 		Expect(getMachine(k).Annotations).NotTo(HaveKey(macvirtv1alpha1.AnnotationAgentTokenHash))
 
-		Expect(endpoint.IssueToken(ctx, k8sClient, getMachine(k), opts)).To(BeTrue())
+		Expect(guestendpoint.IssueToken(ctx, k8sClient, getMachine(k), opts)).To(BeTrue())
 		secret, hash := mounted(k)
-		Expect(protocol.HashToken(string(secret.Data[protocol.KeyToken]))).To(Equal(hash))
+		Expect(guestprotocol.HashToken(string(secret.Data[guestprotocol.KeyToken]))).To(Equal(hash))
 	})
 })

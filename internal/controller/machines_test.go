@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/simulator"
 )
@@ -50,7 +50,7 @@ var _ = Describe("MacMachine", func() {
 		Expect(secret.Data).To(HaveKeyWithValue("ca.crt", []byte("test CA bundle")))
 		Expect(secret.Data).To(HaveKeyWithValue("namespace", []byte(ns)))
 		Expect(secret.Data).To(HaveKeyWithValue("machine", []byte(k.Name)))
-		Expect(protocol.HashToken(string(secret.Data["token"]))).To(Equal(hash), "the Secret's token is the one whose hash the machine records")
+		Expect(guestprotocol.HashToken(string(secret.Data["token"]))).To(Equal(hash), "the Secret's token is the one whose hash the machine records")
 		Expect(secret.OwnerReferences).To(ContainElement(HaveField("UID", m.UID)), "the Secret goes with its machine")
 
 		vm := &kubevirtv1.VirtualMachine{}
@@ -75,7 +75,7 @@ var _ = Describe("MacMachine", func() {
 		Expect(name).NotTo(Equal(oldSecret), "a renewed token is a new Secret; the old one is never rewritten")
 		secret := &corev1.Secret{}
 		Expect(k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, secret)).To(Succeed())
-		Expect(protocol.HashToken(string(secret.Data["token"]))).To(Equal(renewed.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash]))
+		Expect(guestprotocol.HashToken(string(secret.Data["token"]))).To(Equal(renewed.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash]))
 		Eventually(func() string { return agentSecretOf(vmOf(k)().Spec.Template.Spec.Volumes) }).WithTimeout(timeout).
 			Should(Equal(name), "the VM is pointed at the renewed Secret")
 

@@ -47,7 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
+	"github.com/macvirt/macvirt/internal/guestendpoint"
 	"github.com/macvirt/macvirt/internal/operator"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/simulator"
@@ -158,7 +158,7 @@ func startOperator(mods ...func(*operator.Options)) (stop func()) {
 		StopConfig: &rest.Config{Host: stopAPI.URL},
 		Clock:      clock,
 		NameSuffix: fmt.Sprintf("-%d", operators.Add(1)),
-		Agent:      operator.AgentEndpoint{Address: &endpoint.Address{Endpoint: "https://agent.test:9444", CABundle: []byte("test CA bundle")}},
+		Agent:      operator.AgentEndpoint{Address: &guestendpoint.Address{Endpoint: "https://agent.test:9444", CABundle: []byte("test CA bundle")}},
 	}
 	for _, mod := range mods {
 		mod(&opts)

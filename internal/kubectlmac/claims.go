@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // defaultPublicKeys are the public keys claim sends when --ssh-key is not
@@ -262,7 +262,7 @@ func (g getCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
 		}
 		if b := meta.FindStatusCondition(claims[i].Status.Conditions, macvirtv1alpha1.ConditionBootstrapSucceeded); b != nil &&
 			b.Status != metav1.ConditionTrue && b.Reason != macvirtv1alpha1.ReasonBootstrapPending && b.Reason != macvirtv1alpha1.ReasonBootstrapRunning {
-			_, _ = fmt.Fprintf(env.Out, "\n%s: bootstrap %s: %s\n", claims[i].Name, b.Reason, protocol.Printable(b.Message))
+			_, _ = fmt.Fprintf(env.Out, "\n%s: bootstrap %s: %s\n", claims[i].Name, b.Reason, guestprotocol.Printable(b.Message))
 		}
 	}
 	return 0, nil
@@ -290,7 +290,7 @@ func drainNote(c *macvirtv1alpha1.MacClaim) string {
 	if d == nil || d.Status != metav1.ConditionTrue {
 		return ""
 	}
-	return "host draining (" + d.Reason + "): " + protocol.Printable(d.Message) + "; save your work"
+	return "host draining (" + d.Reason + "): " + guestprotocol.Printable(d.Message) + "; save your work"
 }
 
 // address is the ADDRESS column: the Mac's address on the pod network
@@ -387,14 +387,14 @@ func claimSettled(env *Env, c *macvirtv1alpha1.MacClaim, start time.Time, last *
 		return 0, true, nil
 	}
 	if st := meta.FindStatusCondition(c.Status.Conditions, macvirtv1alpha1.ConditionStalled); st != nil && st.Status == metav1.ConditionTrue {
-		return 1, true, fmt.Errorf("macclaim %s/%s needs a human (%s): %s", c.Namespace, c.Name, st.Reason, protocol.Printable(st.Message))
+		return 1, true, fmt.Errorf("macclaim %s/%s needs a human (%s): %s", c.Namespace, c.Name, st.Reason, guestprotocol.Printable(st.Message))
 	}
 	if c.Status.Phase.Ended() {
 		return 1, true, fmt.Errorf("macclaim %s/%s is %s: delete it and claim again", c.Namespace, c.Name, c.Status.Phase)
 	}
 	step := "waiting for the operator"
 	if ready != nil {
-		step = fmt.Sprintf("%s: %s", ready.Reason, protocol.Printable(ready.Message))
+		step = fmt.Sprintf("%s: %s", ready.Reason, guestprotocol.Printable(ready.Message))
 	}
 	if step != *last {
 		_, _ = fmt.Fprintf(env.Out, "  %s\n", step)

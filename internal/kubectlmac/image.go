@@ -32,7 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // imageCmd is `kubectl mac image capture|list`: an admin's golden images
@@ -150,18 +150,18 @@ func imageSettled(env *Env, img *macvirtv1alpha1.MacImage, start time.Time, last
 	if st.Phase == macvirtv1alpha1.ImageFailed {
 		why := "no reason given"
 		if ready != nil {
-			why = ready.Reason + ": " + protocol.Printable(ready.Message)
+			why = ready.Reason + ": " + guestprotocol.Printable(ready.Message)
 		}
 		return 1, true, fmt.Errorf("macimage %s failed (%s)", img.Name, why)
 	}
 	if s := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionStalled); s != nil && s.Status == metav1.ConditionTrue {
-		return 1, true, fmt.Errorf("macimage %s needs a human (%s): %s", img.Name, s.Reason, protocol.Printable(s.Message))
+		return 1, true, fmt.Errorf("macimage %s needs a human (%s): %s", img.Name, s.Reason, guestprotocol.Printable(s.Message))
 	}
 	step := "waiting for the operator"
 	if st.Phase != "" {
 		step = string(st.Phase) + imageFacts(img)
 		if ready != nil && ready.Message != "" {
-			step += ": " + protocol.Printable(ready.Message)
+			step += ": " + guestprotocol.Printable(ready.Message)
 		}
 	}
 	if step != *last {
@@ -248,7 +248,7 @@ func listImages(ctx context.Context, env *Env, args []string) (int, error) {
 			continue
 		}
 		if c := meta.FindStatusCondition(img.Status.Conditions, macvirtv1alpha1.ConditionReady); c != nil && c.Message != "" {
-			_, _ = fmt.Fprintf(env.Out, "\n%s: %s: %s\n", img.Name, c.Reason, protocol.Printable(c.Message))
+			_, _ = fmt.Fprintf(env.Out, "\n%s: %s: %s\n", img.Name, c.Reason, guestprotocol.Printable(c.Message))
 		}
 	}
 	return 0, nil

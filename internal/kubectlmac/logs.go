@@ -8,7 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // logsCmd prints the end of the output of a claim's bootstrap, part by
@@ -40,20 +40,20 @@ func (logsCmd) run(ctx context.Context, env *Env, args []string) (int, error) {
 		if p.Duration != nil {
 			header += ", after " + p.Duration.Duration.String()
 		}
-		// Status text goes out protocol.Printable, as the agent endpoint now
+		// Status text goes out guestprotocol.Printable, as the agent endpoint now
 		// records it: an older operator recorded the guest's escape
 		// sequences, and anyone who may write a status could write some.
-		if msg := protocol.Printable(p.Message); msg != "" {
+		if msg := guestprotocol.Printable(p.Message); msg != "" {
 			header += " (" + msg + ")"
 		}
 		_, _ = fmt.Fprintln(env.Out, header)
-		if tail := protocol.Printable(p.OutputTail); tail != "" {
+		if tail := guestprotocol.Printable(p.OutputTail); tail != "" {
 			_, _ = fmt.Fprint(env.Out, tail)
 			if !strings.HasSuffix(tail, "\n") {
 				_, _ = fmt.Fprintln(env.Out)
 			}
 		}
 	}
-	_, _ = fmt.Fprintf(env.Out, "# the whole output is on the Mac, in %s/<task>/output.log\n", protocol.MacOSTaskDir)
+	_, _ = fmt.Fprintf(env.Out, "# the whole output is on the Mac, in %s/<task>/output.log\n", guestprotocol.MacOSTaskDir)
 	return 0, nil
 }

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // runnersCmd lists the namespace's runner sets, what GitHub asks of each,
@@ -57,10 +57,10 @@ func (runnersCmd) run(ctx context.Context, env *Env, args []string) (int, error)
 	for i := range sets {
 		s := &sets[i]
 		if c := meta.FindStatusCondition(s.Status.Conditions, macvirtv1alpha1.ConditionReady); c != nil && c.Reason != macvirtv1alpha1.ReasonListening {
-			_, _ = fmt.Fprintf(env.Out, "\n%s: %s\n", s.Name, protocol.Printable(c.Message))
+			_, _ = fmt.Fprintf(env.Out, "\n%s: %s\n", s.Name, guestprotocol.Printable(c.Message))
 		}
 		if e := s.Status.LastGitHubError; e != nil {
-			_, _ = fmt.Fprintf(env.Out, "\n%s: GitHub said at %s: %s\n", s.Name, e.Time.UTC().Format("15:04:05"), protocol.Printable(e.Message))
+			_, _ = fmt.Fprintf(env.Out, "\n%s: GitHub said at %s: %s\n", s.Name, e.Time.UTC().Format("15:04:05"), guestprotocol.Printable(e.Message))
 		}
 		if len(s.Status.RunnerStatuses) == 0 {
 			continue
@@ -73,7 +73,7 @@ func (runnersCmd) run(ctx context.Context, env *Env, args []string) (int, error)
 			if r.Job != nil {
 				job = r.Job.ID
 				if r.Job.DisplayName != "" {
-					job += " (" + protocol.Printable(r.Job.DisplayName) + ")"
+					job += " (" + guestprotocol.Printable(r.Job.DisplayName) + ")"
 				}
 				repo = orNone(r.Job.Repository)
 			}
@@ -81,7 +81,7 @@ func (runnersCmd) run(ctx context.Context, env *Env, args []string) (int, error)
 			if r.Since != nil {
 				since = duration.HumanDuration(env.now().Sub(r.Since.Time))
 			}
-			_, _ = fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.State, job, repo, since, protocol.Printable(r.Message))
+			_, _ = fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.State, job, repo, since, guestprotocol.Printable(r.Message))
 		}
 		if err := w.Flush(); err != nil {
 			return 1, err

@@ -13,7 +13,7 @@ import (
 	"strconv"
 
 	"github.com/macvirt/macvirt/internal/devserve"
-	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
+	"github.com/macvirt/macvirt/internal/guestendpoint"
 	"github.com/macvirt/macvirt/internal/localnet"
 )
 
@@ -24,9 +24,9 @@ import (
 // certificate directory, or the webhook certificate's, whose directory
 // also holds ca.crt. It returns no server when there is no address or no
 // certificate.
-func agentEndpoint(opts *Options, dev *devserve.Server) (endpoint.Address, *endpoint.Server, error) {
+func agentEndpoint(opts *Options, dev *devserve.Server) (guestendpoint.Address, *guestendpoint.Server, error) {
 	a := opts.Agent
-	addr := endpoint.Address{Endpoint: a.URL}
+	addr := guestendpoint.Address{Endpoint: a.URL}
 	if addr.Endpoint == "" {
 		addr.Endpoint = defaultAgentEndpoint(opts.namespace())
 	}
@@ -50,7 +50,7 @@ func agentEndpoint(opts *Options, dev *devserve.Server) (endpoint.Address, *endp
 		}
 		hostPort := net.JoinHostPort(dev.Host, port)
 		addr.Endpoint, addr.CABundle = "https://"+hostPort, dev.CABundle
-		return addr, &endpoint.Server{Addr: hostPort, CertDir: dev.CertDir}, nil
+		return addr, &guestendpoint.Server{Addr: hostPort, CertDir: dev.CertDir}, nil
 	}
 	certDir := a.CertDir
 	if certDir == "" {
@@ -64,7 +64,7 @@ func agentEndpoint(opts *Options, dev *devserve.Server) (endpoint.Address, *endp
 		return addr, nil, err
 	}
 	addr.CABundle, addr.ServerName = ca, serverName
-	return addr, &endpoint.Server{Addr: a.Addr, CertDir: certDir}, nil
+	return addr, &guestendpoint.Server{Addr: a.Addr, CertDir: certDir}, nil
 }
 
 // defaultAgentEndpoint is the agent Service of the namespace the operator

@@ -39,7 +39,7 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/pool"
 	"github.com/macvirt/macvirt/internal/controller/runnerset"
 	"github.com/macvirt/macvirt/internal/devserve"
-	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
+	"github.com/macvirt/macvirt/internal/guestendpoint"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 	"github.com/macvirt/macvirt/internal/vmstop"
 	webhookv1alpha1 "github.com/macvirt/macvirt/internal/webhook/v1alpha1"
@@ -156,7 +156,7 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 	}
 	var listeningSince func() time.Time
 	if agentServer != nil {
-		agentServer.Handler = &endpoint.Handler{Client: mgr.GetClient(), Sources: mgr.GetAPIReader(),
+		agentServer.Handler = &guestendpoint.Handler{Client: mgr.GetClient(), Sources: mgr.GetAPIReader(),
 			Classes: classhistory.Resolver{Snapshots: snapshots, Namespace: namespace}}
 		agentServer.TLSOpts = tlsOpts
 		if err := mgr.Add(agentServer); err != nil {
@@ -187,7 +187,7 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 // controllerDeps is what the controllers get beside the options.
 type controllerDeps struct {
 	hook           domainHook
-	agent          endpoint.Address
+	agent          guestendpoint.Address
 	listeningSince func() time.Time
 	snapshots      client.Reader
 	tunnel         *networkingv1.NetworkPolicyPeer

@@ -17,7 +17,7 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/metrics"
 	"github.com/macvirt/macvirt/internal/domainhook/install"
-	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
+	"github.com/macvirt/macvirt/internal/guestendpoint"
 	"github.com/macvirt/macvirt/internal/testenv"
 	"github.com/macvirt/macvirt/internal/tunnel"
 )
@@ -37,7 +37,7 @@ func operatorCollectors(t *testing.T) []prometheus.Collector {
 		t.Fatal(err)
 	}
 	cs := metrics.Collectors(fake.NewClientBuilder().WithScheme(s).Build())
-	cs = append(cs, endpoint.Collectors()...)
+	cs = append(cs, guestendpoint.Collectors()...)
 	cs = append(cs, install.Collectors()...)
 	cs = append(cs, tunnel.Collectors()...)
 	return append(cs, monitoringObjectsReady)

@@ -13,7 +13,7 @@ import (
 	"github.com/macvirt/macvirt/internal/devserve"
 	"github.com/macvirt/macvirt/internal/domainhook/contract"
 	"github.com/macvirt/macvirt/internal/github"
-	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
+	"github.com/macvirt/macvirt/internal/guestendpoint"
 )
 
 // DefaultNamespace is the operator's namespace when none is set: the one
@@ -167,7 +167,7 @@ type AgentEndpoint struct {
 	CertDir string
 	// Address, when set, is what config disks say, as given, instead of
 	// what URL and the certificate make (tests without an endpoint).
-	Address *endpoint.Address
+	Address *guestendpoint.Address
 }
 
 // TunnelEndpoint says where the tunnel API listens.

@@ -13,7 +13,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/domainhook/contract"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // Options carry the operator-wide settings that are not part of a class.
@@ -189,7 +189,7 @@ func volumes(class *macvirtv1alpha1.MacClass, m *macvirtv1alpha1.MacMachine) []k
 		{Name: SystemVolume, VolumeSource: kubevirtv1.VolumeSource{
 			DataVolume: &kubevirtv1.DataVolumeSource{Name: SystemDataVolumeName(m)}}},
 		{Name: AgentConfigVolume, VolumeSource: kubevirtv1.VolumeSource{
-			Secret: &kubevirtv1.SecretVolumeSource{SecretName: AgentSecretName(m), VolumeLabel: protocol.ConfigVolumeLabel}}},
+			Secret: &kubevirtv1.SecretVolumeSource{SecretName: AgentSecretName(m), VolumeLabel: guestprotocol.ConfigVolumeLabel}}},
 	}
 	if class.Spec.Installer != nil {
 		out = append(out, kubevirtv1.Volume{Name: RecoveryVolume, VolumeSource: kubevirtv1.VolumeSource{

@@ -34,8 +34,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/guestagent/agent"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestagent"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 	"github.com/macvirt/macvirt/internal/hostagent"
 	"github.com/macvirt/macvirt/internal/hostagent/vz/faketart/build"
 	"github.com/macvirt/macvirt/internal/hostagent/vz/tart"
@@ -251,7 +251,7 @@ func runHostedGuests(ctx context.Context, admin client.Client, hosts []string) {
 // macOS's guest agent does, until ctx ends.
 func hostedGuest(ctx context.Context, admin client.Client, m *macvirtv1alpha1.MacMachine) {
 	log := ctrl.Log.WithName("sandbox-vz-guest").WithValues("machine", client.ObjectKeyFromObject(m))
-	var c *agent.Client
+	var c *guestagent.Client
 	wait := time.Second
 	for {
 		select {
@@ -262,19 +262,19 @@ func hostedGuest(ctx context.Context, admin client.Client, m *macvirtv1alpha1.Ma
 		if c == nil {
 			cfg, err := hostedGuestConfig(ctx, admin, m)
 			if err == nil {
-				c, err = agent.NewClient(cfg)
+				c, err = guestagent.NewClient(cfg)
 			}
 			if err != nil {
 				log.Info("no agent configuration yet", "error", err.Error())
 				continue
 			}
 		}
-		facts := agent.Facts{OSVersion: "15.5", OSBuild: "24F74", Hostname: m.Status.Host.VMName, BootTime: m.Status.Host.RunningSince.UTC()}
+		facts := guestagent.Facts{OSVersion: "15.5", OSBuild: "24F74", Hostname: m.Status.Host.VMName, BootTime: m.Status.Host.RunningSince.UTC()}
 		if a := m.Status.Host.Address; a != "" {
 			facts.IPAddresses = []string{a}
 		}
 		state, err := c.Heartbeat(ctx, facts)
-		var se *agent.StatusError
+		var se *guestagent.StatusError
 		switch {
 		case errors.As(err, &se) && se.Code == 401:
 			c = nil // a new token: read the configuration again.
@@ -288,7 +288,7 @@ func hostedGuest(ctx context.Context, admin client.Client, m *macvirtv1alpha1.Ma
 
 // hostedGuestConfig reads the agent configuration the operator wrote for the
 // machine.
-func hostedGuestConfig(ctx context.Context, admin client.Client, m *macvirtv1alpha1.MacMachine) (*agent.Config, error) {
+func hostedGuestConfig(ctx context.Context, admin client.Client, m *macvirtv1alpha1.MacMachine) (*guestagent.Config, error) {
 	cur := &macvirtv1alpha1.MacMachine{}
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(m), cur); err != nil {
 		return nil, err
@@ -298,6 +298,6 @@ func hostedGuestConfig(ctx context.Context, admin client.Client, m *macvirtv1alp
 		return nil, err
 	}
 	d := s.Data
-	return &agent.Config{Endpoint: string(d[protocol.KeyEndpoint]), CABundle: d[protocol.KeyCABundle], Token: string(d[protocol.KeyToken]),
-		Namespace: string(d[protocol.KeyNamespace]), Machine: string(d[protocol.KeyMachine])}, nil
+	return &guestagent.Config{Endpoint: string(d[guestprotocol.KeyEndpoint]), CABundle: d[guestprotocol.KeyCABundle], Token: string(d[guestprotocol.KeyToken]),
+		Namespace: string(d[guestprotocol.KeyNamespace]), Machine: string(d[guestprotocol.KeyMachine])}, nil
 }

@@ -14,14 +14,14 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/macvirt/macvirt/internal/guestagent/agent"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestagent"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 	"github.com/macvirt/macvirt/internal/render"
 )
 
 // Simulated macOS guests. With Options.Guests, every Running instance that
 // carries a macvirt agent config disk (a secret volume labelled
-// protocol.ConfigVolumeLabel) gets a guest that boots for GuestBootDelay and
+// guestprotocol.ConfigVolumeLabel) gets a guest that boots for GuestBootDelay and
 // then runs the real agent's protocol code against the endpoint its config
 // Secret names, until the instance stops running. So the operator sees the
 // same heartbeats it would from macOS.
@@ -81,7 +81,7 @@ func (s *Simulator) syncGuest(key types.NamespacedName, vmi *kubevirtv1.VirtualM
 // configSecret is the Secret of the instance's agent config disk, if any.
 func configSecret(vmi *kubevirtv1.VirtualMachineInstance) string {
 	for _, v := range vmi.Spec.Volumes {
-		if v.Secret != nil && v.Secret.VolumeLabel == protocol.ConfigVolumeLabel {
+		if v.Secret != nil && v.Secret.VolumeLabel == guestprotocol.ConfigVolumeLabel {
 			return v.Secret.SecretName
 		}
 	}
@@ -95,7 +95,7 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 	wait := s.opts.GuestBootDelay
 	failures := 0
 	rebooting := false
-	var client *agent.Client
+	var client *guestagent.Client
 	// A guest boots with the hostname its golden image was built with and
 	// takes the one the operator sends, as the agent's apply does.
 	hostname := goldenHostname
@@ -106,8 +106,8 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 	}
 	sshd, serving := &guestSSHD{disk: disk}, false
 	// A new agent (at boot, or after a restart) finds its tasks on disk.
-	newAgent := func() *agent.Speaker {
-		return &agent.Speaker{Tasks: &agent.Tasks{Dir: disk.TaskDir(), Host: disk,
+	newAgent := func() *guestagent.Speaker {
+		return &guestagent.Speaker{Tasks: &guestagent.Tasks{Dir: disk.TaskDir(), Host: disk,
 			Logf: func(f string, args ...any) { log.V(1).Info(fmt.Sprintf(f, args...)) }}}
 	}
 	speaker := newAgent()
@@ -149,14 +149,14 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 					return err
 				}
 				// The agent's first act on a cloned disk (generalize.go).
-				if _, err := agent.Generalize(disk, disk.TaskDir(), cfg, func(f string, args ...any) { log.V(1).Info(fmt.Sprintf(f, args...)) }); err != nil {
+				if _, err := guestagent.Generalize(disk, disk.TaskDir(), cfg, func(f string, args ...any) { log.V(1).Info(fmt.Sprintf(f, args...)) }); err != nil {
 					return err
 				}
-				if client, err = agent.NewClient(cfg); err != nil {
+				if client, err = guestagent.NewClient(cfg); err != nil {
 					return err
 				}
 			}
-			facts := agent.Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: hostname, BootTime: bootedAt.UTC(),
+			facts := guestagent.Facts{OSVersion: "14.5", OSBuild: "23F79", Hostname: hostname, BootTime: bootedAt.UTC(),
 				SSHHostKeys: guestHostKeys(disk)}
 			if ip := GuestAddress(vmi); ip != "" {
 				facts.IPAddresses = []string{ip}
@@ -172,7 +172,7 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 			// The agent writes the keys into the user's authorized_keys,
 			// on the disk, as apply does on a Mac.
 			if u, err := disk.TaskUser(state.SSHUser); err == nil && state.SSHUser != "" {
-				if err := agent.WriteAuthorizedKeys(filepath.Join(u.Home, ".ssh", "authorized_keys"), state.SSHAuthorizedKeys, u.UID, u.GID); err != nil {
+				if err := guestagent.WriteAuthorizedKeys(filepath.Join(u.Home, ".ssh", "authorized_keys"), state.SSHAuthorizedKeys, u.UID, u.GID); err != nil {
 					log.V(1).Info("simulated guest could not write authorized_keys", "error", err.Error())
 				}
 			}
@@ -191,11 +191,11 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 			return nil
 		}()
 		if err != nil {
-			var se *agent.StatusError
+			var se *guestagent.StatusError
 			if errors.As(err, &se) && se.Code == 401 {
 				client = nil // the token may have been replaced
 			}
-			wait = agent.Backoff(failures, 100*time.Millisecond, 10*time.Second)
+			wait = guestagent.Backoff(failures, 100*time.Millisecond, 10*time.Second)
 			failures++
 			log.V(1).Info("simulated guest heartbeat failed", "retryIn", wait, "error", err.Error())
 			continue
@@ -206,8 +206,8 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 
 // heartbeat sends one heartbeat as the guest's agent does: v2 with its
 // tasks' reports, running what the answer hands it; v1 under GuestAgentV1.
-func (s *Simulator) heartbeat(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, client *agent.Client, speaker *agent.Speaker,
-	facts agent.Facts) (*protocol.DesiredState, error) {
+func (s *Simulator) heartbeat(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, client *guestagent.Client, speaker *guestagent.Speaker,
+	facts guestagent.Facts) (*guestprotocol.DesiredState, error) {
 	if s.hasFault(GuestAgentV1, vmi.Namespace, vmi.Name) {
 		return client.Heartbeat(ctx, facts)
 	}
@@ -219,14 +219,14 @@ func (s *Simulator) heartbeat(ctx context.Context, vmi *kubevirtv1.VirtualMachin
 const goldenHostname = "macos-golden"
 
 // guestConfig reads the config disk's Secret, as the agent reads the disk.
-func (s *Simulator) guestConfig(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (*agent.Config, error) {
+func (s *Simulator) guestConfig(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (*guestagent.Config, error) {
 	secret := &corev1.Secret{}
 	if err := s.reader.Get(ctx, types.NamespacedName{Namespace: vmi.Namespace, Name: configSecret(vmi)}, secret); err != nil {
 		return nil, err
 	}
 	d := secret.Data
-	return &agent.Config{Endpoint: string(d[protocol.KeyEndpoint]), CABundle: d[protocol.KeyCABundle], Token: string(d[protocol.KeyToken]),
-		Namespace: string(d[protocol.KeyNamespace]), Machine: string(d[protocol.KeyMachine])}, nil
+	return &guestagent.Config{Endpoint: string(d[guestprotocol.KeyEndpoint]), CABundle: d[guestprotocol.KeyCABundle], Token: string(d[guestprotocol.KeyToken]),
+		Namespace: string(d[guestprotocol.KeyNamespace]), Machine: string(d[guestprotocol.KeyMachine])}, nil
 }
 
 // guestHostKeys are the host keys on the guest's disk, as the agent reads
@@ -235,7 +235,7 @@ func guestHostKeys(d *guestDisk) []string {
 	if _, err := guestHostSigner(d); err != nil {
 		return nil
 	}
-	return agent.HostKeys(d.TaskPath("/etc/ssh"))
+	return guestagent.HostKeys(d.TaskPath("/etc/ssh"))
 }
 
 // guestSystemDisk is the disk the guest boots from: what the PVC of the

@@ -14,27 +14,27 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // endpoint records the heartbeats it receives and answers like the
 // operator would.
 type endpoint struct {
 	mu    sync.Mutex
-	seen  []protocol.Heartbeat
+	seen  []guestprotocol.Heartbeat
 	auths []string
 }
 
 func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != protocol.HeartbeatPath {
+	if r.URL.Path != guestprotocol.HeartbeatPath {
 		// As an operator from before protocol v2 answers: the guest then
 		// speaks v1.
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusNotFound)
-		_ = json.NewEncoder(w).Encode(protocol.Error{Reason: protocol.ReasonUnsupported, Message: "no such endpoint; this server speaks " + protocol.HeartbeatPath})
+		_ = json.NewEncoder(w).Encode(guestprotocol.Error{Reason: guestprotocol.ReasonUnsupported, Message: "no such endpoint; this server speaks " + guestprotocol.HeartbeatPath})
 		return
 	}
-	hb, err := protocol.DecodeHeartbeat(r.Body)
+	hb, err := guestprotocol.DecodeHeartbeat(r.Body)
 	if err != nil {
 		w.WriteHeader(http.StatusBadRequest)
 		return
@@ -44,13 +44,13 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.auths = append(e.auths, r.Header.Get("Authorization"))
 	e.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(protocol.DesiredState{Hostname: hb.Machine.Name, SSHUser: "admin", HeartbeatIntervalSeconds: 1})
+	_ = json.NewEncoder(w).Encode(guestprotocol.DesiredState{Hostname: hb.Machine.Name, SSHUser: "admin", HeartbeatIntervalSeconds: 1})
 }
 
-func (e *endpoint) heartbeats() []protocol.Heartbeat {
+func (e *endpoint) heartbeats() []guestprotocol.Heartbeat {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]protocol.Heartbeat(nil), e.seen...)
+	return append([]guestprotocol.Heartbeat(nil), e.seen...)
 }
 
 var _ = Describe("A simulated guest", func() {
@@ -61,18 +61,18 @@ var _ = Describe("A simulated guest", func() {
 		DeferCleanup(srv.Close)
 		ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 		create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mac-agent"}, StringData: map[string]string{
-			protocol.KeyEndpoint: srv.URL, protocol.KeyCABundle: string(ca), protocol.KeyToken: "the-token",
-			protocol.KeyNamespace: ns, protocol.KeyMachine: "mac"}})
+			guestprotocol.KeyEndpoint: srv.URL, guestprotocol.KeyCABundle: string(ca), guestprotocol.KeyToken: "the-token",
+			guestprotocol.KeyNamespace: ns, guestprotocol.KeyMachine: "mac"}})
 		vm := newVM(ns, "mac")
 		spec := &vm.Spec.Template.Spec
 		spec.Domain.Devices.Disks = append(spec.Domain.Devices.Disks, kubevirtv1.Disk{Name: "agent-config",
 			DiskDevice: kubevirtv1.DiskDevice{CDRom: &kubevirtv1.CDRomTarget{Bus: kubevirtv1.DiskBusSATA}}})
 		spec.Volumes = append(spec.Volumes, kubevirtv1.Volume{Name: "agent-config", VolumeSource: kubevirtv1.VolumeSource{
-			Secret: &kubevirtv1.SecretVolumeSource{SecretName: "mac-agent", VolumeLabel: protocol.ConfigVolumeLabel}}})
+			Secret: &kubevirtv1.SecretVolumeSource{SecretName: "mac-agent", VolumeLabel: guestprotocol.ConfigVolumeLabel}}})
 		create(vm)
 
 		Eventually(ep.heartbeats).WithTimeout(30 * time.Second).Should(ContainElement(And(
-			HaveField("Machine", protocol.MachineRef{Namespace: ns, Name: "mac"}),
+			HaveField("Machine", guestprotocol.MachineRef{Namespace: ns, Name: "mac"}),
 			HaveField("OSBuild", "23F79"),
 			HaveField("SSHHostKeys", HaveExactElements(HavePrefix("ssh-ed25519 "))))))
 		ep.mu.Lock()

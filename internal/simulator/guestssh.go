@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // The simulated guest's sshd (Options.Network). A macOS guest runs sshd with
@@ -44,7 +44,7 @@ type guestSSHD struct {
 }
 
 // update takes what the operator last sent the guest.
-func (d *guestSSHD) update(state protocol.DesiredState, hostname string) {
+func (d *guestSSHD) update(state guestprotocol.DesiredState, hostname string) {
 	keys := map[string]bool{}
 	for _, k := range state.SSHAuthorizedKeys {
 		if pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k)); err == nil {

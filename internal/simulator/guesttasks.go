@@ -4,11 +4,11 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/macvirt/macvirt/internal/guestagent/agent"
+	"github.com/macvirt/macvirt/internal/guestagent"
 )
 
 // A simulated guest runs the tasks the operator hands it with the real
-// agent's task runner (agent.Tasks): the script under /bin/sh, its files
+// agent's task runner (guestagent.Tasks): the script under /bin/sh, its files
 // placed, its environment set, its timeout enforced, once per binding,
 // remembered on the guest's disk across agent restarts. What it does not
 // imitate: macOS's users (every task runs as the simulator's own user, with
@@ -26,18 +26,18 @@ type GuestFile struct {
 	Content []byte
 }
 
-// TaskDir implements agent.TaskPlatform's directory of tasks.
+// TaskDir implements guestagent.TaskPlatform's directory of tasks.
 func (d *guestDisk) TaskDir() string {
 	return filepath.Join(d.dir, "var", "db", "macvirt-agent", "tasks")
 }
 
 // TaskUser is the simulator's own user, with a home named for user.
-func (d *guestDisk) TaskUser(name string) (agent.TaskUser, error) {
+func (d *guestDisk) TaskUser(name string) (guestagent.TaskUser, error) {
 	home := filepath.Join(d.dir, "Users", name)
 	if err := os.MkdirAll(home, 0o750); err != nil {
-		return agent.TaskUser{}, err
+		return guestagent.TaskUser{}, err
 	}
-	return agent.TaskUser{Name: name, UID: os.Getuid(), GID: os.Getgid(), Home: home}, nil
+	return guestagent.TaskUser{Name: name, UID: os.Getuid(), GID: os.Getgid(), Home: home}, nil
 }
 
 // TaskPath is path under the guest's directory.

@@ -29,7 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 	"github.com/macvirt/macvirt/internal/simulator"
 	"github.com/macvirt/macvirt/internal/vmstop"
 )
@@ -41,12 +41,12 @@ func vmWithGuest(ns, name string, ep *endpoint) {
 	DeferCleanup(srv.Close)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 	create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-agent"}, StringData: map[string]string{
-		protocol.KeyEndpoint: srv.URL, protocol.KeyCABundle: string(ca), protocol.KeyToken: "the-token",
-		protocol.KeyNamespace: ns, protocol.KeyMachine: name}})
+		guestprotocol.KeyEndpoint: srv.URL, guestprotocol.KeyCABundle: string(ca), guestprotocol.KeyToken: "the-token",
+		guestprotocol.KeyNamespace: ns, guestprotocol.KeyMachine: name}})
 	vm := newVM(ns, name)
 	spec := &vm.Spec.Template.Spec
 	spec.Volumes = append(spec.Volumes, kubevirtv1.Volume{Name: "agent-config", VolumeSource: kubevirtv1.VolumeSource{
-		Secret: &kubevirtv1.SecretVolumeSource{SecretName: name + "-agent", VolumeLabel: protocol.ConfigVolumeLabel}}})
+		Secret: &kubevirtv1.SecretVolumeSource{SecretName: name + "-agent", VolumeLabel: guestprotocol.ConfigVolumeLabel}}})
 	create(vm)
 }
 
@@ -130,7 +130,7 @@ var _ = Describe("The guest's power", func() {
 		Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
 
 		sim.Clear(fault)
-		Eventually(func() []protocol.Heartbeat { return ep.heartbeats()[silentFrom:] }).WithTimeout(timeout).Should(
+		Eventually(func() []guestprotocol.Heartbeat { return ep.heartbeats()[silentFrom:] }).WithTimeout(timeout).Should(
 			ContainElement(HaveField("BootTime", BeTemporally(">", firstBoot))))
 	})
 })

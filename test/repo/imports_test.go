@@ -37,7 +37,7 @@ var controllerBase = []string{
 var hookImage = []string{"cmd/domain-hook", "internal/domainhook/contract", "internal/domainhook/hook", "internal/domainhook/server"}
 
 // guest is the code that runs inside macOS.
-var guest = []string{"cmd/macvirt-agent", "internal/guestagent/agent", "internal/guestagent/protocol"}
+var guest = []string{"cmd/macvirt-agent", "internal/guestagent", "internal/guestprotocol"}
 
 // importRule says that no package of from depends on one of never.
 type importRule struct {
@@ -66,7 +66,7 @@ func importRules() []importRule {
 			"the runner core knows no CI system: each is a backend of it"},
 		importRule{hookImage, []string{"api/...", "internal/domainhook/install", "internal/operator", "internal/controller/...", "internal/render"},
 			"the hook image carries the contract and Apply, no API types and nothing of the operator's"},
-		importRule{guest, []string{"api/...", "internal/controller/...", "internal/operator", "internal/guestagent/endpoint", "sigs.k8s.io/controller-runtime/..."},
+		importRule{guest, []string{"api/...", "internal/controller/...", "internal/operator", "internal/guestendpoint", "sigs.k8s.io/controller-runtime/..."},
 			"the guest agent speaks only the protocol: it knows nothing of the cluster"},
 		importRule{[]string{"internal/render"}, []string{"sigs.k8s.io/controller-runtime/...", "internal/controller/...", "internal/operator"},
 			"render is pure: objects in, objects out, no client"},

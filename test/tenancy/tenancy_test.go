@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 	"github.com/macvirt/macvirt/internal/tunnel"
 )
 
@@ -178,7 +178,7 @@ var _ = Describe("Tenants with the shipped roles", Ordered, func() {
 			m.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(p, macvirtv1alpha1.GroupVersion.WithKind("MacPool"))}
 		})), "metadata.labels[macvirt.io/pool]")
 		refusedNaming(c.Create(ctx, forged("my-token", func(m *macvirtv1alpha1.MacMachine) {
-			m.Annotations = map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: protocol.HashToken("chosen-by-mallory")}
+			m.Annotations = map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: guestprotocol.HashToken("chosen-by-mallory")}
 		})), "metadata.annotations[macvirt.io/agent-token-sha256]")
 
 		By("her own plain machine cannot be bound to bob's claim after the fact")
@@ -210,7 +210,7 @@ var _ = Describe("Tenants with the shipped roles", Ordered, func() {
 		}).Should(Succeed())
 		secret := &corev1.Secret{}
 		Expect(c.Get(ctx, types.NamespacedName{Namespace: "evil", Name: own.Annotations[macvirtv1alpha1.AnnotationAgentSecret]}, secret)).To(Succeed())
-		token := string(secret.Data[protocol.KeyToken])
+		token := string(secret.Data[guestprotocol.KeyToken])
 		Expect(token).NotTo(BeEmpty())
 
 		Expect(heartbeat(token, own.Namespace, own.Name)).To(Equal(http.StatusOK), "her token is good for her own machine")
@@ -326,11 +326,11 @@ func heartbeat(token, namespace, name string) int {
 	pool := x509.NewCertPool()
 	Expect(pool.AppendCertsFromPEM(system.CABundle)).To(BeTrue())
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	body, err := json.Marshal(protocol.Heartbeat{Machine: protocol.MachineRef{Namespace: namespace, Name: name},
+	body, err := json.Marshal(guestprotocol.Heartbeat{Machine: guestprotocol.MachineRef{Namespace: namespace, Name: name},
 		AgentVersion: "1.0.0", OSVersion: "14.5", OSBuild: "23F79", Hostname: "mallory", BootTime: time.Now().Add(-time.Minute),
 		IPAddresses: []string{"10.0.2.2"}})
 	Expect(err).NotTo(HaveOccurred())
-	req, err := http.NewRequest(http.MethodPost, system.AgentEndpoint+protocol.HeartbeatPath, bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, system.AgentEndpoint+guestprotocol.HeartbeatPath, bytes.NewReader(body))
 	Expect(err).NotTo(HaveOccurred())
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)

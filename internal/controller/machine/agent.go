@@ -8,17 +8,17 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
+	"github.com/macvirt/macvirt/internal/guestendpoint"
 	"github.com/macvirt/macvirt/internal/render"
 )
 
 // ensureAgentConfig answers: does the machine have its guest-agent token?
-// The endpoint issues it (endpoint.IssueToken: a Secret named after the
+// The endpoint issues it (guestendpoint.IssueToken: a Secret named after the
 // token's hash, then the hash recorded on the machine under its
 // resourceVersion); a refused write shows in status.
 func (r *Reconciler) ensureAgentConfig(ctx context.Context, o *machineObservation) (bool, error) {
-	issued, err := endpoint.IssueToken(ctx, r.Client, o.Machine, r.Agent)
-	var refused *endpoint.WriteError
+	issued, err := guestendpoint.IssueToken(ctx, r.Client, o.Machine, r.Agent)
+	var refused *guestendpoint.WriteError
 	switch {
 	case !errors.As(err, &refused):
 		return issued, err

@@ -20,7 +20,7 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/classhistory"
 	"github.com/macvirt/macvirt/internal/controller/base"
-	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
+	"github.com/macvirt/macvirt/internal/guestendpoint"
 	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/vmstop"
 )
@@ -49,7 +49,7 @@ type Reconciler struct {
 	// nor started while it returns an error.
 	DomainHook func() error
 	// Agent is what machines' agent config disks say about the endpoint.
-	Agent endpoint.Address
+	Agent guestendpoint.Address
 	// Tunnel is the operator's pods, which bound machines let in for the
 	// tunnel through the API server; nil when it serves none.
 	Tunnel *networkingv1.NetworkPolicyPeer

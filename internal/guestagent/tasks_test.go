@@ -1,4 +1,4 @@
-package agent
+package guestagent
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // testHost runs tasks as the test's user, with homes and files under a
@@ -33,37 +33,37 @@ func newTasks(t *testing.T, dir string) *Tasks {
 }
 
 // waitFor polls the runner's reports until one of id is in a final state.
-func waitFor(t *testing.T, tasks *Tasks, id string) protocol.TaskReport {
+func waitFor(t *testing.T, tasks *Tasks, id string) guestprotocol.TaskReport {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, r := range tasks.Reports() {
-			if r.ID == id && r.State != protocol.TaskRunning {
+			if r.ID == id && r.State != guestprotocol.TaskRunning {
 				return r
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("task %s did not finish within 30s: %+v", id, tasks.Reports())
-	return protocol.TaskReport{}
+	return guestprotocol.TaskReport{}
 }
 
 func TestATaskPlacesItsFilesAndRunsWithItsEnvironmentMasked(t *testing.T) {
 	dir := t.TempDir()
 	tasks := newTasks(t, dir)
-	tasks.Update("claim-1", []protocol.Task{{ID: "claim-1-claim", User: "admin", TimeoutSeconds: 30,
+	tasks.Update("claim-1", []guestprotocol.Task{{ID: "claim-1-claim", User: "admin", TimeoutSeconds: 30,
 		Script: `echo "hello from $USER in $HOME"; echo "token=$TOKEN"; cat "$CONFIG"; exit 0`,
-		Env:    []protocol.EnvVar{{Name: "TOKEN", Value: "s3cr3t-value"}, {Name: "CONFIG", Value: filepath.Join(dir, "etc/app.conf")}},
-		Files:  []protocol.File{{Path: "/etc/app.conf", Mode: 0o600, Owner: "admin", Content: []byte("key=another-s3cret\n")}},
+		Env:    []guestprotocol.EnvVar{{Name: "TOKEN", Value: "s3cr3t-value"}, {Name: "CONFIG", Value: filepath.Join(dir, "etc/app.conf")}},
+		Files:  []guestprotocol.File{{Path: "/etc/app.conf", Mode: 0o600, Owner: "admin", Content: []byte("key=another-s3cret\n")}},
 		Mask:   []string{"s3cr3t-value", "key=another-s3cret\n"}}})
 	r := waitFor(t, tasks, "claim-1-claim")
-	if r.State != protocol.TaskSucceeded || r.ExitCode == nil || *r.ExitCode != 0 {
+	if r.State != guestprotocol.TaskSucceeded || r.ExitCode == nil || *r.ExitCode != 0 {
 		t.Fatalf("report %+v, want Succeeded with exit 0", r)
 	}
 	if strings.Contains(r.OutputTail, "s3cr3t") {
 		t.Errorf("the output tail shows a masked value: %q", r.OutputTail)
 	}
-	for _, want := range []string{"hello from admin in " + filepath.Join(dir, "Users", "admin"), "token=" + protocol.MaskText} {
+	for _, want := range []string{"hello from admin in " + filepath.Join(dir, "Users", "admin"), "token=" + guestprotocol.MaskText} {
 		if !strings.Contains(r.OutputTail, want) {
 			t.Errorf("output tail %q lacks %q", r.OutputTail, want)
 		}
@@ -81,9 +81,9 @@ func TestATaskPlacesItsFilesAndRunsWithItsEnvironmentMasked(t *testing.T) {
 
 func TestAFailingScriptReportsItsExitStatus(t *testing.T) {
 	tasks := newTasks(t, t.TempDir())
-	tasks.Update("b", []protocol.Task{{ID: "b-claim", User: "admin", TimeoutSeconds: 30, Script: "echo broken >&2; exit 3"}})
+	tasks.Update("b", []guestprotocol.Task{{ID: "b-claim", User: "admin", TimeoutSeconds: 30, Script: "echo broken >&2; exit 3"}})
 	r := waitFor(t, tasks, "b-claim")
-	if r.State != protocol.TaskFailed || r.ExitCode == nil || *r.ExitCode != 3 || !strings.Contains(r.OutputTail, "broken") {
+	if r.State != guestprotocol.TaskFailed || r.ExitCode == nil || *r.ExitCode != 3 || !strings.Contains(r.OutputTail, "broken") {
 		t.Fatalf("report %+v, want Failed with exit 3 and the error output", r)
 	}
 }
@@ -93,10 +93,10 @@ func TestATaskThatOutlivesItsTimeoutIsKilledWithItsChildren(t *testing.T) {
 	setGrace(t, 200*time.Millisecond)
 	tasks := newTasks(t, dir)
 	pidFile := filepath.Join(dir, "child.pid")
-	tasks.Update("b", []protocol.Task{{ID: "b-claim", User: "admin", TimeoutSeconds: 1,
+	tasks.Update("b", []guestprotocol.Task{{ID: "b-claim", User: "admin", TimeoutSeconds: 1,
 		Script: "sleep 300 & echo $! > " + pidFile + "; wait"}})
 	r := waitFor(t, tasks, "b-claim")
-	if r.State != protocol.TaskTimedOut || r.ExitCode != nil {
+	if r.State != guestprotocol.TaskTimedOut || r.ExitCode != nil {
 		t.Fatalf("report %+v, want TimedOut without an exit code", r)
 	}
 	raw, err := os.ReadFile(pidFile) //nolint:gosec // the test's own file.
@@ -119,47 +119,47 @@ func TestATaskThatOutlivesItsTimeoutIsKilledWithItsChildren(t *testing.T) {
 func TestARestartedAgentNeverRunsATaskAgain(t *testing.T) {
 	dir := t.TempDir()
 	count := filepath.Join(dir, "runs")
-	task := protocol.Task{ID: "b-claim", User: "admin", TimeoutSeconds: 30,
+	task := guestprotocol.Task{ID: "b-claim", User: "admin", TimeoutSeconds: 30,
 		Script: "echo run >> " + count + "; sleep 1; echo done"}
 	first := newTasks(t, dir)
-	first.Update("b", []protocol.Task{task})
+	first.Update("b", []guestprotocol.Task{task})
 	time.Sleep(200 * time.Millisecond)
 	// The agent goes away mid-task; the script runs on.
 	first.Forget()
 	second := newTasks(t, dir)
 	// The operator, told nothing yet by the new agent, hands it again.
-	second.Update("b", []protocol.Task{task})
-	if got := second.Reports(); len(got) != 1 || got[0].State != protocol.TaskRunning {
+	second.Update("b", []guestprotocol.Task{task})
+	if got := second.Reports(); len(got) != 1 || got[0].State != guestprotocol.TaskRunning {
 		t.Fatalf("the new agent reports %+v, want the task Running", got)
 	}
 	r := waitFor(t, second, "b-claim")
-	if r.State != protocol.TaskSucceeded || !strings.Contains(r.OutputTail, "done") {
+	if r.State != guestprotocol.TaskSucceeded || !strings.Contains(r.OutputTail, "done") {
 		t.Fatalf("report %+v, want the first run's success", r)
 	}
 	third := newTasks(t, dir)
-	third.Update("b", []protocol.Task{task})
+	third.Update("b", []guestprotocol.Task{task})
 	time.Sleep(300 * time.Millisecond)
 	raw, err := os.ReadFile(count) //nolint:gosec // the test's own file.
 	if err != nil || strings.Count(string(raw), "run") != 1 {
 		t.Fatalf("the script ran %d times (%v), want once", strings.Count(string(raw), "run"), err)
 	}
-	if r := third.Reports(); len(r) != 1 || r[0].State != protocol.TaskSucceeded {
+	if r := third.Reports(); len(r) != 1 || r[0].State != guestprotocol.TaskSucceeded {
 		t.Errorf("a third agent reports %+v, want the task Succeeded from its record", r)
 	}
 }
 
 func TestATaskCutOffByARebootIsFailedNotRunAgain(t *testing.T) {
 	dir := t.TempDir()
-	task := protocol.Task{ID: "b-claim", User: "admin", TimeoutSeconds: 30, Script: "sleep 30"}
+	task := guestprotocol.Task{ID: "b-claim", User: "admin", TimeoutSeconds: 30, Script: "sleep 30"}
 	first := newTasks(t, dir)
-	first.Update("b", []protocol.Task{task})
+	first.Update("b", []guestprotocol.Task{task})
 	time.Sleep(100 * time.Millisecond)
 	first.Stop()
 	next := newTasks(t, dir)
 	next.Boot = boot.Add(time.Hour)
-	next.Update("b", []protocol.Task{task})
+	next.Update("b", []guestprotocol.Task{task})
 	r := next.Reports()
-	if len(r) != 1 || r[0].State != protocol.TaskFailed || !strings.Contains(r[0].Message, "restarted") {
+	if len(r) != 1 || r[0].State != guestprotocol.TaskFailed || !strings.Contains(r[0].Message, "restarted") {
 		t.Fatalf("after a reboot: %+v, want Failed saying the Mac restarted", r)
 	}
 }
@@ -168,11 +168,11 @@ func TestANewBindingStopsTheOldOnesTaskAndForgetsItsOutput(t *testing.T) {
 	dir := t.TempDir()
 	setGrace(t, 200*time.Millisecond)
 	tasks := newTasks(t, dir)
-	tasks.Update("old", []protocol.Task{{ID: "old-claim", User: "admin", TimeoutSeconds: 30, Script: "echo old-secret; sleep 30"}})
+	tasks.Update("old", []guestprotocol.Task{{ID: "old-claim", User: "admin", TimeoutSeconds: 30, Script: "echo old-secret; sleep 30"}})
 	time.Sleep(200 * time.Millisecond)
-	tasks.Update("new", []protocol.Task{{ID: "new-claim", User: "admin", TimeoutSeconds: 30, Script: "echo fresh"}})
+	tasks.Update("new", []guestprotocol.Task{{ID: "new-claim", User: "admin", TimeoutSeconds: 30, Script: "echo fresh"}})
 	r := waitFor(t, tasks, "new-claim")
-	if r.State != protocol.TaskSucceeded {
+	if r.State != guestprotocol.TaskSucceeded {
 		t.Fatalf("the new binding's task: %+v", r)
 	}
 	if got := tasks.Reports(); len(got) != 1 || got[0].ID != "new-claim" {
@@ -191,7 +191,7 @@ func TestANewBindingStopsTheOldOnesTaskAndForgetsItsOutput(t *testing.T) {
 }
 
 func TestMaskAndTail(t *testing.T) {
-	if got := Mask("a=hunter2 b=hunter22", []string{"hunter2", "hunter22", " "}); got != "a="+protocol.MaskText+" b="+protocol.MaskText {
+	if got := Mask("a=hunter2 b=hunter22", []string{"hunter2", "hunter22", " "}); got != "a="+guestprotocol.MaskText+" b="+guestprotocol.MaskText {
 		t.Errorf("Mask: %q", got)
 	}
 	if got := Mask("line one\nkey: abcd\n", []string{"key: abcd\nother: efgh"}); strings.Contains(got, "abcd") {
@@ -228,12 +228,12 @@ func TestOnlyRootIsUIDZeroAndPeopleAreNotSystemAccounts(t *testing.T) {
 func TestAnAnswerWithoutABindingForgetsNothing(t *testing.T) {
 	dir := t.TempDir()
 	count := filepath.Join(dir, "runs")
-	task := protocol.Task{ID: "a-claim", User: "admin", TimeoutSeconds: 30, Script: "echo run >> " + count}
+	task := guestprotocol.Task{ID: "a-claim", User: "admin", TimeoutSeconds: 30, Script: "echo run >> " + count}
 	tasks := newTasks(t, dir)
-	tasks.Update("a", []protocol.Task{task})
+	tasks.Update("a", []guestprotocol.Task{task})
 	waitFor(t, tasks, "a-claim")
 	tasks.Update("", nil)
-	tasks.Update("a", []protocol.Task{task})
+	tasks.Update("a", []guestprotocol.Task{task})
 	time.Sleep(200 * time.Millisecond)
 	raw, err := os.ReadFile(count) //nolint:gosec // the test's own file.
 	if err != nil || strings.Count(string(raw), "run") != 1 {

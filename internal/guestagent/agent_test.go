@@ -1,4 +1,4 @@
-package agent
+package guestagent
 
 import (
 	"context"
@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/guestagent/endpoint"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestendpoint"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 )
 
@@ -38,7 +38,7 @@ func operator(t *testing.T) (configDir string, c client.Client) {
 	m := &macvirtv1alpha1.MacMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: "ci-0", Namespace: "macvirt-pools", UID: "m1",
 			Labels:      map[string]string{macvirtv1alpha1.LabelPool: "ci"},
-			Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: protocol.HashToken(token)}},
+			Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: guestprotocol.HashToken(token)}},
 		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "sonoma",
 			ClaimRef: &macvirtv1alpha1.ObjectRef{Namespace: "team-a", Name: "build", UID: "u1"}},
 	}
@@ -51,13 +51,13 @@ func operator(t *testing.T) (configDir string, c client.Client) {
 	class.Spec.Lifecycle.HeartbeatTimeout = &metav1.Duration{Duration: 20 * time.Second}
 	pool := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: "ci"}, Spec: macvirtv1alpha1.MacPoolSpec{ClassName: "sonoma", Namespace: "macvirt-pools"}}
 	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(m, claim, class, pool).WithStatusSubresource(&macvirtv1alpha1.MacMachine{}).Build()
-	srv := httptest.NewTLSServer(&endpoint.Handler{Client: c})
+	srv := httptest.NewTLSServer(&guestendpoint.Handler{Client: c})
 	t.Cleanup(srv.Close)
 
 	dir := t.TempDir()
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	for key, value := range map[string]string{protocol.KeyEndpoint: srv.URL, protocol.KeyCABundle: string(ca), protocol.KeyToken: token + "\n",
-		protocol.KeyNamespace: "macvirt-pools", protocol.KeyMachine: "ci-0"} {
+	for key, value := range map[string]string{guestprotocol.KeyEndpoint: srv.URL, guestprotocol.KeyCABundle: string(ca), guestprotocol.KeyToken: token + "\n",
+		guestprotocol.KeyNamespace: "macvirt-pools", guestprotocol.KeyMachine: "ci-0"} {
 		if err := os.WriteFile(filepath.Join(dir, key), []byte(value), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -249,7 +249,7 @@ func TestApplySetsTheHostnameOnlyWhenItDiffersAndIsADNSName(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &linux{home: t.TempDir(), hostname: tc.reported}
-			err := apply(p, Facts{Hostname: tc.reported}, &protocol.DesiredState{Hostname: tc.desired, SSHUser: "admin"})
+			err := apply(p, Facts{Hostname: tc.reported}, &guestprotocol.DesiredState{Hostname: tc.desired, SSHUser: "admin"})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("apply: %v, want an error containing %q", err, tc.wantErr)
@@ -280,14 +280,14 @@ func TestAWrongTokenIsAnUnretryableRefusal(t *testing.T) {
 	}
 	_, err = cl.Heartbeat(context.Background(), Facts{})
 	var se *StatusError
-	if !errors.As(err, &se) || se.Code != 401 || se.Body.Reason != protocol.ReasonUnauthorized || se.Retryable() {
+	if !errors.As(err, &se) || se.Code != 401 || se.Body.Reason != guestprotocol.ReasonUnauthorized || se.Retryable() {
 		t.Errorf("error %v, want a 401 Unauthorized that is not retried", err)
 	}
 }
 
 func TestReadConfigRefusesAnIncompleteDisk(t *testing.T) {
 	dir, _ := operator(t)
-	for key, content := range map[string]string{protocol.KeyToken: "", protocol.KeyEndpoint: "http://plain.example:80"} {
+	for key, content := range map[string]string{guestprotocol.KeyToken: "", guestprotocol.KeyEndpoint: "http://plain.example:80"} {
 		t.Run(key, func(t *testing.T) {
 			d := t.TempDir()
 			entries, _ := os.ReadDir(dir)
@@ -405,7 +405,7 @@ func TestBackoffGrowsIsCappedAndJittered(t *testing.T) {
 // longer than the interval the operator last gave (a quarter of
 // heartbeatTimeout), so it is heard again well before it could look stale.
 func TestRetriesNeverWaitLongerThanTheHeartbeatInterval(t *testing.T) {
-	for _, interval := range []time.Duration{5 * time.Second, protocol.DefaultHeartbeatInterval, time.Minute} {
+	for _, interval := range []time.Duration{5 * time.Second, guestprotocol.DefaultHeartbeatInterval, time.Minute} {
 		longest := time.Duration(0)
 		for failures := range 40 {
 			for range 20 {
@@ -427,7 +427,7 @@ func TestRetriesNeverWaitLongerThanTheHeartbeatInterval(t *testing.T) {
 func TestServerNameFromTheConfigDisk(t *testing.T) {
 	dir, _ := operator(t)
 	for name, wantErr := range map[string]string{"example.com": "", "macvirt-agent.elsewhere.svc": "certificate"} {
-		if err := os.WriteFile(filepath.Join(dir, protocol.KeyServerName), []byte(name+"\n"), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, guestprotocol.KeyServerName), []byte(name+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		cfg, err := ReadConfig(dir)

@@ -1,11 +1,11 @@
-// Package agent is the guest agent's logic, free of anything macOS-specific
+// Package guestagent is the guest agent's logic, free of anything macOS-specific
 // so that it runs and is tested on Linux: it reads the config disk, sends
-// heartbeats (internal/guestagent/protocol v1 and v2) with backoff and jitter, and applies the
+// heartbeats (internal/guestprotocol v1 and v2) with backoff and jitter, and applies the
 // desired state, and runs the tasks the operator hands it (tasks.go). What
 // differs per OS (where the disk is mounted, the OS version, addresses,
 // writing authorized_keys for a user, users and paths of tasks) is behind
 // Platform and TaskPlatform.
-package agent
+package guestagent
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // Version is the agent's version, set at build time.
@@ -54,8 +54,8 @@ func ReadConfig(dir string) (*Config, error) {
 		return strings.TrimSpace(string(b)), nil
 	}
 	c := &Config{}
-	for key, dst := range map[string]*string{protocol.KeyEndpoint: &c.Endpoint, protocol.KeyToken: &c.Token,
-		protocol.KeyNamespace: &c.Namespace, protocol.KeyMachine: &c.Machine} {
+	for key, dst := range map[string]*string{guestprotocol.KeyEndpoint: &c.Endpoint, guestprotocol.KeyToken: &c.Token,
+		guestprotocol.KeyNamespace: &c.Namespace, guestprotocol.KeyMachine: &c.Machine} {
 		v, err := read(key)
 		if err != nil {
 			return nil, err
@@ -65,12 +65,12 @@ func ReadConfig(dir string) (*Config, error) {
 		}
 		*dst = v
 	}
-	ca, err := read(protocol.KeyCABundle)
+	ca, err := read(guestprotocol.KeyCABundle)
 	if err != nil {
 		return nil, err
 	}
 	c.CABundle = []byte(ca)
-	for key, dst := range map[string]*string{protocol.KeyServerName: &c.ServerName, protocol.KeyMachineUID: &c.MachineUID} {
+	for key, dst := range map[string]*string{guestprotocol.KeyServerName: &c.ServerName, guestprotocol.KeyMachineUID: &c.MachineUID} {
 		if _, err := os.Stat(filepath.Join(dir, key)); err == nil {
 			if *dst, err = read(key); err != nil {
 				return nil, err
@@ -139,7 +139,7 @@ func NewClient(cfg *Config) (*Client, error) {
 // StatusError is a refusal by the operator.
 type StatusError struct {
 	Code int
-	Body protocol.Error
+	Body guestprotocol.Error
 }
 
 func (e *StatusError) Error() string {
@@ -152,9 +152,9 @@ func (e *StatusError) Retryable() bool {
 }
 
 // Heartbeat sends one v1 heartbeat and returns the desired state.
-func (c *Client) Heartbeat(ctx context.Context, facts Facts) (*protocol.DesiredState, error) {
-	state := &protocol.DesiredState{}
-	if err := c.post(ctx, protocol.HeartbeatPath, c.heartbeat(facts), protocol.MaxBodyBytes*8, state); err != nil {
+func (c *Client) Heartbeat(ctx context.Context, facts Facts) (*guestprotocol.DesiredState, error) {
+	state := &guestprotocol.DesiredState{}
+	if err := c.post(ctx, guestprotocol.HeartbeatPath, c.heartbeat(facts), guestprotocol.MaxBodyBytes*8, state); err != nil {
 		return nil, err
 	}
 	return state, nil
@@ -163,10 +163,10 @@ func (c *Client) Heartbeat(ctx context.Context, facts Facts) (*protocol.DesiredS
 // HeartbeatV2 sends one v2 heartbeat, with the tasks' reports, and returns
 // the desired state and the tasks. An operator from before v2 answers it
 // with a StatusError of code 404 (see SpeaksV1).
-func (c *Client) HeartbeatV2(ctx context.Context, facts Facts, tasks []protocol.TaskReport) (*protocol.DesiredStateV2, error) {
-	state := &protocol.DesiredStateV2{}
-	hb := protocol.HeartbeatV2{Heartbeat: c.heartbeat(facts), Tasks: tasks}
-	if err := c.post(ctx, protocol.HeartbeatPathV2, hb, protocol.MaxAnswerBytesV2, state); err != nil {
+func (c *Client) HeartbeatV2(ctx context.Context, facts Facts, tasks []guestprotocol.TaskReport) (*guestprotocol.DesiredStateV2, error) {
+	state := &guestprotocol.DesiredStateV2{}
+	hb := guestprotocol.HeartbeatV2{Heartbeat: c.heartbeat(facts), Tasks: tasks}
+	if err := c.post(ctx, guestprotocol.HeartbeatPathV2, hb, guestprotocol.MaxAnswerBytesV2, state); err != nil {
 		return nil, err
 	}
 	return state, nil
@@ -176,15 +176,15 @@ func (c *Client) HeartbeatV2(ctx context.Context, facts Facts, tasks []protocol.
 // v2 heartbeat.
 func SpeaksV1(err error) bool {
 	var se *StatusError
-	return errors.As(err, &se) && se.Code == http.StatusNotFound && se.Body.Reason == protocol.ReasonUnsupported
+	return errors.As(err, &se) && se.Code == http.StatusNotFound && se.Body.Reason == guestprotocol.ReasonUnsupported
 }
 
-func (c *Client) heartbeat(facts Facts) protocol.Heartbeat {
-	return protocol.Heartbeat{
-		Machine:      protocol.MachineRef{Namespace: c.cfg.Namespace, Name: c.cfg.Machine},
+func (c *Client) heartbeat(facts Facts) guestprotocol.Heartbeat {
+	return guestprotocol.Heartbeat{
+		Machine:      guestprotocol.MachineRef{Namespace: c.cfg.Namespace, Name: c.cfg.Machine},
 		AgentVersion: Version, OSVersion: facts.OSVersion, OSBuild: facts.OSBuild, Hostname: facts.Hostname,
 		BootTime: facts.BootTime, IPAddresses: facts.IPAddresses, SSHHostKeys: facts.SSHHostKeys,
-		ApplyError: protocol.Truncate(facts.ApplyError, protocol.MaxApplyErrorBytes),
+		ApplyError: guestprotocol.Truncate(facts.ApplyError, guestprotocol.MaxApplyErrorBytes),
 	}
 }
 
@@ -344,7 +344,7 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 	var cfg *Config
 	failures := 0
 	applyErr := ""
-	interval := protocol.DefaultHeartbeatInterval
+	interval := guestprotocol.DefaultHeartbeatInterval
 	wait := time.Duration(0)
 	v2 := newSpeaker(p, logf)
 	for {
@@ -369,7 +369,7 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 				}
 			}
 		}
-		var state *protocol.DesiredState
+		var state *guestprotocol.DesiredState
 		var facts Facts
 		if err == nil {
 			if facts, err = p.Facts(); err == nil {
@@ -412,7 +412,7 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 // apply makes the desired state true on the guest: the SSH keys first (a
 // tenant's access must not wait on anything else), then the hostname, when
 // it differs from the one the heartbeat reported.
-func apply(p Platform, facts Facts, state *protocol.DesiredState) error {
+func apply(p Platform, facts Facts, state *guestprotocol.DesiredState) error {
 	path, err := p.AuthorizedKeysPath(state.SSHUser)
 	if err != nil {
 		return err

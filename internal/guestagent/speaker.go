@@ -1,10 +1,10 @@
-package agent
+package guestagent
 
 import (
 	"context"
 	"time"
 
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // V2Retry is how long an agent that found an operator speaking v1 only
@@ -42,7 +42,7 @@ func (s *Speaker) Changed() <-chan struct{} {
 
 // Heartbeat sends one heartbeat and returns the desired state, running the
 // tasks a v2 answer hands over.
-func (s *Speaker) Heartbeat(ctx context.Context, c *Client, facts Facts) (*protocol.DesiredState, error) {
+func (s *Speaker) Heartbeat(ctx context.Context, c *Client, facts Facts) (*guestprotocol.DesiredState, error) {
 	if s.Tasks == nil || time.Now().Before(s.v1Until) {
 		return c.Heartbeat(ctx, facts)
 	}

@@ -1,8 +1,8 @@
-// Package protocol is the protocol between macvirt's guest agent, inside
+// Package guestprotocol is the protocol between macvirt's guest agent, inside
 // macOS, and the operator, versions 1 and 2 (v2.go, tasks): the one place
 // both sides take the paths, limits, JSON bodies and the layout of the
 // agent's config disk from. docs/guest-agent.md describes it for people.
-package protocol
+package guestprotocol
 
 import (
 	"bytes"

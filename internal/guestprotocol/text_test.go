@@ -1,11 +1,11 @@
-package protocol_test
+package guestprotocol_test
 
 import (
 	"strings"
 	"testing"
 	"unicode/utf8"
 
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // What a guest writes reaches people's terminals; nothing in it may act on
@@ -47,7 +47,7 @@ func TestPrintableTakesOutWhatATerminalWouldActOn(t *testing.T) {
 		"an escape split by invalid bytes":    {"\x1b\xff[31mred", "[31mred"},
 		"empty":                               {"", ""},
 	} {
-		if got := protocol.Printable(tc.in); got != tc.want {
+		if got := guestprotocol.Printable(tc.in); got != tc.want {
 			t.Errorf("%s: Printable(%q) = %q, want %q", name, tc.in, got, tc.want)
 		}
 	}
@@ -60,7 +60,7 @@ func FuzzPrintable(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		got := protocol.Printable(s)
+		got := guestprotocol.Printable(s)
 		if len(got) > len(s) {
 			t.Errorf("Printable(%q) = %q, longer than what came in", s, got)
 		}
@@ -70,7 +70,7 @@ func FuzzPrintable(f *testing.F) {
 		if i := strings.IndexFunc(got, func(r rune) bool { return r < 0x20 && r != '\n' && r != '\t' || r >= 0x7f && r <= 0x9f }); i >= 0 {
 			t.Errorf("Printable(%q) = %q keeps a control character at byte %d", s, got, i)
 		}
-		if again := protocol.Printable(got); again != got {
+		if again := guestprotocol.Printable(got); again != got {
 			t.Errorf("Printable is not idempotent: %q, then %q", got, again)
 		}
 	})

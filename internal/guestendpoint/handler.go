@@ -1,9 +1,9 @@
-// Package endpoint is the operator's side of the guest-agent protocol
-// (internal/guestagent/protocol): an HTTPS handler that authenticates a machine's
+// Package guestendpoint is the operator's side of the guest-agent protocol
+// (internal/guestprotocol): an HTTPS handler that authenticates a machine's
 // heartbeat by its token, records it in the MacMachine's status.guest, and
 // answers with what the agent should apply. Anything it refuses gets a 4xx
 // and writes nothing.
-package endpoint
+package guestendpoint
 
 import (
 	"context"
@@ -29,7 +29,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/classhistory"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
@@ -69,41 +69,41 @@ const minSweepAt = 1024
 const unauthorized = "unknown machine or wrong token"
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	version := protocol.VersionV2
-	if r.URL.Path == protocol.HeartbeatPath {
-		version = protocol.Version
+	version := guestprotocol.VersionV2
+	if r.URL.Path == guestprotocol.HeartbeatPath {
+		version = guestprotocol.Version
 	}
 	switch {
-	case r.URL.Path != protocol.HeartbeatPath && r.URL.Path != protocol.HeartbeatPathV2:
-		writeError(w, http.StatusNotFound, protocol.ReasonUnsupported,
-			"no such endpoint; this server speaks "+protocol.HeartbeatPathV2+" and "+protocol.HeartbeatPath)
+	case r.URL.Path != guestprotocol.HeartbeatPath && r.URL.Path != guestprotocol.HeartbeatPathV2:
+		writeError(w, http.StatusNotFound, guestprotocol.ReasonUnsupported,
+			"no such endpoint; this server speaks "+guestprotocol.HeartbeatPathV2+" and "+guestprotocol.HeartbeatPath)
 		return
 	case r.Method != http.MethodPost:
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, protocol.ReasonMethodNotAllowed, "use POST")
+		writeError(w, http.StatusMethodNotAllowed, guestprotocol.ReasonMethodNotAllowed, "use POST")
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		writeError(w, http.StatusUnsupportedMediaType, protocol.ReasonUnsupported, "the body must be application/json")
+		writeError(w, http.StatusUnsupportedMediaType, guestprotocol.ReasonUnsupported, "the body must be application/json")
 		return
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || token == "" {
-		writeError(w, http.StatusUnauthorized, protocol.ReasonUnauthorized, "send the machine's token as Authorization: Bearer <token>")
+		writeError(w, http.StatusUnauthorized, guestprotocol.ReasonUnauthorized, "send the machine's token as Authorization: Bearer <token>")
 		return
 	}
 	hb, err := decode(w, r, version)
 	var tooLarge *http.MaxBytesError
 	switch {
-	case errors.Is(err, protocol.ErrTooLarge) || errors.As(err, &tooLarge):
-		limit := protocol.MaxBodyBytesV2
-		if version == protocol.Version {
-			limit = protocol.MaxBodyBytes
+	case errors.Is(err, guestprotocol.ErrTooLarge) || errors.As(err, &tooLarge):
+		limit := guestprotocol.MaxBodyBytesV2
+		if version == guestprotocol.Version {
+			limit = guestprotocol.MaxBodyBytes
 		}
-		writeError(w, http.StatusRequestEntityTooLarge, protocol.ReasonTooLarge, fmt.Sprintf("the body is larger than %d bytes", limit))
+		writeError(w, http.StatusRequestEntityTooLarge, guestprotocol.ReasonTooLarge, fmt.Sprintf("the body is larger than %d bytes", limit))
 		return
 	case err != nil:
-		writeError(w, http.StatusBadRequest, protocol.ReasonMalformed, err.Error())
+		writeError(w, http.StatusBadRequest, guestprotocol.ReasonMalformed, err.Error())
 		return
 	}
 	ctx := r.Context()
@@ -111,36 +111,36 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := &macvirtv1alpha1.MacMachine{}
 	if err := h.Client.Get(ctx, key, m); err != nil {
 		if apierrors.IsNotFound(err) {
-			writeError(w, http.StatusUnauthorized, protocol.ReasonUnauthorized, unauthorized)
+			writeError(w, http.StatusUnauthorized, guestprotocol.ReasonUnauthorized, unauthorized)
 			return
 		}
-		writeError(w, http.StatusInternalServerError, protocol.ReasonInternal, "reading the machine failed; retry")
+		writeError(w, http.StatusInternalServerError, guestprotocol.ReasonInternal, "reading the machine failed; retry")
 		return
 	}
 	want := m.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash]
-	if want == "" || subtle.ConstantTimeCompare([]byte(want), []byte(protocol.HashToken(token))) != 1 {
-		writeError(w, http.StatusUnauthorized, protocol.ReasonUnauthorized, unauthorized)
+	if want == "" || subtle.ConstantTimeCompare([]byte(want), []byte(guestprotocol.HashToken(token))) != 1 {
+		writeError(w, http.StatusUnauthorized, guestprotocol.ReasonUnauthorized, unauthorized)
 		return
 	}
 	if now := time.Now(); !h.limiter(key, now).AllowN(now, 1) {
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, protocol.ReasonRateLimited, "heartbeats too frequent; wait for the interval the last reply gave")
+		writeError(w, http.StatusTooManyRequests, guestprotocol.ReasonRateLimited, "heartbeats too frequent; wait for the interval the last reply gave")
 		return
 	}
 	state, tasks, err := h.desiredState(ctx, m, version, hb.Tasks)
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "reading a machine's desired state", "machine", key)
-		writeError(w, http.StatusInternalServerError, protocol.ReasonInternal, "reading the desired state failed; retry")
+		writeError(w, http.StatusInternalServerError, guestprotocol.ReasonInternal, "reading the desired state failed; retry")
 		return
 	}
 	if err := h.record(ctx, m, &hb.Heartbeat, version, tasks); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "recording a heartbeat", "machine", key)
-		writeError(w, http.StatusInternalServerError, protocol.ReasonInternal, "recording the heartbeat failed; retry")
+		writeError(w, http.StatusInternalServerError, guestprotocol.ReasonInternal, "recording the heartbeat failed; retry")
 		return
 	}
 	heartbeats.WithLabelValues(resultAccepted).Inc()
 	w.Header().Set("Content-Type", "application/json")
-	if version == protocol.Version {
+	if version == guestprotocol.Version {
 		_ = json.NewEncoder(w).Encode(state.DesiredState)
 		return
 	}
@@ -149,15 +149,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // decode reads a heartbeat of the version; a v1 heartbeat is one with no
 // task reports.
-func decode(w http.ResponseWriter, r *http.Request, version string) (*protocol.HeartbeatV2, error) {
-	if version == protocol.Version {
-		hb, err := protocol.DecodeHeartbeat(http.MaxBytesReader(w, r.Body, protocol.MaxBodyBytes))
+func decode(w http.ResponseWriter, r *http.Request, version string) (*guestprotocol.HeartbeatV2, error) {
+	if version == guestprotocol.Version {
+		hb, err := guestprotocol.DecodeHeartbeat(http.MaxBytesReader(w, r.Body, guestprotocol.MaxBodyBytes))
 		if err != nil {
 			return nil, err
 		}
-		return &protocol.HeartbeatV2{Heartbeat: *hb}, nil
+		return &guestprotocol.HeartbeatV2{Heartbeat: *hb}, nil
 	}
-	return protocol.DecodeHeartbeatV2(http.MaxBytesReader(w, r.Body, protocol.MaxBodyBytesV2))
+	return guestprotocol.DecodeHeartbeatV2(http.MaxBytesReader(w, r.Body, guestprotocol.MaxBodyBytesV2))
 }
 
 // resultAccepted is the result label of a heartbeat recorded and answered.
@@ -212,17 +212,17 @@ func (h *Handler) limiter(key types.NamespacedName, now time.Time) *rate.Limiter
 
 // record writes the heartbeat into status.guest, with the protocol
 // version it came in and the bound claim's tasks. The guest's free text is
-// recorded protocol.Printable: the claim's conditions quote applyError, and
+// recorded guestprotocol.Printable: the claim's conditions quote applyError, and
 // people read both in terminals, which a guest must not drive. IP addresses
 // and host keys need nothing: they were parsed.
-func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb *protocol.Heartbeat, version string,
+func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb *guestprotocol.Heartbeat, version string,
 	tasks []macvirtv1alpha1.GuestTaskStatus) error {
 	now := metav1.NewTime(h.now())
 	before := m.DeepCopy()
 	g := &macvirtv1alpha1.GuestStatus{
-		AgentVersion: protocol.Printable(hb.AgentVersion), OSVersion: protocol.Printable(hb.OSVersion),
-		OSBuild: protocol.Printable(hb.OSBuild), Hostname: protocol.Printable(hb.Hostname),
-		LastHeartbeat: &now, IPAddresses: hb.IPAddresses, SSHHostKeys: hb.SSHHostKeys, ApplyError: protocol.Printable(hb.ApplyError),
+		AgentVersion: guestprotocol.Printable(hb.AgentVersion), OSVersion: guestprotocol.Printable(hb.OSVersion),
+		OSBuild: guestprotocol.Printable(hb.OSBuild), Hostname: guestprotocol.Printable(hb.Hostname),
+		LastHeartbeat: &now, IPAddresses: hb.IPAddresses, SSHHostKeys: hb.SSHHostKeys, ApplyError: guestprotocol.Printable(hb.ApplyError),
 		ProtocolVersion: version, Tasks: tasks,
 	}
 	if !hb.BootTime.IsZero() {
@@ -237,9 +237,9 @@ func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb 
 // the machine's name as hostname, and an interval a quarter of the
 // heartbeatTimeout the machine is held to (5s to 60s); with the tasks to
 // record in status.guest.
-func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachine, version string, reports []protocol.TaskReport) (
-	*protocol.DesiredStateV2, []macvirtv1alpha1.GuestTaskStatus, error) {
-	answer := &protocol.DesiredStateV2{DesiredState: protocol.DesiredState{Hostname: m.Name, SSHUser: protocol.DefaultSSHUser,
+func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachine, version string, reports []guestprotocol.TaskReport) (
+	*guestprotocol.DesiredStateV2, []macvirtv1alpha1.GuestTaskStatus, error) {
+	answer := &guestprotocol.DesiredStateV2{DesiredState: guestprotocol.DesiredState{Hostname: m.Name, SSHUser: guestprotocol.DefaultSSHUser,
 		SSHAuthorizedKeys: []string{}}}
 	state := &answer.DesiredState
 	var tasks []macvirtv1alpha1.GuestTaskStatus
@@ -255,7 +255,7 @@ func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachin
 	if res.Class != nil {
 		timeout = res.Class.Spec.Lifecycle.HeartbeatTimeoutOrDefault()
 	}
-	state.HeartbeatIntervalSeconds = int(protocol.HeartbeatInterval(timeout) / time.Second)
+	state.HeartbeatIntervalSeconds = int(guestprotocol.HeartbeatInterval(timeout) / time.Second)
 	if ref := m.Spec.ClaimRef; ref != nil {
 		claim := &macvirtv1alpha1.MacClaim{}
 		err := h.Client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, claim)
@@ -274,7 +274,7 @@ func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachin
 				if class == nil {
 					class = res.Class
 				}
-				if version != protocol.Version {
+				if version != guestprotocol.Version {
 					if answer.Tasks, tasks, err = h.bootstrap(ctx, claim, class, reports); err != nil {
 						return nil, nil, err
 					}
@@ -343,5 +343,5 @@ func writeError(w http.ResponseWriter, code int, reason, msg string) {
 	heartbeats.WithLabelValues(reason).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(protocol.Error{Reason: reason, Message: msg})
+	_ = json.NewEncoder(w).Encode(guestprotocol.Error{Reason: reason, Message: msg})
 }

@@ -1,4 +1,4 @@
-package endpoint
+package guestendpoint
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/bootstrap"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
@@ -24,12 +24,12 @@ import (
 // and tried again with the next heartbeat. Secrets' values go only into
 // the answer, never into what is recorded.
 func (h *Handler) bootstrap(ctx context.Context, claim *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacClass,
-	reports []protocol.TaskReport) ([]protocol.Task, []macvirtv1alpha1.GuestTaskStatus, error) {
+	reports []guestprotocol.TaskReport) ([]guestprotocol.Task, []macvirtv1alpha1.GuestTaskStatus, error) {
 	parts := claim.Status.Bootstrap
 	if len(parts) == 0 {
 		return nil, nil, nil
 	}
-	byID := map[string]protocol.TaskReport{}
+	byID := map[string]guestprotocol.TaskReport{}
 	for _, r := range reports {
 		byID[r.ID] = r
 	}
@@ -47,9 +47,9 @@ func (h *Handler) bootstrap(ctx context.Context, claim *macvirtv1alpha1.MacClaim
 		// reports is never handed again: it ran, or may have).
 		return nil, recorded, nil
 	}
-	pending := func(msg string) ([]protocol.Task, []macvirtv1alpha1.GuestTaskStatus, error) {
+	pending := func(msg string) ([]guestprotocol.Task, []macvirtv1alpha1.GuestTaskStatus, error) {
 		return nil, append(recorded, macvirtv1alpha1.GuestTaskStatus{ID: id, TaskOutcome: macvirtv1alpha1.TaskOutcome{
-			State: macvirtv1alpha1.BootstrapPending, Message: protocol.Truncate(msg, macvirtv1alpha1.MaxBootstrapMessageBytes)}}), nil
+			State: macvirtv1alpha1.BootstrapPending, Message: guestprotocol.Truncate(msg, macvirtv1alpha1.MaxBootstrapMessageBytes)}}), nil
 	}
 	spec := bootstrap.Spec(next.Name, class, claim)
 	if spec == nil {
@@ -76,20 +76,20 @@ func (h *Handler) bootstrap(ctx context.Context, claim *macvirtv1alpha1.MacClaim
 		return pending(fmt.Sprintf("the bootstrap comes to %d bytes as the agent receives it, more than the %d an answer carries; "+
 			"make its files smaller", len(raw), maxTaskBytes))
 	}
-	return []protocol.Task{task}, recorded, nil
+	return []guestprotocol.Task{task}, recorded, nil
 }
 
 // maxTaskBytes bounds a task as sent, leaving room in the agent's answer
-// (protocol.MaxAnswerBytesV2) for the rest of it.
-const maxTaskBytes = protocol.MaxAnswerBytesV2 - 512<<10
+// (guestprotocol.MaxAnswerBytesV2) for the rest of it.
+const maxTaskBytes = guestprotocol.MaxAnswerBytesV2 - 512<<10
 
 // guestTask is a task report as status.guest records it, its output and
 // message without the escape sequences and control characters (but
-// newlines and tabs) a terminal would act on (protocol.Printable): the
+// newlines and tabs) a terminal would act on (guestprotocol.Printable): the
 // claim's bootstrap status and kubectl mac logs show them.
-func guestTask(r protocol.TaskReport) macvirtv1alpha1.GuestTaskStatus {
+func guestTask(r guestprotocol.TaskReport) macvirtv1alpha1.GuestTaskStatus {
 	t := macvirtv1alpha1.GuestTaskStatus{ID: r.ID, TaskOutcome: macvirtv1alpha1.TaskOutcome{State: macvirtv1alpha1.BootstrapState(r.State),
-		OutputTail: protocol.Printable(r.OutputTail), Message: protocol.Printable(r.Message)}}
+		OutputTail: guestprotocol.Printable(r.OutputTail), Message: guestprotocol.Printable(r.Message)}}
 	if !r.StartedAt.IsZero() {
 		at := metav1.NewTime(r.StartedAt)
 		t.StartedAt = &at

@@ -1,4 +1,4 @@
-package endpoint
+package guestendpoint
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // Address is what every machine's agent config disk says about the
@@ -65,17 +65,17 @@ func IssueToken(ctx context.Context, c client.Client, m *macvirtv1alpha1.MacMach
 		return false, fmt.Errorf("drawing the agent token: %w", err)
 	}
 	token := hex.EncodeToString(raw)
-	hash := protocol.HashToken(token)
+	hash := guestprotocol.HashToken(token)
 	data := map[string]string{
-		protocol.KeyEndpoint:   addr.Endpoint,
-		protocol.KeyCABundle:   string(addr.CABundle),
-		protocol.KeyToken:      token,
-		protocol.KeyNamespace:  m.Namespace,
-		protocol.KeyMachine:    m.Name,
-		protocol.KeyMachineUID: string(m.UID),
+		guestprotocol.KeyEndpoint:   addr.Endpoint,
+		guestprotocol.KeyCABundle:   string(addr.CABundle),
+		guestprotocol.KeyToken:      token,
+		guestprotocol.KeyNamespace:  m.Namespace,
+		guestprotocol.KeyMachine:    m.Name,
+		guestprotocol.KeyMachineUID: string(m.UID),
 	}
 	if addr.ServerName != "" {
-		data[protocol.KeyServerName] = addr.ServerName
+		data[guestprotocol.KeyServerName] = addr.ServerName
 	}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{

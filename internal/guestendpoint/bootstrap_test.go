@@ -1,4 +1,4 @@
-package endpoint
+package guestendpoint
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 const registrationToken = "ghs_registration-token-value"
@@ -52,19 +52,19 @@ func withBootstrap(t *testing.T, h *Handler, c client.Client) {
 	h.Sources = c
 }
 
-func postV2(t *testing.T, h http.Handler, reports ...protocol.TaskReport) (int, *protocol.DesiredStateV2) {
+func postV2(t *testing.T, h http.Handler, reports ...guestprotocol.TaskReport) (int, *guestprotocol.DesiredStateV2) {
 	t.Helper()
-	var hb protocol.Heartbeat
+	var hb guestprotocol.Heartbeat
 	if err := json.Unmarshal(heartbeat("a"), &hb); err != nil {
 		t.Fatal(err)
 	}
-	body, _ := json.Marshal(protocol.HeartbeatV2{Heartbeat: hb, Tasks: reports})
-	req := httptest.NewRequest(http.MethodPost, protocol.HeartbeatPathV2, bytes.NewReader(body))
+	body, _ := json.Marshal(guestprotocol.HeartbeatV2{Heartbeat: hb, Tasks: reports})
+	req := httptest.NewRequest(http.MethodPost, guestprotocol.HeartbeatPathV2, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+tokenA)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
-	state := &protocol.DesiredStateV2{}
+	state := &guestprotocol.DesiredStateV2{}
 	if rec.Code == http.StatusOK {
 		if err := json.Unmarshal(rec.Body.Bytes(), state); err != nil {
 			t.Fatal(err)
@@ -84,23 +84,23 @@ func TestAV2HeartbeatIsHandedThePartsInOrderOnceEach(t *testing.T) {
 	if class.ID != "claim-uid-class" || class.User != "root" || class.Script != "scutil --get ComputerName" || class.TimeoutSeconds != 1800 {
 		t.Errorf("the class's part: %+v", class)
 	}
-	if g := recordedOfA(t, c); g.ProtocolVersion != protocol.VersionV2 || len(g.Tasks) != 0 {
+	if g := recordedOfA(t, c); g.ProtocolVersion != guestprotocol.VersionV2 || len(g.Tasks) != 0 {
 		t.Errorf("recorded %+v, want protocol v2 and no task yet", g)
 	}
 	// Taken: not handed again while it runs.
-	running := protocol.TaskReport{ID: "claim-uid-class", State: protocol.TaskRunning, StartedAt: now}
+	running := guestprotocol.TaskReport{ID: "claim-uid-class", State: guestprotocol.TaskRunning, StartedAt: now}
 	if _, state := postV2(t, h, running); len(state.Tasks) != 0 {
 		t.Errorf("a running part was handed again: %+v", state.Tasks)
 	}
 	// Once it succeeded, the claim's part follows, its Secret's value only
 	// in the answer.
 	exit := 0
-	done := protocol.TaskReport{ID: "claim-uid-class", State: protocol.TaskSucceeded, StartedAt: now, ExitCode: &exit, DurationMillis: 1500, OutputTail: "mac-a\n"}
-	_, state = postV2(t, h, done, protocol.TaskReport{ID: "other-binding-claim", State: protocol.TaskRunning, StartedAt: now})
-	if len(state.Tasks) != 1 || state.Tasks[0].ID != "claim-uid-claim" || state.Tasks[0].User != protocol.DefaultSSHUser {
+	done := guestprotocol.TaskReport{ID: "claim-uid-class", State: guestprotocol.TaskSucceeded, StartedAt: now, ExitCode: &exit, DurationMillis: 1500, OutputTail: "mac-a\n"}
+	_, state = postV2(t, h, done, guestprotocol.TaskReport{ID: "other-binding-claim", State: guestprotocol.TaskRunning, StartedAt: now})
+	if len(state.Tasks) != 1 || state.Tasks[0].ID != "claim-uid-claim" || state.Tasks[0].User != guestprotocol.DefaultSSHUser {
 		t.Fatalf("after the class's part: %+v, want the claim's part as admin", state.Tasks)
 	}
-	if env := state.Tasks[0].Env; len(env) != 1 || env[0] != (protocol.EnvVar{Name: "TOKEN", Value: registrationToken}) {
+	if env := state.Tasks[0].Env; len(env) != 1 || env[0] != (guestprotocol.EnvVar{Name: "TOKEN", Value: registrationToken}) {
 		t.Errorf("the claim's environment: %+v", env)
 	}
 	if m := state.Tasks[0].Mask; len(m) != 1 || m[0] != registrationToken {
@@ -127,7 +127,7 @@ func TestAPartWhoseSecretCannotBeReadWaitsSayingWhy(t *testing.T) {
 		return cl.Get(ctx, key, obj, opts...)
 	}})
 	exit := 0
-	_, state := postV2(t, h, protocol.TaskReport{ID: "claim-uid-class", State: protocol.TaskSucceeded, StartedAt: now, ExitCode: &exit})
+	_, state := postV2(t, h, guestprotocol.TaskReport{ID: "claim-uid-class", State: guestprotocol.TaskSucceeded, StartedAt: now, ExitCode: &exit})
 	if len(state.Tasks) != 0 {
 		t.Fatalf("a part whose Secret cannot be read was handed over: %+v", state.Tasks)
 	}
@@ -153,7 +153,7 @@ func TestAClaimsPartAsRootWaitsOnceTheClassNoLongerAllowsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	exit := 0
-	_, state := postV2(t, h, protocol.TaskReport{ID: "claim-uid-class", State: protocol.TaskSucceeded, StartedAt: now, ExitCode: &exit})
+	_, state := postV2(t, h, guestprotocol.TaskReport{ID: "claim-uid-class", State: guestprotocol.TaskSucceeded, StartedAt: now, ExitCode: &exit})
 	if len(state.Tasks) != 0 {
 		t.Fatalf("a root part the class does not allow was handed over: %+v", state.Tasks)
 	}
@@ -169,7 +169,7 @@ func TestAV1HeartbeatIsRecordedAsV1AndHandedNoTask(t *testing.T) {
 	if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), "tasks") || strings.Contains(rec.Body.String(), "binding") {
 		t.Fatalf("v1 answer %d %s, want the v1 desired state only", rec.Code, rec.Body.String())
 	}
-	if g := recordedOfA(t, c); g.ProtocolVersion != protocol.Version {
+	if g := recordedOfA(t, c); g.ProtocolVersion != guestprotocol.Version {
 		t.Errorf("recorded protocol %q, want v1", g.ProtocolVersion)
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package guestagent
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/macvirt/macvirt/internal/guestagent/protocol"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // Tasks run what the operator hands the agent (protocol v2): one at a
@@ -78,11 +78,11 @@ type taskRecord struct {
 	TimeoutSeconds int       `json:"timeoutSeconds"`
 	Mask           []string  `json:"mask,omitempty"`
 
-	State      protocol.TaskState `json:"state"`
-	ExitCode   *int               `json:"exitCode,omitempty"`
-	FinishedAt time.Time          `json:"finishedAt,omitzero"`
-	OutputTail string             `json:"outputTail,omitempty"`
-	Message    string             `json:"message,omitempty"`
+	State      guestprotocol.TaskState `json:"state"`
+	ExitCode   *int                    `json:"exitCode,omitempty"`
+	FinishedAt time.Time               `json:"finishedAt,omitzero"`
+	OutputTail string                  `json:"outputTail,omitempty"`
+	Message    string                  `json:"message,omitempty"`
 }
 
 // Tasks runs and remembers a guest's tasks. The zero value is not usable:
@@ -106,7 +106,7 @@ type Tasks struct {
 	loaded    bool
 	binding   string
 	records   map[string]*taskRecord
-	queue     []protocol.Task
+	queue     []guestprotocol.Task
 	running   string
 	// stop ends the running task's process group early, with the message
 	// and state to record.
@@ -114,7 +114,7 @@ type Tasks struct {
 }
 
 type stopRequest struct {
-	state   protocol.TaskState
+	state   guestprotocol.TaskState
 	message string
 }
 
@@ -200,7 +200,7 @@ func (t *Tasks) logf(format string, args ...any) {
 // Update takes the answer's binding and tasks: tasks of another binding
 // that still run are stopped, and its tasks not taken yet are queued and
 // started in order.
-func (t *Tasks) Update(binding string, tasks []protocol.Task) {
+func (t *Tasks) Update(binding string, tasks []guestprotocol.Task) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.abandoned {
@@ -217,7 +217,7 @@ func (t *Tasks) Update(binding string, tasks []protocol.Task) {
 		}
 		t.queue = nil
 		if id := t.running; id != "" && t.records[id].Binding != binding {
-			t.stopRunning(protocol.TaskFailed, "the Mac was bound to another claim")
+			t.stopRunning(guestprotocol.TaskFailed, "the Mac was bound to another claim")
 		}
 		t.forgetOtherBindings()
 	}
@@ -233,7 +233,7 @@ func (t *Tasks) Update(binding string, tasks []protocol.Task) {
 	t.startNext()
 }
 
-func queued(q []protocol.Task, id string) bool {
+func queued(q []guestprotocol.Task, id string) bool {
 	for _, task := range q {
 		if task.ID == id {
 			return true
@@ -243,22 +243,22 @@ func queued(q []protocol.Task, id string) bool {
 }
 
 func validTaskID(id string) bool {
-	return id != "" && len(id) <= protocol.MaxTaskIDBytes && !strings.ContainsAny(id, "/\\") && id != "." && id != ".."
+	return id != "" && len(id) <= guestprotocol.MaxTaskIDBytes && !strings.ContainsAny(id, "/\\") && id != "." && id != ".."
 }
 
 // Reports are the tasks of the current binding, in the order they started.
-func (t *Tasks) Reports() []protocol.TaskReport {
+func (t *Tasks) Reports() []guestprotocol.TaskReport {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.load()
-	var out []protocol.TaskReport
+	var out []guestprotocol.TaskReport
 	for _, rec := range t.records {
 		if rec.Binding != t.binding || t.binding == "" {
 			continue
 		}
-		r := protocol.TaskReport{ID: rec.ID, State: rec.State, ExitCode: rec.ExitCode, StartedAt: rec.StartedAt,
+		r := guestprotocol.TaskReport{ID: rec.ID, State: rec.State, ExitCode: rec.ExitCode, StartedAt: rec.StartedAt,
 			OutputTail: rec.OutputTail, Message: rec.Message}
-		if rec.State == protocol.TaskRunning {
+		if rec.State == guestprotocol.TaskRunning {
 			r.OutputTail = t.tail(rec)
 		} else {
 			r.DurationMillis = rec.FinishedAt.Sub(rec.StartedAt).Milliseconds()
@@ -266,8 +266,8 @@ func (t *Tasks) Reports() []protocol.TaskReport {
 		out = append(out, r)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.Before(out[j].StartedAt) })
-	if len(out) > protocol.MaxTasks {
-		out = out[len(out)-protocol.MaxTasks:]
+	if len(out) > guestprotocol.MaxTasks {
+		out = out[len(out)-guestprotocol.MaxTasks:]
 	}
 	return out
 }
@@ -297,17 +297,17 @@ func (t *Tasks) load() {
 			continue
 		}
 		t.records[rec.ID] = rec
-		if rec.State != protocol.TaskRunning {
+		if rec.State != guestprotocol.TaskRunning {
 			continue
 		}
 		switch {
 		case !t.sameBoot(rec.Boot):
-			t.finish(rec, protocol.TaskFailed, nil, "the Mac restarted while it ran; a task runs once and is not run again")
+			t.finish(rec, guestprotocol.TaskFailed, nil, "the Mac restarted while it ran; a task runs once and is not run again")
 		case !processAlive(rec.PID):
 			if code, ok := t.exitStatus(rec); ok {
 				t.finishExited(rec, code)
 			} else {
-				t.finish(rec, protocol.TaskFailed, nil, "it ended while the agent was not running, leaving no exit status")
+				t.finish(rec, guestprotocol.TaskFailed, nil, "it ended while the agent was not running, leaving no exit status")
 			}
 		default:
 			// Still running: follow it.
@@ -322,7 +322,7 @@ func (t *Tasks) load() {
 // that have finished: the next tenant finds no earlier tenant's output.
 func (t *Tasks) forgetOtherBindings() {
 	for id, rec := range t.records {
-		if rec.Binding == t.binding || rec.State == protocol.TaskRunning {
+		if rec.Binding == t.binding || rec.State == guestprotocol.TaskRunning {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(t.Dir, id)); err != nil {
@@ -344,17 +344,17 @@ func (t *Tasks) startNext() {
 
 // start records the task and starts it; a task that cannot start is
 // recorded as Failed.
-func (t *Tasks) start(task protocol.Task) {
+func (t *Tasks) start(task guestprotocol.Task) {
 	dir := filepath.Join(t.Dir, task.ID)
 	rec := &taskRecord{ID: task.ID, Binding: t.binding, StartedAt: t.now(), Boot: t.Boot, TimeoutSeconds: task.TimeoutSeconds,
-		Mask: task.Mask, State: protocol.TaskRunning}
+		Mask: task.Mask, State: guestprotocol.TaskRunning}
 	t.records[task.ID] = rec
 	if err := os.MkdirAll(t.Dir, 0o711); err != nil { //nolint:gosec // the task's user enters it to run its script.
-		t.finish(rec, protocol.TaskFailed, nil, "making the task directory: "+err.Error())
+		t.finish(rec, guestprotocol.TaskFailed, nil, "making the task directory: "+err.Error())
 		return
 	}
 	if err := os.Mkdir(dir, 0o711); err != nil { //nolint:gosec // the task's user enters it to run its script.
-		t.finish(rec, protocol.TaskFailed, nil, "making its directory: "+err.Error())
+		t.finish(rec, guestprotocol.TaskFailed, nil, "making its directory: "+err.Error())
 		return
 	}
 	// The record is on disk before anything of the task runs.
@@ -366,7 +366,7 @@ func (t *Tasks) start(task protocol.Task) {
 	}
 	cmd, err := t.launch(task, dir)
 	if err != nil {
-		t.finish(rec, protocol.TaskFailed, nil, err.Error())
+		t.finish(rec, guestprotocol.TaskFailed, nil, err.Error())
 		return
 	}
 	rec.PID = cmd.Process.Pid
@@ -382,7 +382,7 @@ func (t *Tasks) start(task protocol.Task) {
 
 // launch places the files and starts the script in a process group of its
 // own, as its user.
-func (t *Tasks) launch(task protocol.Task, dir string) (*exec.Cmd, error) {
+func (t *Tasks) launch(task guestprotocol.Task, dir string) (*exec.Cmd, error) {
 	user, err := t.user(task.User)
 	if err != nil {
 		return nil, err
@@ -488,7 +488,7 @@ func CheckAccount(name string, uid, minUID int) error {
 const RootUser = "root"
 
 // taskEnv is the script's environment: the user's basics, then the task's.
-func taskEnv(task protocol.Task, user TaskUser) []string {
+func taskEnv(task guestprotocol.Task, user TaskUser) []string {
 	env := []string{"HOME=" + user.Home, "USER=" + user.Name, "LOGNAME=" + user.Name, "SHELL=/bin/sh",
 		"PATH=" + defaultTaskPath, "LANG=en_US.UTF-8", "MACVIRT_TASK_ID=" + task.ID}
 	for _, e := range task.Env {
@@ -501,7 +501,7 @@ func taskEnv(task protocol.Task, user TaskUser) []string {
 // owner makes the directories, writes a temporary file beside the target
 // and renames it over the target, so the file is whole or absent, and
 // placed only where its owner could place it.
-func (t *Tasks) place(f protocol.File, defaultOwner string) error {
+func (t *Tasks) place(f guestprotocol.File, defaultOwner string) error {
 	owner := f.Owner
 	if owner == "" {
 		owner = defaultOwner
@@ -557,7 +557,7 @@ func (t *Tasks) follow(rec *taskRecord, cmd *exec.Cmd, stop chan stopRequest) {
 	select {
 	case <-done:
 	case <-timer.C:
-		ended = &stopRequest{state: protocol.TaskTimedOut, message: fmt.Sprintf("it ran longer than its timeout of %ds; its process group was killed", rec.TimeoutSeconds)}
+		ended = &stopRequest{state: guestprotocol.TaskTimedOut, message: fmt.Sprintf("it ran longer than its timeout of %ds; its process group was killed", rec.TimeoutSeconds)}
 	case req := <-stop:
 		ended = &req
 	}
@@ -575,7 +575,7 @@ func (t *Tasks) follow(rec *taskRecord, cmd *exec.Cmd, stop chan stopRequest) {
 	case ok:
 		t.finishExited(rec, code)
 	default:
-		t.finish(rec, protocol.TaskFailed, nil, "it ended without an exit status (its shell was killed)")
+		t.finish(rec, guestprotocol.TaskFailed, nil, "it ended without an exit status (its shell was killed)")
 	}
 	if t.running == rec.ID {
 		t.running = ""
@@ -590,7 +590,7 @@ func (t *Tasks) follow(rec *taskRecord, cmd *exec.Cmd, stop chan stopRequest) {
 }
 
 // stopRunning asks the running task to end.
-func (t *Tasks) stopRunning(state protocol.TaskState, message string) {
+func (t *Tasks) stopRunning(state guestprotocol.TaskState, message string) {
 	select {
 	case t.stop <- stopRequest{state: state, message: message}:
 	default:
@@ -651,17 +651,17 @@ func readOwn(path string, limit int64) ([]byte, error) {
 }
 
 func (t *Tasks) finishExited(rec *taskRecord, code int) {
-	state, msg := protocol.TaskSucceeded, ""
+	state, msg := guestprotocol.TaskSucceeded, ""
 	if code != 0 {
-		state, msg = protocol.TaskFailed, fmt.Sprintf("the script exited with status %d", code)
+		state, msg = guestprotocol.TaskFailed, fmt.Sprintf("the script exited with status %d", code)
 	}
 	t.finish(rec, state, &code, msg)
 }
 
 // finish records how a task ended, with its output's tail.
-func (t *Tasks) finish(rec *taskRecord, state protocol.TaskState, code *int, message string) {
+func (t *Tasks) finish(rec *taskRecord, state guestprotocol.TaskState, code *int, message string) {
 	rec.State, rec.ExitCode, rec.FinishedAt = state, code, t.now()
-	rec.Message = protocol.Truncate(message, protocol.MaxTaskMessageBytes)
+	rec.Message = guestprotocol.Truncate(message, guestprotocol.MaxTaskMessageBytes)
 	rec.OutputTail = t.tail(rec)
 	if err := t.save(rec); err != nil {
 		t.logf("recording the end of task %s: %v", rec.ID, err)
@@ -693,11 +693,11 @@ func (t *Tasks) tail(rec *taskRecord) string {
 			buf = buf[i+1:]
 		}
 	}
-	return Tail(Mask(string(buf), rec.Mask), protocol.MaxOutputTailBytes)
+	return Tail(Mask(string(buf), rec.Mask), guestprotocol.MaxOutputTailBytes)
 }
 
 // Mask replaces every occurrence of each value, and of each line of a
-// value of several lines, by protocol.MaskText.
+// value of several lines, by guestprotocol.MaskText.
 func Mask(s string, values []string) string {
 	var all []string
 	for _, v := range values {
@@ -716,7 +716,7 @@ func Mask(s string, values []string) string {
 	// Longer values first, so one containing another is masked whole.
 	sort.Slice(all, func(i, j int) bool { return len(all[i]) > len(all[j]) })
 	for _, v := range all {
-		s = strings.ReplaceAll(s, v, protocol.MaskText)
+		s = strings.ReplaceAll(s, v, guestprotocol.MaskText)
 	}
 	return s
 }
