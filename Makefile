@@ -382,7 +382,7 @@ $(ENVTEST_DIR)/etcd: hack/envtest/go.mod hack/envtest/etcd/main.go
 
 # KubeVirt's own control plane for the test clusters: virt-api and
 # virt-controller built from the kubevirt.io/kubevirt version hack/kubevirt
-# pins, and its install generator (internal/testenv runs it for every
+# pins, and its install generator (test/infrastructure/cluster runs it for every
 # cluster). A cold build takes several minutes on two cores; the files are
 # rebuilt only when hack/kubevirt changes.
 KUBEVIRT_DIR ?= $(LOCALBIN)/kubevirt

@@ -23,7 +23,7 @@ import (
 	"github.com/macvirt/macvirt/internal/devserve"
 	"github.com/macvirt/macvirt/internal/localnet"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // TestLocalWebhooks runs the manager binary the way `make run` does, out of
@@ -38,7 +38,7 @@ func TestLocalWebhooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, cfg, err := testenv.Start(scheme)
+	env, cfg, err := cluster.Start(scheme)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestLocalWebhooks(t *testing.T) {
 	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bin := testenv.Build(t)
+	bin := cluster.Build(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -64,7 +64,7 @@ func TestLocalWebhooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	manager := testenv.StartProcess(t, testenv.RepoRoot(), nil, bin,
+	manager := cluster.StartProcess(t, cluster.RepoRoot(), nil, bin,
 		"--kubeconfig="+kubeconfigPath, "--local-webhooks", "--webhook-port=0", fmt.Sprintf("--agent-bind-address=:%d", agentPort),
 		"--health-probe-bind-address=0", "--metrics-bind-address=0")
 
@@ -158,7 +158,7 @@ func TestLocalWebhooks(t *testing.T) {
 // TestHookImageIsSetAtBuildTime: the Makefile and the Dockerfile build
 // HOOK_IMG in as the hook image of --hook-image's default choice.
 func TestHookImageIsSetAtBuildTime(t *testing.T) {
-	bin := testenv.Build(t, "-ldflags", "-X github.com/macvirt/macvirt/internal/domainhook/install.DefaultImage=registry.example/hook:v9")
+	bin := cluster.Build(t, "-ldflags", "-X github.com/macvirt/macvirt/internal/domainhook/install.DefaultImage=registry.example/hook:v9")
 	out, _ := exec.Command(bin, "--help").CombinedOutput() //nolint:gosec // the binary just built.
 	if !strings.Contains(string(out), `else registry.example/hook:v9 (KubeVirt `) {
 		t.Errorf("--help does not show the hook image built in:\n%s", out)

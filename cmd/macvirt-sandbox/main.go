@@ -18,9 +18,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/macvirt/macvirt/internal/buildkite/fakebuildkite"
-	"github.com/macvirt/macvirt/internal/github/fakegithub"
-	"github.com/macvirt/macvirt/internal/sandbox"
+	"github.com/macvirt/macvirt/test/infrastructure/fakebuildkite"
+	"github.com/macvirt/macvirt/test/infrastructure/fakegithub"
+	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 func main() {

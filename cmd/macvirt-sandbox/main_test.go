@@ -20,7 +20,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // sandboxEnv points the sandbox at the envtest binaries make builds.
@@ -28,7 +28,7 @@ func sandboxEnv() []string {
 	if os.Getenv("KUBEBUILDER_ASSETS") != "" {
 		return nil
 	}
-	return []string{"KUBEBUILDER_ASSETS=" + filepath.Join(testenv.RepoRoot(), "bin", "envtest")}
+	return []string{"KUBEBUILDER_ASSETS=" + filepath.Join(cluster.RepoRoot(), "bin", "envtest")}
 }
 
 // TestSandboxUntilReady runs `macvirt-sandbox --until-ready` as the README's
@@ -37,9 +37,9 @@ func TestSandboxUntilReady(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole sandbox")
 	}
-	bin := testenv.Build(t)
+	bin := cluster.Build(t)
 	start := time.Now()
-	p := testenv.StartProcess(t, "", sandboxEnv(), bin, "--until-ready", "--speed", "4", "--timeout", "3m")
+	p := cluster.StartProcess(t, "", sandboxEnv(), bin, "--until-ready", "--speed", "4", "--timeout", "3m")
 	if err := <-p.Exited(); err != nil {
 		t.Fatalf("macvirt-sandbox --until-ready failed: %v\n%s", err, p.Output())
 	}
@@ -56,8 +56,8 @@ func TestSandboxRunsAGitHubJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole sandbox")
 	}
-	bin := testenv.Build(t)
-	p := testenv.StartProcess(t, "", sandboxEnv(), bin, "--until-ready", "--github-fake", "--speed", "4", "--timeout", "4m")
+	bin := cluster.Build(t)
+	p := cluster.StartProcess(t, "", sandboxEnv(), bin, "--until-ready", "--github-fake", "--speed", "4", "--timeout", "4m")
 	if err := <-p.Exited(); err != nil {
 		t.Fatalf("macvirt-sandbox --until-ready --github-fake failed: %v\n%s", err, p.Output())
 	}
@@ -76,8 +76,8 @@ func TestSandboxRunsABuildkiteJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole sandbox")
 	}
-	bin := testenv.Build(t)
-	p := testenv.StartProcess(t, "", sandboxEnv(), bin, "--until-ready", "--buildkite-fake", "--speed", "4", "--timeout", "4m")
+	bin := cluster.Build(t)
+	p := cluster.StartProcess(t, "", sandboxEnv(), bin, "--until-ready", "--buildkite-fake", "--speed", "4", "--timeout", "4m")
 	if err := <-p.Exited(); err != nil {
 		t.Fatalf("macvirt-sandbox --until-ready --buildkite-fake failed: %v\n%s", err, p.Output())
 	}
@@ -99,8 +99,8 @@ func TestSandboxRunsAClaimOnAnAppleSiliconMac(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole sandbox")
 	}
-	bin := testenv.Build(t)
-	p := testenv.StartProcess(t, "", sandboxEnv(), bin, "--until-ready", "--runtime", "vz", "--speed", "4", "--timeout", "4m")
+	bin := cluster.Build(t)
+	p := cluster.StartProcess(t, "", sandboxEnv(), bin, "--until-ready", "--runtime", "vz", "--speed", "4", "--timeout", "4m")
 	if err := <-p.Exited(); err != nil {
 		t.Fatalf("macvirt-sandbox --until-ready --runtime vz failed: %v\n%s", err, p.Output())
 	}
@@ -133,9 +133,9 @@ func TestSandboxServesUntilInterrupted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole sandbox")
 	}
-	bin := testenv.Build(t)
+	bin := cluster.Build(t)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	p := testenv.StartProcess(t, "", sandboxEnv(), bin, "--speed", "4", "--kubeconfig", kubeconfig)
+	p := cluster.StartProcess(t, "", sandboxEnv(), bin, "--speed", "4", "--kubeconfig", kubeconfig)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -9,12 +9,12 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 func manifests(t *testing.T) []byte {
 	t.Helper()
-	out, err := testenv.KustomizeBuild("config/manifests")
+	out, err := cluster.KustomizeBuild("config/manifests")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func manifests(t *testing.T) []byte {
 
 func opts(dir string) options {
 	return options{Version: "0.1.0", Image: "ghcr.io/macvirt/macvirt-manager:v0.1.0", HookImage: "ghcr.io/macvirt/macvirt-domain-hook:v0.1.0",
-		Package: "macvirt", Channels: "alpha", DefaultChannel: "alpha", Icon: filepath.Join(testenv.RepoRoot(), "config", "manifests", "icon.svg"),
+		Package: "macvirt", Channels: "alpha", DefaultChannel: "alpha", Icon: filepath.Join(cluster.RepoRoot(), "config", "manifests", "icon.svg"),
 		OutDir: filepath.Join(dir, "bundle"), Dockerfile: filepath.Join(dir, "bundle.Dockerfile")}
 }
 

@@ -19,7 +19,7 @@ import (
 	"gitlab.com/gitlab-org/fleeting/fleeting/provider"
 
 	"github.com/macvirt/macvirt/internal/gitlab"
-	"github.com/macvirt/macvirt/internal/gitlab/fakerunner"
+	"github.com/macvirt/macvirt/test/infrastructure/fakegitlabrunner"
 )
 
 func main() {
@@ -41,7 +41,7 @@ func main() {
 		log = os.Stderr
 	}
 	start := time.Now()
-	report, err := fakerunner.Run(ctx, fakerunner.Options{Plugin: *plugin, PluginConfig: cfg,
+	report, err := fakegitlabrunner.Run(ctx, fakegitlabrunner.Options{Plugin: *plugin, PluginConfig: cfg,
 		Connector: provider.ConnectorConfig{Timeout: 2 * time.Minute}, MaxInstances: *maxInstances, Jobs: *jobs, Log: log})
 	for _, j := range report.Jobs {
 		fmt.Printf("job %d: instance %s, %s@%s, waited %s for its Mac, ran %s\n", j.N, j.Instance, j.User, j.Address,

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/macvirt/macvirt/internal/buildkite"
-	"github.com/macvirt/macvirt/internal/buildkite/fakebuildkite"
+	"github.com/macvirt/macvirt/test/infrastructure/fakebuildkite"
 )
 
 const agentToken = "bkct_test"

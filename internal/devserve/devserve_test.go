@@ -8,12 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 func generated(t *testing.T) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "webhook", "manifests.yaml"))
+	b, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "config", "webhook", "manifests.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,14 +6,14 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // TestTheCopiesAreConfigPrometheus: what the operator writes is what
 // kustomize users apply.
 func TestTheCopiesAreConfigPrometheus(t *testing.T) {
 	for name, embedded := range map[string][]byte{"monitor.yaml": monitorYAML, "rules.yaml": rulesYAML} {
-		want, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "prometheus", name)) //nolint:gosec // a repository file.
+		want, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "config", "prometheus", name)) //nolint:gosec // a repository file.
 		if err != nil {
 			t.Fatal(err)
 		}

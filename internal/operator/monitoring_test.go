@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // monitoringCRD stands in for one of the Prometheus Operator's CRDs: the
@@ -40,20 +40,20 @@ func monitoringCRD(plural, kind string) *apiextensionsv1.CustomResourceDefinitio
 // refusal shows in the API server's words and in the gauge, and then the
 // objects are written, and written back after an edit.
 func TestMonitoringObjectsAgainstAnAPIServer(t *testing.T) {
-	testenv.NeedsAPIServer(t)
+	cluster.NeedsAPIServer(t)
 	s, err := macvirtscheme.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := testenv.New(s)
+	env := cluster.New(s)
 	cfg, err := env.Start()
 	if err != nil {
-		t.Fatal(testenv.MissingBinariesHint(err))
+		t.Fatal(cluster.MissingBinariesHint(err))
 	}
 	t.Cleanup(func() { _ = env.Stop() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	opts, err := testenv.DynamicClientOptions(cfg, s)
+	opts, err := cluster.DynamicClientOptions(cfg, s)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/metrics"
 	"github.com/macvirt/macvirt/internal/domainhook/install"
 	"github.com/macvirt/macvirt/internal/guestendpoint"
-	"github.com/macvirt/macvirt/internal/testenv"
 	"github.com/macvirt/macvirt/internal/tunnel"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // targetLabels are the labels the Prometheus Operator gives every series
@@ -77,7 +77,7 @@ func described(t *testing.T, cs []prometheus.Collector) map[string][]string {
 // and the table names no other. It also checks that the operator's
 // registry holds them, so a metric registered elsewhere shows too.
 func TestEveryMetricIsDocumented(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", "metrics.md"))
+	raw, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "docs", "metrics.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 // scrape target has one of that name, unless the ServiceMonitor honours
 // the series' labels.
 func TestNoMetricLabelClashesWithTheScrapeTargets(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "prometheus", "monitor.yaml"))
+	raw, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "config", "prometheus", "monitor.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestNoMetricLabelClashesWithTheScrapeTargets(t *testing.T) {
 // the metrics the operator exports: every panel queries, and every metric a
 // query names is one of them (a histogram by its _bucket, _sum or _count).
 func TestTheDashboardQueriesOnlyExportedMetrics(t *testing.T) {
-	panels, err := testenv.Dashboard()
+	panels, err := cluster.Dashboard()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // TestVirtAPIAdmitsEveryRendering creates every golden rendering's
@@ -30,7 +30,7 @@ func TestVirtAPIAdmitsEveryRendering(t *testing.T) {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	_, c := testenv.StartKubeVirtForTest(t, scheme, testenv.KubeVirtOptions{
+	_, c := cluster.StartKubeVirtForTest(t, scheme, cluster.KubeVirtOptions{
 		FeatureGates: []string{"Sidecar"}, DefaultArchitecture: "arm64"})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -59,7 +59,7 @@ func TestVirtAPIAdmitsEveryRendering(t *testing.T) {
 	}
 
 	// Turn the gate off; virt-api follows the KubeVirt CR.
-	if err := testenv.SetKubeVirtFeatureGates(ctx, c); err != nil {
+	if err := cluster.SetKubeVirtFeatureGates(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	vm := vms[0]
@@ -92,7 +92,7 @@ func goldenVMs(t *testing.T) []*unstructured.Unstructured {
 	}
 	var vms []*unstructured.Unstructured
 	for _, f := range files {
-		objs, err := testenv.ReadObjects(f)
+		objs, err := cluster.ReadObjects(f)
 		if err != nil {
 			t.Fatal(err)
 		}

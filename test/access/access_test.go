@@ -32,31 +32,31 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/kubectlmac"
 	"github.com/macvirt/macvirt/internal/operator"
-	"github.com/macvirt/macvirt/internal/sandbox"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/simulator"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
+	"github.com/macvirt/macvirt/test/infrastructure/simulator"
+	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
-	testenv.NeedsAPIServer(t)
+	cluster.NeedsAPIServer(t)
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	scheme, err := macvirtscheme.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster, err := sandbox.StartCluster(scheme)
+	testCluster, err := sandbox.StartCluster(scheme)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cluster.Stop() })
-	cfg, env := cluster.Config, cluster.Environment
+	t.Cleanup(func() { _ = testCluster.Stop() })
+	cfg, env := testCluster.Config, testCluster.Environment
 	admin, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Network: true, Cluster: cluster})
+	sys, err := sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Network: true, Cluster: testCluster})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

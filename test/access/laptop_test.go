@@ -23,8 +23,8 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/kubectlmac"
-	"github.com/macvirt/macvirt/internal/sandbox"
 	"github.com/macvirt/macvirt/internal/tunnel"
+	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 // testFromALaptop is the tenant's laptop: its kubeconfig reaches the API

@@ -13,7 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 type prometheusRule struct {
@@ -47,7 +47,7 @@ func promtool(t *testing.T) string {
 // dir and returns the rule as read.
 func rules(t *testing.T, dir string) prometheusRule {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "prometheus", "rules.yaml"))
+	raw, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "config", "prometheus", "rules.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestAlertRules(t *testing.T) {
 				t.Errorf("alert %s: runbook_url %q is not a page of the repository", r.Alert, url)
 				continue
 			}
-			if _, err := os.Stat(filepath.Join(testenv.RepoRoot(), strings.TrimPrefix(url, prefix))); err != nil {
+			if _, err := os.Stat(filepath.Join(cluster.RepoRoot(), strings.TrimPrefix(url, prefix))); err != nil {
 				t.Errorf("alert %s: its runbook: %v", r.Alert, err)
 			}
 		}
@@ -115,7 +115,7 @@ func TestAlertRules(t *testing.T) {
 // each as a recording rule (Grafana's $__rate_interval read as 5m).
 func TestDashboardQueriesParse(t *testing.T) {
 	bin := promtool(t)
-	panels, err := testenv.Dashboard()
+	panels, err := cluster.Dashboard()
 	if err != nil {
 		t.Fatal(err)
 	}

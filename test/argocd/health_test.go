@@ -11,8 +11,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/macvirt/macvirt/internal/argocdhealth"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/argocdhealth"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // kinds lists the four kinds the health check serves, the fixtures each
@@ -118,7 +118,7 @@ func TestHealthChecks(t *testing.T) {
 // says, and checks the script lands in argocd-cm under the four kinds'
 // keys, next to its own keys.
 func TestComponentMergesIntoArgoCDConfigMap(t *testing.T) {
-	root := testenv.RepoRoot()
+	root := cluster.RepoRoot()
 	dir := t.TempDir()
 	component, err := filepath.Rel(dir, filepath.Join(root, "config", "argocd"))
 	if err != nil {
@@ -149,7 +149,7 @@ components:
 			t.Fatal(err)
 		}
 	}
-	out, err := testenv.KustomizeBuild(dir)
+	out, err := cluster.KustomizeBuild(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

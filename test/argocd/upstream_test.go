@@ -10,8 +10,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/macvirt/macvirt/internal/argocdhealth"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/argocdhealth"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 var update = flag.Bool("update", false, "rewrite config/argocd/upstream from the script and testdata/")
@@ -19,7 +19,7 @@ var update = flag.Bool("update", false, "rewrite config/argocd/upstream from the
 // upstreamDir is the health checks in Argo CD's own layout
 // (resource_customizations/<group>/<kind>/ with health.lua,
 // health_test.yaml and testdata/), ready to be offered to Argo CD.
-var upstreamDir = filepath.Join(testenv.RepoRoot(), "config", "argocd", "upstream", "resource_customizations", "macvirt.io")
+var upstreamDir = filepath.Join(cluster.RepoRoot(), "config", "argocd", "upstream", "resource_customizations", "macvirt.io")
 
 // upstreamTest is one entry of Argo CD's health_test.yaml.
 type upstreamTest struct {

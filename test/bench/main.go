@@ -66,7 +66,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 func main() {
@@ -74,7 +74,7 @@ func main() {
 	runs := flag.Int("runs", 3, "runs per size, the sides in alternating order, each against an API server of its own; the median is the headline")
 	single := flag.Int("single", 50, "claims created one at a time on a warm pool of as many idle machines, for the latency a user sees (0 skips it)")
 	cacheN := flag.Int("cache-machines", 5000, "MacMachines in the cache for the memory figure (0 skips it)")
-	kcm := flag.String("kube-controller-manager", filepath.Join(testenv.RepoRoot(), "bin", "envtest", "kube-controller-manager"),
+	kcm := flag.String("kube-controller-manager", filepath.Join(cluster.RepoRoot(), "bin", "envtest", "kube-controller-manager"),
 		"kube-controller-manager binary (make envtest builds it)")
 	flag.IntVar(&benchWorkers, "workers", 16, "claim workers of the operator")
 	flag.StringVar(&profileDir, "profile-dir", "", "write CPU profiles of the API server and of the operator's process per size, run and side here; "+
@@ -171,7 +171,7 @@ func startServer() (*envtest.Environment, *rest.Config, client.Client, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	env, cfg, err := testenv.Start(scheme)
+	env, cfg, err := cluster.Start(scheme)
 	if err != nil {
 		return nil, nil, nil, err
 	}

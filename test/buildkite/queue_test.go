@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/buildkite/fakebuildkite"
+	"github.com/macvirt/macvirt/test/infrastructure/fakebuildkite"
 )
 
 // newQueue creates a queue in ns on the fake Buildkite's queue: the CI

@@ -20,11 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/buildkite/fakebuildkite"
-	"github.com/macvirt/macvirt/internal/sandbox"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/simulator"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
+	"github.com/macvirt/macvirt/test/infrastructure/fakebuildkite"
+	"github.com/macvirt/macvirt/test/infrastructure/simulator"
+	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 // fakeAgentArg makes this test binary play buildkite-agent: the guests'
@@ -42,14 +42,14 @@ func TestMain(m *testing.M) {
 }
 
 var (
-	cfg     *rest.Config
-	cluster *testenv.Cluster
-	scheme  *runtime.Scheme
-	admin   client.Client
-	system  *sandbox.System
-	bk      *fakebuildkite.Server
-	stopAll context.CancelFunc
-	ctx     context.Context
+	cfg         *rest.Config
+	testCluster *cluster.Cluster
+	scheme      *runtime.Scheme
+	admin       client.Client
+	system      *sandbox.System
+	bk          *fakebuildkite.Server
+	stopAll     context.CancelFunc
+	ctx         context.Context
 )
 
 // The cluster agent token the fake Buildkite accepts, and its queue.
@@ -59,7 +59,7 @@ const (
 )
 
 func TestBuildkite(t *testing.T) {
-	testenv.NeedsAPIServer(t)
+	cluster.NeedsAPIServer(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Buildkite Suite")
 }
@@ -71,9 +71,9 @@ var _ = BeforeSuite(func() {
 	var err error
 	scheme, err = macvirtscheme.New()
 	Expect(err).NotTo(HaveOccurred())
-	cluster, err = sandbox.StartCluster(scheme)
+	testCluster, err = sandbox.StartCluster(scheme)
 	Expect(err).NotTo(HaveOccurred())
-	cfg = cluster.Config
+	cfg = testCluster.Config
 	admin, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, stopAll = context.WithCancel(context.Background())
@@ -105,8 +105,8 @@ var _ = AfterSuite(func() {
 	if bk != nil {
 		bk.Close()
 	}
-	if cluster != nil {
-		Expect(cluster.Stop()).To(Succeed())
+	if testCluster != nil {
+		Expect(testCluster.Stop()).To(Succeed())
 	}
 })
 

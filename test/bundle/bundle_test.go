@@ -31,10 +31,10 @@ import (
 
 	"github.com/macvirt/macvirt/internal/domainhook/install"
 	"github.com/macvirt/macvirt/internal/monitoring"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
-var root = testenv.RepoRoot()
+var root = cluster.RepoRoot()
 
 // loadBundle reads bundle/ the way OLM's tooling does.
 func loadBundle(t *testing.T) *apimanifests.Bundle {
@@ -693,7 +693,7 @@ func read(t *testing.T, name string) string {
 // kustomize builds a config/ directory with the Makefile's kustomize.
 func kustomize(t *testing.T, dir string) []unstructured.Unstructured {
 	t.Helper()
-	out, err := testenv.KustomizeBuild(dir)
+	out, err := cluster.KustomizeBuild(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

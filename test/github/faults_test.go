@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/github/fakegithub"
-	"github.com/macvirt/macvirt/internal/sandbox"
+	"github.com/macvirt/macvirt/test/infrastructure/fakegithub"
+	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 // onDemand: runners' Macs are made on demand from the class, no warm pool.

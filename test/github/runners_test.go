@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/github/fakegithub"
+	"github.com/macvirt/macvirt/test/infrastructure/fakegithub"
 )
 
 // runnerSet creates a runner set in ns for the organisation acme on the

@@ -26,12 +26,12 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/github"
-	"github.com/macvirt/macvirt/internal/github/fakegithub"
 	"github.com/macvirt/macvirt/internal/operator"
-	"github.com/macvirt/macvirt/internal/sandbox"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/simulator"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
+	"github.com/macvirt/macvirt/test/infrastructure/fakegithub"
+	"github.com/macvirt/macvirt/test/infrastructure/simulator"
+	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 // fakeRunnerArg makes this test binary play GitHub's runner: the guests'
@@ -49,21 +49,21 @@ func TestMain(m *testing.M) {
 }
 
 var (
-	cfg     *rest.Config
-	cluster *testenv.Cluster
-	scheme  *runtime.Scheme
-	admin   client.Client
-	system  *sandbox.System
-	gh      *fakegithub.Server
-	stopAll context.CancelFunc
-	ctx     context.Context
+	cfg         *rest.Config
+	testCluster *cluster.Cluster
+	scheme      *runtime.Scheme
+	admin       client.Client
+	system      *sandbox.System
+	gh          *fakegithub.Server
+	stopAll     context.CancelFunc
+	ctx         context.Context
 )
 
 // The token the fake GitHub accepts, and the namespace of the teams.
 const token = "github_pat_macvirt_test" //nolint:gosec // the fake GitHub's, not a credential.
 
 func TestGitHub(t *testing.T) {
-	testenv.NeedsAPIServer(t)
+	cluster.NeedsAPIServer(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "GitHub Actions Suite")
 }
@@ -75,9 +75,9 @@ var _ = BeforeSuite(func() {
 	var err error
 	scheme, err = macvirtscheme.New()
 	Expect(err).NotTo(HaveOccurred())
-	cluster, err = sandbox.StartCluster(scheme)
+	testCluster, err = sandbox.StartCluster(scheme)
 	Expect(err).NotTo(HaveOccurred())
-	cfg = cluster.Config
+	cfg = testCluster.Config
 	admin, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, stopAll = context.WithCancel(context.Background())
@@ -119,8 +119,8 @@ var _ = AfterSuite(func() {
 	if gh != nil {
 		gh.Close()
 	}
-	if cluster != nil {
-		Expect(cluster.Stop()).To(Succeed())
+	if testCluster != nil {
+		Expect(testCluster.Stop()).To(Succeed())
 	}
 })
 

@@ -35,11 +35,11 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/gitlab"
-	"github.com/macvirt/macvirt/internal/gitlab/fakerunner"
-	"github.com/macvirt/macvirt/internal/sandbox"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/simulator"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
+	"github.com/macvirt/macvirt/test/infrastructure/fakegitlabrunner"
+	"github.com/macvirt/macvirt/test/infrastructure/simulator"
+	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 // runnerPod is the labels of the pod gitlab-runner runs in, in the claims'
@@ -47,23 +47,23 @@ import (
 var runnerPod = map[string]string{"app.kubernetes.io/name": "gitlab-runner"}
 
 func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
-	testenv.NeedsAPIServer(t)
+	cluster.NeedsAPIServer(t)
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	scheme, err := macvirtscheme.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster, err := sandbox.StartCluster(scheme)
+	testCluster, err := sandbox.StartCluster(scheme)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cluster.Stop() })
-	admin, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	t.Cleanup(func() { _ = testCluster.Stop() })
+	admin, err := client.New(testCluster.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := sandbox.StartSystem(ctx, cluster.Config, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Network: true, Cluster: cluster})
+	sys, err := sandbox.StartSystem(ctx, testCluster.Config, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Network: true, Cluster: testCluster})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 	}
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "gitlab-runner.kubeconfig")
-	if err := sandbox.WriteTenantKubeconfig(cluster.Environment, runnerUser, sandbox.TenantNamespace, kubeconfig); err != nil {
+	if err := sandbox.WriteTenantKubeconfig(testCluster.Environment, runnerUser, sandbox.TenantNamespace, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	runnerCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -126,7 +126,7 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 		most := watchClaims(ctx, t, admin, group)
 		var log strings.Builder
 		var logMu sync.Mutex
-		report, err := fakerunner.Run(ctx, fakerunner.Options{
+		report, err := fakegitlabrunner.Run(ctx, fakegitlabrunner.Options{
 			Plugin:       plugin,
 			PluginConfig: gitlab.Config{Name: group, Kubeconfig: kubeconfig, Class: sandbox.TenantClass, Via: gitlab.ViaDirect},
 			Connector:    provider.ConnectorConfig{Timeout: 2 * time.Minute},
@@ -198,7 +198,7 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 		if err := admin.List(ctx, left, client.InNamespace(sandbox.TenantNamespace), client.MatchingLabels{gitlab.LabelGroup: group}); err != nil || len(left.Items) != 2 {
 			t.Fatalf("after the crash: %d claims, %v; want the 2 the dead runner made", len(left.Items), err)
 		}
-		report, err := fakerunner.Run(ctx, fakerunner.Options{Plugin: plugin, PluginConfig: config,
+		report, err := fakegitlabrunner.Run(ctx, fakegitlabrunner.Options{Plugin: plugin, PluginConfig: config,
 			Connector: provider.ConnectorConfig{Timeout: 2 * time.Minute}, MaxInstances: 2, Jobs: 1, JobTimeout: 5 * time.Minute})
 		if err != nil {
 			t.Fatalf("the next runner's job: %v", err)
@@ -216,7 +216,7 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 // the sandbox installs it.
 func claimEditorRole(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", "aggregated_claim_editor_role.yaml"))
+	b, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "config", "rbac", "aggregated_claim_editor_role.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func buildPlugin(t *testing.T, dir string) string {
 	t.Helper()
 	out := filepath.Join(dir, "fleeting-plugin-macvirt")
 	cmd := exec.Command("go", "build", "-o", out, "./cmd/fleeting-plugin-macvirt") //nolint:gosec // the test's own temporary path.
-	cmd.Dir = testenv.RepoRoot()
+	cmd.Dir = cluster.RepoRoot()
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the plugin: %v\n%s", err, b)
 	}

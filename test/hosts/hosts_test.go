@@ -26,8 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/hostagent/vz/faketart/build"
-	"github.com/macvirt/macvirt/internal/sandbox"
+	"github.com/macvirt/macvirt/test/infrastructure/faketart/build"
+	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 var _ = Describe("Machines on Apple-silicon hosts", func() {

@@ -35,9 +35,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/sandbox"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
+	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 // The suite runs a real API server with macvirt's CRDs and webhooks, the
@@ -46,13 +46,13 @@ import (
 // fake tart command, which keeps its VMs in a temporary TART_HOME and runs
 // each VM as a process, as tart does.
 var (
-	cfg     *rest.Config
-	cluster *testenv.Cluster
-	scheme  *runtime.Scheme
-	admin   client.Client
-	system  *sandbox.System
-	stopAll context.CancelFunc
-	ctx     context.Context
+	cfg         *rest.Config
+	testCluster *cluster.Cluster
+	scheme      *runtime.Scheme
+	admin       client.Client
+	system      *sandbox.System
+	stopAll     context.CancelFunc
+	ctx         context.Context
 )
 
 // image is the Virtualization classes' VM image, which the fake tart can
@@ -64,7 +64,7 @@ const image = "ghcr.io/cirruslabs/macos-sequoia-base:latest"
 const lease = 10 * time.Second
 
 func TestHosts(t *testing.T) {
-	testenv.NeedsAPIServer(t)
+	cluster.NeedsAPIServer(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Apple-silicon Hosts Suite")
 }
@@ -76,9 +76,9 @@ var _ = BeforeSuite(func() {
 	var err error
 	scheme, err = macvirtscheme.New()
 	Expect(err).NotTo(HaveOccurred())
-	cluster, err = sandbox.StartCluster(scheme)
+	testCluster, err = sandbox.StartCluster(scheme)
 	Expect(err).NotTo(HaveOccurred())
-	cfg = cluster.Config
+	cfg = testCluster.Config
 	admin, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, stopAll = context.WithCancel(context.Background())
@@ -93,8 +93,8 @@ var _ = AfterSuite(func() {
 	if system != nil {
 		system.Stop()
 	}
-	if cluster != nil {
-		Expect(cluster.Stop()).To(Succeed())
+	if testCluster != nil {
+		Expect(testCluster.Stop()).To(Succeed())
 	}
 })
 

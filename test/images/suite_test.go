@@ -29,25 +29,25 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/macvirt/macvirt/internal/sandbox"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/simulator"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
+	"github.com/macvirt/macvirt/test/infrastructure/simulator"
+	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 var (
-	cfg      *rest.Config
-	cluster  *testenv.Cluster
-	scheme   *runtime.Scheme
-	admin    client.Client
-	system   *sandbox.System
-	registry *simulator.Registry
-	stopAll  context.CancelFunc
-	ctx      context.Context
+	cfg         *rest.Config
+	testCluster *cluster.Cluster
+	scheme      *runtime.Scheme
+	admin       client.Client
+	system      *sandbox.System
+	registry    *simulator.Registry
+	stopAll     context.CancelFunc
+	ctx         context.Context
 )
 
 func TestImages(t *testing.T) {
-	testenv.NeedsAPIServer(t)
+	cluster.NeedsAPIServer(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Golden Images Suite")
 }
@@ -59,9 +59,9 @@ var _ = BeforeSuite(func() {
 	var err error
 	scheme, err = macvirtscheme.New()
 	Expect(err).NotTo(HaveOccurred())
-	cluster, err = sandbox.StartCluster(scheme)
+	testCluster, err = sandbox.StartCluster(scheme)
 	Expect(err).NotTo(HaveOccurred())
-	cfg = cluster.Config
+	cfg = testCluster.Config
 	admin, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, stopAll = context.WithCancel(context.Background())
@@ -95,8 +95,8 @@ var _ = AfterSuite(func() {
 	if system != nil {
 		system.Stop()
 	}
-	if cluster != nil {
-		Expect(cluster.Stop()).To(Succeed())
+	if testCluster != nil {
+		Expect(testCluster.Stop()).To(Succeed())
 	}
 })
 

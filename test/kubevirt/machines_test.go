@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // sampleClaim is config/samples' claim.
@@ -173,5 +173,5 @@ func managers(obj client.Object) []string {
 // setFeatureGates sets the KubeVirt CR's feature gates.
 func setFeatureGates(gates ...string) {
 	GinkgoHelper()
-	Expect(testenv.SetKubeVirtFeatureGates(ctx, admin, gates...)).To(Succeed())
+	Expect(cluster.SetKubeVirtFeatureGates(ctx, admin, gates...)).To(Succeed())
 }

@@ -35,22 +35,22 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/macvirt/macvirt/internal/sandbox"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
+	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 var (
-	cluster *testenv.Cluster
-	scheme  *runtime.Scheme
-	admin   client.WithWatch
-	system  *sandbox.System
-	stopAll context.CancelFunc
-	ctx     context.Context
+	testCluster *cluster.Cluster
+	scheme      *runtime.Scheme
+	admin       client.WithWatch
+	system      *sandbox.System
+	stopAll     context.CancelFunc
+	ctx         context.Context
 )
 
 func TestKubeVirt(t *testing.T) {
-	testenv.NeedsAPIServer(t)
+	cluster.NeedsAPIServer(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Machines under KubeVirt's own control plane")
 }
@@ -65,12 +65,12 @@ var _ = BeforeSuite(func() {
 	// KubeVirt's Sidecar gate on, as docs/install.md asks of a cluster
 	// without the Plugins gate: the operator then adds its domain hook as a
 	// sidecar.
-	cluster, err = testenv.StartWithKubeVirt(scheme, testenv.KubeVirtOptions{FeatureGates: []string{"Sidecar"}})
+	testCluster, err = cluster.StartWithKubeVirt(scheme, cluster.KubeVirtOptions{FeatureGates: []string{"Sidecar"}})
 	Expect(err).NotTo(HaveOccurred())
-	admin, err = client.NewWithWatch(cluster.Config, client.Options{Scheme: scheme})
+	admin, err = client.NewWithWatch(testCluster.Config, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, stopAll = context.WithCancel(context.Background())
-	system, err = sandbox.StartSystem(ctx, cluster.Config, scheme, sandbox.SystemOptions{
+	system, err = sandbox.StartSystem(ctx, testCluster.Config, scheme, sandbox.SystemOptions{
 		Options: sandbox.Options{Speed: 4, AppleNodes: 2}})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(sandbox.ApplySamples(ctx, admin, 1)).To(Succeed())
@@ -123,10 +123,10 @@ var _ = AfterSuite(func() {
 	if system != nil {
 		system.Stop()
 	}
-	if cluster != nil {
+	if testCluster != nil {
 		if failed {
-			GinkgoWriter.Println(cluster.KubeVirtLogs())
+			GinkgoWriter.Println(testCluster.KubeVirtLogs())
 		}
-		Expect(cluster.Stop()).To(Succeed())
+		Expect(testCluster.Stop()).To(Succeed())
 	}
 })

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // The direction of imports, as docs/architecture.md draws it. Each rule
@@ -60,7 +60,7 @@ func importRules() []importRule {
 	return append(rules,
 		importRule{controllerBase, kinds, "the shared base knows no kind"},
 		importRule{append(append([]string{}, kinds...), controllerBase...),
-			[]string{"internal/operator", "internal/webhook/...", "internal/sandbox", "internal/simulator", "internal/domainhook/install"},
+			[]string{"internal/operator", "internal/webhook/...", "test/...", "internal/domainhook/install"},
 			"the controllers are composed by internal/operator and know nothing of what composes or plays around them"},
 		importRule{[]string{"internal/controller/runnercore"}, []string{"internal/github/...", "internal/gitlab/...", "internal/buildkite/..."},
 			"the runner core knows no CI system: each is a backend of it"},
@@ -71,8 +71,8 @@ func importRules() []importRule {
 		importRule{[]string{"internal/render"}, []string{"sigs.k8s.io/controller-runtime/...", "internal/controller/...", "internal/operator"},
 			"render is pure: objects in, objects out, no client"},
 		importRule{[]string{"api/..."}, []string{"internal/..."}, "the API types import nothing of the operator"},
-		importRule{[]string{"internal/..."}, []string{"internal/sandbox", "cmd/..."},
-			"nothing inside the operator depends on the sandbox or on a command"},
+		importRule{[]string{"internal/..."}, []string{"test/...", "cmd/..."},
+			"nothing inside the operator depends on the test wing or on a command"},
 	)
 }
 
@@ -126,7 +126,7 @@ func moduleDeps(t *testing.T) map[string][]string {
 		t.Fatalf("the go command, to list the packages: %v", err)
 	}
 	cmd := exec.Command(gobin, "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...") //nolint:gosec // the toolchain running this test.
-	cmd.Dir = testenv.RepoRoot()
+	cmd.Dir = cluster.RepoRoot()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

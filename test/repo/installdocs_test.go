@@ -11,7 +11,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // installDocs are the pages an admin installs macvirt from.
@@ -104,7 +104,7 @@ func TestTheOLMPathSubscribesToTheCatalogAReleasePublishes(t *testing.T) {
 // TestInstallDocsNameWhatTheRepositoryHas: every make target, repository
 // path and ClusterRole the install pages name exists.
 func TestInstallDocsNameWhatTheRepositoryHas(t *testing.T) {
-	root := testenv.RepoRoot()
+	root := cluster.RepoRoot()
 	makefile := read(t, "Makefile")
 	version := makeVar(t, makefile, "VERSION")
 	targets := map[string]bool{}
@@ -158,7 +158,7 @@ func TestInstallDocsNameWhatTheRepositoryHas(t *testing.T) {
 // built is what kustomize builds in dir, by kind, namespace and name.
 func built(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	out, err := testenv.KustomizeBuild(dir)
+	out, err := cluster.KustomizeBuild(dir)
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
@@ -182,7 +182,7 @@ func built(t *testing.T, dir string) map[string]string {
 // uncommented, and the overlay docs/install.md shows for remote installs
 // (its bases read from this checkout) builds the whole of that.
 func TestOptionalIsConfigDefaultsTwoOptions(t *testing.T) {
-	root := testenv.RepoRoot()
+	root := cluster.RepoRoot()
 	tmp := t.TempDir()
 	if err := os.CopyFS(filepath.Join(tmp, "config"), os.DirFS(filepath.Join(root, "config"))); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/tools/go/packages"
 
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // Inside each package of internal/controller no file uses a definition of
@@ -76,7 +76,7 @@ func fileCycles(g fileGraph) [][]string {
 // internal/controller to files without cycles.
 func TestControllerFilesAreLayered(t *testing.T) {
 	cfg := &packages.Config{Mode: packages.NeedName | packages.NeedFiles | packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo,
-		Dir: testenv.RepoRoot()}
+		Dir: cluster.RepoRoot()}
 	pkgs, err := packages.Load(cfg, "./internal/controller/...")
 	if err != nil {
 		t.Fatal(err)

@@ -13,12 +13,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 func read(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), name)) //nolint:gosec // fixed repository files.
+	b, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), name)) //nolint:gosec // fixed repository files.
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,12 +66,12 @@ func TestProjectFileListsEveryKind(t *testing.T) {
 			t.Errorf("%s: namespaced=%v in PROJECT", r.Kind, r.API.Namespaced)
 		}
 		// One package per kind: MacClass's controller is internal/controller/class.
-		controllerFile := filepath.Join(testenv.RepoRoot(), "internal", "controller", strings.TrimPrefix(strings.ToLower(r.Kind), "mac"), "controller.go")
+		controllerFile := filepath.Join(cluster.RepoRoot(), "internal", "controller", strings.TrimPrefix(strings.ToLower(r.Kind), "mac"), "controller.go")
 		if _, err := os.Stat(controllerFile); (err == nil) != r.Controller {
 			t.Errorf("%s: PROJECT says controller=%v, but %s exists=%v", r.Kind, r.Controller, controllerFile, err == nil)
 		}
 		kind := strings.ToLower(r.Kind)
-		webhookFile := filepath.Join(testenv.RepoRoot(), "internal", "webhook", "v1alpha1", kind+"_webhook.go")
+		webhookFile := filepath.Join(cluster.RepoRoot(), "internal", "webhook", "v1alpha1", kind+"_webhook.go")
 		_, err := os.Stat(webhookFile)
 		if (err == nil) != (r.Webhooks != nil) {
 			t.Errorf("%s: PROJECT lists webhooks=%v, but %s exists=%v", r.Kind, r.Webhooks != nil, webhookFile, err == nil)
@@ -108,7 +108,7 @@ func TestReadmeQuickStartIsTwoCommands(t *testing.T) {
 // TestMakeHelpListsTheDocumentedTargets runs `make help`.
 func TestMakeHelpListsTheDocumentedTargets(t *testing.T) {
 	cmd := exec.Command("make", "--no-print-directory", "help")
-	cmd.Dir = testenv.RepoRoot()
+	cmd.Dir = cluster.RepoRoot()
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("make help: %v", err)
@@ -151,11 +151,11 @@ func webhookNames(t *testing.T) map[string]bool {
 // may they set HyperConverged's jsonpatch annotation to an array of their
 // own: the annotation is one value, and that drops every patch it held.
 func TestNoDocReplacesKubeVirtsFeatureGates(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "docs", "*.md"))
+	files, err := filepath.Glob(filepath.Join(cluster.RepoRoot(), "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append(files, filepath.Join(testenv.RepoRoot(), "README.md"))
+	files = append(files, filepath.Join(cluster.RepoRoot(), "README.md"))
 	command := regexp.MustCompile(`kubectl(?:[^\n]*\\\n)*[^\n]*`)
 	// An annotation such as kubevirt.kubevirt.io/jsonpatch given a literal
 	// JSON array, quoted or not.
@@ -190,7 +190,7 @@ func TestTenancyDocListsTheShippedRoles(t *testing.T) {
 		}
 		rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = line
 	}
-	dir := filepath.Join(testenv.RepoRoot(), "config", "rbac")
+	dir := filepath.Join(cluster.RepoRoot(), "config", "rbac")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/simulator"
+	"github.com/macvirt/macvirt/test/infrastructure/simulator"
 )
 
 // The value of a tenant's Secret that a bootstrap puts in its script's

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 var _ = Describe("A Mac's host agent", func() {
@@ -183,7 +183,7 @@ func hostAgentClient(name string) client.Client {
 // shippedObjects reads every object of a file of config/rbac: roles,
 // bindings and admission policies.
 func shippedObjects(file string) []client.Object {
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", file)) //nolint:gosec // a file of the repository's config/rbac.
+	raw, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "config", "rbac", file)) //nolint:gosec // a file of the repository's config/rbac.
 	Expect(err).NotTo(HaveOccurred())
 	var out []client.Object
 	for _, doc := range strings.Split(string(raw), "\n---") {

@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/yaml"
 
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // The roles config/rbac ships for the operator (operatorRoleFiles) are
@@ -98,10 +98,10 @@ var exercisedElsewhere = map[string]elsewhere{
 	"ClusterRole manager-role: create datavolumes/source.cdi.kubevirt.io": {
 		why: "CDI asks it, by SubjectAccessReview, of the creator of a DataVolume that clones a PVC of another namespace; " +
 			"the operator never calls it, and the simulated CDI does not ask",
-		file: "internal/controller/rbac_test.go", test: "may clone across namespaces (create datavolumes/source)"},
+		file: "test/controllers/rbac_test.go", test: "may clone across namespaces (create datavolumes/source)"},
 	"ClusterRole manager-role: patch virtualmachines.kubevirt.io": {
 		why:  "a halted VM of a machine that should run is started by a patch of its run strategy; no Mac here shuts down",
-		file: "internal/controller/power_test.go", test: "a shutdown from the macOS menu on a claimed machine keeps the claim bound"},
+		file: "test/controllers/power_test.go", test: "a shutdown from the macOS menu on a claimed machine keeps the claim bound"},
 	"ClusterRole manager-role: update plugins.plugin.kubevirt.io macvirt-macos": {
 		why:  "the Plugin of the plugin transports; the sandbox's KubeVirt runs without the Plugins gate, so its operator uses the sidecar",
 		file: "internal/domainhook/install/objects_test.go", test: "TestDomainHookTransportsAgainstAnAPIServer"},
@@ -150,22 +150,22 @@ var exercisedElsewhere = map[string]elsewhere{
 		sometimes: true},
 	"ClusterRole manager-role: get services": {
 		why:  "read uncached only when a Service of the name is there and not the operator's; no tenant here makes one",
-		file: "internal/controller/access_test.go", test: "leaves a tenant's own Service named like the namespace Service alone"},
+		file: "test/controllers/access_test.go", test: "leaves a tenant's own Service named like the namespace Service alone"},
 	"ClusterRole manager-role: update endpointslices.discovery.k8s.io": {
 		why:  "a claim's name follows its Mac to another address; whether the address changes here is a race",
-		file: "internal/controller/access_test.go", test: "publishes a ClusterIP claim's name under the namespace Service",
+		file: "test/controllers/access_test.go", test: "publishes a ClusterIP claim's name under the namespace Service",
 		sometimes: true},
 	"ClusterRole manager-role: get endpointslices.discovery.k8s.io": {
 		why:  "read uncached only when a create finds one of the name made by another reconcile first; a race here",
-		file: "internal/controller/binding_test.go", test: "stays one to one with two operators running at once",
+		file: "test/controllers/binding_test.go", test: "stays one to one with two operators running at once",
 		sometimes: true},
 	"ClusterRole manager-role: get networkpolicies.networking.k8s.io": {
 		why:  "read uncached only when a create finds one of the name made by another reconcile first; a race here",
-		file: "internal/controller/binding_test.go", test: "stays one to one with two operators running at once",
+		file: "test/controllers/binding_test.go", test: "stays one to one with two operators running at once",
 		sometimes: true},
 	"ClusterRole manager-role: get macmachines.macvirt.io": {
 		why:  "read uncached only when the cache lags a bind; whether it lags here is a race",
-		file: "internal/controller/binding_test.go", test: "stays one to one with two operators running at once",
+		file: "test/controllers/binding_test.go", test: "stays one to one with two operators running at once",
 		sometimes: true},
 	"ClusterRole manager-role: patch events.events.k8s.io": {
 		why: "client-go's event recorder patches an event's series when the event recurs within minutes; " +
@@ -733,7 +733,7 @@ var _ = ReportAfterSuite("the operator's calls against its shipped roles", func(
 		if !slices.Contains(shippedRights, right) {
 			listedButNotShipped = append(listedButNotShipped, right)
 		}
-		src, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), e.file))
+		src, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), e.file))
 		if err != nil || !strings.Contains(string(src), e.test) {
 			testsNotThere = append(testsNotThere, fmt.Sprintf("%s: %q in %s", right, e.test, e.file))
 		}

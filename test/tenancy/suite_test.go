@@ -31,18 +31,18 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/macvirt/macvirt/internal/operator"
-	"github.com/macvirt/macvirt/internal/sandbox"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
+	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 var (
-	cfg     *rest.Config
-	cluster *testenv.Cluster
-	scheme  *runtime.Scheme
-	admin   client.Client
-	system  *sandbox.System
-	stopAll context.CancelFunc
+	cfg         *rest.Config
+	testCluster *cluster.Cluster
+	scheme      *runtime.Scheme
+	admin       client.Client
+	system      *sandbox.System
+	stopAll     context.CancelFunc
 	// logs is everything the operator, the simulator and the guests logged.
 	logs syncBuffer
 )
@@ -75,7 +75,7 @@ const (
 var tenants = map[string]string{"alice": "team-a", "bob": "team-b", "mallory": "evil"}
 
 func TestTenancy(t *testing.T) {
-	testenv.NeedsAPIServer(t)
+	cluster.NeedsAPIServer(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Tenancy Suite")
 }
@@ -87,9 +87,9 @@ var _ = BeforeSuite(func() {
 	var err error
 	scheme, err = macvirtscheme.New()
 	Expect(err).NotTo(HaveOccurred())
-	cluster, err = sandbox.StartCluster(scheme)
+	testCluster, err = sandbox.StartCluster(scheme)
 	Expect(err).NotTo(HaveOccurred())
-	cfg = cluster.Config
+	cfg = testCluster.Config
 	admin, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -134,7 +134,7 @@ var _ = BeforeSuite(func() {
 
 	By("macvirt, the simulator and the samples")
 	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, OperatorConfig: opCfg,
-		Network: true, Cluster: cluster})
+		Network: true, Cluster: testCluster})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(system.OperatorUser).To(Equal(operatorUser))
 	Expect(sandbox.ApplySamples(ctx, admin, 2)).To(Succeed())
@@ -182,8 +182,8 @@ var _ = AfterSuite(func() {
 	if system != nil {
 		system.Stop()
 	}
-	if cluster != nil {
-		Expect(cluster.Stop()).To(Succeed())
+	if testCluster != nil {
+		Expect(testCluster.Stop()).To(Succeed())
 	}
 })
 
@@ -192,7 +192,7 @@ var _ = AfterSuite(func() {
 // bind to the operator for bootstraps, the one an admin binds to it for
 // the plugin-sidecar transport, and the host agents' (hostagent_test.go).
 func tenantRoleFiles() []string {
-	entries, err := os.ReadDir(filepath.Join(testenv.RepoRoot(), "config", "rbac"))
+	entries, err := os.ReadDir(filepath.Join(cluster.RepoRoot(), "config", "rbac"))
 	Expect(err).NotTo(HaveOccurred())
 	var files []string
 	for _, e := range entries {
@@ -218,7 +218,7 @@ const (
 // shipped reads the roles of a file of config/rbac (or, for
 // tunnelTrustReader, of config/tunnel).
 func shipped(file string) []client.Object {
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", file)) //nolint:gosec // a file of the repository's config/rbac.
+	raw, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "config", "rbac", file)) //nolint:gosec // a file of the repository's config/rbac.
 	Expect(err).NotTo(HaveOccurred())
 	var out []client.Object
 	for _, doc := range strings.Split(string(raw), "\n---") {

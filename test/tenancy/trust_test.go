@@ -22,7 +22,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/operator"
-	"github.com/macvirt/macvirt/internal/simulator"
+	"github.com/macvirt/macvirt/test/infrastructure/simulator"
 )
 
 // grantVMs gives user what KubeVirt's aggregated kubevirt.io:edit role

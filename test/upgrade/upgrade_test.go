@@ -41,9 +41,9 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/domainhook/contract"
-	"github.com/macvirt/macvirt/internal/sandbox"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
+	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 // The kinds whose objects an upgrade must leave as they were: macvirt's
@@ -63,7 +63,7 @@ var kinds = []schema.GroupVersionKind{
 }
 
 func TestAnOperatorUpgradeLosesNothingAndRestartsNoMac(t *testing.T) {
-	testenv.NeedsAPIServer(t)
+	cluster.NeedsAPIServer(t)
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	baseline, err := latestBaseline()
 	if err != nil {
@@ -81,12 +81,12 @@ func TestAnOperatorUpgradeLosesNothingAndRestartsNoMac(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster, err := testenv.StartWithKubeVirt(scheme, testenv.KubeVirtOptions{FeatureGates: sandbox.KubeVirtFeatureGates, MacvirtCRDs: old})
+	testCluster, err := cluster.StartWithKubeVirt(scheme, cluster.KubeVirtOptions{FeatureGates: sandbox.KubeVirtFeatureGates, MacvirtCRDs: old})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cluster.Stop() })
-	cfg := cluster.Config
+	t.Cleanup(func() { _ = testCluster.Stop() })
+	cfg := testCluster.Config
 	admin, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func TestAnOperatorUpgradeLosesNothingAndRestartsNoMac(t *testing.T) {
 	for _, k := range legacy.notBefore {
 		delete(before, k)
 	}
-	newer, err := testenv.KustomizeBuild("config/crd")
+	newer, err := cluster.KustomizeBuild("config/crd")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,7 +550,7 @@ func TestTheNewCRDsServeWhatTheLastReleaseStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	manifests, err := testenv.KustomizeBuild("config/crd")
+	manifests, err := cluster.KustomizeBuild("config/crd")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/buildkite"
-	"github.com/macvirt/macvirt/internal/buildkite/fakebuildkite"
 	"github.com/macvirt/macvirt/internal/controller/runnercore"
+	"github.com/macvirt/macvirt/test/infrastructure/fakebuildkite"
 )
 
 // TestAJobWhoseRecordFailedStaysHanded: the Secret with the job and its

@@ -22,7 +22,7 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/domainhook/contract"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 func mapper(t *testing.T, cfg *rest.Config) *client.Options {
@@ -31,7 +31,7 @@ func mapper(t *testing.T, cfg *rest.Config) *client.Options {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, err := testenv.DynamicClientOptions(cfg, s)
+	opts, err := cluster.DynamicClientOptions(cfg, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,15 +43,15 @@ func mapper(t *testing.T, cfg *rest.Config) *client.Options {
 // 1.9's Plugin CRD installed half-way, and the sidecar's admission policy
 // acting on pods.
 func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
-	testenv.NeedsAPIServer(t)
+	cluster.NeedsAPIServer(t)
 	s, err := macvirtscheme.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := testenv.New(s)
+	env := cluster.New(s)
 	cfg, err := env.Start()
 	if err != nil {
-		t.Fatal(testenv.MissingBinariesHint(err))
+		t.Fatal(cluster.MissingBinariesHint(err))
 	}
 	t.Cleanup(func() { _ = env.Stop() })
 	ctx := context.Background()
@@ -75,7 +75,7 @@ func TestDomainHookTransportsAgainstAnAPIServer(t *testing.T) {
 
 	// KubeVirt 1.9 installs the Plugin CRD.
 	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
-		Paths: []string{filepath.Join(testenv.RepoRoot(), "test", "crds", "kubevirt-plugins")}, ErrorIfPathMissing: true,
+		Paths: []string{filepath.Join(cluster.RepoRoot(), "test", "crds", "kubevirt-plugins")}, ErrorIfPathMissing: true,
 	}); err != nil {
 		t.Fatal(err)
 	}

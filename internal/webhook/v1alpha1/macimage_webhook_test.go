@@ -29,13 +29,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // shippedClusterRole creates, under a name of its own, the ClusterRole a
 // file of config/rbac ships, and binds it to user cluster-wide.
 func shippedClusterRole(file, user string) {
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", file)) //nolint:gosec // a file of the repository's config/rbac.
+	raw, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "config", "rbac", file)) //nolint:gosec // a file of the repository's config/rbac.
 	Expect(err).NotTo(HaveOccurred())
 	role := &rbacv1.ClusterRole{}
 	Expect(yaml.Unmarshal(raw, role)).To(Succeed())

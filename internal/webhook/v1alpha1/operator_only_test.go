@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // Each write only the operator may make, as a create and as an update.
@@ -134,7 +134,7 @@ func withOwner(ref metav1.OwnerReference) *macvirtv1alpha1.MacMachine {
 // shippedRole creates, under a name of its own, the ClusterRole a file of
 // config/rbac ships, and binds it to user in ns.
 func shippedRole(file, ns, user string) {
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", file)) //nolint:gosec // a file of the repository's config/rbac.
+	raw, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "config", "rbac", file)) //nolint:gosec // a file of the repository's config/rbac.
 	Expect(err).NotTo(HaveOccurred())
 	role := &rbacv1.ClusterRole{}
 	Expect(yaml.Unmarshal(raw, role)).To(Succeed())

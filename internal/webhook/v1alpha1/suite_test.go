@@ -25,7 +25,7 @@ import (
 	"github.com/macvirt/macvirt/internal/controller/index"
 	"github.com/macvirt/macvirt/internal/devserve"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
-	"github.com/macvirt/macvirt/internal/testenv"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 // The suite runs a real kube-apiserver and etcd with macvirt's CRDs, and
@@ -46,7 +46,7 @@ var (
 )
 
 func TestWebhooks(t *testing.T) {
-	testenv.NeedsAPIServer(t)
+	cluster.NeedsAPIServer(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Webhook Suite")
 }
@@ -60,10 +60,10 @@ var _ = BeforeSuite(func() {
 	var err error
 	scheme, err = macvirtscheme.New()
 	Expect(err).NotTo(HaveOccurred())
-	testEnv, cfg, err = testenv.Start(scheme)
+	testEnv, cfg, err = cluster.Start(scheme)
 	Expect(err).NotTo(HaveOccurred())
 
-	manifests, err = os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "webhook", "manifests.yaml"))
+	manifests, err = os.ReadFile(filepath.Join(cluster.RepoRoot(), "config", "webhook", "manifests.yaml"))
 	Expect(err).NotTo(HaveOccurred())
 	local, err := devserve.Prepare(devserve.Options{Manifests: manifests})
 	Expect(err).NotTo(HaveOccurred())

@@ -28,8 +28,8 @@ import (
 	"time"
 
 	"github.com/macvirt/macvirt/internal/hostagent/vz"
-	"github.com/macvirt/macvirt/internal/hostagent/vz/fakelume"
 	"github.com/macvirt/macvirt/internal/hostagent/vz/lume"
+	"github.com/macvirt/macvirt/test/infrastructure/fakelume"
 )
 
 const image = "ghcr.io/trycua/macos-sequoia-vanilla:latest"

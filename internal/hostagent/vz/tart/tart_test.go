@@ -31,8 +31,8 @@ import (
 	"time"
 
 	"github.com/macvirt/macvirt/internal/hostagent/vz"
-	"github.com/macvirt/macvirt/internal/hostagent/vz/faketart/build"
 	"github.com/macvirt/macvirt/internal/hostagent/vz/tart"
+	"github.com/macvirt/macvirt/test/infrastructure/faketart/build"
 )
 
 const image = "ghcr.io/cirruslabs/macos-sequoia-base:latest"

@@ -1,0 +1,163 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package build
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Package is the import path of the faketart command.
+const Package = "github.com/macvirt/macvirt/test/infrastructure/faketart"
+
+// KnobsFile and CommandsFile are the fake's files in TART_HOME.
+const (
+	// KnobsFile holds Knobs as JSON.
+	KnobsFile = "fake.json"
+	// CommandsFile gets one line per invocation: the arguments joined by
+	// spaces.
+	CommandsFile = "commands.log"
+	// LastExitFile, in a VM's directory, says how its last run ended:
+	// "shutdown" (the guest shut down) or "forced" (SIGINT).
+	LastExitFile = "last-exit"
+)
+
+// LastExit says how the VM's last fake run ended: "shutdown", "forced", or
+// "" when none ended.
+func LastExit(home, name string) string {
+	b, _ := os.ReadFile(filepath.Join(home, "vms", name, LastExitFile)) //nolint:gosec // G304: the test's TART_HOME.
+	return string(b)
+}
+
+// Knobs tune the fake; they live in TART_HOME/fake.json, read by every
+// invocation, so a test may change them while VMs run.
+type Knobs struct {
+	// MaxVMs is the framework's limit on running VMs; 0 means 2.
+	MaxVMs int `json:"maxVMs,omitempty"`
+	// Stuck makes every run fail with the VM-limit error, even with no VM
+	// running.
+	Stuck bool `json:"stuck,omitempty"`
+	// BootMillis is how long run holds the VM's lock (tart lists the VM
+	// running) before the framework starts, or refuses, the VM.
+	BootMillis int `json:"bootMillis,omitempty"`
+	// NoControlSocket makes run not create control.sock, as tart on
+	// macOS 13.
+	NoControlSocket bool `json:"noControlSocket,omitempty"`
+	// ShutdownDelayMillis is how long the guest takes to shut down after
+	// SIGUSR2.
+	ShutdownDelayMillis int `json:"shutdownDelayMillis,omitempty"`
+	// IgnoreShutdown makes the guest ignore SIGUSR2, as a guest that never
+	// stops.
+	IgnoreShutdown bool `json:"ignoreShutdown,omitempty"`
+	// Images are the OCI references clone can pull.
+	Images []string `json:"images,omitempty"`
+}
+
+// WriteKnobs writes the fake's knobs into home (TART_HOME).
+func WriteKnobs(home string, k Knobs) error {
+	b, err := json.MarshalIndent(k, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(home, 0o750); err != nil {
+		return err
+	}
+	tmp := filepath.Join(home, KnobsFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(home, KnobsFile))
+}
+
+// ReadKnobs reads the fake's knobs from home; none is the zero Knobs.
+func ReadKnobs(home string) (Knobs, error) {
+	var k Knobs
+	b, err := os.ReadFile(filepath.Join(home, KnobsFile)) //nolint:gosec // G304: the test's TART_HOME.
+	if errors.Is(err, fs.ErrNotExist) {
+		return k, nil
+	}
+	if err != nil {
+		return k, err
+	}
+	err = json.Unmarshal(b, &k)
+	return k, err
+}
+
+// Commands returns every invocation of the fake under home, in order, as
+// its arguments joined by spaces ("run vm1 --no-graphics").
+func Commands(home string) ([]string, error) {
+	f, err := os.Open(filepath.Join(home, CommandsFile)) //nolint:gosec // G304: the test's TART_HOME.
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		out = append(out, sc.Text())
+	}
+	return out, sc.Err()
+}
+
+// Used tells whether any logged invocation under home ran the tart
+// subcommand sub ("stop").
+func Used(home, sub string) (bool, error) {
+	cmds, err := Commands(home)
+	if err != nil {
+		return false, err
+	}
+	for _, c := range cmds {
+		if f := strings.Fields(c); len(f) > 0 && f[0] == sub {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// To builds the faketart command as dir/tart with "go build" and returns
+// its path; a TestMain may call it once for a whole package.
+func To(dir string) (string, error) {
+	out := filepath.Join(dir, "tart")
+	cmd := exec.Command("go", "build", "-o", out, Package) //nolint:gosec,noctx // G204: a fixed package.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building faketart: %w: %s", err, b)
+	}
+	return out, nil
+}
+
+// Build builds the faketart command into a temporary directory of t and
+// returns its path; the test fails when it cannot.
+func Build(t testing.TB) string {
+	t.Helper()
+	p, err := To(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -1,0 +1,495 @@
+/*
+Copyright 2026 The macvirt Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/macvirt/macvirt/test/infrastructure/faketart/build"
+)
+
+// tartError is a failure printed to stderr with tart's exit code.
+type tartError struct {
+	code int
+	msg  string
+}
+
+func (e *tartError) Error() string { return e.msg }
+
+func notExist(name string) error {
+	return &tartError{2, fmt.Sprintf("the specified VM %q does not exist", name)}
+}
+
+func failf(format string, a ...any) error { return &tartError{1, fmt.Sprintf(format, a...)} }
+
+func main() {
+	err := run(os.Args[1:])
+	if err == nil {
+		os.Exit(0)
+	}
+	fmt.Fprintln(os.Stderr, err.Error())
+	var te *tartError
+	if errors.As(err, &te) {
+		os.Exit(te.code)
+	}
+	os.Exit(1)
+}
+
+// vmConfig is the fake's config.json of a VM.
+type vmConfig struct {
+	OS      string `json:"os"`
+	CPU     int    `json:"cpuCount"`
+	Memory  int    `json:"memorySizeMB"`
+	Disk    int    `json:"diskGB"`
+	Display string `json:"display"`
+	Source  string `json:"source"`
+}
+
+// runInfo is what a fake "tart run" records of its invocation.
+type runInfo struct {
+	PID  int      `json:"pid"`
+	Args []string `json:"args"`
+}
+
+type env struct {
+	home  string
+	knobs build.Knobs
+}
+
+func run(args []string) error {
+	home := os.Getenv("TART_HOME")
+	if home == "" {
+		return failf("faketart: TART_HOME must be set")
+	}
+	if err := os.MkdirAll(filepath.Join(home, "vms"), 0o750); err != nil { //nolint:gosec // G703: TART_HOME is the fake's to use.
+		return err
+	}
+	logCommand(home, args)
+	knobs, err := build.ReadKnobs(home)
+	if err != nil {
+		return failf("faketart: %v", err)
+	}
+	e := &env{home: home, knobs: knobs}
+	if len(args) == 0 {
+		return failf("Error: Missing expected argument '<subcommand>'")
+	}
+	pos, opts := parseArgs(args[1:])
+	need := func(n int) error {
+		if len(pos) < n {
+			return failf("Error: Missing expected argument")
+		}
+		return nil
+	}
+	switch args[0] {
+	case "list":
+		return e.list(opts)
+	case "get":
+		if err := need(1); err != nil {
+			return err
+		}
+		return e.get(pos[0])
+	case "ip":
+		if err := need(1); err != nil {
+			return err
+		}
+		return e.ip(pos[0])
+	case "clone":
+		if err := need(2); err != nil {
+			return err
+		}
+		return e.clone(pos[0], pos[1])
+	case "set":
+		if err := need(1); err != nil {
+			return err
+		}
+		return e.set(pos[0], opts)
+	case "run":
+		if err := need(1); err != nil {
+			return err
+		}
+		return e.run(pos[0], args)
+	case "stop":
+		if err := need(1); err != nil {
+			return err
+		}
+		return e.stop(pos[0], opts)
+	case "delete":
+		if err := need(1); err != nil {
+			return err
+		}
+		for _, n := range pos {
+			if err := e.delete(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return failf("Error: Unknown subcommand '%s'", args[0])
+}
+
+// logCommand appends the invocation to TART_HOME/commands.log.
+func logCommand(home string, args []string) {
+	f, err := os.OpenFile(filepath.Join(home, build.CommandsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600) //nolint:gosec // G304: TART_HOME.
+	if err != nil {
+		return
+	}
+	_, _ = f.WriteString(strings.Join(args, " ") + "\n")
+	_ = f.Close()
+}
+
+// parseArgs splits positional arguments from options; an option's value
+// follows it or an "=", and "--no-graphics" takes none.
+func parseArgs(args []string) ([]string, map[string][]string) {
+	var pos []string
+	opts := map[string][]string{}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") {
+			pos = append(pos, a)
+			continue
+		}
+		k, v, ok := strings.Cut(a, "=")
+		k = strings.TrimLeft(k, "-")
+		switch {
+		case ok:
+		case k == "no-graphics" || k == "q" || k == "quiet" || k == "insecure":
+			v = "true"
+		case i+1 < len(args):
+			i++
+			v = args[i]
+		}
+		opts[k] = append(opts[k], v)
+	}
+	return pos, opts
+}
+
+func (e *env) vmDir(name string) string { return filepath.Join(e.home, "vms", name) }
+
+func (e *env) configPath(name string) string { return filepath.Join(e.vmDir(name), "config.json") }
+
+func (e *env) readConfig(name string) (vmConfig, error) {
+	var c vmConfig
+	if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
+		return c, notExist(name)
+	}
+	b, err := os.ReadFile(e.configPath(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return c, notExist(name)
+	}
+	if err != nil {
+		return c, err
+	}
+	return c, json.Unmarshal(b, &c)
+}
+
+// writeConfig rewrites config.json in place, keeping its inode, so a
+// running VM's lock on it holds.
+func (e *env) writeConfig(name string, c vmConfig) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(e.configPath(name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (e *env) names() []string {
+	entries, _ := os.ReadDir(filepath.Join(e.home, "vms"))
+	var out []string
+	for _, d := range entries {
+		if _, err := os.Stat(e.configPath(d.Name())); err == nil {
+			out = append(out, d.Name())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// lockOwner is the PID holding the VM's config.json lock, as tart run
+// does while its VM runs; 0 when none.
+func (e *env) lockOwner(name string) int {
+	return build.LockOwner(e.configPath(name))
+}
+
+func state(running bool) string {
+	if running {
+		return "running"
+	}
+	return "stopped"
+}
+
+func printJSON(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(b))
+	return nil
+}
+
+func (e *env) ociNames() []string {
+	entries, _ := os.ReadDir(filepath.Join(e.home, "cache", "OCIs"))
+	var out []string
+	for _, d := range entries {
+		if n, err := url.PathUnescape(d.Name()); err == nil {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (e *env) list(opts map[string][]string) error {
+	source := ""
+	if v := opts["source"]; len(v) > 0 {
+		source = v[len(v)-1]
+	}
+	type entry struct {
+		Source   string `json:"Source"`
+		Name     string `json:"Name"`
+		Disk     int    `json:"Disk"`
+		Size     int    `json:"Size"`
+		Accessed string `json:"Accessed"`
+		Running  bool   `json:"Running"`
+		State    string `json:"State"`
+	}
+	out := []entry{}
+	now := time.Now().UTC().Format(time.RFC3339)
+	if source == "" || source == "local" {
+		for _, n := range e.names() {
+			c, _ := e.readConfig(n)
+			r := e.lockOwner(n) > 0
+			out = append(out, entry{"local", n, c.Disk, c.Disk / 2, now, r, state(r)})
+		}
+	}
+	if source == "" || source == "oci" {
+		for _, n := range e.ociNames() {
+			out = append(out, entry{"OCI", n, 50, 25, now, false, "stopped"})
+		}
+	}
+	if f := opts["format"]; len(f) > 0 && f[len(f)-1] == "json" {
+		return printJSON(out)
+	}
+	fmt.Println("Source\tName\tDisk\tSize\tAccessed\tState")
+	for _, x := range out {
+		fmt.Printf("%s\t%s\t%d\t%d\t%s\t%s\n", x.Source, x.Name, x.Disk, x.Size, x.Accessed, x.State)
+	}
+	return nil
+}
+
+func (e *env) get(name string) error {
+	c, err := e.readConfig(name)
+	if err != nil {
+		return err
+	}
+	r := e.lockOwner(name) > 0
+	return printJSON(map[string]any{
+		"OS": c.OS, "CPU": c.CPU, "Memory": c.Memory, "Disk": c.Disk, "DiskFormat": "raw",
+		"Size": fmt.Sprintf("%.3f", float64(c.Disk)/2), "Display": c.Display,
+		"Running": r, "State": state(r),
+	})
+}
+
+func (e *env) ip(name string) error {
+	if _, err := e.readConfig(name); err != nil {
+		return err
+	}
+	if e.lockOwner(name) == 0 {
+		return failf("no IP address found, is your VM running?")
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	fmt.Printf("192.168.64.%d\n", 2+h.Sum32()%250)
+	return nil
+}
+
+func (e *env) clone(src, dst string) error {
+	c := vmConfig{OS: "darwin", CPU: 4, Memory: 8192, Disk: 50, Display: "1024x768", Source: src}
+	if strings.Contains(src, "/") {
+		known := false
+		for _, i := range e.knobs.Images {
+			known = known || i == src
+		}
+		if !known {
+			return failf("faketart: the registry has no image %s", src)
+		}
+		if err := os.MkdirAll(filepath.Join(e.home, "cache", "OCIs", url.PathEscape(src)), 0o750); err != nil {
+			return err
+		}
+	} else if sc, err := e.readConfig(src); err != nil {
+		return err
+	} else {
+		c = sc
+	}
+	if dst == "" || strings.ContainsAny(dst, `/\`) {
+		return failf("faketart: bad VM name %q", dst)
+	}
+	// tart moves the new VM over one of the same name; so does the fake.
+	_ = os.RemoveAll(e.vmDir(dst))
+	if err := os.MkdirAll(e.vmDir(dst), 0o750); err != nil {
+		return err
+	}
+	return e.writeConfig(dst, c)
+}
+
+func (e *env) set(name string, opts map[string][]string) error {
+	c, err := e.readConfig(name)
+	if err != nil {
+		return err
+	}
+	for k, p := range map[string]*int{"cpu": &c.CPU, "memory": &c.Memory} {
+		if v := opts[k]; len(v) > 0 {
+			n, err := strconv.Atoi(v[len(v)-1])
+			if err != nil {
+				return failf("Error: The value '%s' is invalid for '--%s <%s>'", v[len(v)-1], k, k)
+			}
+			*p = n
+		}
+	}
+	return e.writeConfig(name, c)
+}
+
+// run imitates tart run: it takes the VM's lock, fails on the knobs' VM
+// limit as the framework would, then stays in the foreground until the
+// guest shuts down (SIGUSR2) or a forced stop (SIGINT).
+func (e *env) run(name string, args []string) error {
+	if _, err := e.readConfig(name); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(e.configPath(name), os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	// f stays open: closing any descriptor of the file drops the lock.
+	if !build.TryLock(f) {
+		return &tartError{2, fmt.Sprintf("VM %q is already running!", name)}
+	}
+	time.Sleep(time.Duration(e.knobs.BootMillis) * time.Millisecond)
+	var others []string
+	for _, n := range e.names() {
+		if n != name && e.lockOwner(n) > 0 {
+			others = append(others, n)
+		}
+	}
+	maxVMs := e.knobs.MaxVMs
+	if maxVMs <= 0 {
+		maxVMs = 2
+	}
+	if e.knobs.Stuck || len(others) >= maxVMs {
+		hint := ""
+		if len(others) > 0 {
+			hint = " (other running VMs: " + strings.Join(others, ", ") + ")"
+		}
+		return failf("The number of VMs exceeds the system limit%s", hint)
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGUSR2, syscall.SIGINT)
+	info, _ := json.Marshal(runInfo{PID: os.Getpid(), Args: args})
+	_ = os.WriteFile(filepath.Join(e.vmDir(name), "run.json"), info, 0o600)
+	// tart makes the control socket once the VM started; a plain file
+	// does for the driver, which only looks at it.
+	sock := filepath.Join(e.vmDir(name), "control.sock")
+	_ = os.Remove(sock)
+	if !e.knobs.NoControlSocket {
+		_ = os.WriteFile(sock, nil, 0o600)
+	}
+	for s := range sigs {
+		if s == syscall.SIGINT {
+			fmt.Println("forced stop")
+			e.lastExit(name, "forced")
+			return nil
+		}
+		fmt.Println("Requesting guest OS to stop...")
+		knobs, err := build.ReadKnobs(e.home)
+		if err == nil && knobs.IgnoreShutdown {
+			continue
+		}
+		delay := time.Duration(knobs.ShutdownDelayMillis) * time.Millisecond
+		time.AfterFunc(delay, func() {
+			fmt.Println("guest shut down")
+			e.lastExit(name, "shutdown")
+			os.Exit(0)
+		})
+	}
+	return nil
+}
+
+// lastExit records how the VM last stopped: "shutdown" (the guest shut
+// down) or "forced" (SIGINT, tart stop's way).
+func (e *env) lastExit(name, how string) {
+	_ = os.WriteFile(filepath.Join(e.vmDir(name), build.LastExitFile), []byte(how), 0o600)
+}
+
+func (e *env) stop(name string, opts map[string][]string) error {
+	if _, err := e.readConfig(name); err != nil {
+		return err
+	}
+	pid := e.lockOwner(name)
+	if pid == 0 {
+		return &tartError{2, fmt.Sprintf("VM %q is not running", name)}
+	}
+	timeout := 30
+	for _, k := range []string{"timeout", "t"} {
+		if v := opts[k]; len(v) > 0 {
+			if n, err := strconv.Atoi(v[len(v)-1]); err == nil {
+				timeout = n
+			}
+		}
+	}
+	_ = syscall.Kill(pid, syscall.SIGINT)
+	deadline := time.Now().Add(time.Duration(timeout) * time.Second)
+	for time.Now().Before(deadline) {
+		if e.lockOwner(name) == 0 {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return failf("failed to forcefully terminate the VM %q: %v", name, err)
+	}
+	return nil
+}
+
+func (e *env) delete(name string) error {
+	if _, err := e.readConfig(name); err != nil {
+		return err
+	}
+	if e.lockOwner(name) > 0 {
+		return failf("VM %q is running", name)
+	}
+	return os.RemoveAll(e.vmDir(name))
+}
