@@ -18,24 +18,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/macvirt/macvirt/test/infrastructure/fakebuildkite"
-	"github.com/macvirt/macvirt/test/infrastructure/fakegithub"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == sandbox.FakeBuildkiteAgentArg {
-		// A simulated guest's buildkite-agent: acquire and run one job.
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-		code := fakebuildkite.AgentMain(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
-	}
-	if len(os.Args) > 1 && os.Args[1] == sandbox.FakeRunnerArg {
-		// A simulated guest's run.sh: play GitHub's runner for one job.
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-		code := fakegithub.RunnerMain(ctx, os.Args[2:], os.Stdout, os.Stderr)
-		stop()
+	if code, played := harness.PlayGuestRole(); played {
+		// A simulated guest's CI agent (GitHub's run.sh, buildkite-agent):
+		// it plays its role for one job.
 		os.Exit(code)
 	}
 	var opts sandbox.Options

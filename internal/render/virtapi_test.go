@@ -10,10 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
@@ -26,12 +25,8 @@ import (
 // start, naming the gate: the operator meets that refusal when it creates
 // the machine's VM.
 func TestVirtAPIAdmitsEveryRendering(t *testing.T) {
-	scheme := kruntime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	_, c := cluster.StartKubeVirtForTest(t, scheme, cluster.KubeVirtOptions{
-		FeatureGates: []string{"Sidecar"}, DefaultArchitecture: "arm64"})
+	c := harness.ForTest(t, harness.Options{KubeVirt: cluster.KubeVirtOptions{
+		FeatureGates: []string{"Sidecar"}, DefaultArchitecture: "arm64"}}).Admin
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

@@ -26,54 +26,23 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/kubectlmac"
 	"github.com/macvirt/macvirt/internal/operator"
-	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 	"github.com/macvirt/macvirt/test/infrastructure/simulator"
-	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 	cluster.NeedsAPIServer(t)
-	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	scheme, err := macvirtscheme.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	testCluster, err := sandbox.StartCluster(scheme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = testCluster.Stop() })
-	cfg, env := testCluster.Config, testCluster.Environment
-	admin, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Network: true, Cluster: testCluster})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); sys.Stop() })
-	if err := sandbox.ApplySamples(ctx, admin, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := sandbox.SetUpTenant(ctx, admin, sandbox.TenantUser, sandbox.TenantNamespace); err != nil {
-		t.Fatal(err)
-	}
-	if err := sandbox.ApplyTenantClass(ctx, admin); err != nil {
-		t.Fatal(err)
-	}
+	world := harness.ForTest(t, harness.Options{Log: io.Discard, System: &harness.SystemOptions{Speed: 4, Network: true},
+		Samples: &harness.SampleOptions{Machines: 1}, Tenant: true})
+	ctx, scheme, admin, sys, env := world.Ctx, world.Scheme, world.Admin, world.System, world.Cluster.Environment
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "tenant.kubeconfig")
-	if err := sandbox.WriteTenantKubeconfig(env, sandbox.TenantUser, sandbox.TenantNamespace, kubeconfig); err != nil {
+	if err := harness.WriteTenantKubeconfig(env, harness.TenantUser, harness.TenantNamespace, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	home := filepath.Join(dir, "home")
@@ -108,9 +77,9 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 			t.Fatalf("listing MacMachines as the tenant: %v, want Forbidden", err)
 		}
 		// Every kubectl mac command below runs without reading a Secret.
-		err = c.List(ctx, &corev1.SecretList{}, client.InNamespace(sandbox.TenantNamespace))
+		err = c.List(ctx, &corev1.SecretList{}, client.InNamespace(harness.TenantNamespace))
 		if !apierrors.IsForbidden(err) {
-			t.Fatalf("listing Secrets of %s as the tenant: %v, want Forbidden", sandbox.TenantNamespace, err)
+			t.Fatalf("listing Secrets of %s as the tenant: %v, want Forbidden", harness.TenantNamespace, err)
 		}
 	})
 
@@ -118,7 +87,7 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		c := tenant
 		// Written past kubectl mac's own check, the claim stalls, and
 		// says why in a Warning event.
-		stuck := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: sandbox.TenantNamespace},
+		stuck := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: harness.TenantNamespace},
 			Spec: macvirtv1alpha1.MacClaimSpec{ClassName: "nosuch"}}
 		if err := c.Create(ctx, stuck); err != nil {
 			t.Fatal(err)
@@ -128,7 +97,7 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		deadline := time.Now().Add(time.Minute)
 		for len(seen) == 0 && time.Now().Before(deadline) {
 			evs := &corev1.EventList{}
-			if err := c.List(ctx, evs, client.InNamespace(sandbox.TenantNamespace),
+			if err := c.List(ctx, evs, client.InNamespace(harness.TenantNamespace),
 				client.MatchingFields{"involvedObject.kind": "MacClaim", "involvedObject.name": "stuck"}); err != nil {
 				t.Fatalf("listing the claim's events as the tenant: %v", err)
 			}
@@ -156,24 +125,24 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 			want string
 		}{
 			{[]string{"claim", "typo", "--class", "nosuch", "--wait"}, 1, `MacClass "nosuch" does not exist (kubectl get macclasses lists them); no claim was created`},
-			{[]string{"claim", "typo", "--class", sandbox.TenantClass, "--access", "Nodeport"}, 2, `--access "Nodeport": give ClusterIP, NodePort or LoadBalancer`},
+			{[]string{"claim", "typo", "--class", harness.TenantClass, "--access", "Nodeport"}, 2, `--access "Nodeport": give ClusterIP, NodePort or LoadBalancer`},
 		} {
 			code, _, errOut := mac(tc.args...)
 			if code != tc.code || !strings.Contains(errOut, tc.want) {
 				t.Errorf("kubectl mac %s: exit %d, %q; want exit %d saying %q", strings.Join(tc.args, " "), code, errOut, tc.code, tc.want)
 			}
 		}
-		err := admin.Get(ctx, types.NamespacedName{Namespace: sandbox.TenantNamespace, Name: "typo"}, &macvirtv1alpha1.MacClaim{})
+		err := admin.Get(ctx, types.NamespacedName{Namespace: harness.TenantNamespace, Name: "typo"}, &macvirtv1alpha1.MacClaim{})
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("claim typo: %v; want none left behind", err)
 		}
 	})
 
-	if code, out, _ := mac("claim", "demo", "--class", sandbox.TenantClass, "--access", "NodePort", "--wait", "--timeout", "3m"); code != 0 || !strings.Contains(out, "is Ready after") {
+	if code, out, _ := mac("claim", "demo", "--class", harness.TenantClass, "--access", "NodePort", "--wait", "--timeout", "3m"); code != 0 || !strings.Contains(out, "is Ready after") {
 		t.Fatalf("claim --wait: exit %d", code)
 	}
 	claim := &macvirtv1alpha1.MacClaim{}
-	if err := admin.Get(ctx, types.NamespacedName{Namespace: sandbox.TenantNamespace, Name: "demo"}, claim); err != nil {
+	if err := admin.Get(ctx, types.NamespacedName{Namespace: harness.TenantNamespace, Name: "demo"}, claim); err != nil {
 		t.Fatal(err)
 	}
 	ext := claim.Status.Connection.External
@@ -192,7 +161,7 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		}
 		// ADDRESS is the Mac's pod address, as kubectl get macclaim -o wide
 		// says; EXTERNAL is the node port.
-		for _, want := range []string{"demo", sandbox.TenantClass, "Ready", claim.Status.Machine.Name, " " + claim.Status.Connection.Address + " ",
+		for _, want := range []string{"demo", harness.TenantClass, "Ready", claim.Status.Machine.Name, " " + claim.Status.Connection.Address + " ",
 			net.JoinHostPort(ext.Address, strconv.Itoa(int(ext.SSHPort))), "True"} {
 			if !strings.Contains(lines[1], want) {
 				t.Errorf("get's line %q lacks %q", lines[1], want)
@@ -242,12 +211,12 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		// machine's policy alone (a node port lets anyone in). The class
 		// makes machines on demand, in the claim's namespace; the sample
 		// pool keeps idle ones in the pools' namespace.
-		if code, _, _ := mac("claim", "inside", "--class", sandbox.TenantClass, "--access", "ClusterIP", "--wait", "--timeout", "3m"); code != 0 {
+		if code, _, _ := mac("claim", "inside", "--class", harness.TenantClass, "--access", "ClusterIP", "--wait", "--timeout", "3m"); code != 0 {
 			t.Fatalf("claim inside --access ClusterIP: exit %d", code)
 		}
 		defer mac("release", "inside")
 		inside := &macvirtv1alpha1.MacClaim{}
-		if err := admin.Get(ctx, types.NamespacedName{Namespace: sandbox.TenantNamespace, Name: "inside"}, inside); err != nil {
+		if err := admin.Get(ctx, types.NamespacedName{Namespace: harness.TenantNamespace, Name: "inside"}, inside); err != nil {
 			t.Fatal(err)
 		}
 		conn := inside.Status.Connection
@@ -265,13 +234,13 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 			port int32
 			in   bool
 		}{
-			{"a pod of the claim's namespace", simulator.Peer{Namespace: sandbox.TenantNamespace, Labels: ci}, conn.SSHPort, true},
+			{"a pod of the claim's namespace", simulator.Peer{Namespace: harness.TenantNamespace, Labels: ci}, conn.SSHPort, true},
 			{"a pod of another tenant's namespace", simulator.Peer{Namespace: "team-android", Labels: ci}, conn.SSHPort, false},
 			{"a pod of the pools' namespace", simulator.Peer{Namespace: pools, Labels: ci}, conn.SSHPort, false},
 			{"an address outside the cluster", simulator.Peer{IP: "203.0.113.7"}, conn.SSHPort, false},
-			{"the claim's namespace on Screen Sharing's port", simulator.Peer{Namespace: sandbox.TenantNamespace, Labels: ci}, conn.VNCPort, true},
+			{"the claim's namespace on Screen Sharing's port", simulator.Peer{Namespace: harness.TenantNamespace, Labels: ci}, conn.VNCPort, true},
 			{"another tenant's namespace on Screen Sharing's port", simulator.Peer{Namespace: "team-android", Labels: ci}, conn.VNCPort, false},
-			{"the claim's namespace on a port the class does not offer", simulator.Peer{Namespace: sandbox.TenantNamespace, Labels: ci}, 8080, false},
+			{"the claim's namespace on a port the class does not offer", simulator.Peer{Namespace: harness.TenantNamespace, Labels: ci}, 8080, false},
 			{"the operator's pod, for the tunnel", simulator.Peer{Namespace: operator.DefaultNamespace, Labels: operator.PodLabels}, conn.SSHPort, true},
 			{"the operator's pod on a port the class does not offer", simulator.Peer{Namespace: operator.DefaultNamespace, Labels: operator.PodLabels}, 8080, false},
 			{"another pod of the operator's namespace", simulator.Peer{Namespace: operator.DefaultNamespace, Labels: ci}, conn.SSHPort, false},
@@ -308,7 +277,7 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 		for {
 			ip, ok := idleMachineAddress(ctx, t, admin, pools)
 			if ok {
-				if c, err := sys.Simulator.DialFrom(ctx, simulator.Peer{Namespace: sandbox.TenantNamespace, Labels: ci}, net.JoinHostPort(ip, "22")); err == nil {
+				if c, err := sys.Simulator.DialFrom(ctx, simulator.Peer{Namespace: harness.TenantNamespace, Labels: ci}, net.JoinHostPort(ip, "22")); err == nil {
 					_ = c.Close()
 					t.Errorf("an idle machine at %s let a tenant's pod in", ip)
 				} else if !strings.Contains(err.Error(), "NetworkPolicies") {
@@ -349,7 +318,7 @@ func TestATenantClaimsAndReachesTheirMacWithKubectlMac(t *testing.T) {
 	t.Run("a claim of the same name made right after is reachable too", func(t *testing.T) {
 		// The first claim's Service and EndpointSlice go with it
 		// (the garbage collector); until they do, the new claim says so.
-		if code, _, _ := mac("claim", "demo", "--class", sandbox.TenantClass, "--wait", "--timeout", "3m"); code != 0 {
+		if code, _, _ := mac("claim", "demo", "--class", harness.TenantClass, "--wait", "--timeout", "3m"); code != 0 {
 			t.Fatalf("claim --wait: exit %d", code)
 		}
 		deadline := time.Now().Add(time.Minute)

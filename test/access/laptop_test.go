@@ -24,7 +24,7 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/kubectlmac"
 	"github.com/macvirt/macvirt/internal/tunnel"
-	"github.com/macvirt/macvirt/test/sandbox"
+	"github.com/macvirt/macvirt/test/harness"
 )
 
 // testFromALaptop is the tenant's laptop: its kubeconfig reaches the API
@@ -37,12 +37,12 @@ func testFromALaptop(ctx context.Context, t *testing.T, env *envtest.Environment
 		code := kubectlmac.Main(ctx, args, kubectlmac.Streams{In: in, Out: &out, Err: &errOut})
 		return code, out.String(), errOut.String()
 	}
-	if code, out, errOut := run(strings.NewReader(""), "claim", "laptop", "--class", sandbox.TenantClass, "--wait", "--timeout", "3m"); code != 0 {
+	if code, out, errOut := run(strings.NewReader(""), "claim", "laptop", "--class", harness.TenantClass, "--wait", "--timeout", "3m"); code != 0 {
 		t.Fatalf("claim laptop --wait: exit %d, %s%s", code, out, errOut)
 	}
 	defer run(strings.NewReader(""), "release", "laptop")
 	claim := &macvirtv1alpha1.MacClaim{}
-	if err := admin.Get(ctx, types.NamespacedName{Namespace: sandbox.TenantNamespace, Name: "laptop"}, claim); err != nil {
+	if err := admin.Get(ctx, types.NamespacedName{Namespace: harness.TenantNamespace, Name: "laptop"}, claim); err != nil {
 		t.Fatal(err)
 	}
 	if conn := claim.Status.Connection; conn == nil || conn.External != nil || claim.Spec.Access.Type != "" && claim.Spec.Access.Type != macvirtv1alpha1.AccessClusterIP {
@@ -138,19 +138,19 @@ func testFromALaptop(ctx context.Context, t *testing.T, env *envtest.Environment
 	})
 
 	t.Run("the tunnel opens only the class's ports of the tenant's own claims", func(t *testing.T) {
-		_, err := tunnel.Dial(ctx, tenantCfg, sandbox.TenantNamespace, "laptop", 8080)
+		_, err := tunnel.Dial(ctx, tenantCfg, harness.TenantNamespace, "laptop", 8080)
 		if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "port 8080 of macclaim team-ios/laptop is not open") {
 			t.Errorf("a tunnel to port 8080: %v; want 503 naming the ports open", err)
 		}
 		// Another namespace's tenant, with the same shipped roles there.
-		if err := sandbox.SetUpTenant(ctx, admin, "mallory", "team-android"); err != nil {
+		if err := harness.SetUpTenant(ctx, admin, "mallory", "team-android"); err != nil {
 			t.Fatal(err)
 		}
 		kubeconfig := filepath.Join(dir, "mallory.kubeconfig")
-		if err := sandbox.WriteTenantKubeconfig(env, "mallory", "team-android", kubeconfig); err != nil {
+		if err := harness.WriteTenantKubeconfig(env, "mallory", "team-android", kubeconfig); err != nil {
 			t.Fatal(err)
 		}
-		code, out, errOut := run(nil, "--kubeconfig", kubeconfig, "-n", sandbox.TenantNamespace, "ssh", "laptop", "--via", "tunnel", "--", "true")
+		code, out, errOut := run(nil, "--kubeconfig", kubeconfig, "-n", harness.TenantNamespace, "ssh", "laptop", "--via", "tunnel", "--", "true")
 		if code != 255 || !strings.Contains(errOut, "forbidden") {
 			t.Errorf("another tenant's ssh to laptop: exit %d, %q %q; want 255, forbidden", code, out, errOut)
 		}
@@ -158,7 +158,7 @@ func testFromALaptop(ctx context.Context, t *testing.T, env *envtest.Environment
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = tunnel.Dial(ctx, mallory, sandbox.TenantNamespace, "laptop", 22)
+		_, err = tunnel.Dial(ctx, mallory, harness.TenantNamespace, "laptop", 22)
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `macclaims.subresources.macvirt.io "laptop" is forbidden`) {
 			t.Errorf("another tenant's tunnel to laptop: %v; want Forbidden by the API server", err)
 		}

@@ -65,8 +65,7 @@ type claimWatch struct {
 }
 
 func watchClaims(ns, queue string) *claimWatch {
-	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
+	wc := world.Admin
 	cl, err := wc.Watch(ctx, &macvirtv1alpha1.MacClaimList{}, client.InNamespace(ns), client.MatchingLabels{macvirtv1alpha1.LabelBuildkiteQueue: queue})
 	Expect(err).NotTo(HaveOccurred())
 	ml, err := wc.Watch(ctx, &macvirtv1alpha1.MacMachineList{})

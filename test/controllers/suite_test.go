@@ -41,35 +41,31 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/macvirt/macvirt/internal/guestendpoint"
 	"github.com/macvirt/macvirt/internal/operator"
-	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 	"github.com/macvirt/macvirt/test/infrastructure/simulator"
 )
 
-// The suite runs a real kube-apiserver and etcd with macvirt's CRDs and
-// CDI's full CRDs, KubeVirt's own virt-api and virt-controller, the
-// simulator of the nodes and CDI in its own manager, a recording proxy in
-// front of virt-api's stop subresource, and the operator composed by
-// operator.New, which tests stop and start again to prove recovery.
+// The suite's world is a real kube-apiserver and etcd with macvirt's CRDs
+// and CDI's full CRDs, KubeVirt's own virt-api and virt-controller, and the
+// simulator of the nodes and CDI in its own manager, at a test's pace and
+// without guests; beside it a recording proxy in front of virt-api's stop
+// subresource, and the operator composed by operator.New, which tests stop
+// and start again to prove recovery.
 var (
-	cfg         *rest.Config
-	testCluster *cluster.Cluster
-	scheme      *runtime.Scheme
-	k8sClient   client.Client
-	sim         *simulator.Simulator
-	stopAPI     *stopProxy
-	clock       = &offsetClock{}
-	suiteCtx    context.Context
-	cancelAll   context.CancelFunc
-	operators   atomic.Int32
+	world     *harness.World
+	cfg       *rest.Config
+	scheme    *runtime.Scheme
+	k8sClient client.Client
+	sim       *simulator.Simulator
+	stopAPI   *stopProxy
+	clock     = &offsetClock{}
+	suiteCtx  context.Context
+	operators atomic.Int32
 )
 
 func TestControllers(t *testing.T) {
@@ -79,42 +75,19 @@ func TestControllers(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	// Every Eventually and Consistently polls the API server at this pace
 	// unless a spec says otherwise (Gomega's default is every 10 ms).
 	SetDefaultEventuallyPollingInterval(interval)
 	SetDefaultConsistentlyPollingInterval(interval)
 	SetDefaultEventuallyTimeout(timeout)
-	suiteCtx, cancelAll = context.WithCancel(context.Background())
+	// Tests also read CustomResourceDefinitions, which the operator does
+	// not; a wrong field name fails instead of being pruned.
+	world = harness.ForTest(GinkgoT(), harness.Options{Log: GinkgoWriter,
+		Scheme: []func(*runtime.Scheme) error{apiextensionsv1.AddToScheme}, StrictFieldValidation: true,
+		Simulator: &simulator.Options{StepInterval: 40 * time.Millisecond, StartDelay: 60 * time.Millisecond, ShutdownDelay: 400 * time.Millisecond}})
+	cfg, scheme, k8sClient, sim, suiteCtx = world.Config, world.Scheme, world.Admin, world.Simulator, world.Ctx
 
 	var err error
-	scheme, err = macvirtscheme.New()
-	Expect(err).NotTo(HaveOccurred())
-	// Tests also read CustomResourceDefinitions; the operator does not.
-	Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
-
-	// The Sidecar gate: the operator's domain hook is KubeVirt's hook
-	// sidecar where the Plugins gate is off (docs/install.md).
-	testCluster, err = cluster.StartWithKubeVirt(scheme, cluster.KubeVirtOptions{FeatureGates: []string{"Sidecar"}})
-	Expect(err).NotTo(HaveOccurred())
-	cfg = testCluster.Config
-
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	// Strict field validation: a wrong field name fails instead of being pruned.
-	k8sClient = client.WithFieldValidation(c, metav1.FieldValidationStrict)
-
-	simMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
-	Expect(err).NotTo(HaveOccurred())
-	sim = simulator.New(simMgr.GetClient(), simulator.Options{
-		StepInterval: 40 * time.Millisecond, StartDelay: 60 * time.Millisecond,
-		ShutdownDelay: 400 * time.Millisecond, ControlPlane: cfg,
-	})
-	Expect(sim.SetupWithManager(simMgr)).To(Succeed())
-	go func() {
-		defer GinkgoRecover()
-		Expect(simMgr.Start(suiteCtx)).To(Succeed())
-	}()
 	stopAPI, err = newStopProxy(cfg)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(stopAPI.Close)
@@ -135,13 +108,6 @@ var _ = BeforeEach(func() {
 var _ = AfterEach(func() {
 	sim.ClearAll()
 	stopAPI.failWith.Store(0)
-})
-
-var _ = AfterSuite(func() {
-	cancelAll()
-	if testCluster != nil {
-		Expect(testCluster.Stop()).To(Succeed())
-	}
 })
 
 // operatorNamespace is the namespace the tests' operators run in, where they

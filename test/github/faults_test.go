@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/fakegithub"
-	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 // onDemand: runners' Macs are made on demand from the class, no warm pool.
@@ -69,7 +69,7 @@ var _ = Describe("A runner set under faults", func() {
 		system.StopOperator()
 		gh.DropSessionCloses(false)
 		Expect(gh.Sessions()).NotTo(BeEmpty(), "the dead operator's session is still open on GitHub")
-		Expect(system.StartOperator(ctx, sandbox.OperatorOptions{})).To(Succeed())
+		Expect(system.StartOperator(ctx, harness.OperatorOptions{})).To(Succeed())
 		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonSessionConflict),
 			"GitHub answers 409 while the old session lives, and the set says so")
 		Expect(getSet(set).Status.LastGitHubError.StatusCode).To(Equal(int32(409)))

@@ -48,11 +48,9 @@ type claimWatch struct {
 }
 
 func watchClaims(ns, set string) *claimWatch {
-	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	w, err := world.Admin.Watch(ctx, &macvirtv1alpha1.MacClaimList{}, client.InNamespace(ns), client.MatchingLabels{macvirtv1alpha1.LabelRunnerSet: set})
 	Expect(err).NotTo(HaveOccurred())
-	w, err := wc.Watch(ctx, &macvirtv1alpha1.MacClaimList{}, client.InNamespace(ns), client.MatchingLabels{macvirtv1alpha1.LabelRunnerSet: set})
-	Expect(err).NotTo(HaveOccurred())
-	mw, err := wc.Watch(ctx, &macvirtv1alpha1.MacMachineList{})
+	mw, err := world.Admin.Watch(ctx, &macvirtv1alpha1.MacMachineList{})
 	Expect(err).NotTo(HaveOccurred())
 	cw := &claimWatch{live: map[string]bool{}, served: map[types.UID]map[string]bool{}, claims: map[string]bool{}}
 	go func() {

@@ -30,16 +30,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/gitlab"
-	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 	"github.com/macvirt/macvirt/test/infrastructure/fakegitlabrunner"
 	"github.com/macvirt/macvirt/test/infrastructure/simulator"
-	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 // runnerPod is the labels of the pod gitlab-runner runs in, in the claims'
@@ -48,47 +45,20 @@ var runnerPod = map[string]string{"app.kubernetes.io/name": "gitlab-runner"}
 
 func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 	cluster.NeedsAPIServer(t)
-	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	scheme, err := macvirtscheme.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	testCluster, err := sandbox.StartCluster(scheme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = testCluster.Stop() })
-	admin, err := client.New(testCluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := sandbox.StartSystem(ctx, testCluster.Config, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Network: true, Cluster: testCluster})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); sys.Stop() })
-	if err := sandbox.ApplySamples(ctx, admin, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := sandbox.SetUpTenant(ctx, admin, sandbox.TenantUser, sandbox.TenantNamespace); err != nil {
-		t.Fatal(err)
-	}
-	if err := sandbox.ApplyTenantClass(ctx, admin); err != nil {
-		t.Fatal(err)
-	}
+	world := harness.ForTest(t, harness.Options{Log: io.Discard, System: &harness.SystemOptions{Speed: 4, Network: true},
+		Samples: &harness.SampleOptions{}, Tenant: true})
+	ctx, scheme, admin, sys := world.Ctx, world.Scheme, world.Admin, world.System
 	// The plugin's own identity: macvirt-claim-editor in the claims'
 	// namespace, bound as docs/gitlab.md binds it, and nothing else.
 	const runnerUser = "gitlab-runner"
-	if err := admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gitlab-runner-claims", Namespace: sandbox.TenantNamespace},
+	if err := admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gitlab-runner-claims", Namespace: harness.TenantNamespace},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: claimEditorRole(t)},
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: runnerUser}}}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "gitlab-runner.kubeconfig")
-	if err := sandbox.WriteTenantKubeconfig(testCluster.Environment, runnerUser, sandbox.TenantNamespace, kubeconfig); err != nil {
+	if err := harness.WriteTenantKubeconfig(world.Cluster.Environment, runnerUser, harness.TenantNamespace, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	runnerCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -102,7 +72,7 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 	if err := runner.List(ctx, &macvirtv1alpha1.MacClaimList{}, client.InNamespace("default")); !apierrors.IsForbidden(err) {
 		t.Fatalf("the plugin's user listing MacClaims of another namespace: %v; want Forbidden", err)
 	}
-	if err := runner.List(ctx, &corev1.SecretList{}, client.InNamespace(sandbox.TenantNamespace)); !apierrors.IsForbidden(err) {
+	if err := runner.List(ctx, &corev1.SecretList{}, client.InNamespace(harness.TenantNamespace)); !apierrors.IsForbidden(err) {
 		t.Fatalf("the plugin's user listing Secrets: %v; want Forbidden", err)
 	}
 	if err := runner.List(ctx, &macvirtv1alpha1.MacClassList{}); !apierrors.IsForbidden(err) {
@@ -112,7 +82,7 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 
 	t.Run("GitLab's own plugin harness: up to three, down to one, a command over SSH, down to none", func(t *testing.T) {
 		integration.TestProvisioning(t, plugin, integration.Config{
-			PluginConfig: gitlab.Config{Name: "harness", Kubeconfig: kubeconfig, Class: sandbox.TenantClass, Via: gitlab.ViaTunnel, MaxSize: 3},
+			PluginConfig: gitlab.Config{Name: "harness", Kubeconfig: kubeconfig, Class: harness.TenantClass, Via: gitlab.ViaTunnel, MaxSize: 3},
 			// The claims' user: the plugin fills it in from each claim.
 			ConnectorConfig: provider.ConnectorConfig{Timeout: 2 * time.Minute},
 			MaxInstances:    3,
@@ -128,14 +98,14 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 		var logMu sync.Mutex
 		report, err := fakegitlabrunner.Run(ctx, fakegitlabrunner.Options{
 			Plugin:       plugin,
-			PluginConfig: gitlab.Config{Name: group, Kubeconfig: kubeconfig, Class: sandbox.TenantClass, Via: gitlab.ViaDirect},
+			PluginConfig: gitlab.Config{Name: group, Kubeconfig: kubeconfig, Class: harness.TenantClass, Via: gitlab.ViaDirect},
 			Connector:    provider.ConnectorConfig{Timeout: 2 * time.Minute},
 			MaxInstances: macs,
 			Jobs:         jobs,
 			// gitlab-runner in a pod of the claims' namespace, which the
 			// Macs' NetworkPolicy admits.
 			Dial: func(ctx context.Context, _, address string) (net.Conn, error) {
-				return sys.Simulator.DialFrom(ctx, simulator.Peer{Namespace: sandbox.TenantNamespace, Labels: runnerPod}, address)
+				return sys.Simulator.DialFrom(ctx, simulator.Peer{Namespace: harness.TenantNamespace, Labels: runnerPod}, address)
 			},
 			JobTimeout: 8 * time.Minute,
 			Log:        writerFunc(func(p []byte) { logMu.Lock(); log.Write(p); logMu.Unlock() }),
@@ -173,7 +143,7 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 
 	t.Run("a runner that crashed leaves nothing: the next plugin releases the Macs it cannot log in to", func(t *testing.T) {
 		const group = "crash"
-		config := gitlab.Config{Name: group, Kubeconfig: kubeconfig, Class: sandbox.TenantClass, Via: gitlab.ViaTunnel}
+		config := gitlab.Config{Name: group, Kubeconfig: kubeconfig, Class: harness.TenantClass, Via: gitlab.ViaTunnel}
 		raw, err := json.Marshal(config)
 		if err != nil {
 			t.Fatal(err)
@@ -195,7 +165,7 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 		// The runner dies: no Shutdown, no Decrease; the claims stay.
 		first.Kill()
 		left := &macvirtv1alpha1.MacClaimList{}
-		if err := admin.List(ctx, left, client.InNamespace(sandbox.TenantNamespace), client.MatchingLabels{gitlab.LabelGroup: group}); err != nil || len(left.Items) != 2 {
+		if err := admin.List(ctx, left, client.InNamespace(harness.TenantNamespace), client.MatchingLabels{gitlab.LabelGroup: group}); err != nil || len(left.Items) != 2 {
 			t.Fatalf("after the crash: %d claims, %v; want the 2 the dead runner made", len(left.Items), err)
 		}
 		report, err := fakegitlabrunner.Run(ctx, fakegitlabrunner.Options{Plugin: plugin, PluginConfig: config,
@@ -251,7 +221,7 @@ func watchClaims(ctx context.Context, t *testing.T, admin client.Client, group s
 	wg.Go(func() {
 		for {
 			list := &macvirtv1alpha1.MacClaimList{}
-			if err := admin.List(ctx, list, client.InNamespace(sandbox.TenantNamespace), client.MatchingLabels{gitlab.LabelGroup: group}); err == nil {
+			if err := admin.List(ctx, list, client.InNamespace(harness.TenantNamespace), client.MatchingLabels{gitlab.LabelGroup: group}); err == nil {
 				mu.Lock()
 				most = max(most, len(list.Items))
 				mu.Unlock()
@@ -279,7 +249,7 @@ func expectNothingLeft(ctx context.Context, t *testing.T, admin client.Client, g
 	for {
 		claims := &macvirtv1alpha1.MacClaimList{}
 		machines := &macvirtv1alpha1.MacMachineList{}
-		if err := admin.List(ctx, claims, client.InNamespace(sandbox.TenantNamespace), client.MatchingLabels{gitlab.LabelGroup: group}); err != nil {
+		if err := admin.List(ctx, claims, client.InNamespace(harness.TenantNamespace), client.MatchingLabels{gitlab.LabelGroup: group}); err != nil {
 			t.Fatal(err)
 		}
 		if err := admin.List(ctx, machines); err != nil {
@@ -287,7 +257,7 @@ func expectNothingLeft(ctx context.Context, t *testing.T, admin client.Client, g
 		}
 		var bound []string
 		for _, m := range machines.Items {
-			if ref := m.Spec.ClaimRef; ref != nil && ref.Namespace == sandbox.TenantNamespace && strings.HasPrefix(ref.Name, group+"-") {
+			if ref := m.Spec.ClaimRef; ref != nil && ref.Namespace == harness.TenantNamespace && strings.HasPrefix(ref.Name, group+"-") {
 				bound = append(bound, m.Name+" for "+ref.Name)
 			}
 		}

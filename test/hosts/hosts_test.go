@@ -26,8 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/faketart/build"
-	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 var _ = Describe("Machines on Apple-silicon hosts", func() {
@@ -167,7 +167,7 @@ var _ = Describe("Machines on Apple-silicon hosts", func() {
 		pool(spec, class, 4)
 		Eventually(func() int { return len(machinesOf(class)) - perHost(class)[""] }).Should(BeNumerically(">=", 1))
 		system.StopOperator()
-		Expect(system.StartOperator(ctx, sandbox.OperatorOptions{})).To(Succeed())
+		Expect(system.StartOperator(ctx, harness.OperatorOptions{})).To(Succeed())
 
 		By("a new operator places the rest: two per host, no host past its slots")
 		Eventually(func() map[string]int { return perHost(class) }).Should(Equal(map[string]int{a: 2, b: 2}))

@@ -26,33 +26,25 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
-	"github.com/macvirt/macvirt/test/sandbox"
 )
 
-// The suite runs a real API server with macvirt's CRDs and webhooks, the
-// operator with its agent endpoint (which a spec stops and starts again),
-// and, for each spec, fake Macs: host agents in this process driving the
-// fake tart command, which keeps its VMs in a temporary TART_HOME and runs
-// each VM as a process, as tart does.
+// The suite's world: a real API server with macvirt's CRDs and webhooks,
+// the operator with its agent endpoint (which a spec stops and starts
+// again), and, for each spec, fake Macs: host agents in this process
+// driving the fake tart command, which keeps its VMs in a temporary
+// TART_HOME and runs each VM as a process, as tart does.
 var (
-	cfg         *rest.Config
-	testCluster *cluster.Cluster
-	scheme      *runtime.Scheme
-	admin       client.Client
-	system      *sandbox.System
-	stopAll     context.CancelFunc
-	ctx         context.Context
+	world  *harness.World
+	admin  client.Client
+	system *harness.System
+	ctx    context.Context
 )
 
 // image is the Virtualization classes' VM image, which the fake tart can
@@ -70,41 +62,19 @@ func TestHosts(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	SetDefaultEventuallyTimeout(2 * time.Minute)
 	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
-	var err error
-	scheme, err = macvirtscheme.New()
-	Expect(err).NotTo(HaveOccurred())
-	testCluster, err = sandbox.StartCluster(scheme)
-	Expect(err).NotTo(HaveOccurred())
-	cfg = testCluster.Config
-	admin, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	ctx, stopAll = context.WithCancel(context.Background())
-	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}})
-	Expect(err).NotTo(HaveOccurred())
+	world = harness.ForTest(GinkgoT(), harness.Options{Log: GinkgoWriter, System: &harness.SystemOptions{Speed: 4}})
+	admin, system, ctx = world.Admin, world.System, world.Ctx
 })
 
-var _ = AfterSuite(func() {
-	if stopAll != nil {
-		stopAll()
-	}
-	if system != nil {
-		system.Stop()
-	}
-	if testCluster != nil {
-		Expect(testCluster.Stop()).To(Succeed())
-	}
-})
-
-// startMacs runs the spec's fake Macs (sandbox.StartMacs): each a MacHost
+// startMacs runs the spec's fake Macs (harness.StartMacs): each a MacHost
 // with the spec's label (so only the spec's class selects it), the real
 // host agent and tart driver against the fake tart, and a guest for each
 // running VM that heartbeats to the operator's endpoint with the real
 // agent's client. They stop with the spec.
-func startMacs(spec string, cordoned []string, names ...string) *sandbox.Macs {
-	m, err := sandbox.StartMacs(ctx, cfg, admin, sandbox.MacsOptions{Names: names, Cordoned: cordoned,
+func startMacs(spec string, cordoned []string, names ...string) *harness.Macs {
+	m, err := harness.StartMacs(ctx, world.Config, admin, harness.MacsOptions{Names: names, Cordoned: cordoned,
 		Labels: map[string]string{"test.macvirt.io/spec": spec}, Lease: lease, Images: []string{image}, Dir: GinkgoT().TempDir()})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(m.Stop)
@@ -112,7 +82,7 @@ func startMacs(spec string, cordoned []string, names ...string) *sandbox.Macs {
 }
 
 // running counts the VMs a Mac's tart runs.
-func running(m *sandbox.Macs, name string) int {
+func running(m *harness.Macs, name string) int {
 	n, err := m.Running(ctx, name)
 	Expect(err).NotTo(HaveOccurred())
 	return n

@@ -158,8 +158,7 @@ type poolWatch struct {
 }
 
 func watchPool(pool string, bound *macvirtv1alpha1.MacMachine) *poolWatch {
-	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
+	wc := world.Admin
 	var list macvirtv1alpha1.MacMachineList
 	Expect(admin.List(ctx, &list, client.InNamespace("macvirt-pools"), client.MatchingLabels{macvirtv1alpha1.LabelPool: pool})).To(Succeed())
 	w := &poolWatch{machines: map[string]*macvirtv1alpha1.MacMachine{}, done: make(chan struct{})}

@@ -20,30 +20,24 @@ import (
 	. "github.com/onsi/gomega"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 	"github.com/macvirt/macvirt/test/infrastructure/simulator"
-	"github.com/macvirt/macvirt/test/sandbox"
 )
 
+// The suite's world: macvirt at work, with a registry the simulated CDI
+// polls for refreshed images.
 var (
-	cfg         *rest.Config
-	testCluster *cluster.Cluster
-	scheme      *runtime.Scheme
-	admin       client.Client
-	system      *sandbox.System
-	registry    *simulator.Registry
-	stopAll     context.CancelFunc
-	ctx         context.Context
+	world    *harness.World
+	admin    client.Client
+	system   *harness.System
+	registry *simulator.Registry
+	ctx      context.Context
 )
 
 func TestImages(t *testing.T) {
@@ -53,22 +47,12 @@ func TestImages(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	SetDefaultEventuallyTimeout(3 * time.Minute)
 	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
-	var err error
-	scheme, err = macvirtscheme.New()
-	Expect(err).NotTo(HaveOccurred())
-	testCluster, err = sandbox.StartCluster(scheme)
-	Expect(err).NotTo(HaveOccurred())
-	cfg = testCluster.Config
-	admin, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	ctx, stopAll = context.WithCancel(context.Background())
 	registry = simulator.NewRegistry()
-	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Registry: registry})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(sandbox.ApplySamples(ctx, admin, 0)).To(Succeed())
+	world = harness.ForTest(GinkgoT(), harness.Options{Log: GinkgoWriter,
+		System: &harness.SystemOptions{Speed: 4, Registry: registry}, Samples: &harness.SampleOptions{}})
+	admin, system, ctx = world.Admin, world.System, world.Ctx
 
 	By("two storage classes: the default can only copy; fast is a CSI driver's with a VolumeSnapshotClass")
 	immediate := storagev1.VolumeBindingImmediate
@@ -88,18 +72,6 @@ const (
 	fastDriver = "fast.csi.example.com"
 )
 
-var _ = AfterSuite(func() {
-	if stopAll != nil {
-		stopAll()
-	}
-	if system != nil {
-		system.Stop()
-	}
-	if testCluster != nil {
-		Expect(testCluster.Stop()).To(Succeed())
-	}
-})
-
 // showKubectl logs `kubectl get <args>` against the test cluster when
 // MACVIRT_SHOW_KUBECTL is set and kubectl is installed: a picture for a
 // person reading the log, never a check.
@@ -113,8 +85,8 @@ func showKubectl(args ...string) {
 	}
 	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: world.Config.Host, CertificateAuthorityData: world.Config.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: world.Config.CertData, ClientKeyData: world.Config.KeyData, Token: world.Config.BearerToken}
 	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin"}
 	kc.CurrentContext = "test"
 	if clientcmd.WriteToFile(*kc, path) != nil {

@@ -29,24 +29,21 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
-	"github.com/macvirt/macvirt/test/sandbox"
 )
 
+// The suite's world: macvirt at work, with two Apple nodes, on KubeVirt's
+// own control plane with its Sidecar gate on, as docs/install.md asks of a
+// cluster without the Plugins gate: the operator then adds its domain hook
+// as a sidecar.
 var (
-	testCluster *cluster.Cluster
-	scheme      *runtime.Scheme
-	admin       client.WithWatch
-	system      *sandbox.System
-	stopAll     context.CancelFunc
-	ctx         context.Context
+	world *harness.World
+	admin client.WithWatch
+	ctx   context.Context
 )
 
 func TestKubeVirt(t *testing.T) {
@@ -56,24 +53,12 @@ func TestKubeVirt(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	SetDefaultEventuallyTimeout(2 * time.Minute)
 	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
-	var err error
-	scheme, err = macvirtscheme.New()
-	Expect(err).NotTo(HaveOccurred())
-	// KubeVirt's Sidecar gate on, as docs/install.md asks of a cluster
-	// without the Plugins gate: the operator then adds its domain hook as a
-	// sidecar.
-	testCluster, err = cluster.StartWithKubeVirt(scheme, cluster.KubeVirtOptions{FeatureGates: []string{"Sidecar"}})
-	Expect(err).NotTo(HaveOccurred())
-	admin, err = client.NewWithWatch(testCluster.Config, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	ctx, stopAll = context.WithCancel(context.Background())
-	system, err = sandbox.StartSystem(ctx, testCluster.Config, scheme, sandbox.SystemOptions{
-		Options: sandbox.Options{Speed: 4, AppleNodes: 2}})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(sandbox.ApplySamples(ctx, admin, 1)).To(Succeed())
+	world = harness.ForTest(GinkgoT(), harness.Options{Log: GinkgoWriter,
+		KubeVirt: cluster.KubeVirtOptions{FeatureGates: []string{"Sidecar"}},
+		System:   &harness.SystemOptions{Speed: 4, AppleNodes: 2}, Samples: &harness.SampleOptions{Machines: 1}})
+	admin, ctx = world.Admin, world.Ctx
 })
 
 // failed records a failed spec, for AfterSuite to print KubeVirt's logs.
@@ -116,17 +101,9 @@ func dump() {
 	}
 }
 
+// KubeVirt's own logs go with a failed suite, before the world stops.
 var _ = AfterSuite(func() {
-	if stopAll != nil {
-		stopAll()
-	}
-	if system != nil {
-		system.Stop()
-	}
-	if testCluster != nil {
-		if failed {
-			GinkgoWriter.Println(testCluster.KubeVirtLogs())
-		}
-		Expect(testCluster.Stop()).To(Succeed())
+	if failed && world != nil {
+		GinkgoWriter.Println(world.Cluster.KubeVirtLogs())
 	}
 })

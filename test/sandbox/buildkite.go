@@ -12,38 +12,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/fakebuildkite"
-	"github.com/macvirt/macvirt/test/infrastructure/simulator"
 )
 
-// FakeBuildkiteAgentArg is the first argument that makes the sandbox's own
-// binary play buildkite-agent in a simulated guest.
-const FakeBuildkiteAgentArg = "fake-buildkite-agent"
-
 // The sandbox's Buildkite queue: in the tenant's namespace, from
-// CIClass, one warm Mac, at most two agents, on the fake's queue.
-var sandboxQueue = types.NamespacedName{Namespace: TenantNamespace, Name: "macos"}
+// harness.CIClass, one warm Mac, at most two agents, on the fake's queue.
+var sandboxQueue = types.NamespacedName{Namespace: harness.TenantNamespace, Name: "macos"}
 
 const (
 	// buildkiteFakeToken is the cluster agent token the fake accepts.
 	buildkiteFakeToken = "bkct_sandbox" //nolint:gosec // the fake Buildkite's, not a credential.
 	buildkiteFakeQueue = "macos"
-	// buildkiteAgentPath is where the sandbox's golden image keeps
-	// buildkite-agent, under the guest account's home.
-	buildkiteAgentPath = "bin/buildkite-agent"
 )
-
-// buildkiteGuestFiles put buildkite-agent into every simulated guest's
-// golden image: a script that execs command with FakeBuildkiteAgentArg.
-func buildkiteGuestFiles(command string) map[string]simulator.GuestFile {
-	script := fmt.Sprintf("#!/bin/sh\n# buildkite-agent, played by the sandbox.\nexec '%s' %s \"$@\"\n", command, FakeBuildkiteAgentArg)
-	return map[string]simulator.GuestFile{"Users/admin/" + buildkiteAgentPath: {Mode: 0o755, Content: []byte(script)}}
-}
 
 // ApplyBuildkiteQueue creates the sandbox's Buildkite queue against the
 // fake Buildkite at endpoint, with the Secret of its token and its class.
 func ApplyBuildkiteQueue(ctx context.Context, c client.Client, endpoint string) error {
-	if err := ApplyCIClass(ctx, c); err != nil {
+	if err := harness.ApplyCIClass(ctx, c); err != nil {
 		return err
 	}
 	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxQueue.Namespace, Name: "buildkite"},
@@ -53,8 +39,8 @@ func ApplyBuildkiteQueue(ctx context.Context, c client.Client, endpoint string) 
 	return c.Create(ctx, &macvirtv1alpha1.MacBuildkiteQueue{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxQueue.Namespace, Name: sandboxQueue.Name},
 		Spec: macvirtv1alpha1.MacBuildkiteQueueSpec{
 			Buildkite: macvirtv1alpha1.BuildkiteTarget{Queue: buildkiteFakeQueue, TokenSecretName: "buildkite", Endpoint: endpoint},
-			ClassName: CIClass, MaxAgents: 2, MinIdle: 1,
-			Agent: macvirtv1alpha1.BuildkiteAgentInstall{Path: buildkiteAgentPath},
+			ClassName: harness.CIClass, MaxAgents: 2, MinIdle: 1,
+			Agent: macvirtv1alpha1.BuildkiteAgentInstall{Path: harness.BuildkiteAgentPath},
 		}})
 }
 

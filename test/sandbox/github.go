@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -15,40 +14,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/test/infrastructure/cluster"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/fakegithub"
-	"github.com/macvirt/macvirt/test/infrastructure/simulator"
 )
 
-// FakeRunnerArg is the first argument that makes the sandbox's own binary
-// play GitHub's runner (run.sh --jitconfig ...) in a simulated guest.
-const FakeRunnerArg = "fake-runner"
-
-// The sandbox's runner set: in the tenant's namespace, from CIClass,
+// The sandbox's runner set: in the tenant's namespace, from harness.CIClass,
 // one warm Mac, at most two runners.
-var sandboxRunnerSet = types.NamespacedName{Namespace: TenantNamespace, Name: "macos"}
+var sandboxRunnerSet = types.NamespacedName{Namespace: harness.TenantNamespace, Name: "macos"}
 
 // githubFakeToken is the token the sandbox's fake GitHub accepts.
 const githubFakeToken = "github_pat_sandbox" //nolint:gosec // the fake GitHub's, not a credential.
 
-// runnerGuestFiles put GitHub's runner into every simulated guest's golden
-// image: a run.sh that execs command with FakeRunnerArg.
-func runnerGuestFiles(command string) map[string]simulator.GuestFile {
-	script := fmt.Sprintf("#!/bin/sh\n# GitHub's runner, played by the sandbox.\nexec '%s' %s \"$@\"\n", command, FakeRunnerArg)
-	return map[string]simulator.GuestFile{
-		"Users/admin/" + macvirtv1alpha1.DefaultRunnerDirectory + "/run.sh": {Mode: 0o755, Content: []byte(script)},
-	}
-}
-
-// CIClass is the sandbox's class for CI: the sample class whose Macs
-// heartbeat every 5 s, so a warm Mac takes its runner or agent within
-// seconds (docs/github-actions.md#how-long-a-job-waits).
-const CIClass = "ci-runner"
-
 // ApplyRunnerSet creates the sandbox's runner set against the fake GitHub
 // at url, with the Secret of its token and its class.
 func ApplyRunnerSet(ctx context.Context, c client.Client, url string) error {
-	if err := ApplyCIClass(ctx, c); err != nil {
+	if err := harness.ApplyCIClass(ctx, c); err != nil {
 		return err
 	}
 	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxRunnerSet.Namespace, Name: "github"},
@@ -58,24 +38,8 @@ func ApplyRunnerSet(ctx context.Context, c client.Client, url string) error {
 	return c.Create(ctx, &macvirtv1alpha1.MacRunnerSet{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxRunnerSet.Namespace, Name: sandboxRunnerSet.Name},
 		Spec: macvirtv1alpha1.MacRunnerSetSpec{
 			GitHub:    macvirtv1alpha1.GitHubRunnerTarget{URL: strings.TrimSuffix(url, "/") + "/acme", CredentialsSecretName: "github"},
-			ClassName: CIClass, MaxRunners: 2, MinIdle: 1,
+			ClassName: harness.CIClass, MaxRunners: 2, MinIdle: 1,
 		}})
-}
-
-// ApplyCIClass creates CIClass from the sample class, unless it exists.
-func ApplyCIClass(ctx context.Context, c client.Client) error {
-	objs, err := readObjects(filepath.Join(cluster.RepoRoot(), "config", "samples", "macvirt_v1alpha1_macclass.yaml"), c.Scheme())
-	if err != nil {
-		return err
-	}
-	class, ok := objs[0].(*macvirtv1alpha1.MacClass)
-	if !ok || len(objs) != 1 {
-		return fmt.Errorf("the sample class file holds %d objects, the first a %T", len(objs), objs[0])
-	}
-	class.Name = CIClass
-	class.Spec.Description = "the sample class for CI runners: its Macs heartbeat every 5 s"
-	class.Spec.Lifecycle.HeartbeatTimeout = &metav1.Duration{Duration: 20 * time.Second}
-	return createIfMissing(ctx, c, class)
 }
 
 // runFakeJob waits for the runner set to listen and its warm Mac, queues

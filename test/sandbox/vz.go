@@ -60,7 +60,7 @@ func ApplyVZClass(ctx context.Context, c client.Client) error {
 				Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://" + VZImage)}}}},
 			Placement: macvirtv1alpha1.PlacementSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{vzHostLabel: "true"}}},
 		}}
-	return createIfMissing(ctx, c, class)
+	return client.IgnoreAlreadyExists(c.Create(ctx, class))
 }
 
 // runVZClaim claims a Mac of VZClass and says where it became Ready.
@@ -69,7 +69,7 @@ func runVZClaim(ctx context.Context, c client.Client, out io.Writer) error {
 	start := time.Now()
 	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Namespace: vzClaim.Namespace, Name: vzClaim.Name},
 		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: VZClass}}
-	if err := createIfMissing(ctx, c, claim); err != nil {
+	if err := client.IgnoreAlreadyExists(c.Create(ctx, claim)); err != nil {
 		return err
 	}
 	say("claim %s of class %s (runtime Virtualization), on fake Apple-silicon Macs %v", vzClaim, VZClass, VZMacs)

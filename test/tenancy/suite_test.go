@@ -26,23 +26,23 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
 
 	"github.com/macvirt/macvirt/internal/operator"
-	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
-	"github.com/macvirt/macvirt/test/sandbox"
 )
 
+// The suite's world: macvirt at work, its operator running as its service
+// account under the shipped RBAC with every request recorded
+// (rights_test.go), with the tunnel and the simulated network, and the
+// samples applied with two idle machines.
 var (
-	cfg         *rest.Config
-	testCluster *cluster.Cluster
-	scheme      *runtime.Scheme
-	admin       client.Client
-	system      *sandbox.System
-	stopAll     context.CancelFunc
+	world  *harness.World
+	cfg    *rest.Config
+	scheme *runtime.Scheme
+	admin  client.Client
+	system *harness.System
 	// logs is everything the operator, the simulator and the guests logged.
 	logs syncBuffer
 )
@@ -65,9 +65,9 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// The operator's service account, as config/default names it.
+// The operator's service account and the user its requests arrive as.
 const (
-	operatorSA   = "macvirt-controller-manager"
+	operatorSA   = harness.OperatorServiceAccount
 	operatorUser = "system:serviceaccount:" + operator.DefaultNamespace + ":" + operatorSA
 )
 
@@ -81,63 +81,17 @@ func TestTenancy(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(GinkgoWriter, &logs)), zap.UseDevMode(true)))
 	SetDefaultEventuallyTimeout(2 * time.Minute)
 	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
-	var err error
-	scheme, err = macvirtscheme.New()
-	Expect(err).NotTo(HaveOccurred())
-	testCluster, err = sandbox.StartCluster(scheme)
-	Expect(err).NotTo(HaveOccurred())
-	cfg = testCluster.Config
-	admin, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	stopAll = cancel
-
-	By("the operator's service account with the shipped config/rbac/role.yaml")
-	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operator.DefaultNamespace}})).To(Succeed())
-	Expect(admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: operatorSA, Namespace: operator.DefaultNamespace}})).To(Succeed())
-	sa := rbacv1.Subject{Kind: "ServiceAccount", Name: operatorSA, Namespace: operator.DefaultNamespace}
-	for _, obj := range shipped("role.yaml") {
-		switch role := obj.(type) {
-		case *rbacv1.ClusterRole:
-			Expect(admin.Create(ctx, role)).To(Succeed())
-			Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
-				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-				Subjects: []rbacv1.Subject{sa}})).To(Succeed())
-		case *rbacv1.Role:
-			Expect(admin.Create(ctx, role)).To(Succeed())
-			Expect(admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: role.Namespace},
-				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-				Subjects: []rbacv1.Subject{sa}})).To(Succeed())
-		}
-	}
-	By("and config/tunnel's Role and RoleBinding in kube-system, to read the API server's front-proxy trust")
-	for _, obj := range shipped(tunnelTrustReader) {
-		role := obj.(*rbacv1.Role)
-		role.Namespace = trustNamespace // as config/default puts it
-		Expect(admin.Create(ctx, role)).To(Succeed())
-		Expect(admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: role.Namespace},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-			Subjects: []rbacv1.Subject{sa}})).To(Succeed())
-	}
-	Eventually(func() bool {
-		return allowed(operatorUser, authorizationv1.ResourceAttributes{Verb: "list", Group: "macvirt.io", Resource: "macmachines"}) &&
-			allowed(operatorUser, authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: trustNamespace,
-				Name: "extension-apiserver-authentication"})
-	}).Should(BeTrue(), "the API server's RBAC cache learns of the bindings")
-	opCfg := rest.CopyConfig(cfg)
-	opCfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operator.DefaultNamespace, "system:authenticated"}}
-	recordCalls(opCfg) // compared with the shipped roles once the suite is over (rights_test.go)
-
-	By("macvirt, the simulator and the samples")
-	system, err = sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, OperatorConfig: opCfg,
-		Network: true, Cluster: testCluster})
-	Expect(err).NotTo(HaveOccurred())
+	By("macvirt, the simulator and the samples, the operator as its service account with the shipped config/rbac/role.yaml " +
+		"and config/tunnel's Role in kube-system, to read the API server's front-proxy trust")
+	world = harness.ForTest(GinkgoT(), harness.Options{Log: io.MultiWriter(GinkgoWriter, &logs),
+		System:          &harness.SystemOptions{Speed: 4, Network: true},
+		OperatorAccount: true, OperatorConnection: recordCalls, // compared with the shipped roles once the suite is over (rights_test.go)
+		Samples: &harness.SampleOptions{Machines: 2}})
+	cfg, scheme, admin, system = world.Config, world.Scheme, world.Admin, world.System
 	Expect(system.OperatorUser).To(Equal(operatorUser))
-	Expect(sandbox.ApplySamples(ctx, admin, 2)).To(Succeed())
+	ctx := world.Ctx
 
 	By("each player gets every shipped tenant-facing role in their namespace, and the catalog cluster-wide")
 	for _, file := range tenantRoleFiles() {
@@ -172,18 +126,6 @@ var _ = BeforeSuite(func() {
 				allowed(user, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Resource: "secrets"}) &&
 				allowed(user, authorizationv1.ResourceAttributes{Verb: "list", Group: "macvirt.io", Resource: "macclasses"})
 		}).Should(BeTrue(), "the API server's RBAC cache learns of %s's bindings", user)
-	}
-})
-
-var _ = AfterSuite(func() {
-	if stopAll != nil {
-		stopAll()
-	}
-	if system != nil {
-		system.Stop()
-	}
-	if testCluster != nil {
-		Expect(testCluster.Stop()).To(Succeed())
 	}
 })
 

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -35,15 +36,12 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/domainhook/contract"
-	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
-	"github.com/macvirt/macvirt/test/sandbox"
 )
 
 // The kinds whose objects an upgrade must leave as they were: macvirt's
@@ -64,44 +62,28 @@ var kinds = []schema.GroupVersionKind{
 
 func TestAnOperatorUpgradeLosesNothingAndRestartsNoMac(t *testing.T) {
 	cluster.NeedsAPIServer(t)
-	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	baseline, err := latestBaseline()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("upgrading from the CRDs of %s", filepath.Base(filepath.Dir(baseline)))
-	scheme, err := macvirtscheme.New()
-	if err == nil {
-		err = apiextensionsv1.AddToScheme(scheme)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 	old, err := readCRDs(mustRead(t, baseline))
 	if err != nil {
 		t.Fatal(err)
 	}
-	testCluster, err := cluster.StartWithKubeVirt(scheme, cluster.KubeVirtOptions{FeatureGates: sandbox.KubeVirtFeatureGates, MacvirtCRDs: old})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = testCluster.Stop() })
-	cfg := testCluster.Config
-	admin, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	sys, err := sandbox.StartSystem(ctx, cfg, scheme, sandbox.SystemOptions{Options: sandbox.Options{Speed: 4}, Network: true})
+	t.Cleanup(cancel)
+	world, err := harness.Start(ctx, harness.Options{Log: io.Discard, Scheme: []func(*runtime.Scheme) error{apiextensionsv1.AddToScheme},
+		KubeVirt: cluster.KubeVirtOptions{MacvirtCRDs: old}, System: &harness.SystemOptions{Speed: 4, Network: true}})
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); sys.Stop() })
+	t.Cleanup(func() { _ = world.Stop() })
+	ctx, cfg, admin, sys := world.Ctx, world.Config, world.Admin, world.System
 
 	// The world of the old release: the samples' class and pool with one
 	// idle machine, and the samples' claim bound to another.
-	if err := sandbox.ApplySamples(ctx, admin, 1); err != nil {
+	if err := harness.ApplySamples(ctx, admin, 1); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, "the sample claim and every machine Ready", func() (bool, string) { return allReady(ctx, admin) })
@@ -140,7 +122,7 @@ func TestAnOperatorUpgradeLosesNothingAndRestartsNoMac(t *testing.T) {
 	}
 	// A new release's operator runs a new domain-hook image.
 	const newHookImage = "ghcr.io/macvirt/macvirt-domain-hook:v99.0.0"
-	if err := sys.StartOperator(ctx, sandbox.OperatorOptions{HookImage: newHookImage}); err != nil {
+	if err := sys.StartOperator(ctx, harness.OperatorOptions{HookImage: newHookImage}); err != nil {
 		t.Fatal(err)
 	}
 	// The new operator has looked at everything once its controllers have

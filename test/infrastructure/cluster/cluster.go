@@ -103,9 +103,16 @@ func DynamicClientOptions(cfg *rest.Config, scheme *kruntime.Scheme) (*client.Op
 	return &client.Options{Scheme: scheme, Mapper: m}, nil
 }
 
+// Skipper is what NeedsAPIServer needs of a test: a *testing.T, or a
+// Ginkgo suite's GinkgoT().
+type Skipper interface {
+	Helper()
+	Skip(args ...any)
+}
+
 // NeedsAPIServer skips t in the unit run (go test -short, make test-unit),
 // which starts no API server; make test runs it.
-func NeedsAPIServer(t testing.TB) {
+func NeedsAPIServer(t Skipper) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts an API server: make test runs it, make test-unit (-short) does not")

@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -185,31 +184,6 @@ func SetKubeVirtFeatureGates(ctx context.Context, c client.Client, gates ...stri
 		return fmt.Errorf("setting KubeVirt's feature gates to %v: %w", gates, err)
 	}
 	return nil
-}
-
-// StartKubeVirtForTest starts a cluster as StartWithKubeVirt does, for t
-// (skipped in the unit run), stops it when t ends, printing what KubeVirt's
-// processes printed if t failed, and returns it with a client of scheme.
-func StartKubeVirtForTest(t testing.TB, scheme *kruntime.Scheme, opts KubeVirtOptions) (*Cluster, client.Client) {
-	t.Helper()
-	NeedsAPIServer(t)
-	cluster, err := StartWithKubeVirt(scheme, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(cluster.KubeVirtLogs())
-		}
-		if err := cluster.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cluster, c
 }
 
 // Stop ends KubeVirt's processes, then the API server and etcd.

@@ -13,14 +13,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/macvirt/macvirt/test/infrastructure/cluster"
+	"github.com/macvirt/macvirt/test/harness"
 )
 
 // TestKubeVirtsOwnControlPlaneAnswers starts a cluster with KubeVirt's own
@@ -29,13 +27,8 @@ import (
 // becomes a VMI and a virt-launcher pod by virt-controller's hand, and the
 // `stop` subresource, reached through API aggregation, halts it.
 func TestKubeVirtsOwnControlPlaneAnswers(t *testing.T) {
-	scheme := kruntime.NewScheme()
-	for _, add := range []func(*kruntime.Scheme) error{clientgoscheme.AddToScheme, kubevirtv1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cluster, c := cluster.StartKubeVirtForTest(t, scheme, cluster.KubeVirtOptions{})
+	world := harness.ForTest(t, harness.Options{})
+	cluster, c := world.Cluster, world.Admin
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "builds"}}

@@ -28,16 +28,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/macvirt/macvirt/internal/vmstop"
-	"github.com/macvirt/macvirt/test/infrastructure/cluster"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/simulator"
 )
 
@@ -48,34 +44,10 @@ import (
 // shuts the domain down gracefully before the pod and the instance go; a
 // lost node's instance is failed by virt-controller's node controller.
 func TestTheNodesUnderKubeVirtsOwnControlPlane(t *testing.T) {
-	scheme := kruntime.NewScheme()
-	for _, add := range []func(*kruntime.Scheme) error{clientgoscheme.AddToScheme, simulator.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testCluster, c := cluster.StartKubeVirtForTest(t, scheme, cluster.KubeVirtOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	world := harness.ForTest(t, harness.Options{Simulator: &simulator.Options{StartDelay: 300 * time.Millisecond, ShutdownDelay: time.Second}})
+	ctx, cancel := context.WithTimeout(world.Ctx, 3*time.Minute)
 	defer cancel()
-	mgr, err := ctrl.NewManager(testCluster.Config, ctrl.Options{Scheme: scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim := simulator.New(mgr.GetClient(), simulator.Options{ControlPlane: testCluster.Config,
-		StartDelay: 300 * time.Millisecond, ShutdownDelay: time.Second})
-	if err := sim.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(mgrCtx); err != nil {
-			t.Error(err)
-		}
-	}()
-	defer func() { stopMgr(); <-done }()
+	c, sim := world.Admin, world.Simulator
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "builds"}}
 	if err := c.Create(ctx, ns); err != nil {
@@ -142,11 +114,7 @@ func TestTheNodesUnderKubeVirtsOwnControlPlane(t *testing.T) {
 	})
 
 	// Every phase the VMI passes through from here, as a watch delivers it.
-	wc, err := client.NewWithWatch(testCluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := wc.Watch(ctx, &kubevirtv1.VirtualMachineInstanceList{}, client.InNamespace(ns.Name))
+	w, err := c.Watch(ctx, &kubevirtv1.VirtualMachineInstanceList{}, client.InNamespace(ns.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +153,7 @@ func TestTheNodesUnderKubeVirtsOwnControlPlane(t *testing.T) {
 		t.Errorf("the new VMI's interfaces %+v, its pods %d; want the new pod's IP, not the lost one's %s",
 			vmi.Status.Interfaces, len(pods.Items), firstIP)
 	}
-	stopper, err := vmstop.NewRESTStopper(testCluster.Config, nil)
+	stopper, err := vmstop.NewRESTStopper(world.Config, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ var _ = Describe("The guest's power", func() {
 		vmiStates := record(&kubevirtv1.VirtualMachineInstanceList{}, ns, func(vmi *kubevirtv1.VirtualMachineInstance) string {
 			return fmt.Sprintf("%s deleting=%t", vmi.Status.Phase, vmi.DeletionTimestamp != nil)
 		})
-		stopper, err := vmstop.NewRESTStopper(testCluster.Config, nil)
+		stopper, err := vmstop.NewRESTStopper(world.Config, nil)
 		Expect(err).NotTo(HaveOccurred())
 
 		// Through virt-api's stop subresource, with a grace period longer

@@ -174,7 +174,7 @@ type phaseClock struct {
 
 // clockPhases watches the DataVolumes of ns until the spec ends.
 func clockPhases(ns, name string) *phaseClock {
-	w, err := watcher.Watch(ctx, &cdiv1.DataVolumeList{}, client.InNamespace(ns))
+	w, err := k8sClient.Watch(ctx, &cdiv1.DataVolumeList{}, client.InNamespace(ns))
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(w.Stop)
 	c := &phaseClock{since: map[cdiv1.DataVolumePhase]time.Time{}}

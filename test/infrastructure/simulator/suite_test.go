@@ -28,17 +28,11 @@ import (
 	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 	"github.com/macvirt/macvirt/test/infrastructure/simulator"
 )
@@ -66,13 +60,14 @@ const (
 	timeout = 30 * time.Second
 )
 
+// The suite's world: a test cluster with KubeVirt's own virt-api and
+// virt-controller (the hook sidecar's gate on), under the simulator alone,
+// at a test's pace.
 var (
-	ctx         context.Context
-	cancel      context.CancelFunc
-	testCluster *cluster.Cluster
-	k8sClient   client.Client    // strict field validation
-	watcher     client.WithWatch // for recording every state an object goes through
-	sim         *simulator.Simulator
+	world     *harness.World
+	ctx       context.Context
+	k8sClient client.WithWatch // strict field validation
+	sim       *simulator.Simulator
 )
 
 func TestSimulator(t *testing.T) {
@@ -82,65 +77,27 @@ func TestSimulator(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	// Polled once per 50 ms, not Gomega's 10 ms: a spec's Eventually must
 	// not be what loads the API server.
 	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 	SetDefaultConsistentlyPollingInterval(50 * time.Millisecond)
-	ctx, cancel = context.WithCancel(context.Background())
-
-	scheme := runtime.NewScheme()
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(simulator.AddToScheme(scheme)).To(Succeed())
-
-	var cfg *rest.Config
-	var err error
-	// KubeVirt's own virt-api and virt-controller, with the hook sidecar's
-	// gate, under the simulated nodes.
-	testCluster, err = cluster.StartWithKubeVirt(scheme, cluster.KubeVirtOptions{FeatureGates: []string{"Sidecar"}})
-	Expect(err).NotTo(HaveOccurred())
-	cfg = testCluster.Config
-
-	watcher, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	k8sClient = client.WithFieldValidation(watcher, metav1.FieldValidationStrict)
-
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
-	Expect(err).NotTo(HaveOccurred())
-	sim = simulator.New(mgr.GetClient(), simulator.Options{
-		ImportSteps:    importSteps,
-		StepInterval:   stepInterval,
-		StartDelay:     startDelay,
-		ShutdownDelay:  shutdownDelay,
-		Guests:         true,
-		GuestBootDelay: 50 * time.Millisecond,
-		GuestFiles:     map[string]simulator.GuestFile{goldenFile: {Mode: 0o644, Content: []byte("macOS 14.5")}},
-		CloneDurations: map[cdiv1.CDICloneStrategy]time.Duration{
-			cdiv1.CloneStrategySnapshot:     snapshotClone,
-			cdiv1.CloneStrategyCsiClone:     csiClone,
-			cdiv1.CloneStrategyHostAssisted: copyPerGiB,
-		},
-		SnapshotDelay: snapshotDelay,
-		ControlPlane:  cfg,
-	})
-	Expect(sim.SetupWithManager(mgr)).To(Succeed())
-	go func() {
-		defer GinkgoRecover()
-		Expect(mgr.Start(ctx)).To(Succeed())
-	}()
-})
-
-var _ = AfterSuite(func() {
-	if cancel != nil {
-		cancel()
-	}
-	if testCluster != nil {
-		Expect(testCluster.Stop()).To(Succeed())
-	}
+	world = harness.ForTest(GinkgoT(), harness.Options{Log: GinkgoWriter, StrictFieldValidation: true,
+		Simulator: &simulator.Options{
+			ImportSteps:    importSteps,
+			StepInterval:   stepInterval,
+			StartDelay:     startDelay,
+			ShutdownDelay:  shutdownDelay,
+			Guests:         true,
+			GuestBootDelay: 50 * time.Millisecond,
+			GuestFiles:     map[string]simulator.GuestFile{goldenFile: {Mode: 0o644, Content: []byte("macOS 14.5")}},
+			CloneDurations: map[cdiv1.CDICloneStrategy]time.Duration{
+				cdiv1.CloneStrategySnapshot:     snapshotClone,
+				cdiv1.CloneStrategyCsiClone:     csiClone,
+				cdiv1.CloneStrategyHostAssisted: copyPerGiB,
+			},
+			SnapshotDelay: snapshotDelay,
+		}})
+	ctx, k8sClient, sim = world.Ctx, world.Admin, world.Simulator
 })
 
 // newNamespace creates a namespace for one test and deletes it afterwards.
@@ -163,7 +120,7 @@ type recorder struct {
 // record watches list's kind in ns until the test ends. It returns once the
 // watch is established, so no later change is missed.
 func record[T client.Object](list client.ObjectList, ns string, describe func(T) string) *recorder {
-	w, err := watcher.Watch(ctx, list, client.InNamespace(ns))
+	w, err := k8sClient.Watch(ctx, list, client.InNamespace(ns))
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(w.Stop)
 	r := &recorder{}

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package sandbox
+package harness
 
 import (
 	"context"
@@ -64,7 +64,7 @@ type MacsOptions struct {
 // that runs each VM as a process. Every VM that runs gets a guest that
 // speaks the guest agent's protocol to the operator's endpoint with the
 // configuration the operator wrote for its machine, which it reads with
-// the sandbox's admin client (on a real Mac the host agent delivers it;
+// the world's admin client (on a real Mac the host agent delivers it;
 // docs/design/apple-silicon-runtime.md, section 7).
 type Macs struct {
 	cfg   *rest.Config
@@ -142,7 +142,7 @@ func (m *Macs) Start(ctx context.Context, name string) error {
 		return fmt.Errorf("the agent of %s runs", name)
 	}
 	m.starts++
-	a, err := hostagent.New(m.cfg, m.driver(name), hostagent.Options{Host: name, Lease: m.opts.Lease, Version: "sandbox",
+	a, err := hostagent.New(m.cfg, m.driver(name), hostagent.Options{Host: name, Lease: m.opts.Lease, Version: "harness",
 		StateDir: filepath.Join(m.opts.Dir, name, "agent"),
 		Name:     fmt.Sprintf("%s-%d", name, m.starts)})
 	if err != nil {
@@ -250,7 +250,7 @@ func runHostedGuests(ctx context.Context, admin client.Client, hosts []string) {
 // hostedGuest heartbeats for one VM with the real agent's client, as
 // macOS's guest agent does, until ctx ends.
 func hostedGuest(ctx context.Context, admin client.Client, m *macvirtv1alpha1.MacMachine) {
-	log := ctrl.Log.WithName("sandbox-vz-guest").WithValues("machine", client.ObjectKeyFromObject(m))
+	log := ctrl.Log.WithName("fake-mac-guest").WithValues("machine", client.ObjectKeyFromObject(m))
 	var c *guestagent.Client
 	wait := time.Second
 	for {

@@ -1,4 +1,4 @@
-package sandbox
+package harness
 
 import (
 	"context"
@@ -14,22 +14,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
-// The sandbox's tenant: a user with a client certificate of its own, the
-// shipped claim-editor role in its namespace, the catalog cluster-wide, and
-// nothing else (no Secrets: kubectl mac reads everything from the claim's
-// status, and reaches the Mac through the API server's tunnel). Its
-// kubeconfig is what kubectl mac uses.
+// The default tenant (Options.Tenant): a user with a client certificate of
+// its own, the shipped claim-editor and runner-set-editor roles in its
+// namespace, the catalog cluster-wide, and nothing else (no Secrets:
+// kubectl mac reads everything from the claim's status, and reaches the Mac
+// through the API server's tunnel). Its kubeconfig is what kubectl mac uses
+// in the sandbox.
 const (
 	TenantUser      = "alice"
 	TenantNamespace = "team-ios"
 	// TenantClass is a class for the tenant to claim from this machine: the
 	// sample class, made on demand, with Screen Sharing, ClusterIP by
 	// default (kubectl mac reaches it through the tunnel) and NodePort
-	// allowed (the sandbox's node is this machine, simulator.NodeAddress).
+	// allowed (the simulated node is this machine, simulator.NodeAddress).
 	TenantClass = "ci-sonoma"
 )
 
@@ -73,29 +73,6 @@ func SetUpTenant(ctx context.Context, admin client.Client, user, ns string) erro
 		}
 	}
 	return nil
-}
-
-// ApplyTenantClass creates TenantClass from the sample class.
-func ApplyTenantClass(ctx context.Context, admin client.Client) error {
-	objs, err := readObjects(filepath.Join(cluster.RepoRoot(), "config", "samples", "macvirt_v1alpha1_macclass.yaml"), admin.Scheme())
-	if err != nil {
-		return err
-	}
-	if len(objs) != 1 {
-		return fmt.Errorf("the sample class file holds %d objects, want 1", len(objs))
-	}
-	class, ok := objs[0].(*macvirtv1alpha1.MacClass)
-	if !ok {
-		return fmt.Errorf("the sample class file holds a %T", objs[0])
-	}
-	class.Name = TenantClass
-	class.Spec.Description = "the sample class, on demand, with Screen Sharing; ClusterIP (through the tunnel) or NodePort"
-	onDemand := true
-	class.Spec.Tenancy.OnDemand = &onDemand
-	class.Spec.Tenancy.AllowedAccessTypes = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessNodePort}
-	class.Spec.Access.DefaultType = macvirtv1alpha1.AccessClusterIP
-	class.Spec.Access.ScreenSharing = true
-	return createIfMissing(ctx, admin, class)
 }
 
 // WriteTenantKubeconfig writes a kubeconfig for user, authenticated by a
