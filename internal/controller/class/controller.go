@@ -45,18 +45,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			}
 		}()
 	}
-	for _, step := range []func(context.Context, *classScope) (bool, error){
+	return ctrl.Result{}, base.RunSteps(ctx, s,
 		r.ensureImageImport,
 		r.observeCloneStrategy,
 		r.ensureSnapshot,
 		r.checkSources,
 		r.pruneSnapshots,
-	} {
-		if proceed, err := step(ctx, s); err != nil || !proceed {
-			return ctrl.Result{}, err
-		}
-	}
-	return ctrl.Result{}, nil
+	)
 }
 
 // patchStatus writes the status computed from the scope, only if it changed.

@@ -54,7 +54,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			reterr = err
 		}
 	}()
-	for _, step := range []func(context.Context, *poolScope) (bool, error){
+	if err := base.RunSteps(ctx, s,
 		r.loadPoolClass,
 		r.listPoolMachines,
 		r.observeSlots,
@@ -62,10 +62,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.deletePoolMachines,
 		r.ensurePoolNamespace,
 		r.createPoolMachines,
-	} {
-		if proceed, err := step(ctx, s); err != nil || !proceed {
-			return ctrl.Result{}, err
-		}
+	); err != nil {
+		return ctrl.Result{}, err
 	}
 	// A silent guest's grace ends without any event to say so.
 	return ctrl.Result{RequeueAfter: s.Plan.RecheckAfter}, nil
