@@ -181,22 +181,11 @@ func (s *MacBuildkiteQueueSpec) EffectiveJobTokenTTL() time.Duration {
 	return s.JobTokenTTL.Duration
 }
 
-// BuildkiteError is the last error Buildkite answered.
-type BuildkiteError struct {
-	// time is when it answered so.
-	Time metav1.Time `json:"time"`
-	// statusCode is the HTTP status, when there was an answer.
-	// +optional
-	StatusCode int32 `json:"statusCode,omitempty"`
-	// message is the error, with Buildkite's own message.
-	Message string `json:"message"`
-}
-
 // MacBuildkiteQueueStatus is what the queue asks for and what its Macs do.
 type MacBuildkiteQueueStatus struct {
-	// observedGeneration is the generation this status was computed from.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// FleetStatus is what every CI fleet's status says: observedGeneration,
+	// desired, pending, running, the warm pool and the conditions.
+	FleetStatus `json:",inline"`
 	// stackKey is the key of macvirt's stack on the queue, once it was
 	// registered there.
 	// +optional
@@ -205,24 +194,9 @@ type MacBuildkiteQueueStatus struct {
 	// to an agent of this queue and not ended.
 	// +optional
 	Jobs int32 `json:"jobs"`
-	// desired is the agents the queue wants: jobs up to maxAgents.
-	// +optional
-	Desired int32 `json:"desired"`
 	// agents counts the queue's agents, in every state.
 	// +optional
 	Agents int32 `json:"agents"`
-	// pending counts agents whose Mac boots or that wait for a job.
-	// +optional
-	Pending int32 `json:"pending"`
-	// running counts agents handed a job.
-	// +optional
-	Running int32 `json:"running"`
-	// warmPoolName is the MacPool the queue owns (className and minIdle).
-	// +optional
-	WarmPoolName string `json:"warmPoolName,omitempty"`
-	// warmIdle is the idle target the queue gave its pool.
-	// +optional
-	WarmIdle int32 `json:"warmIdle,omitempty"`
 	// agentStatuses are the queue's agents, by name (their claims').
 	// +optional
 	// +listType=map
@@ -231,13 +205,7 @@ type MacBuildkiteQueueStatus struct {
 	// lastBuildkiteError is the last error Buildkite answered; cleared
 	// once a poll succeeds again.
 	// +optional
-	LastBuildkiteError *BuildkiteError `json:"lastBuildkiteError,omitempty"`
-	// conditions: Ready (the stack is registered and its queue polled, and
-	// no cleanup failed), Stalled (a human is needed).
-	// +optional
-	// +listType=map
-	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	LastBuildkiteError *ServiceError `json:"lastBuildkiteError,omitempty"`
 }
 
 // MacBuildkiteQueue runs a Buildkite cluster queue's jobs on fresh Macs: one

@@ -229,27 +229,12 @@ type RunnerJob struct {
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
 }
 
-// GitHubError is the last error GitHub answered, in its own words.
-type GitHubError struct {
-	// time is when it answered so.
-	Time metav1.Time `json:"time"`
-	// statusCode is the HTTP status, when there was an answer.
-	// +optional
-	StatusCode int32 `json:"statusCode,omitempty"`
-	// message is the error, with GitHub's own message.
-	Message string `json:"message"`
-	// rateLimitReset is when GitHub's rate limit resets, when it was the
-	// cause.
-	// +optional
-	RateLimitReset *metav1.Time `json:"rateLimitReset,omitempty"`
-}
-
 // MacRunnerSetStatus is what the set's scale set asks for and what its Macs
 // do.
 type MacRunnerSetStatus struct {
-	// observedGeneration is the generation this status was computed from.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// FleetStatus is what every CI fleet's status says: observedGeneration,
+	// desired, pending, running, the warm pool and the conditions.
+	FleetStatus `json:",inline"`
 	// scaleSetID is the scale set's id on GitHub.
 	// +optional
 	ScaleSetID int64 `json:"scaleSetID,omitempty"`
@@ -257,27 +242,12 @@ type MacRunnerSetStatus struct {
 	// waiting or running.
 	// +optional
 	AssignedJobs int32 `json:"assignedJobs"`
-	// desired is the runners the set wants: assignedJobs up to maxRunners.
-	// +optional
-	Desired int32 `json:"desired"`
 	// runners counts the set's runners, in every state.
 	// +optional
 	Runners int32 `json:"runners"`
-	// pending counts runners whose Mac boots or whose runner is not online.
-	// +optional
-	Pending int32 `json:"pending"`
 	// idle counts runners online without a job.
 	// +optional
 	Idle int32 `json:"idle"`
-	// running counts runners running a job.
-	// +optional
-	Running int32 `json:"running"`
-	// warmPoolName is the MacPool the set owns (className and minIdle).
-	// +optional
-	WarmPoolName string `json:"warmPoolName,omitempty"`
-	// warmIdle is the idle target the set gave its pool.
-	// +optional
-	WarmIdle int32 `json:"warmIdle,omitempty"`
 	// runnerStatuses are the set's runners, by name.
 	// +optional
 	// +listType=map
@@ -286,13 +256,7 @@ type MacRunnerSetStatus struct {
 	// lastGitHubError is the last error GitHub answered; cleared once the
 	// set's listener is back in session.
 	// +optional
-	LastGitHubError *GitHubError `json:"lastGitHubError,omitempty"`
-	// conditions: Ready (the scale set is registered and listening, and no
-	// cleanup failed), Stalled (a human is needed).
-	// +optional
-	// +listType=map
-	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	LastGitHubError *ServiceError `json:"lastGitHubError,omitempty"`
 }
 
 // MacRunnerSet runs GitHub Actions jobs on fresh Macs: a runner scale set on

@@ -55,7 +55,7 @@ func TestStatusTextIsPrintedWithoutEscapeSequences(t *testing.T) {
 	set := &macvirtv1alpha1.MacRunnerSet{ObjectMeta: metav1.ObjectMeta{Name: "ios", Namespace: "team"}}
 	set.Status.RunnerStatuses = []macvirtv1alpha1.RunnerStatus{{Name: "ios-abcde", State: macvirtv1alpha1.RunnerRunning, Message: evil,
 		Job: &macvirtv1alpha1.RunnerJob{ID: "42", DisplayName: evil, Repository: "acme/app"}}}
-	set.Status.LastGitHubError = &macvirtv1alpha1.GitHubError{Time: metav1.NewTime(now), Message: evil}
+	set.Status.LastGitHubError = &macvirtv1alpha1.ServiceError{Time: metav1.NewTime(now), Message: evil}
 	meta.SetStatusCondition(&set.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionFalse,
 		Reason: macvirtv1alpha1.ReasonGitHubUnavailable, Message: evil})
 	img := &macvirtv1alpha1.MacImage{ObjectMeta: metav1.ObjectMeta{Name: "xcode-16", CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))}}

@@ -24,13 +24,14 @@ func TestRunnersListsSetsAndTheirJobs(t *testing.T) {
 	started := metav1.NewTime(now.Add(-3 * time.Minute))
 	set := &macvirtv1alpha1.MacRunnerSet{ObjectMeta: metav1.ObjectMeta{Name: "ios", Namespace: "team"},
 		Spec: macvirtv1alpha1.MacRunnerSetSpec{ScaleSetName: "macos-xcode", MaxRunners: 5}}
-	set.Status = macvirtv1alpha1.MacRunnerSetStatus{AssignedJobs: 3, Desired: 3, Runners: 3, Pending: 1, Idle: 1, Running: 1,
+	set.Status = macvirtv1alpha1.MacRunnerSetStatus{AssignedJobs: 3, Runners: 3, Idle: 1,
+		FleetStatus: macvirtv1alpha1.FleetStatus{Desired: 3, Pending: 1, Running: 1},
 		RunnerStatuses: []macvirtv1alpha1.RunnerStatus{
 			{Name: "ios-abcde", State: macvirtv1alpha1.RunnerRunning, Since: &started,
 				Job: &macvirtv1alpha1.RunnerJob{ID: "42", DisplayName: "test", Repository: "acme/app", StartedAt: &started}},
 			{Name: "ios-fghij", State: macvirtv1alpha1.RunnerProvisioning, Message: "waiting for a Mac"},
 		},
-		LastGitHubError: &macvirtv1alpha1.GitHubError{Time: metav1.NewTime(now), StatusCode: 503, Message: "503 Service Unavailable"}}
+		LastGitHubError: &macvirtv1alpha1.ServiceError{Time: metav1.NewTime(now), StatusCode: 503, Message: "503 Service Unavailable"}}
 	meta.SetStatusCondition(&set.Status.Conditions, metav1.Condition{Type: macvirtv1alpha1.ConditionReady, Status: metav1.ConditionFalse,
 		Reason: macvirtv1alpha1.ReasonGitHubUnavailable, Message: "GitHub answered 503"})
 	var out bytes.Buffer

@@ -21,14 +21,16 @@ func computeBuildkiteQueueStatus(s *queueScope) macvirtv1alpha1.MacBuildkiteQueu
 	q := s.Queue
 	p := s.Plan
 	st := macvirtv1alpha1.MacBuildkiteQueueStatus{
-		ObservedGeneration: q.Generation,
-		StackKey:           q.Status.StackKey,
-		Jobs:               base.Int32(s.Assigned),
-		Desired:            base.Int32(p.Desired),
-		Agents:             base.Int32(len(p.Runners)),
-		Pending:            base.Int32(p.Pending),
-		Running:            base.Int32(p.Running),
-		Conditions:         append([]metav1.Condition(nil), q.Status.Conditions...),
+		FleetStatus: macvirtv1alpha1.FleetStatus{
+			ObservedGeneration: q.Generation,
+			Desired:            base.Int32(p.Desired),
+			Pending:            base.Int32(p.Pending),
+			Running:            base.Int32(p.Running),
+			Conditions:         append([]metav1.Condition(nil), q.Status.Conditions...),
+		},
+		StackKey: q.Status.StackKey,
+		Jobs:     base.Int32(s.Assigned),
+		Agents:   base.Int32(len(p.Runners)),
 	}
 	if s.Poll.Registered {
 		st.StackKey = stackKey(q)
@@ -45,7 +47,7 @@ func computeBuildkiteQueueStatus(s *queueScope) macvirtv1alpha1.MacBuildkiteQueu
 	sort.Slice(st.AgentStatuses, func(i, j int) bool { return st.AgentStatuses[i].Name < st.AgentStatuses[j].Name })
 	e := s.Poll.Err
 	if e != nil {
-		st.LastBuildkiteError = &macvirtv1alpha1.BuildkiteError{Time: metav1.NewTime(e.At), StatusCode: base.Int32(e.StatusCode), Message: runnercore.Truncate(e.Message, 1024)}
+		st.LastBuildkiteError = &macvirtv1alpha1.ServiceError{Time: metav1.NewTime(e.At), StatusCode: base.Int32(e.StatusCode), Message: runnercore.Truncate(e.Message, 1024)}
 	}
 
 	var stalled *base.Problem

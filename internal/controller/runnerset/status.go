@@ -25,15 +25,17 @@ func computeRunnerSetStatus(s *setScope, now time.Time) macvirtv1alpha1.MacRunne
 	set := s.Set
 	p := s.Plan
 	st := macvirtv1alpha1.MacRunnerSetStatus{
-		ObservedGeneration: set.Generation,
-		ScaleSetID:         set.Status.ScaleSetID,
-		AssignedJobs:       base.Int32(s.Demand.Assigned),
-		Desired:            base.Int32(p.Desired),
-		Runners:            base.Int32(len(p.Runners)),
-		Pending:            base.Int32(p.Pending),
-		Idle:               base.Int32(p.Idle),
-		Running:            base.Int32(p.Running),
-		Conditions:         append([]metav1.Condition(nil), set.Status.Conditions...),
+		FleetStatus: macvirtv1alpha1.FleetStatus{
+			ObservedGeneration: set.Generation,
+			Desired:            base.Int32(p.Desired),
+			Pending:            base.Int32(p.Pending),
+			Running:            base.Int32(p.Running),
+			Conditions:         append([]metav1.Condition(nil), set.Status.Conditions...),
+		},
+		ScaleSetID:   set.Status.ScaleSetID,
+		AssignedJobs: base.Int32(s.Demand.Assigned),
+		Runners:      base.Int32(len(p.Runners)),
+		Idle:         base.Int32(p.Idle),
 	}
 	if s.Demand.ScaleSetID != 0 {
 		st.ScaleSetID = int64(s.Demand.ScaleSetID)
@@ -49,7 +51,7 @@ func computeRunnerSetStatus(s *setScope, now time.Time) macvirtv1alpha1.MacRunne
 	}
 	sort.Slice(st.RunnerStatuses, func(i, j int) bool { return st.RunnerStatuses[i].Name < st.RunnerStatuses[j].Name })
 	if e := s.Demand.Err; e != nil && (!s.Demand.Listening || now.Sub(e.At) < errorShown) {
-		ge := &macvirtv1alpha1.GitHubError{Time: metav1.NewTime(e.At), StatusCode: base.Int32(e.StatusCode), Message: runnercore.Truncate(e.Message, 1024)}
+		ge := &macvirtv1alpha1.ServiceError{Time: metav1.NewTime(e.At), StatusCode: base.Int32(e.StatusCode), Message: runnercore.Truncate(e.Message, 1024)}
 		if e.RateLimit != nil {
 			t := metav1.NewTime(*e.RateLimit)
 			ge.RateLimitReset = &t
