@@ -154,11 +154,3 @@ func (j *Record) forget(uid types.UID) {
 	defer j.mu.Unlock()
 	delete(j.uids, uid)
 }
-
-// Truncate cuts s to n bytes, for a message from elsewhere in a status.
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
