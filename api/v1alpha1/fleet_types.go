@@ -73,3 +73,19 @@ type ServiceError struct {
 	// +optional
 	RateLimitReset *metav1.Time `json:"rateLimitReset,omitempty"`
 }
+
+// Fleet is the part of the set's status every fleet kind shares, for the
+// fleets' one status write.
+func (s *MacRunnerSet) Fleet() *FleetStatus { return &s.Status.FleetStatus }
+
+// LastServiceError is the set's lastGitHubError, for the fleets' one
+// status write.
+func (s *MacRunnerSet) LastServiceError() *ServiceError { return s.Status.LastGitHubError }
+
+// Fleet is the part of the queue's status every fleet kind shares, for the
+// fleets' one status write.
+func (q *MacBuildkiteQueue) Fleet() *FleetStatus { return &q.Status.FleetStatus }
+
+// LastServiceError is the queue's lastBuildkiteError, for the fleets' one
+// status write.
+func (q *MacBuildkiteQueue) LastServiceError() *ServiceError { return q.Status.LastBuildkiteError }

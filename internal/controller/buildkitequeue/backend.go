@@ -34,7 +34,8 @@ var _ runnercore.Backend = bk{}
 
 // view is the queue as the runner core sees it.
 func view(q *macvirtv1alpha1.MacBuildkiteQueue) runnercore.Set {
-	return runnercore.Set{Object: q, Kind: "MacBuildkiteQueue", Label: macvirtv1alpha1.LabelBuildkiteQueue, System: "Buildkite",
+	return runnercore.Set{Object: q, Kind: "MacBuildkiteQueue", Label: macvirtv1alpha1.LabelBuildkiteQueue,
+		System: "Buildkite", ServiceErrorReason: "BuildkiteError",
 		ClassName: q.Spec.ClassName, PoolName: q.Spec.PoolName, MaxRunners: q.Spec.MaxAgents, MinIdle: q.Spec.MinIdle,
 		JobTimeout: q.Spec.EffectiveJobTimeout(), RegistrationTimeout: q.Spec.EffectiveStartTimeout(),
 		OwnedPool: ownedPoolName(q), PoolLabels: map[string]string{

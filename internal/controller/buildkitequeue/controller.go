@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -75,9 +73,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	return ctrl.Result{RequeueAfter: r.pollEvery()}, nil
 }
 
-// patchStatus writes the computed status, only if it changed.
+// patchStatus sets the queue's metrics and makes the runner core's one
+// status write of the computed status.
 func (r *Reconciler) patchStatus(ctx context.Context, s *queueScope) error {
-	st := computeBuildkiteQueueStatus(s)
 	q := s.Queue
 	for state, n := range map[string]int{"pending": s.Plan.Pending, "running": s.Plan.Running, "finishing": s.Plan.Finishing} {
 		metrics.BuildkiteAgents.WithLabelValues(q.Namespace, q.Name, state).Set(float64(n))
@@ -88,21 +86,9 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *queueScope) error {
 		waited = r.now().Sub(since).Seconds()
 	}
 	metrics.BuildkiteJobsWaiting.WithLabelValues(q.Namespace, q.Name).Set(waited)
-	if equality.Semantic.DeepEqual(q.Status, st) {
-		return nil
-	}
 	before := q.DeepCopy()
-	q.Status = st
-	if written, err := base.WriteStatus(ctx, r.Client, q, before, false); !written {
-		return err
-	}
-	if reason, note, ok := base.TurnedStalled(before.Status.Conditions, st.Conditions); ok {
-		base.RecordEvent(r.Recorder, q, corev1.EventTypeWarning, reason, "Reconcile", note)
-	}
-	if was, now := before.Status.LastBuildkiteError, st.LastBuildkiteError; now != nil && (was == nil || was.Message != now.Message) {
-		base.RecordEvent(r.Recorder, q, corev1.EventTypeWarning, "BuildkiteError", "Reconcile", now.Message)
-	}
-	return nil
+	q.Status = computeBuildkiteQueueStatus(s)
+	return r.engine().WriteStatus(ctx, &s.Scope, before, q)
 }
 
 // SetupWithManager watches queues, their claims and their warm pools.

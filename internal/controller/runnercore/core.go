@@ -25,6 +25,9 @@ type Set struct {
 	Label string
 	// System names the CI system in messages ("GitHub").
 	System string
+	// ServiceErrorReason is the reason of the Warning event WriteStatus
+	// records when the CI system answers a new error ("GitHubError").
+	ServiceErrorReason string
 	// ClassName or PoolName is where each runner's Mac comes from.
 	ClassName, PoolName string
 	MaxRunners, MinIdle int32

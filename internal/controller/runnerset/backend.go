@@ -26,7 +26,8 @@ var _ runnercore.Backend = gitHub{}
 
 // view is the set as the runner core sees it.
 func view(set *macvirtv1alpha1.MacRunnerSet) runnercore.Set {
-	return runnercore.Set{Object: set, Kind: "MacRunnerSet", Label: macvirtv1alpha1.LabelRunnerSet, System: "GitHub",
+	return runnercore.Set{Object: set, Kind: "MacRunnerSet", Label: macvirtv1alpha1.LabelRunnerSet,
+		System: "GitHub", ServiceErrorReason: "GitHubError",
 		ClassName: set.Spec.ClassName, PoolName: set.Spec.PoolName, MaxRunners: set.Spec.MaxRunners, MinIdle: set.Spec.MinIdle,
 		JobTimeout: set.Spec.EffectiveJobTimeout(), RegistrationTimeout: set.Spec.EffectiveRegistrationTimeout(),
 		OwnedPool: ownedPoolName(set), PoolLabels: map[string]string{

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -77,28 +75,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	return ctrl.Result{RequeueAfter: quietRecheck}, nil
 }
 
-// patchStatus writes the computed status, only if it changed.
+// patchStatus sets the set's metrics and makes the runner core's one
+// status write of the computed status.
 func (r *Reconciler) patchStatus(ctx context.Context, s *setScope) error {
-	st := computeRunnerSetStatus(s, r.now())
 	set := s.Set
 	for state, n := range map[string]int{"pending": s.Plan.Pending, "idle": s.Plan.Idle, "running": s.Plan.Running, "finishing": s.Plan.Finishing} {
 		metrics.RunnerSetRunners.WithLabelValues(set.Namespace, set.Name, state).Set(float64(n))
 	}
-	if equality.Semantic.DeepEqual(set.Status, st) {
-		return nil
-	}
 	before := set.DeepCopy()
-	set.Status = st
-	if written, err := base.WriteStatus(ctx, r.Client, set, before, false); !written {
-		return err
-	}
-	if reason, note, ok := base.TurnedStalled(before.Status.Conditions, st.Conditions); ok {
-		base.RecordEvent(r.Recorder, set, corev1.EventTypeWarning, reason, "Reconcile", note)
-	}
-	if was, now := before.Status.LastGitHubError, st.LastGitHubError; now != nil && (was == nil || was.Message != now.Message) {
-		base.RecordEvent(r.Recorder, set, corev1.EventTypeWarning, "GitHubError", "Reconcile", now.Message)
-	}
-	return nil
+	set.Status = computeRunnerSetStatus(s, r.now())
+	return r.engine().WriteStatus(ctx, &s.Scope, before, set)
 }
 
 // SetupWithManager watches runner sets, their claims, their warm pools and
