@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/buildkite/stacksapi"
 
 	"github.com/macvirt/macvirt/internal/buildkite"
 	"github.com/macvirt/macvirt/test/infrastructure/fakebuildkite"
@@ -201,5 +205,29 @@ func TestBuildkitesRefusalsAreExplained(t *testing.T) {
 	}
 	if _, err := buildkite.New("ftp://x", agentToken, "s", "q", nil); err == nil {
 		t.Error("an ftp endpoint was taken")
+	}
+}
+
+func TestARateLimitSaysWhenItResets(t *testing.T) {
+	cases := map[string]struct {
+		code   int
+		header http.Header
+		want   time.Duration
+	}{
+		"RateLimit-Reset, as Buildkite's APIs say it": {code: 429, header: http.Header{"Ratelimit-Reset": {"42"}}, want: 42 * time.Second},
+		"Retry-After when that is all it says":        {code: 429, header: http.Header{"Retry-After": {"7"}}, want: 7 * time.Second},
+		"RateLimit-Reset first":                       {code: 429, header: http.Header{"Ratelimit-Reset": {"42"}, "Retry-After": {"7"}}, want: 42 * time.Second},
+		"a rate limit that says nothing":              {code: 429, header: http.Header{"Retry-After": {"Wed, 21 Oct 2026 07:28:00 GMT"}}},
+		"no rate limit, no reset":                     {code: 503, header: http.Header{"Retry-After": {"7"}}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, "https://agent.buildkite.com/v3/stacks/s/scheduled_jobs", nil)
+			err := &stacksapi.ErrorResponse{Response: &http.Response{StatusCode: tc.code, Header: tc.header, Request: req}, Message: "slow down"}
+			e := buildkite.Explain(fmt.Errorf("listing scheduled jobs: %w", err), "x")
+			if e.StatusCode != tc.code || e.RateLimitReset != tc.want {
+				t.Errorf("%+v, want status %d and a reset in %s", e, tc.code, tc.want)
+			}
+		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -206,6 +207,10 @@ type Explanation struct {
 	// Credentials: Buildkite refused the token (401/403).
 	Credentials bool
 	Message     string
+	// RateLimitReset is how long after its answer Buildkite's rate limit
+	// resets, when a rate limit was the cause and Buildkite said (0
+	// otherwise).
+	RateLimitReset time.Duration
 }
 
 // Explain words err; secret names where the token is kept.
@@ -224,7 +229,20 @@ func Explain(err error, secret string) Explanation {
 		return Explanation{StatusCode: code, Credentials: true, Message: fmt.Sprintf(
 			"Buildkite refused the agent token in %s (%d): %s; give a cluster agent token of the queue's cluster", secret, code, msg)}
 	case http.StatusTooManyRequests:
-		return Explanation{StatusCode: code, Message: fmt.Sprintf("Buildkite's rate limit is spent (%d): %s", code, msg)}
+		return Explanation{StatusCode: code, Message: fmt.Sprintf("Buildkite's rate limit is spent (%d): %s", code, msg),
+			RateLimitReset: rateLimitReset(e.Response.Header)}
 	}
 	return Explanation{StatusCode: code, Message: fmt.Sprintf("Buildkite answered %d: %s", code, msg)}
+}
+
+// rateLimitReset is how long until a rate limit resets, as an answer's
+// headers say it in seconds: RateLimit-Reset, as Buildkite's APIs send it,
+// or else Retry-After. 0 when neither says.
+func rateLimitReset(h http.Header) time.Duration {
+	for _, name := range []string{"RateLimit-Reset", "Retry-After"} {
+		if n, err := strconv.Atoi(strings.TrimSpace(h.Get(name))); err == nil && n > 0 {
+			return time.Duration(n) * time.Second
+		}
+	}
+	return 0
 }

@@ -2,6 +2,7 @@ package buildkitequeue
 
 import (
 	"fmt"
+	"time"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
@@ -24,7 +25,12 @@ func computeBuildkiteQueueStatus(s *queueScope) macvirtv1alpha1.MacBuildkiteQueu
 		st.StackKey = stackKey(q)
 	}
 	if e := s.Poll.Err; e != nil {
-		st.LastBuildkiteError = runnercore.ServiceError(e.At, e.StatusCode, e.Message, nil)
+		var reset *time.Time
+		if e.RateLimitReset > 0 {
+			t := e.At.Add(e.RateLimitReset)
+			reset = &t
+		}
+		st.LastBuildkiteError = runnercore.ServiceError(e.At, e.StatusCode, e.Message, reset)
 	}
 	st.FleetStatus = runnercore.FleetStatus(&s.Scope, q.Generation, q.Status.Conditions, readiness(s, st.StackKey))
 	return st

@@ -28,6 +28,7 @@ func TestComputeBuildkiteQueueStatus(t *testing.T) {
 		reason  string
 		stalled bool
 		msg     string
+		reset   time.Time // lastBuildkiteError.rateLimitReset; zero for none
 	}{
 		{name: "polling", scope: queueScope{Poll: polled, Scope: runnercore.Scope{Assigned: 1, Plan: runnercore.Plan{Desired: 1, Running: 1,
 			Runners: []runnercore.Decision{{RunnerStatus: macvirtv1alpha1.RunnerStatus{Name: "ios-abcde", State: macvirtv1alpha1.RunnerRunning}}}}}},
@@ -41,6 +42,9 @@ func TestComputeBuildkiteQueueStatus(t *testing.T) {
 		{name: "an outage is not a human's problem", scope: queueScope{Poll: &poll{Registered: true, Err: &problem{At: t0,
 			Explanation: buildkite.Explanation{StatusCode: 503, Message: "Buildkite answered 503"}}}},
 			ready: metav1.ConditionFalse, reason: macvirtv1alpha1.ReasonBuildkiteUnavailable, msg: "503"},
+		{name: "a rate limit says when it resets", scope: queueScope{Poll: &poll{Registered: true, Known: true, Err: &problem{At: t0,
+			Explanation: buildkite.Explanation{StatusCode: 429, RateLimitReset: 42 * time.Second, Message: "Buildkite's rate limit is spent (429)"}}}},
+			ready: metav1.ConditionFalse, reason: macvirtv1alpha1.ReasonBuildkiteUnavailable, msg: "rate limit", reset: t0.Add(42 * time.Second)},
 		{name: "a reservation refused while polling shows, and Ready goes", scope: queueScope{Poll: &poll{Registered: true, Known: true, Err: &problem{At: t0,
 			Explanation: buildkite.Explanation{StatusCode: 500, Message: "Buildkite answered 500"}}}},
 			ready: metav1.ConditionFalse, reason: macvirtv1alpha1.ReasonBuildkiteUnavailable, msg: "500"},
@@ -65,6 +69,13 @@ func TestComputeBuildkiteQueueStatus(t *testing.T) {
 			}
 			if (s.Poll.Err != nil) != (st.LastBuildkiteError != nil) {
 				t.Errorf("lastBuildkiteError %+v with error %+v", st.LastBuildkiteError, s.Poll.Err)
+			}
+			var reset time.Time
+			if e := st.LastBuildkiteError; e != nil && e.RateLimitReset != nil {
+				reset = e.RateLimitReset.Time
+			}
+			if !reset.Equal(tc.reset) {
+				t.Errorf("rateLimitReset %s, want %s", reset, tc.reset)
 			}
 			if want := map[bool]string{true: "macvirt-ci-ios-43c3292d"}[s.Poll.Registered]; st.StackKey != want || st.ObservedGeneration != 2 {
 				t.Errorf("stackKey %q observedGeneration %d; want the key only once registered (%q)", st.StackKey, st.ObservedGeneration, want)
