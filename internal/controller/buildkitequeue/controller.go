@@ -2,7 +2,6 @@ package buildkitequeue
 
 import (
 	"context"
-	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -10,7 +9,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -41,12 +39,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if !q.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, s)
 	}
-	if !controllerutil.ContainsFinalizer(q, finalizer) {
-		patch := client.MergeFrom(q.DeepCopy())
-		controllerutil.AddFinalizer(q, finalizer)
-		if err := r.Patch(ctx, q, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding the finalizer to MacBuildkiteQueue %s: %w", req.NamespacedName, err)
-		}
+	if _, err := base.EnsureFinalizer(ctx, r.Client, q, finalizer); err != nil {
+		return ctrl.Result{}, err
 	}
 	defer func() {
 		if err := r.patchStatus(ctx, s); err != nil && reterr == nil {

@@ -6,9 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/macvirt/macvirt/internal/controller/base"
@@ -45,9 +43,7 @@ func (r *Reconciler) finalize(ctx context.Context, s *queueScope) (ctrl.Result, 
 		base.RecordEvent(r.Recorder, q, corev1.EventTypeWarning, "StackLeftOnBuildkite", "Delete",
 			fmt.Sprintf("could not deregister stack %q from Buildkite; it shows as lost there and holds nothing: %v", stackKey(q), err))
 	}
-	patch := client.MergeFrom(q.DeepCopy())
-	controllerutil.RemoveFinalizer(q, finalizer)
-	if err := r.Patch(ctx, q, patch); err != nil && !apierrors.IsNotFound(err) {
+	if _, err := base.RemoveFinalizer(ctx, r.Client, q, finalizer); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.forget(s.Key)

@@ -29,7 +29,6 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -62,12 +61,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if !img.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, s)
 	}
-	if !controllerutil.ContainsFinalizer(img, finalizer) {
-		patch := client.MergeFrom(img.DeepCopy())
-		controllerutil.AddFinalizer(img, finalizer)
-		if err := r.Patch(ctx, img, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding the finalizer to MacImage %s: %w", img.Name, err)
-		}
+	if _, err := base.EnsureFinalizer(ctx, r.Client, img, finalizer); err != nil {
+		return ctrl.Result{}, err
 	}
 	defer func() {
 		if err := r.patchStatus(ctx, s); err != nil && reterr == nil {
@@ -105,12 +100,8 @@ func (r *Reconciler) finalize(ctx context.Context, s *imageScope) (ctrl.Result, 
 	if err := r.releaseSource(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	if !controllerutil.ContainsFinalizer(s.Image, finalizer) {
-		return ctrl.Result{}, nil
-	}
-	patch := client.MergeFrom(s.Image.DeepCopy())
-	controllerutil.RemoveFinalizer(s.Image, finalizer)
-	return ctrl.Result{}, client.IgnoreNotFound(r.Patch(ctx, s.Image, patch))
+	_, err := base.RemoveFinalizer(ctx, r.Client, s.Image, finalizer)
+	return ctrl.Result{}, err
 }
 
 // patchStatus writes the computed status, only if it changed, with an

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/base"
 )
 
 // reconcileDelete follows the APFS rule: request a graceful stop, wait until
@@ -58,7 +59,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, o *machineObservation)
 		o.DeletionStep = fmt.Sprintf("waiting for %d VirtualMachine/DataVolume objects to be deleted", remaining)
 		return ctrl.Result{}, nil
 	}
-	if err := r.removeFinalizer(ctx, m); err != nil {
+	if _, err := base.RemoveFinalizer(ctx, r.Client, m, macvirtv1alpha1.MachineFinalizer); err != nil {
 		return ctrl.Result{}, err
 	}
 	ctrl.LoggerFrom(ctx).Info("machine deleted after graceful stop", "leftAlone", o.Foreign)

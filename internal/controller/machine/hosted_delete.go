@@ -34,7 +34,7 @@ func (r *Reconciler) reconcileDeleteHosted(ctx context.Context, o *machineObserv
 		}
 		return ctrl.Result{}, nil
 	}
-	if err := r.removeFinalizer(ctx, m); err != nil {
+	if _, err := base.RemoveFinalizer(ctx, r.Client, m, macvirtv1alpha1.MachineFinalizer); err != nil {
 		return ctrl.Result{}, err
 	}
 	ctrl.LoggerFrom(ctx).Info("machine deleted after its host agent removed the VM", "host", m.Spec.HostName, "hostLost", lost != "")

@@ -7,9 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/macvirt/macvirt/internal/controller/base"
@@ -46,9 +44,7 @@ func (r *Reconciler) finalize(ctx context.Context, s *setScope) (ctrl.Result, er
 				"Actions runner settings: %v", s.Set.EffectiveScaleSetName(), err))
 	}
 	r.Listeners.Stop(s.Key)
-	patch := client.MergeFrom(s.Set.DeepCopy())
-	controllerutil.RemoveFinalizer(s.Set, finalizer)
-	if err := r.Patch(ctx, s.Set, patch); err != nil && !apierrors.IsNotFound(err) {
+	if _, err := base.RemoveFinalizer(ctx, r.Client, s.Set, finalizer); err != nil {
 		return ctrl.Result{}, err
 	}
 	metrics.ForgetRunnerSet(s.Set.Namespace, s.Set.Name)
