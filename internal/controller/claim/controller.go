@@ -46,15 +46,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	claim := &macvirtv1alpha1.MacClaim{}
 	if err := r.Get(ctx, req.NamespacedName, claim); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.connectionApplied.Delete(req.NamespacedName)
+			r.connectionApplied.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !claim.DeletionTimestamp.IsZero() {
 		// Release happens on the machine side, which sees its claim gone.
-		r.assumed.forget(claim.UID)
-		r.secrets.forget(claim.UID)
-		r.expiryWarned.Delete(claim.UID)
+		r.assumed.Forget(claim.UID)
+		r.secrets.Forget(claim.UID)
+		r.expiryWarned.Forget(claim.UID)
 		return base.DeletingResult(base.MarkDeleting(ctx, r.Client, claim, &claim.Status.Conditions,
 			"the claim is being deleted; its machine is released by its reclaimPolicy once it is gone"))
 	}
@@ -92,7 +92,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			reterr = err
 		}
 		if o := s.secret; o != nil && o.refused == nil && claim.Status.Connection != nil {
-			r.connectionApplied.Store(req.NamespacedName, o.at)
+			r.connectionApplied.Assume(req.NamespacedName, struct{}{}, o.at, base.UntilForgotten)
 		}
 		if reterr == nil && connectionSecretName(claim) != "" && claim.Status.Phase == macvirtv1alpha1.ClaimReady {
 			result.RequeueAfter = r.connectionResync()

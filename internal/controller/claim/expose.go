@@ -276,7 +276,7 @@ func (r *Reconciler) ensureNamespaceService(ctx context.Context, s *claimScope) 
 		// which the cache (it holds macvirt's Services only) does not show
 		// yet, or never will: claims of one namespace turning Ready
 		// together would otherwise each try to create it.
-		if seen, isForeign := r.namespaceServices.recent(want.Namespace, r.now()); seen && isForeign {
+		if isForeign, _, seen := r.namespaceServices.Get(want.Namespace, r.now()); seen && isForeign {
 			return foreign()
 		} else if seen {
 			return true, nil
@@ -285,7 +285,7 @@ func (r *Reconciler) ensureNamespaceService(ctx context.Context, s *claimScope) 
 	if apierrors.IsNotFound(err) {
 		err = r.Create(ctx, want)
 		if err == nil {
-			r.namespaceServices.saw(want.Namespace, false, r.now())
+			r.namespaceServices.Assume(want.Namespace, false, r.now(), reservationTTL)
 		}
 		switch {
 		case err == nil:
@@ -309,7 +309,7 @@ func (r *Reconciler) ensureNamespaceService(ctx context.Context, s *claimScope) 
 		return false, fmt.Errorf("reading Service %s/%s: %w", want.Namespace, want.Name, err)
 	}
 	if !isNamespaceService(have) {
-		r.namespaceServices.saw(want.Namespace, true, r.now())
+		r.namespaceServices.Assume(want.Namespace, true, r.now(), reservationTTL)
 		return foreign()
 	}
 	return true, nil

@@ -28,13 +28,13 @@ func (r *Reconciler) findBound(ctx context.Context, s *claimScope) (bool, error)
 		return false, fmt.Errorf("listing the machines bound to claim %s/%s: %w", s.claim.Namespace, s.claim.Name, err)
 	}
 	now := r.now()
-	if m, at := r.assumed.get(s.claim.UID, now); m != nil {
+	if m, at, ok := r.assumed.Get(s.claim.UID, now); ok {
 		// This process bound it; the cache may not show it yet. One the
 		// cache shows gone (deleted since) is not assumed any more.
 		err := r.Get(ctx, client.ObjectKeyFromObject(m), &macvirtv1alpha1.MacMachine{})
 		switch {
 		case apierrors.IsNotFound(err):
-			r.assumed.forget(s.claim.UID)
+			r.assumed.Forget(s.claim.UID)
 		case err != nil:
 			return false, fmt.Errorf("getting machine %s/%s: %w", m.Namespace, m.Name, err)
 		default:
@@ -46,7 +46,7 @@ func (r *Reconciler) findBound(ctx context.Context, s *claimScope) (bool, error)
 	}
 	if s.claim.Status.BoundAt != nil {
 		// The status records the binding: the cache is the authority now.
-		r.assumed.forget(s.claim.UID)
+		r.assumed.Forget(s.claim.UID)
 	}
 	won, err := r.mayServe(ctx, s.claim.Namespace, listed.Items)
 	if err != nil {

@@ -97,11 +97,11 @@ func (r *Reconciler) stopIfExpired(_ context.Context, s *claimScope) (bool, erro
 func (r *Reconciler) watchLifetime(c *macvirtv1alpha1.MacClaim, requeue time.Duration) time.Duration {
 	now := r.Clock.Now()
 	if c.Status.Phase == macvirtv1alpha1.ClaimExpired {
-		r.expiryWarned.Delete(c.UID)
+		r.expiryWarned.Forget(c.UID)
 	}
 	if note, ok := expiryWarning(c, now); ok {
-		if at, warned := r.expiryWarned.Load(c.UID); !warned || !at.(time.Time).Equal(c.Status.ExpiresAt.Time) {
-			r.expiryWarned.Store(c.UID, c.Status.ExpiresAt.Time)
+		if end, _, warned := r.expiryWarned.Get(c.UID, now); !warned || !end.Equal(c.Status.ExpiresAt.Time) {
+			r.expiryWarned.Assume(c.UID, c.Status.ExpiresAt.Time, now, base.UntilForgotten)
 			base.RecordEvent(r.Recorder, c, corev1.EventTypeWarning, "ClaimExpiring", "Lifetime", note)
 		}
 	}

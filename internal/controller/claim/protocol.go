@@ -64,7 +64,7 @@ func (r *Reconciler) bindMachine(ctx context.Context, s *claimScope, m *macvirtv
 		return false, nil
 	}
 	now := r.now()
-	r.assumed.assume(s.claim.UID, m, now)
+	r.assumed.Assume(s.claim.UID, m.DeepCopy(), now, assumeTTL)
 	s.machine, s.boundAt, s.retrySoon = m, now, false
 	return true, nil
 }

@@ -1,7 +1,6 @@
 package claim
 
 import (
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -9,7 +8,9 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/classhistory"
+	"github.com/macvirt/macvirt/internal/controller/base"
 )
 
 // Reconciler binds claims to machines. The machine side is written
@@ -35,19 +36,25 @@ type Reconciler struct {
 
 	// connectionApplied holds when each claim's connection Secret was last
 	// written or found in place by this process.
-	connectionApplied sync.Map
+	connectionApplied base.Assumed[types.NamespacedName, struct{}]
 
-	// assumed holds the machines this process has just bound, by claim,
-	// until the claims' status records them.
-	assumed assumed
+	// assumed holds the machines this process has just bound, by claim
+	// UID, for assumeTTL or until the claims' status records them, as the
+	// PersistentVolume controller keeps its assume cache: until the cache
+	// shows a machine's claimRef, a claim found unbound there is known to
+	// hold it. Within one process a claim can never be bound twice; between
+	// processes (a leader hand-over) both try the same machine first
+	// (candidateOrder), so the second adopts the first one's binding.
+	assumed base.Assumed[types.UID, *macvirtv1alpha1.MacMachine]
 
-	// namespaceServices holds the namespaces whose headless Service this
-	// process has just made, or found someone else's, for a while.
-	namespaceServices seenRecently
+	// namespaceServices holds, for reservationTTL, the namespaces whose
+	// headless Service this process has just made (false), or found to be
+	// someone else's (true), which its cache may not show yet.
+	namespaceServices base.Assumed[string, bool]
 
-	// secrets holds the connection Secrets this process created, by claim,
-	// until the claims' status records them.
-	secrets createdSecrets
+	// secrets holds the connection Secrets this process created, by claim
+	// UID, until the claims' status records them.
+	secrets base.Assumed[types.UID, createdSecret]
 
 	// inFlight holds machines a worker of this operator is binding or has
 	// just bound, until the cache shows their claimRef. Workers skip them, so
@@ -58,7 +65,7 @@ type Reconciler struct {
 
 	// expiryWarned holds, by claim UID, the end of the lifetime this
 	// process has warned the claim's tenant of.
-	expiryWarned sync.Map
+	expiryWarned base.Assumed[types.UID, time.Time]
 
 	// retained counts, per namespace and class, the machines this operator
 	// has just bound under Retain, for maxReleasedPerNamespace.
@@ -79,8 +86,10 @@ func (r *Reconciler) connectionResync() time.Duration {
 // connectionDue says the claim's connection Secret was not applied by this
 // process within ConnectionResync.
 func (r *Reconciler) connectionDue(key types.NamespacedName, now time.Time) bool {
-	at, ok := r.connectionApplied.Load(key)
-	return !ok || now.Sub(at.(time.Time)) >= r.connectionResync()
+	// The resync is weighed as the record is read, not fixed when it was
+	// made: a shorter ConnectionResync counts at once.
+	_, at, applied := r.connectionApplied.Get(key, now)
+	return !applied || now.Sub(at) >= r.connectionResync()
 }
 
 // now is the reconciler's clock's time; the real time without one.

@@ -35,3 +35,30 @@ func TestRetainLedgerCountsBindsTheCacheHasNotShownYet(t *testing.T) {
 		}
 	}
 }
+
+func TestAReservationSaysWhetherAMachineIsFreeBeingBoundOrWon(t *testing.T) {
+	key := types.NamespacedName{Namespace: "pools", Name: "m"}
+	now := time.Unix(1000, 0)
+	for name, tc := range map[string]struct {
+		before func(r *reservations)
+		at     time.Duration
+		want   int
+	}{
+		"free":                               {want: reserved},
+		"another worker is binding it":       {before: func(r *reservations) { r.reserve(key, now) }, want: beingBound},
+		"bound by this process":              {before: func(r *reservations) { r.reserve(key, now); r.won(key, now) }, want: alreadyWon},
+		"given back after a lost attempt":    {before: func(r *reservations) { r.reserve(key, now); r.release(key) }, want: reserved},
+		"a won machine after the TTL":        {before: func(r *reservations) { r.won(key, now) }, at: reservationTTL, want: reserved},
+		"another machine's reservation only": {before: func(r *reservations) { r.reserve(types.NamespacedName{Namespace: "pools", Name: "n"}, now) }, want: reserved},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var r reservations
+			if tc.before != nil {
+				tc.before(&r)
+			}
+			if got := r.reserve(key, now.Add(tc.at)); got != tc.want {
+				t.Errorf("reserve = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

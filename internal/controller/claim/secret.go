@@ -51,18 +51,18 @@ func (r *Reconciler) ensureConnectionSecret(ctx context.Context, s *claimScope) 
 	clashed := was != nil && was.Status == metav1.ConditionFalse && was.Reason == macvirtv1alpha1.ReasonSecretConflict
 	wasStale := was != nil && was.Status == metav1.ConditionFalse && was.Reason == macvirtv1alpha1.ReasonConnectionSecretStale
 	created, behind := c.Status.ConnectionSecretUID, false
-	if uid := r.secrets.get(c.UID, name); uid != "" {
+	if mine, _, ok := r.secrets.Get(c.UID, now); ok && mine.name == name && mine.uid != "" {
 		// Created by this process, maybe before a status write that did
 		// not go through (a conflict, or another operator's write during
 		// a hand-over): still the claim's own, and newer than what the
 		// status says, which is then written again.
-		recorded, created, behind = true, uid, uid != c.Status.ConnectionSecretUID
+		recorded, created, behind = true, mine.uid, mine.uid != c.Status.ConnectionSecretUID
 	}
 	changed := recorded && c.Status.Connection != nil &&
 		!equality.Semantic.DeepEqual(connectionData(secretView(c.Status.Connection)), connectionData(secretView(conn)))
 	due := r.connectionDue(key, now)
 	if recorded && !changed && !behind && !due || !recorded && clashed && !due {
-		r.secrets.forget(c.UID)
+		r.secrets.Forget(c.UID)
 		return true, nil
 	}
 	out, err := r.createConnectionSecret(ctx, c, name, conn, recorded, created, changed || wasStale)
@@ -107,7 +107,7 @@ func (r *Reconciler) createConnectionSecret(ctx context.Context, c *macvirtv1alp
 	err := r.Create(ctx, secret)
 	switch {
 	case err == nil:
-		r.secrets.record(c.UID, name, secret.UID)
+		r.secrets.Assume(c.UID, createdSecret{name: name, uid: secret.UID}, r.Clock.Now(), base.UntilForgotten)
 		return &secretOutcome{name: name, uid: secret.UID}, nil
 	case apierrors.IsAlreadyExists(err) && recorded && stale:
 		return &secretOutcome{name: name, uid: created, stale: fmt.Sprintf("Secret %s/%s holds an earlier connection (the Mac's host keys "+
