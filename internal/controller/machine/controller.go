@@ -66,13 +66,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	m := &macvirtv1alpha1.MacMachine{}
 	if err := r.Get(ctx, req.NamespacedName, m); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.killed.Delete(req.NamespacedName)
+			r.killed.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	o := &machineObservation{Now: r.Clock.Now(), Machine: m, Deleting: !m.DeletionTimestamp.IsZero()}
-	if killed, ok := r.killed.Load(req.NamespacedName); ok {
-		o.Killed = killed.(*kubevirtv1.VirtualMachineInstance)
+	if killed, _, ok := r.killed.Get(req.NamespacedName, o.Now); ok {
+		o.Killed = killed
 	}
 	o.ListeningSince = r.started
 	if r.ListeningSince != nil {
@@ -238,7 +238,7 @@ func (r *Reconciler) vmiToMachine(_ context.Context, o client.Object) []reconcil
 	if vmi, ok := o.(*kubevirtv1.VirtualMachineInstance); ok && isKilledByStop(vmi) {
 		// Kept until the machine's status records it: the instance may be
 		// gone from the cache before the machine is reconciled.
-		r.killed.Store(key, vmi.DeepCopy())
+		r.killed.Assume(key, vmi.DeepCopy(), r.now(), base.UntilForgotten)
 	}
 	return []reconcile.Request{{NamespacedName: key}}
 }

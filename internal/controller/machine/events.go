@@ -2,7 +2,6 @@ package machine
 
 import (
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -24,7 +23,7 @@ func (r *Reconciler) forgetKilled(o *machineObservation) {
 	}
 	c := meta.FindStatusCondition(o.Machine.Status.Conditions, macvirtv1alpha1.ConditionReady)
 	if (c != nil && c.Reason == macvirtv1alpha1.ReasonForcedPowerOff) || (wantsRunning(o.Machine) && !o.Deleting) {
-		r.killed.Delete(client.ObjectKeyFromObject(o.Machine))
+		r.killed.Forget(client.ObjectKeyFromObject(o.Machine))
 	}
 }
 
@@ -82,10 +81,6 @@ func (r *Reconciler) recordNotOwned(before, after *macvirtv1alpha1.MacMachine) {
 	base.RecordEvent(r.Recorder, after, corev1.EventTypeWarning, macvirtv1alpha1.ReasonNotOwned, "Reconcile", now.Message)
 }
 
-// forcedPowerOffsSeen holds the instances whose forced power-off was
-// reported, so each one is counted and announced once per process.
-var forcedPowerOffsSeen sync.Map
-
 // reportForcedPowerOff counts a killed instance in
 // macvirt_machine_forced_poweroffs_total and records a Warning event, once
 // per instance, whether the machine is stopped or deleted.
@@ -94,7 +89,7 @@ func (r *Reconciler) reportForcedPowerOff(o *machineObservation) {
 	if vmi == nil {
 		return
 	}
-	if _, seen := forcedPowerOffsSeen.LoadOrStore(vmi.UID, struct{}{}); seen {
+	if _, seen := r.forcedPowerOffs.LoadOrAssume(vmi.UID, struct{}{}, o.Now, base.UntilForgotten); seen {
 		return
 	}
 	metrics.ForcedPowerOffs.WithLabelValues(o.Machine.Namespace).Inc()

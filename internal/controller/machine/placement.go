@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -112,9 +113,9 @@ func (r *Reconciler) ensurePlacement(ctx context.Context, o *machineObservation)
 	if m.Spec.HostName != "" {
 		return true, nil
 	}
-	r.placed.mu.Lock()
-	defer r.placed.mu.Unlock()
-	candidates, err := r.hostCandidates(ctx, o.Class)
+	r.placing.Lock()
+	defer r.placing.Unlock()
+	candidates, err := r.hostCandidates(ctx, o.Class, o.Now)
 	if err != nil {
 		return false, err
 	}
@@ -129,17 +130,14 @@ func (r *Reconciler) ensurePlacement(ctx context.Context, o *machineObservation)
 		m.Spec.HostName = ""
 		return false, r.updateFailed(o, fmt.Errorf("placing the machine on MacHost %s: %w", host, err))
 	}
-	if r.placed.inFlight == nil {
-		r.placed.inFlight = map[types.UID]placement{}
-	}
-	r.placed.inFlight[m.UID] = placement{key: client.ObjectKeyFromObject(m), host: host}
+	r.placed.Assume(m.UID, placement{key: client.ObjectKeyFromObject(m), host: host}, o.Now, base.UntilForgotten)
 	ctrl.LoggerFrom(ctx).Info("machine placed", "host", host)
 	return true, nil
 }
 
 // hostCandidates reads the hosts the class selects and counts the machines
 // placed on each. Called with the placement lock held.
-func (r *Reconciler) hostCandidates(ctx context.Context, class *macvirtv1alpha1.MacClass) ([]hostCandidate, error) {
+func (r *Reconciler) hostCandidates(ctx context.Context, class *macvirtv1alpha1.MacClass, now time.Time) ([]hostCandidate, error) {
 	selector := labels.Everything()
 	if s := class.Spec.Placement.HostSelector; s != nil {
 		var err error
@@ -147,7 +145,7 @@ func (r *Reconciler) hostCandidates(ctx context.Context, class *macvirtv1alpha1.
 			return nil, fmt.Errorf("MacClass %s: placement.hostSelector: %w", class.Name, err)
 		}
 	}
-	if err := r.pruneInFlight(ctx); err != nil {
+	if err := r.pruneInFlight(ctx, now); err != nil {
 		return nil, err
 	}
 	hosts := &macvirtv1alpha1.MacHostList{}
@@ -158,7 +156,7 @@ func (r *Reconciler) hostCandidates(ctx context.Context, class *macvirtv1alpha1.
 	var out []hostCandidate
 	for i := range hosts.Items {
 		h := &hosts.Items[i]
-		placed, err := r.placedOn(ctx, h.Name)
+		placed, err := r.placedOn(ctx, h.Name, now)
 		if err != nil {
 			return nil, err
 		}
@@ -175,17 +173,17 @@ func (r *Reconciler) hostCandidates(ctx context.Context, class *macvirtv1alpha1.
 
 // pruneInFlight forgets the placements the cache shows now (the machine
 // has its hostName there, or is gone). Called with the placement lock held.
-func (r *Reconciler) pruneInFlight(ctx context.Context) error {
-	for uid, p := range r.placed.inFlight {
+func (r *Reconciler) pruneInFlight(ctx context.Context, now time.Time) error {
+	for uid, p := range r.placed.All(now) {
 		m := &macvirtv1alpha1.MacMachine{}
 		err := r.Get(ctx, p.key, m)
 		switch {
 		case apierrors.IsNotFound(err):
-			delete(r.placed.inFlight, uid)
+			r.placed.Forget(uid)
 		case err != nil:
 			return fmt.Errorf("reading machine %s, placed on MacHost %s: %w", p.key, p.host, err)
 		case m.UID != uid || m.Spec.HostName != "":
-			delete(r.placed.inFlight, uid)
+			r.placed.Forget(uid)
 		}
 	}
 	return nil
@@ -193,13 +191,13 @@ func (r *Reconciler) pruneInFlight(ctx context.Context) error {
 
 // placedOn counts the machines placed on a host: those the cache shows,
 // and those placed here that it does not show yet.
-func (r *Reconciler) placedOn(ctx context.Context, host string) (int, error) {
+func (r *Reconciler) placedOn(ctx context.Context, host string, now time.Time) (int, error) {
 	list := &macvirtv1alpha1.MacMachineList{}
 	if err := r.List(ctx, list, client.MatchingFields{index.MachineHost: host}); err != nil {
 		return 0, fmt.Errorf("listing the machines on MacHost %s: %w", host, err)
 	}
 	n := len(list.Items)
-	for _, p := range r.placed.inFlight {
+	for _, p := range r.placed.All(now) {
 		if p.host == host {
 			n++
 		}

@@ -8,11 +8,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/controllertest"
 )
 
 // endedVMI is an instance that ran and ended in phase, being deleted when
@@ -118,13 +120,13 @@ func TestTheWatchKeepsAKilledInstanceForItsMachine(t *testing.T) {
 	if len(reqs) != 1 || reqs[0].Name != "m" {
 		t.Fatalf("vmiToMachine = %v, want the machine m", reqs)
 	}
-	if _, ok := r.killed.Load(reqs[0].NamespacedName); !ok {
+	if _, _, ok := r.killed.Get(reqs[0].NamespacedName, time.Now()); !ok {
 		t.Errorf("the killed instance was not kept for machine m")
 	}
 	clean := endedVMI(kubevirtv1.Succeeded, true)
 	clean.Labels = map[string]string{macvirtv1alpha1.LabelMachine: "n"}
 	reqs = r.vmiToMachine(context.Background(), clean)
-	if _, ok := r.killed.Load(reqs[0].NamespacedName); ok {
+	if _, _, ok := r.killed.Get(reqs[0].NamespacedName, time.Now()); ok {
 		t.Errorf("a clean stop was kept as killed")
 	}
 }
@@ -145,5 +147,23 @@ func TestACrashedInstanceKubeVirtDeletesIsNoForcedPowerOff(t *testing.T) {
 	o.VMI = killed
 	if killedByStop(o) == nil {
 		t.Error("an instance Failed a grace period after its deletion began is not reported killed")
+	}
+}
+
+// A forced power-off is announced once per instance by each operator: the
+// record of what was reported is the reconciler's, not the process's, so
+// a second operator in the same process (a test's, a hand-over's) still
+// announces it.
+func TestAForcedPowerOffIsAnnouncedOncePerReconciler(t *testing.T) {
+	halted := vm(kubevirtv1.RunStrategyHalted, kubevirtv1.VirtualMachineStatusStopping)
+	o := &machineObservation{Machine: machine(stopped), VM: halted, VMI: endedVMI(kubevirtv1.Failed, true), Now: t0}
+	for _, name := range []string{"first", "second"} {
+		rec := events.NewFakeRecorder(8)
+		r := &Reconciler{Recorder: rec}
+		r.reportForcedPowerOff(o)
+		r.reportForcedPowerOff(o)
+		if got := strings.Count(controllertest.Events(rec), macvirtv1alpha1.ReasonForcedPowerOff); got != 1 {
+			t.Errorf("%s reconciler: %d ForcedPowerOff events for one instance, want 1", name, got)
+		}
 	}
 }

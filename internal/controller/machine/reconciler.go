@@ -69,10 +69,31 @@ type Reconciler struct {
 	WatchHosts bool
 
 	// killed holds, per machine, an instance the watch saw KubeVirt kill at
-	// the end of a graceful stop, until the machine's status records it.
-	killed sync.Map
-	// placed holds the placements on MacHosts the cache may not show yet.
-	placed placements
+	// the end of a graceful stop, until the machine's status records it:
+	// the instance may be gone from the cache before the machine is
+	// reconciled.
+	killed base.Assumed[types.NamespacedName, *kubevirtv1.VirtualMachineInstance]
+	// forcedPowerOffs holds, by instance UID, the forced power-offs this
+	// process has counted and announced, so each is reported once.
+	forcedPowerOffs base.Assumed[types.UID, struct{}]
+	// placing serialises placements: the count of a host's free slots and
+	// the placement it allows are one critical section, which no single
+	// object's resourceVersion guards (a host's slots are a count over many
+	// machines), so it is a lock of its own, not a record of the cache's lag.
+	placing sync.Mutex
+	// placed holds, by machine UID, the placements on MacHosts this
+	// operator wrote that its cache may not show yet, so two machines never
+	// take one host's last slot. Written and read under placing.
+	placed base.Assumed[types.UID, placement]
+}
+
+// now is the reconciler's clock's time; the real time without one (a
+// reconciler built by hand).
+func (r *Reconciler) now() time.Time {
+	if r.Clock == nil {
+		return time.Now()
+	}
+	return r.Clock.Now()
 }
 
 // patchVMTemplate changes the template of the machine's VM, a VM the
@@ -136,14 +157,8 @@ func (r *Reconciler) updateFailed(o *machineObservation, err error) error {
 	return err
 }
 
-// placements remembers the placements this operator wrote that its cache
-// may not show yet, so two machines never take one host's last slot.
-type placements struct {
-	mu sync.Mutex
-	// inFlight maps a machine's UID to where it was placed.
-	inFlight map[types.UID]placement
-}
-
+// placement is where this operator placed a machine: the machine, and the
+// MacHost it is placed on.
 type placement struct {
 	key  types.NamespacedName
 	host string
