@@ -40,15 +40,20 @@ type Reconciler struct {
 
 	handed runnercore.Record
 	tokens runnercore.Secrets
-	mu     sync.Mutex
-	polls  map[types.NamespacedName]*poll
+	// polls is each queue's poll state, by queue: what Buildkite last
+	// said, the stack's registration, the jobs reserved and waiting. It is
+	// not a base.Assumed: no cache will ever show it (it is Buildkite's,
+	// not the cluster's), it lives as long as the queue with nothing to
+	// expire, and the queue's one worker changes it in place.
+	mu    sync.Mutex
+	polls map[types.NamespacedName]*poll
 }
 
 // engine is the runner core, doing its steps with this reconciler's
 // clients.
 func (r *Reconciler) engine() *runnercore.Engine {
 	return &runnercore.Engine{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder,
-		Cleanups: metrics.BuildkiteCleanups, Handed: &r.handed}
+		Cleanups: metrics.BuildkiteCleanups, Handed: &r.handed, Now: r.now()}
 }
 
 // pollOf is what the reconciler last learned of the queue key; a queue is

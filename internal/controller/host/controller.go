@@ -46,7 +46,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	h := &macvirtv1alpha1.MacHost{}
 	if err := r.Get(ctx, req.NamespacedName, h); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.beats.Delete(req.Name)
+			r.beats.Forget(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

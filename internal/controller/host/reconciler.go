@@ -17,7 +17,6 @@ limitations under the License.
 package host
 
 import (
-	"sync"
 	"time"
 
 	"k8s.io/client-go/tools/events"
@@ -25,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/controller/base"
 )
 
 // Reconciler keeps the operator's part of each MacHost's status.
@@ -36,15 +36,10 @@ type Reconciler struct {
 	// several managers in one process.
 	ControllerName string
 
-	// beats holds, per host, the last heartbeat seen and when (beatSeen).
-	beats sync.Map
-}
-
-// beatSeen is a heartbeat of a host's agent and when this operator first
-// saw it.
-type beatSeen struct {
-	beat time.Time
-	at   time.Time
+	// beats holds, per host, the last heartbeat of its agent this operator
+	// saw, recorded when it first saw it: a lease runs from then, whatever
+	// time the Mac stamped on it.
+	beats base.Assumed[string, time.Time]
 }
 
 // seenAt is when the operator first saw the host's current heartbeat: now
@@ -52,12 +47,12 @@ type beatSeen struct {
 func (r *Reconciler) seenAt(h *macvirtv1alpha1.MacHost, now time.Time) time.Time {
 	a := h.Status.Agent
 	if a == nil || a.LastHeartbeat == nil {
-		r.beats.Delete(h.Name)
+		r.beats.Forget(h.Name)
 		return now
 	}
-	if v, ok := r.beats.Load(h.Name); ok && v.(beatSeen).beat.Equal(a.LastHeartbeat.Time) {
-		return v.(beatSeen).at
+	if beat, at, ok := r.beats.Get(h.Name, now); ok && beat.Equal(a.LastHeartbeat.Time) {
+		return at
 	}
-	r.beats.Store(h.Name, beatSeen{beat: a.LastHeartbeat.Time, at: now})
+	r.beats.Assume(h.Name, a.LastHeartbeat.Time, now, base.UntilForgotten)
 	return now
 }

@@ -20,7 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -66,8 +66,10 @@ type Reconciler struct {
 	// several managers in one process.
 	ControllerName string
 
-	// warned holds, per node and reason, the last warning recorded.
-	warned sync.Map
+	// warned holds, per node and reason ("node/reason"), the note of the
+	// last warning recorded, so each is given once; events are not read
+	// back.
+	warned base.Assumed[string, string]
 }
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=list;watch
@@ -91,7 +93,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			// A Node registered again under this name is warned afresh.
 			for _, reason := range []string{"InvalidMacOSSlots", "MacOSSlotsAdjusted"} {
-				r.warned.Delete(req.Name + "/" + reason)
+				r.warned.Forget(req.Name + "/" + reason)
 			}
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -187,13 +189,15 @@ func (r *Reconciler) decideSlots(_ context.Context, s *nodeScope) (bool, error) 
 	for _, w := range []struct{ reason, note string }{{"InvalidMacOSSlots", s.Slots.Invalid}, {"MacOSSlotsAdjusted", s.Slots.Adjusted}} {
 		key := s.Node.Name + "/" + w.reason
 		if w.note == "" {
-			r.warned.Delete(key)
+			r.warned.Forget(key)
 			continue
 		}
-		if last, ok := r.warned.Load(key); ok && last == w.note {
+		// The reconciler has no clock of its own: the time recorded is
+		// only when the warning was given, and no record expires.
+		if last, _, ok := r.warned.Get(key, time.Now()); ok && last == w.note {
 			continue
 		}
-		r.warned.Store(key, w.note)
+		r.warned.Assume(key, w.note, time.Now(), base.UntilForgotten)
 		base.RecordEvent(r.Recorder, s.Node, corev1.EventTypeWarning, w.reason, "AdvertiseSlots", w.note)
 	}
 	return true, nil

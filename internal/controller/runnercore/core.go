@@ -3,7 +3,6 @@ package runnercore
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -130,30 +129,8 @@ func (s *Scope) Decision(name string) *Decision {
 	return nil
 }
 
-// Record is the claims whose Mac was handed its job, by UID, so a busy
-// set does not ask again on every reconcile.
-type Record struct {
-	mu   sync.Mutex
-	uids map[types.UID]bool
-}
-
-func (j *Record) has(uid types.UID) bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.uids[uid]
-}
-
-func (j *Record) add(uid types.UID) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.uids == nil {
-		j.uids = map[types.UID]bool{}
-	}
-	j.uids[uid] = true
-}
-
-func (j *Record) forget(uid types.UID) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	delete(j.uids, uid)
-}
+// Record is the claims whose Mac was handed its job, by UID, until their
+// release, so a busy set does not ask again on every reconcile: what was
+// handed over (a Secret the operator may not cache, a CI system's
+// registration) is not in the cache to be read back.
+type Record = base.Assumed[types.UID, struct{}]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +35,8 @@ type Engine struct {
 	Cleanups *prometheus.CounterVec
 	// Handed is the claims whose Mac has its job.
 	Handed *Record
+	// Now is the reconcile's time, as the reconciler's clock tells it.
+	Now time.Time
 }
 
 // ListClaims reads the set's runners' claims.
@@ -85,7 +88,7 @@ func (e *Engine) Release(ctx context.Context, s *Scope, b Backend) (bool, error)
 			s.Fail(macvirtv1alpha1.ReasonRunnerCleanup, fmt.Sprintf("releasing claim %s: %v", d.Name, err))
 			return false, fmt.Errorf("releasing claim %s/%s: %w", claim.Namespace, claim.Name, err)
 		}
-		e.Handed.forget(claim.UID)
+		e.Handed.Forget(claim.UID)
 		if d.Cleanup != "" {
 			e.cleaned(s, d.Cleanup)
 			kind := corev1.EventTypeWarning
@@ -102,7 +105,7 @@ func (e *Engine) Release(ctx context.Context, s *Scope, b Backend) (bool, error)
 func (e *Engine) Hand(ctx context.Context, s *Scope, b Backend) (bool, error) {
 	for i := range s.Claims {
 		c := &s.Claims[i]
-		if !c.DeletionTimestamp.IsZero() || e.Handed.has(c.UID) {
+		if _, _, handed := e.Handed.Get(c.UID, e.Now); !c.DeletionTimestamp.IsZero() || handed {
 			continue
 		}
 		if d := s.Decision(c.Name); d == nil || d.State != macvirtv1alpha1.RunnerProvisioning {
@@ -118,7 +121,7 @@ func (e *Engine) Hand(ctx context.Context, s *Scope, b Backend) (bool, error) {
 func (e *Engine) hand(ctx context.Context, b Backend, c *macvirtv1alpha1.MacClaim, fresh bool) (bool, error) {
 	done, proceed, err := b.Hand(ctx, c, fresh)
 	if done {
-		e.Handed.add(c.UID)
+		e.Handed.Assume(c.UID, struct{}{}, e.Now, base.UntilForgotten)
 	}
 	return proceed, err
 }

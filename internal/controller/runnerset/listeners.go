@@ -48,6 +48,10 @@ type Listeners struct {
 	mu   sync.Mutex
 	ctx  context.Context
 	stop context.CancelFunc
+	// sets are the running listeners, by set. Not a base.Assumed: each
+	// owns a goroutine and its GitHub session, which are stopped and
+	// closed, not forgotten; and what they learn is GitHub's, which no
+	// cache will ever show.
 	sets map[types.NamespacedName]*setListener
 }
 

@@ -46,7 +46,7 @@ func (r *Reconciler) githubFailed(s *setScope, c *github.Client, err error) {
 // clients.
 func (r *Reconciler) engine() *runnercore.Engine {
 	return &runnercore.Engine{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder,
-		Cleanups: metrics.RunnerSetCleanups, Handed: &r.handed}
+		Cleanups: metrics.RunnerSetCleanups, Handed: &r.handed, Now: r.now()}
 }
 
 func (r *Reconciler) now() time.Time {
