@@ -105,6 +105,24 @@ func (r *Reconciler) bind(ctx context.Context, s *claimScope) (bool, error) {
 	return true, nil
 }
 
+// completeBinding completes the binding the claim's status says is in
+// progress, or undoes it where it can never complete: a machine the claim
+// reserved (an older operator's protocol), whose side of the binding may
+// not be written yet (a crash, or another operator in the middle), or the
+// machine of its own, made on demand, that it committed to. It writes the
+// machine's side, the machine, or the claim's status undoing the
+// reservation. A claim with no binding in progress has none to complete.
+func (r *Reconciler) completeBinding(ctx context.Context, s *claimScope) (bool, error) {
+	switch {
+	case !bindingInProgress(s.claim):
+		return true, nil
+	case s.claim.Status.MachineRef != nil:
+		return r.completeBind(ctx, s)
+	default:
+		return r.bindOnDemand(ctx, s)
+	}
+}
+
 // bindOnDemand completes a claim's commitment to a machine made on demand,
 // from the claim's class.
 func (r *Reconciler) bindOnDemand(ctx context.Context, s *claimScope) (bool, error) {

@@ -41,7 +41,9 @@ import (
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=list;watch
 
 // Reconcile finds or makes the claim's binding, then writes status once,
-// computed from what it found.
+// computed from what it found. The steps first find what is bound (reads
+// only), then complete a binding in progress and delete orphans (writes
+// the binding protocol needs), then bind, expose and publish.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, reterr error) {
 	claim := &macvirtv1alpha1.MacClaim{}
 	if err := r.Get(ctx, req.NamespacedName, claim); err != nil {
@@ -101,7 +103,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			result.RequeueAfter = r.watchLifetime(claim, result.RequeueAfter)
 		}
 	}()
-	return ctrl.Result{}, base.RunSteps(ctx, s, r.findBound, r.stopIfExpired, r.bind, r.checkExposure, r.ensureService, r.publishName, r.ensureConnectionSecret)
+	return ctrl.Result{}, base.RunSteps(ctx, s,
+		r.findBound,
+		r.completeBinding,
+		r.deleteOrphans,
+		r.stopIfExpired,
+		r.bind,
+		r.checkExposure,
+		r.ensureService,
+		r.publishName,
+		r.ensureConnectionSecret,
+	)
 }
 
 // SetupWithManager watches claims, machines (to complete, lose or wake

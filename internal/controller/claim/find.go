@@ -5,23 +5,23 @@ import (
 	"fmt"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
-	"github.com/macvirt/macvirt/internal/controller/base"
 	"github.com/macvirt/macvirt/internal/controller/index"
-	"github.com/macvirt/macvirt/internal/controller/metrics"
 )
 
 // findBound finds the machine bound to the claim: the one its status names,
 // or, before the status records it (this process has just bound it, or a
 // restart came between the machine's write and the claim's), the one whose
 // claimRef carries the claim's UID. A named machine that is gone, bound to
-// another UID, or Failed makes the claim Lost; it is never re-bound.
+// another UID, or Failed makes the claim Lost; it is never re-bound. Other
+// machines bound to the claim than the one its status names are recorded
+// as orphans. It only reads, and records what it found in the scope (and
+// drops an assumed binding the cache has caught up with); a binding in
+// progress is left to completeBinding, orphans to deleteOrphans.
 func (r *Reconciler) findBound(ctx context.Context, s *claimScope) (bool, error) {
 	var listed macvirtv1alpha1.MacMachineList
 	if err := r.List(ctx, &listed, client.MatchingFields{index.MachineClaimUID: string(s.claim.UID)}); err != nil {
@@ -52,16 +52,12 @@ func (r *Reconciler) findBound(ctx context.Context, s *claimScope) (bool, error)
 	if err != nil {
 		return false, err
 	}
-	ref := s.claim.Status.MachineRef
-	switch {
-	case bindingInProgress(s.claim) && ref != nil:
-		// The claim reserved this machine and the machine's side may not
-		// be written yet (a crash, or another operator in the middle).
-		return r.completeBind(ctx, s)
-	case bindingInProgress(s.claim):
-		// The claim is committed to a machine of its own, made on demand.
-		return r.bindOnDemand(ctx, s)
+	if bindingInProgress(s.claim) {
+		// The machine's side may not be written yet (a crash, or another
+		// operator in the middle): completeBinding takes it from here.
+		return true, nil
 	}
+	ref := s.claim.Status.MachineRef
 	if ref == nil {
 		// A machine created for the claim on demand (pre-bound), or bound
 		// by an operator that wrote the machine's side first: adopt it. The
@@ -73,9 +69,7 @@ func (r *Reconciler) findBound(ctx context.Context, s *claimScope) (bool, error)
 		}
 		return true, nil
 	}
-	if err := r.deleteOrphans(ctx, s.claim, ref, won); err != nil {
-		return false, err
-	}
+	s.orphans = orphansOf(ref, won)
 	m := &macvirtv1alpha1.MacMachine{}
 	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
 	err = r.Get(ctx, key, m)
@@ -113,28 +107,15 @@ func (r *Reconciler) findBound(ctx context.Context, s *claimScope) (bool, error)
 	return true, nil
 }
 
-// deleteOrphans deletes machines bound to this claim that its status does
-// not name: two operators each bound one, and only one was recorded. The
-// orphan was never handed to the tenant, and its claimRef cannot change, so
-// it goes (with its resourceVersion as precondition) and its pool replaces it.
-func (r *Reconciler) deleteOrphans(ctx context.Context, claim *macvirtv1alpha1.MacClaim, ref *macvirtv1alpha1.ObjectRef,
-	bound []*macvirtv1alpha1.MacMachine) error {
+// orphansOf is, of the machines bound to a claim, those its status (ref)
+// does not name and that are not being deleted already: two operators each
+// bound one, and only one was recorded.
+func orphansOf(ref *macvirtv1alpha1.ObjectRef, bound []*macvirtv1alpha1.MacMachine) []*macvirtv1alpha1.MacMachine {
+	var out []*macvirtv1alpha1.MacMachine
 	for _, m := range bound {
-		if m.UID == ref.UID || !m.DeletionTimestamp.IsZero() {
-			continue
+		if m.UID != ref.UID && m.DeletionTimestamp.IsZero() {
+			out = append(out, m)
 		}
-		uid, rv := m.UID, m.ResourceVersion
-		if err := r.Delete(ctx, m, client.Preconditions{UID: &uid, ResourceVersion: &rv}); apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			continue
-		} else if err != nil {
-			return fmt.Errorf("deleting orphaned machine %s/%s: %w", m.Namespace, m.Name, err)
-		}
-		// The binding protocol makes this impossible; it stays as a last
-		// line of defence, loud, because each one burns a warm Mac.
-		ctrl.LoggerFrom(ctx).Info("deleted a machine bound twice to the claim", "machine", m.Name, "kept", ref.Name)
-		metrics.OrphansDeleted.Inc()
-		base.RecordEvent(r.Recorder, claim, corev1.EventTypeWarning, "OrphanDeleted", "Bind", fmt.Sprintf(
-			"machine %s/%s was also bound to this claim; deleted it, keeping %s", m.Namespace, m.Name, ref.Name))
 	}
-	return nil
+	return out
 }

@@ -15,6 +15,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/controller/metrics"
 	"github.com/macvirt/macvirt/internal/tenancy"
 )
 
@@ -66,6 +67,34 @@ func (r *Reconciler) bindMachine(ctx context.Context, s *claimScope, m *macvirtv
 	now := r.now()
 	r.assumed.Assume(s.claim.UID, m.DeepCopy(), now, assumeTTL)
 	s.machine, s.boundAt, s.retrySoon = m, now, false
+	return true, nil
+}
+
+// deleteOrphans deletes the machines findBound found bound to this claim
+// besides the one its status names: two operators each bound one, and only
+// one was recorded. The orphan was never handed to the tenant, and its
+// claimRef cannot change, so it goes (with its UID and resourceVersion as
+// preconditions: one changed since is looked at afresh) and its pool
+// replaces it. The claim's steps go on either way.
+func (r *Reconciler) deleteOrphans(ctx context.Context, s *claimScope) (bool, error) {
+	ref := s.claim.Status.MachineRef
+	if ref == nil {
+		return true, nil
+	}
+	for _, m := range s.orphans {
+		uid, rv := m.UID, m.ResourceVersion
+		if err := r.Delete(ctx, m, client.Preconditions{UID: &uid, ResourceVersion: &rv}); apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			continue
+		} else if err != nil {
+			return false, fmt.Errorf("deleting orphaned machine %s/%s: %w", m.Namespace, m.Name, err)
+		}
+		// The binding protocol makes this impossible; it stays as a last
+		// line of defence, loud, because each one burns a warm Mac.
+		ctrl.LoggerFrom(ctx).Info("deleted a machine bound twice to the claim", "machine", m.Name, "kept", ref.Name)
+		metrics.OrphansDeleted.Inc()
+		base.RecordEvent(r.Recorder, s.claim, corev1.EventTypeWarning, "OrphanDeleted", "Bind", fmt.Sprintf(
+			"machine %s/%s was also bound to this claim; deleted it, keeping %s", m.Namespace, m.Name, ref.Name))
+	}
 	return true, nil
 }
 

@@ -15,6 +15,9 @@ type claimScope struct {
 	claim   *macvirtv1alpha1.MacClaim
 	class   *macvirtv1alpha1.MacClass
 	machine *macvirtv1alpha1.MacMachine
+	// orphans are the machines bound to the claim besides the one its
+	// status names, found by findBound for deleteOrphans.
+	orphans []*macvirtv1alpha1.MacMachine
 	lost    string
 	waiting *base.Problem
 	// writeFailed is a create the API server refused, in its words, or a
