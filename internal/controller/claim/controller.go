@@ -62,45 +62,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	}
 	s := &claimScope{claim: claim}
 	defer func() {
+		// The status first, from what the steps found; then a conflict,
+		// whether a step's or the status write's, is no failure.
+		result, reterr = r.finishReconcile(ctx, s, req.NamespacedName, reterr)
 		if apierrors.IsConflict(reterr) {
 			// A lost race or a stale copy, not a failure: look again once
 			// the cache has caught up, without the growing backoff of an
 			// error (a claim that lost many races would wait minutes).
 			ctrl.LoggerFrom(ctx).V(1).Info("lost a race; looking again", "reason", reterr.Error())
 			result, reterr = ctrl.Result{RequeueAfter: base.ConflictRetry}, nil
-		}
-	}()
-	defer func() {
-		refused := s.secret != nil && s.secret.refused != nil
-		switch {
-		case s.retrySoon:
-			result = ctrl.Result{RequeueAfter: lostRaceRetry}
-			return
-		case reterr != nil && s.writeFailed == nil && !refused:
-			// A failed read leaves the scope incomplete: a status computed
-			// from it could unbind a bound claim on paper. Retry instead.
-			return
-		}
-		if hold := statusHold(s, r.Clock.Now()); hold > 0 {
-			// Just bound, Ready but for its NetworkPolicy, which the
-			// machine's exposure is writing: one status write, Bound and
-			// Ready together, once it is (its event wakes the claim).
-			result = ctrl.Result{RequeueAfter: hold}
-			return
-		}
-		if err := r.patchClaimStatus(ctx, s); err != nil && (reterr == nil || refused && errors.Is(reterr, s.secret.refused)) {
-			// A status write that failed after a refused Secret speaks for
-			// the reconcile: a conflict is looked at again soon, quietly.
-			reterr = err
-		}
-		if o := s.secret; o != nil && o.refused == nil && claim.Status.Connection != nil {
-			r.connectionApplied.Assume(req.NamespacedName, struct{}{}, o.at, base.UntilForgotten)
-		}
-		if reterr == nil && connectionSecretName(claim) != "" && claim.Status.Phase == macvirtv1alpha1.ClaimReady {
-			result.RequeueAfter = r.connectionResync()
-		}
-		if reterr == nil {
-			result.RequeueAfter = r.watchLifetime(claim, result.RequeueAfter)
 		}
 	}()
 	return ctrl.Result{}, base.RunSteps(ctx, s,
@@ -114,6 +84,46 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.publishName,
 		r.ensureConnectionSecret,
 	)
+}
+
+// finishReconcile ends a reconcile whose steps returned err: it writes the
+// status computed from the scope, unless the scope is incomplete (a failed
+// read) or the write is to wait (a race lost under us, a binding about to
+// be Ready), and says when to look at the claim again. The error it
+// returns is the reconcile's.
+func (r *Reconciler) finishReconcile(ctx context.Context, s *claimScope, key types.NamespacedName, err error) (ctrl.Result, error) {
+	claim := s.claim
+	refused := s.secret != nil && s.secret.refused != nil
+	switch {
+	case s.retrySoon:
+		return ctrl.Result{RequeueAfter: lostRaceRetry}, err
+	case err != nil && s.writeFailed == nil && !refused:
+		// A failed read leaves the scope incomplete: a status computed
+		// from it could unbind a bound claim on paper. Retry instead.
+		return ctrl.Result{}, err
+	}
+	if hold := statusHold(s, r.Clock.Now()); hold > 0 {
+		// Just bound, Ready but for its NetworkPolicy, which the
+		// machine's exposure is writing: one status write, Bound and
+		// Ready together, once it is (its event wakes the claim).
+		return ctrl.Result{RequeueAfter: hold}, err
+	}
+	if werr := r.patchClaimStatus(ctx, s); werr != nil && (err == nil || refused && errors.Is(err, s.secret.refused)) {
+		// A status write that failed after a refused Secret speaks for
+		// the reconcile: a conflict is looked at again soon, quietly.
+		err = werr
+	}
+	if o := s.secret; o != nil && o.refused == nil && claim.Status.Connection != nil {
+		r.connectionApplied.Assume(key, struct{}{}, o.at, base.UntilForgotten)
+	}
+	var result ctrl.Result
+	if err == nil && connectionSecretName(claim) != "" && claim.Status.Phase == macvirtv1alpha1.ClaimReady {
+		result.RequeueAfter = r.connectionResync()
+	}
+	if err == nil {
+		result.RequeueAfter = r.watchLifetime(claim, result.RequeueAfter)
+	}
+	return result, err
 }
 
 // SetupWithManager watches claims, machines (to complete, lose or wake
