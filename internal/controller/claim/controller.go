@@ -77,7 +77,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.findBound,
 		r.completeBinding,
 		r.deleteOrphans,
-		r.stopIfExpired,
+		r.checkNotExpired,
 		r.bind,
 		r.checkExposure,
 		r.ensureService,

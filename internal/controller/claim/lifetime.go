@@ -84,10 +84,11 @@ func expiryWarning(c *macvirtv1alpha1.MacClaim, now time.Time) (string, bool) {
 		st.ExpiresAt.UTC().Format(time.RFC3339), st.ExpiresAt.Sub(now).Round(time.Second), reclaimPolicy(c)), true
 }
 
-// stopIfExpired ends the steps of a claim whose lifetime is over: it binds
-// nothing, exposes nothing and writes no Secret any more; its status says
-// Expired, and the machine side gives the machine back.
-func (r *Reconciler) stopIfExpired(_ context.Context, s *claimScope) (bool, error) {
+// checkNotExpired ends the steps of a claim whose lifetime is over; it only
+// reads the clock. Such a claim binds nothing, exposes nothing and writes
+// no Secret any more; its status says Expired, and the machine side gives
+// the machine back.
+func (r *Reconciler) checkNotExpired(_ context.Context, s *claimScope) (bool, error) {
 	return !expired(&s.claim.Status, r.Clock.Now()), nil
 }
 

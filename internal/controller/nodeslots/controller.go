@@ -98,16 +98,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	for _, step := range []func(context.Context, *nodeScope) (bool, error){
-		r.countHeldSlots,
-		r.decideSlots,
-		r.advertiseSlots,
-	} {
-		if proceed, err := step(ctx, s); err != nil || !proceed {
-			return ctrl.Result{}, err
-		}
-	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, base.RunSteps(ctx, s, r.countHeldSlots, r.decideSlots, r.advertiseSlots)
 }
 
 // countHeldSlots answers: how many slots do the macOS VMs on the node hold?
