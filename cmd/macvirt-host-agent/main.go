@@ -41,7 +41,6 @@ func run() error {
 	home, _ := os.UserHomeDir()
 	var (
 		host        = flag.String("host", strings.ToLower(strings.Split(hostname, ".")[0]), "the MacHost's name (its ServiceAccount in macvirt-hosts has the same name)")
-		kubeconfig  = flag.String("kubeconfig", "", "kubeconfig of the host's ServiceAccount")
 		tool        = flag.String("tool", "tart", "what drives the VMs: lume or tart")
 		lumeURL     = flag.String("lume-url", lume.DefaultBaseURL, "lume's API (lume serve)")
 		tartBinary  = flag.String("tart", tart.DefaultBinary, "the tart command")
@@ -50,18 +49,27 @@ func run() error {
 		minFreeDisk = flag.String("min-free-disk", "60Gi", "free disk under which the host reports DiskPressure")
 		showVersion = flag.Bool("version", false, "print the version and exit")
 	)
+	// --kubeconfig (the host's ServiceAccount's kubeconfig) is registered by
+	// controller-runtime, which every binary that links it shares; a second
+	// registration panics at start. Its help is the host agent's.
+	kf := flag.Lookup("kubeconfig")
+	if kf == nil {
+		return fmt.Errorf("controller-runtime no longer registers --kubeconfig: the host agent must register it")
+	}
+	kf.Usage = "kubeconfig of the host's ServiceAccount (required)"
 	flag.Parse()
+	kubeconfig := kf.Value.String()
 	if *showVersion {
 		fmt.Println(version)
 		return nil
 	}
 	ctrl.SetLogger(zap.New())
-	if *kubeconfig == "" {
+	if kubeconfig == "" {
 		return fmt.Errorf("--kubeconfig is required: the host's ServiceAccount's kubeconfig (docs/apple-silicon-hosts.md)")
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return fmt.Errorf("reading --kubeconfig %s: %w", *kubeconfig, err)
+		return fmt.Errorf("reading --kubeconfig %s: %w", kubeconfig, err)
 	}
 	if *lease < 10*time.Second || *lease > time.Hour {
 		return fmt.Errorf("--lease %s: give between 10s and 1h (MacHost's status.agent.leaseSeconds)", *lease)

@@ -43,7 +43,7 @@ func (w *World) operatorAccount() (*rest.Config, error) {
 	}
 	sa := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: OperatorServiceAccount, Namespace: operator.DefaultNamespace}
 	for _, file := range []string{filepath.Join("rbac", "role.yaml"), tunnelTrustReader} {
-		objs, err := readObjects(filepath.Join(cluster.RepoRoot(), "config", file), w.Scheme)
+		objs, err := ReadObjects(filepath.Join(cluster.RepoRoot(), "config", file), w.Scheme)
 		if err != nil {
 			return nil, err
 		}

@@ -9,9 +9,9 @@ import (
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
-// readObjects reads the objects of a YAML file of the repository's, typed
+// ReadObjects reads the objects of a YAML file of the repository's, typed
 // by scheme; a field the type does not have is an error, not pruned.
-func readObjects(path string, scheme *runtime.Scheme) ([]client.Object, error) {
+func ReadObjects(path string, scheme *runtime.Scheme) ([]client.Object, error) {
 	docs, err := cluster.ReadObjects(path)
 	if err != nil {
 		return nil, err

@@ -20,7 +20,7 @@ func TestReadObjectsTypesTheRepositorysFiles(t *testing.T) {
 		"rbac/role.yaml":                         "*v1.ClusterRole",
 		tunnelTrustReader:                        "*v1.Role",
 	} {
-		objs, err := readObjects(filepath.Join(cluster.RepoRoot(), "config", file), scheme)
+		objs, err := ReadObjects(filepath.Join(cluster.RepoRoot(), "config", file), scheme)
 		if err != nil || len(objs) == 0 {
 			t.Fatalf("config/%s: %d objects, %v", file, len(objs), err)
 		}
@@ -39,7 +39,7 @@ func TestReadObjectsRefusesAFieldTheTypeLacks(t *testing.T) {
 	if err := os.WriteFile(path, []byte("apiVersion: macvirt.io/v1alpha1\nkind: MacPool\nmetadata:\n  name: p\nspec:\n  classNme: x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := readObjects(path, scheme); err == nil {
+	if _, err := ReadObjects(path, scheme); err == nil {
 		t.Error("a pool with spec.classNme was read")
 	}
 }

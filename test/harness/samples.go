@@ -64,7 +64,7 @@ func ApplySamples(ctx context.Context, c client.Client, machines int32) error {
 	}
 	dir := filepath.Join(cluster.RepoRoot(), "config", "samples")
 	for _, file := range []string{"macvirt_v1alpha1_macclass.yaml", "macvirt_v1alpha1_macpool.yaml", "macvirt_v1alpha1_macclaim.yaml"} {
-		objs, err := readObjects(filepath.Join(dir, file), c.Scheme())
+		objs, err := ReadObjects(filepath.Join(dir, file), c.Scheme())
 		if err != nil {
 			return err
 		}
@@ -120,7 +120,7 @@ func ApplyTenantClass(ctx context.Context, c client.Client) error {
 
 // sampleClass reads config/samples' class.
 func sampleClass(scheme *runtime.Scheme) (*macvirtv1alpha1.MacClass, error) {
-	objs, err := readObjects(filepath.Join(cluster.RepoRoot(), "config", "samples", "macvirt_v1alpha1_macclass.yaml"), scheme)
+	objs, err := ReadObjects(filepath.Join(cluster.RepoRoot(), "config", "samples", "macvirt_v1alpha1_macclass.yaml"), scheme)
 	if err != nil {
 		return nil, err
 	}

@@ -52,7 +52,7 @@ func SetUpTenant(ctx context.Context, admin client.Client, user, ns string) erro
 	}
 	subject := rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}
 	for _, r := range tenantRoles {
-		objs, err := readObjects(filepath.Join(cluster.RepoRoot(), "config", "rbac", r.file), admin.Scheme())
+		objs, err := ReadObjects(filepath.Join(cluster.RepoRoot(), "config", "rbac", r.file), admin.Scheme())
 		if err != nil {
 			return err
 		}
