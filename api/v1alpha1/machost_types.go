@@ -60,6 +60,11 @@ const (
 	ReasonHostVMFailed = "HostVMFailed"
 )
 
+// HostAgentNamespace holds the host agents' ServiceAccounts, each named
+// like its Mac (and its MacHost); the operator takes a token of
+// system:serviceaccount:macvirt-hosts:NAME as the agent of MacHost NAME.
+const HostAgentNamespace = "macvirt-hosts"
+
 // DefaultHostLease is how long a host stays alive after a heartbeat when
 // its agent gives no lease.
 const DefaultHostLease = 60 * time.Second

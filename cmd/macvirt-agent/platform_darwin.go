@@ -28,15 +28,43 @@ func newPlatform() (guestagent.Platform, error) { return darwin{}, nil }
 // A macOS agent runs tasks (protocol v2).
 var _ guestagent.TaskPlatform = darwin{}
 
+// shareMount is where the agent mounts the Virtualization framework's
+// automount shares itself when macOS has not (yet) mounted them at
+// /Volumes/My Shared Files.
+const shareMount = "/private/var/run/macvirt-shares"
+
+// automountTag is the tag tart's --dir and lume's sharedDirectories give
+// their shares (VZVirtioFileSystemDeviceConfiguration.macOSGuestAutomountTag).
+const automountTag = "com.apple.virtio-fs.automount"
+
+// ConfigDir is the KubeVirt config disk or the VZ host agent's share
+// (guestagent.ConfigDirUnder). The agent starts at boot, as a LaunchDaemon,
+// and nothing says macOS mounts the automount shares before a user logs
+// in: so, while neither is there, it mounts the share device itself. On a
+// KubeVirt Mac there is no such device and the mount fails quietly.
 func (darwin) ConfigDir() (string, error) {
-	dir := filepath.Join("/Volumes", guestprotocol.ConfigVolumeLabel)
-	if _, err := os.Stat(filepath.Join(dir, guestprotocol.KeyToken)); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", nil
-		}
+	if dir, err := guestagent.ConfigDirUnder("/"); dir != "" || err != nil {
+		return dir, err
+	}
+	if err := os.MkdirAll(shareMount, 0o700); err != nil {
 		return "", err
 	}
-	return dir, nil
+	if !isMountPoint(shareMount) {
+		if err := exec.Command("/sbin/mount_virtiofs", automountTag, shareMount).Run(); err != nil {
+			return "", nil // no share device: a KubeVirt Mac, or a host that shares nothing yet.
+		}
+	}
+	return guestagent.ConfigDirIn(filepath.Join(shareMount, guestprotocol.ConfigShareName))
+}
+
+// isMountPoint says whether something is mounted at dir: its device is not
+// its parent's.
+func isMountPoint(dir string) bool {
+	var st, parent syscall.Stat_t
+	if syscall.Stat(dir, &st) != nil || syscall.Stat(filepath.Dir(dir), &parent) != nil {
+		return false
+	}
+	return st.Dev != parent.Dev
 }
 
 var bootTimeRE = regexp.MustCompile(`sec = (\d+)`)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -47,6 +48,9 @@ func run() error {
 		stateDir    = flag.String("state-dir", filepath.Join(home, "Library", "Application Support", "macvirt"), "where the agent keeps its own files")
 		lease       = flag.Duration("lease", time.Minute, "how long the host counts as alive after a heartbeat (it heartbeats 4 times per lease)")
 		minFreeDisk = flag.String("min-free-disk", "60Gi", "free disk under which the host reports DiskPressure")
+		endpoint    = flag.String("endpoint", "", "the operator's agent endpoint, https://host:port, as this Mac reaches it (the address its guests are given)")
+		endpointCA  = flag.String("endpoint-ca", "", "a PEM file of the CA the agent endpoint's certificate chains to")
+		serverName  = flag.String("endpoint-server-name", "", "the name the endpoint's certificate is checked against, when not the endpoint's host")
 		showVersion = flag.Bool("version", false, "print the version and exit")
 	)
 	// --kubeconfig (the host's ServiceAccount's kubeconfig) is registered by
@@ -77,6 +81,17 @@ func run() error {
 	if *host == "" {
 		return fmt.Errorf("--host is required: the MacHost's name, its ServiceAccount's in macvirt-hosts")
 	}
+	if *endpoint == "" || *endpointCA == "" {
+		return fmt.Errorf("--endpoint and --endpoint-ca are required: the operator's agent endpoint, where each VM's configuration is fetched (docs/apple-silicon-hosts.md)")
+	}
+	ca, err := os.ReadFile(*endpointCA)
+	if err != nil {
+		return fmt.Errorf("reading --endpoint-ca: %w", err)
+	}
+	token, err := hostToken(cfg)
+	if err != nil {
+		return err
+	}
 	q, err := resource.ParseQuantity(*minFreeDisk)
 	if err != nil {
 		return fmt.Errorf("--min-free-disk %q: %w", *minFreeDisk, err)
@@ -98,11 +113,31 @@ func run() error {
 	}
 	a, err := hostagent.New(cfg, driver, hostagent.Options{Host: *host, Lease: *lease, MinFreeDisk: &q, Version: version,
 		StateDir: filepath.Join(*stateDir, "agent"),
-		Facts:    hostagent.MacFacts(*stateDir)})
+		Facts:    hostagent.MacFacts(*stateDir),
+		Endpoint: &hostagent.Endpoint{URL: *endpoint, CABundle: ca, ServerName: *serverName, Token: token}})
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return a.Start(ctx)
+}
+
+// hostToken returns how the agent reads its ServiceAccount's token: the
+// operator's endpoint reviews it before it hands out a VM's configuration.
+// A token file (tokenFile in the kubeconfig) is read again each time, so a
+// renewed token counts at once.
+func hostToken(cfg *rest.Config) (func() (string, error), error) {
+	switch {
+	case cfg.BearerTokenFile != "":
+		file := cfg.BearerTokenFile
+		return func() (string, error) {
+			b, err := os.ReadFile(file) //nolint:gosec // the kubeconfig's own token file.
+			return strings.TrimSpace(string(b)), err
+		}, nil
+	case cfg.BearerToken != "":
+		token := cfg.BearerToken
+		return func() (string, error) { return token, nil }, nil
+	}
+	return nil, fmt.Errorf("the --kubeconfig holds no token: give the host's ServiceAccount token (kubectl create token), which the operator's endpoint also checks")
 }

@@ -49,6 +49,9 @@ type Handler struct {
 	// a stream of API writes.
 	Rate  rate.Limit
 	Burst int
+	// Hosts serves guestprotocol.HostConfigPath, for host agents; nil
+	// serves no host.
+	Hosts http.Handler
 	// Sources reads the Secrets and ConfigMaps a bootstrap names: the API
 	// server itself (the operator watches no Secret), where the namespace's
 	// admin granted it. Without one, Client reads them.
@@ -69,6 +72,10 @@ const minSweepAt = 1024
 const unauthorized = "unknown machine or wrong token"
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == guestprotocol.HostConfigPath && h.Hosts != nil {
+		h.Hosts.ServeHTTP(w, r)
+		return
+	}
 	version := guestprotocol.VersionV2
 	if r.URL.Path == guestprotocol.HeartbeatPath {
 		version = guestprotocol.Version
@@ -341,6 +348,11 @@ func (h *Handler) now() time.Time {
 
 func writeError(w http.ResponseWriter, code int, reason, msg string) {
 	heartbeats.WithLabelValues(reason).Inc()
+	writeProblem(w, code, reason, msg)
+}
+
+// writeProblem answers with the protocol's Error.
+func writeProblem(w http.ResponseWriter, code int, reason, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(guestprotocol.Error{Reason: reason, Message: msg})

@@ -60,9 +60,23 @@ func IssueToken(ctx context.Context, c client.Client, m *macvirtv1alpha1.MacMach
 	if m.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] != "" {
 		return true, nil
 	}
+	_, err := issue(ctx, c, m, addr)
+	return err == nil, err
+}
+
+// ReissueToken draws machine m a new token as IssueToken draws the first,
+// whether or not it has one, and returns its configuration: what a host
+// agent shares into the VM it starts next. The guest of the VM's previous
+// start holds a token that no longer counts.
+func ReissueToken(ctx context.Context, c client.Client, m *macvirtv1alpha1.MacMachine, addr Address) (map[string]string, error) {
+	return issue(ctx, c, m, addr)
+}
+
+// issue draws a token, creates its Secret and records both on m.
+func issue(ctx context.Context, c client.Client, m *macvirtv1alpha1.MacMachine, addr Address) (map[string]string, error) {
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
-		return false, fmt.Errorf("drawing the agent token: %w", err)
+		return nil, fmt.Errorf("drawing the agent token: %w", err)
 	}
 	token := hex.EncodeToString(raw)
 	hash := guestprotocol.HashToken(token)
@@ -87,10 +101,10 @@ func IssueToken(ctx context.Context, c client.Client, m *macvirtv1alpha1.MacMach
 		StringData: data,
 	}
 	if err := controllerutil.SetControllerReference(m, secret, c.Scheme()); err != nil {
-		return false, fmt.Errorf("owning the agent Secret by the machine: %w", err)
+		return nil, fmt.Errorf("owning the agent Secret by the machine: %w", err)
 	}
 	if err := c.Create(ctx, secret); err != nil {
-		return false, &WriteError{Create: true, err: fmt.Errorf("creating the agent Secret %s/%s: %w", m.Namespace, secret.Name, err)}
+		return nil, &WriteError{Create: true, err: fmt.Errorf("creating the agent Secret %s/%s: %w", m.Namespace, secret.Name, err)}
 	}
 	recorded := m.DeepCopy()
 	if recorded.Annotations == nil {
@@ -103,9 +117,9 @@ func IssueToken(ctx context.Context, c client.Client, m *macvirtv1alpha1.MacMach
 		// next reconcile reads the machine again and finds it, or draws anew.
 		ctrl.LoggerFrom(ctx).Info("the agent token's hash was not recorded; its Secret stays unused until the machine is deleted",
 			"secret", secret.Name, "conflict", apierrors.IsConflict(err), "reason", err.Error())
-		return false, &WriteError{err: fmt.Errorf("recording the agent token's hash and Secret %s: %w", secret.Name, err)}
+		return nil, &WriteError{err: fmt.Errorf("recording the agent token's hash and Secret %s: %w", secret.Name, err)}
 	}
 	*m = *recorded
 	ctrl.LoggerFrom(ctx).Info("issued the guest agent's token", "secret", secret.Name)
-	return true, nil
+	return data, nil
 }

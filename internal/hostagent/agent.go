@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -74,6 +75,8 @@ type Options struct {
 	Clock clock.PassiveClock
 	// Name tells several agents apart in one process (tests).
 	Name string
+	// Endpoint is where each VM's configuration is fetched. Required.
+	Endpoint *Endpoint
 }
 
 // Agent is one Mac's host agent.
@@ -85,6 +88,8 @@ type Agent struct {
 	reader client.Reader
 	clock  clock.PassiveClock
 	mgr    manager.Manager
+	// endpoint fetches configurations from the operator.
+	endpoint *http.Client
 
 	mu sync.Mutex
 	// stuck is the VM-limit error of the last start, when it came with no
@@ -103,6 +108,10 @@ func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
 	}
 	if err := os.MkdirAll(filepath.Join(opts.StateDir, madeDir), 0o700); err != nil {
 		return nil, fmt.Errorf("making the agent's state directory: %w", err)
+	}
+	endpoint, err := newEndpointClient(opts.Endpoint)
+	if err != nil {
+		return nil, err
 	}
 	if opts.Lease == 0 {
 		opts.Lease = macvirtv1alpha1.DefaultHostLease
@@ -131,7 +140,8 @@ func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("making the agent's manager: %w", err)
 	}
-	a := &Agent{opts: opts, driver: driver, client: mgr.GetClient(), reader: mgr.GetAPIReader(), clock: opts.Clock, mgr: mgr}
+	a := &Agent{opts: opts, driver: driver, client: mgr.GetClient(), reader: mgr.GetAPIReader(), clock: opts.Clock, mgr: mgr,
+		endpoint: endpoint}
 	name := "hostagent"
 	if opts.Name != "" {
 		name += "-" + opts.Name
@@ -152,10 +162,15 @@ func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
 // Start runs the agent until ctx ends.
 func (a *Agent) Start(ctx context.Context) error { return a.mgr.Start(ctx) }
 
-// start starts a VM, and tells the framework's VM limit with no VM
-// running (the stuck count) from a host that is only full.
-func (a *Agent) start(ctx context.Context, name string) error {
-	err := a.driver.Start(ctx, name, vz.StartOptions{})
+// start starts machine m's VM with the configuration of this start shared
+// into it, and tells the framework's VM limit with no VM running (the
+// stuck count) from a host that is only full.
+func (a *Agent) start(ctx context.Context, m *macvirtv1alpha1.MacMachine, name string) error {
+	dir, err := a.configure(ctx, m, name)
+	if err != nil {
+		return err
+	}
+	err = a.driver.Start(ctx, name, vz.StartOptions{ConfigDir: dir})
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
@@ -188,9 +203,11 @@ func (a *Agent) recordMade(name string) error {
 	return os.WriteFile(filepath.Join(a.opts.StateDir, madeDir, name), nil, 0o600)
 }
 
-// forgetMade drops the note once the VM is gone.
+// forgetMade drops the note, and the VM's configuration, once the VM is
+// gone.
 func (a *Agent) forgetMade(name string) {
 	_ = os.Remove(filepath.Join(a.opts.StateDir, madeDir, name))
+	a.forgetConfig(name)
 }
 
 // made says whether the agent made the VM name.

@@ -113,7 +113,7 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	case ActStart:
 		report.State, report.StopRequestedAt = macvirtv1alpha1.HostVMStarting, nil
-		stepErr = a.start(ctx, name)
+		stepErr = a.start(ctx, m, name)
 		if stepErr == nil {
 			now := metav1.NewTime(a.clock.Now())
 			report.State, report.RunningSince = macvirtv1alpha1.HostVMRunning, &now

@@ -157,7 +157,8 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 	var listeningSince func() time.Time
 	if agentServer != nil {
 		agentServer.Handler = &guestendpoint.Handler{Client: mgr.GetClient(), Sources: mgr.GetAPIReader(),
-			Classes: classhistory.Resolver{Snapshots: snapshots, Namespace: namespace}}
+			Classes: classhistory.Resolver{Snapshots: snapshots, Namespace: namespace},
+			Hosts:   &guestendpoint.HostConfigHandler{Client: mgr.GetClient(), Address: agent}}
 		agentServer.TLSOpts = tlsOpts
 		if err := mgr.Add(agentServer); err != nil {
 			return fmt.Errorf("adding the guest-agent endpoint: %w", err)

@@ -19,9 +19,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -116,7 +120,7 @@ func buildCommand(t *testing.T, dir, name, ldflags string) string {
 
 // TestHostAgentStartsAndHeartbeats runs the host agent's binary as its
 // LaunchDaemon does (docs/apple-silicon-hosts.md): with the kubeconfig of
-// its ServiceAccount under the shipped role, driving tart (here the fake,
+// its ServiceAccount's token under the shipped role, driving tart (here the fake,
 // which answers as tart does). It registers its MacHost and heartbeats
 // with the version the release built in, and stops cleanly on SIGTERM.
 func TestHostAgentStartsAndHeartbeats(t *testing.T) {
@@ -130,8 +134,13 @@ func TestHostAgentStartsAndHeartbeats(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	kubeconfig := userKubeconfig(t, w, envtest.User{Name: "system:serviceaccount:macvirt-hosts:" + host,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:macvirt-hosts"}}, filepath.Join(dir, "kubeconfig"))
+	kubeconfig := hostKubeconfig(t, w, host, filepath.Join(dir, "kubeconfig"))
+	// The agent reaches the endpoint only to start a VM; here it needs a
+	// CA file to start at all.
+	ca := filepath.Join(dir, "endpoint-ca.crt")
+	if err := os.WriteFile(ca, w.Config.CAData, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tartBin, err := build.To(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +159,8 @@ func TestHostAgentStartsAndHeartbeats(t *testing.T) {
 		t.Fatalf("macvirt-host-agent --version: %v: %q, want %q", err, out, version)
 	}
 	agent := cluster.StartProcess(t, dir, []string{"TART_HOME=" + home}, bin, "--kubeconfig="+kubeconfig, "--host="+host,
-		"--tool=tart", "--tart="+tartBin, "--state-dir="+filepath.Join(dir, "state"), "--lease=10s")
+		"--tool=tart", "--tart="+tartBin, "--state-dir="+filepath.Join(dir, "state"), "--lease=10s",
+		"--endpoint=https://127.0.0.1:9444", "--endpoint-ca="+ca)
 	h := &macvirtv1alpha1.MacHost{}
 	eventually(t, agent, 2*time.Minute, "the agent registers MacHost "+host+" and reports tart reachable", func() error {
 		if err := w.Admin.Get(ctx, client.ObjectKey{Name: host}, h); err != nil {
@@ -332,6 +342,39 @@ func userKubeconfig(t *testing.T, w *harness.World, user envtest.User, path stri
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// hostKubeconfig writes the kubeconfig an admin gives a Mac's agent
+// (docs/apple-silicon-hosts.md): a token of its ServiceAccount in
+// macvirt-hosts.
+func hostKubeconfig(t *testing.T, w *harness.World, host, path string) string {
+	t.Helper()
+	ctx := w.Ctx
+	for _, obj := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: macvirtv1alpha1.HostAgentNamespace}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: macvirtv1alpha1.HostAgentNamespace, Name: host}},
+	} {
+		if err := w.Admin.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs, err := kubernetes.NewForConfig(w.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(macvirtv1alpha1.HostAgentNamespace).CreateToken(ctx, host, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["macvirt"] = &clientcmdapi.Cluster{Server: w.Config.Host, CertificateAuthorityData: w.Config.CAData}
+	cfg.AuthInfos[host] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts["macvirt"] = &clientcmdapi.Context{Cluster: "macvirt", AuthInfo: host}
+	cfg.CurrentContext = "macvirt"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -25,20 +25,22 @@ import (
 	"sync"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/guestagent"
-	"github.com/macvirt/macvirt/internal/guestprotocol"
 	"github.com/macvirt/macvirt/internal/hostagent"
 	"github.com/macvirt/macvirt/internal/hostagent/vz/tart"
-	"github.com/macvirt/macvirt/internal/render"
+	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 	"github.com/macvirt/macvirt/test/infrastructure/faketart/build"
 )
 
@@ -57,20 +59,31 @@ type MacsOptions struct {
 	// Dir holds the fake tart binary and each Mac's TART_HOME; it must
 	// outlive the Macs.
 	Dir string
+	// Endpoint is the operator's agent endpoint (System.AgentEndpoint) and
+	// CABundle its CA: where the host agents fetch each VM's
+	// configuration. Required.
+	Endpoint string
+	CABundle []byte
 }
 
 // Macs are fake Apple-silicon hosts: for each, a MacHost, the real host
-// agent with the real tart driver, and the fake tart command (built once)
-// that runs each VM as a process. Every VM that runs gets a guest that
-// speaks the guest agent's protocol to the operator's endpoint with the
-// configuration the operator wrote for its machine, which it reads with
-// the world's admin client (on a real Mac the host agent delivers it;
-// docs/design/apple-silicon-runtime.md, section 7).
+// agent with the real tart driver, as the Mac's ServiceAccount in
+// macvirt-hosts under the shipped role, and the fake tart command (built
+// once) that runs each VM as a process. Every VM that runs gets a guest
+// that speaks the guest agent's protocol to the operator's endpoint with
+// the configuration it finds where macOS shows it: the share the host
+// agent gave the VM, which the fake tart lays out as tart's --dir does
+// (docs/design/apple-silicon-runtime.md, section 7).
 type Macs struct {
 	cfg   *rest.Config
 	admin client.Client
 	opts  MacsOptions
 	tart  string
+
+	// configs are the Macs' connections, each as its ServiceAccount, and
+	// tokens their ServiceAccount tokens.
+	configs map[string]*rest.Config
+	tokens  map[string]string
 
 	mu     sync.Mutex
 	agents map[string]*macAgent
@@ -90,11 +103,18 @@ func StartMacs(ctx context.Context, cfg *rest.Config, admin client.Client, opts 
 	if opts.Lease == 0 {
 		opts.Lease = 20 * time.Second
 	}
+	if opts.Endpoint == "" || len(opts.CABundle) == 0 {
+		return nil, errors.New("harness: MacsOptions.Endpoint and CABundle are required: the host agents fetch each VM's configuration there")
+	}
 	bin, err := build.To(opts.Dir)
 	if err != nil {
 		return nil, err
 	}
-	m := &Macs{cfg: cfg, admin: admin, opts: opts, tart: bin, agents: map[string]*macAgent{}, done: make(chan struct{})}
+	m := &Macs{cfg: cfg, admin: admin, opts: opts, tart: bin, agents: map[string]*macAgent{}, done: make(chan struct{}),
+		configs: map[string]*rest.Config{}, tokens: map[string]string{}}
+	if err := m.hostIdentities(ctx); err != nil {
+		return nil, err
+	}
 	for _, name := range opts.Names {
 		if err := os.MkdirAll(m.Home(name), 0o700); err != nil {
 			return nil, err
@@ -118,7 +138,7 @@ func StartMacs(ctx context.Context, cfg *rest.Config, admin client.Client, opts 
 	m.guests = cancel
 	go func() {
 		defer close(m.done)
-		runHostedGuests(gctx, admin, opts.Names)
+		m.runHostedGuests(gctx)
 	}()
 	return m, nil
 }
@@ -142,9 +162,12 @@ func (m *Macs) Start(ctx context.Context, name string) error {
 		return fmt.Errorf("the agent of %s runs", name)
 	}
 	m.starts++
-	a, err := hostagent.New(m.cfg, m.driver(name), hostagent.Options{Host: name, Lease: m.opts.Lease, Version: "harness",
+	token := m.tokens[name]
+	a, err := hostagent.New(m.configs[name], m.driver(name), hostagent.Options{Host: name, Lease: m.opts.Lease, Version: "harness",
 		StateDir: filepath.Join(m.opts.Dir, name, "agent"),
-		Name:     fmt.Sprintf("%s-%d", name, m.starts)})
+		Name:     fmt.Sprintf("%s-%d", name, m.starts),
+		Endpoint: &hostagent.Endpoint{URL: m.opts.Endpoint, CABundle: m.opts.CABundle,
+			Token: func() (string, error) { return token, nil }}})
 	if err != nil {
 		return err
 	}
@@ -193,11 +216,48 @@ func (m *Macs) Stop() {
 	}
 }
 
-// runHostedGuests gives every running VM on the hosts a guest, and ends a
+// hostIdentities gives each Mac its ServiceAccount in macvirt-hosts, under
+// config/rbac's host-agent role as shipped, and a token of it, as an admin
+// does by hand (docs/apple-silicon-hosts.md).
+func (m *Macs) hostIdentities(ctx context.Context) error {
+	if err := createIfMissing(ctx, m.admin, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: macvirtv1alpha1.HostAgentNamespace}}); err != nil {
+		return err
+	}
+	objs, err := ReadObjects(filepath.Join(cluster.RepoRoot(), "config", "rbac", "host_agent_role.yaml"), m.admin.Scheme())
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := createIfMissing(ctx, m.admin, o); err != nil {
+			return err
+		}
+	}
+	cs, err := kubernetes.NewForConfig(m.cfg)
+	if err != nil {
+		return err
+	}
+	for _, name := range m.opts.Names {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: macvirtv1alpha1.HostAgentNamespace, Name: name}}
+		if err := createIfMissing(ctx, m.admin, sa); err != nil {
+			return err
+		}
+		tr, err := cs.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)}}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("a token of the ServiceAccount %s/%s: %w", sa.Namespace, name, err)
+		}
+		m.tokens[name] = tr.Status.Token
+		m.configs[name] = &rest.Config{Host: m.cfg.Host, BearerToken: tr.Status.Token,
+			TLSClientConfig: rest.TLSClientConfig{CAData: m.cfg.CAData, CAFile: m.cfg.CAFile}}
+	}
+	return nil
+}
+
+// runHostedGuests gives every running VM on the Macs a guest, and ends a
 // guest whose VM stopped or whose boot (runningSince) is another.
-func runHostedGuests(ctx context.Context, admin client.Client, hosts []string) {
+func (m *Macs) runHostedGuests(ctx context.Context) {
 	on := map[string]bool{}
-	for _, h := range hosts {
+	for _, h := range m.opts.Names {
 		on[h] = true
 	}
 	type guest struct {
@@ -214,7 +274,7 @@ func runHostedGuests(ctx context.Context, admin client.Client, hosts []string) {
 	defer t.Stop()
 	for {
 		list := &macvirtv1alpha1.MacMachineList{}
-		if err := admin.List(ctx, list); err == nil {
+		if err := m.admin.List(ctx, list); err == nil {
 			seen := map[types.UID]bool{}
 			for i := range list.Items {
 				mm := &list.Items[i]
@@ -230,7 +290,7 @@ func runHostedGuests(ctx context.Context, admin client.Client, hosts []string) {
 				}
 				gctx, cancel := context.WithCancel(ctx)
 				running[mm.UID] = guest{boot: hv.RunningSince.Time, cancel: cancel}
-				go hostedGuest(gctx, admin, mm.DeepCopy())
+				go hostedGuest(gctx, build.GuestRoot(m.Home(mm.Spec.HostName), hv.VMName), mm.DeepCopy())
 			}
 			for uid, g := range running {
 				if !seen[uid] {
@@ -248,8 +308,9 @@ func runHostedGuests(ctx context.Context, admin client.Client, hosts []string) {
 }
 
 // hostedGuest heartbeats for one VM with the real agent's client, as
-// macOS's guest agent does, until ctx ends.
-func hostedGuest(ctx context.Context, admin client.Client, m *macvirtv1alpha1.MacMachine) {
+// macOS's guest agent does, until ctx ends. It finds its configuration
+// under root, the VM's guest root, where the real agent looks in macOS.
+func hostedGuest(ctx context.Context, root string, m *macvirtv1alpha1.MacMachine) {
 	log := ctrl.Log.WithName("fake-mac-guest").WithValues("machine", client.ObjectKeyFromObject(m))
 	var c *guestagent.Client
 	wait := time.Second
@@ -260,7 +321,14 @@ func hostedGuest(ctx context.Context, admin client.Client, m *macvirtv1alpha1.Ma
 		case <-time.After(wait):
 		}
 		if c == nil {
-			cfg, err := hostedGuestConfig(ctx, admin, m)
+			dir, err := guestagent.ConfigDirUnder(root)
+			if err == nil && dir == "" {
+				err = errors.New("no configuration shared into the VM")
+			}
+			var cfg *guestagent.Config
+			if err == nil {
+				cfg, err = guestagent.ReadConfig(dir)
+			}
 			if err == nil {
 				c, err = guestagent.NewClient(cfg)
 			}
@@ -284,20 +352,4 @@ func hostedGuest(ctx context.Context, admin client.Client, m *macvirtv1alpha1.Ma
 			wait = time.Duration(max(state.HeartbeatIntervalSeconds, 1)) * time.Second
 		}
 	}
-}
-
-// hostedGuestConfig reads the agent configuration the operator wrote for the
-// machine.
-func hostedGuestConfig(ctx context.Context, admin client.Client, m *macvirtv1alpha1.MacMachine) (*guestagent.Config, error) {
-	cur := &macvirtv1alpha1.MacMachine{}
-	if err := admin.Get(ctx, client.ObjectKeyFromObject(m), cur); err != nil {
-		return nil, err
-	}
-	s := &corev1.Secret{}
-	if err := admin.Get(ctx, types.NamespacedName{Namespace: cur.Namespace, Name: render.AgentSecretName(cur)}, s); err != nil {
-		return nil, err
-	}
-	d := s.Data
-	return &guestagent.Config{Endpoint: string(d[guestprotocol.KeyEndpoint]), CABundle: d[guestprotocol.KeyCABundle], Token: string(d[guestprotocol.KeyToken]),
-		Namespace: string(d[guestprotocol.KeyNamespace]), Machine: string(d[guestprotocol.KeyMachine])}, nil
 }

@@ -75,7 +75,8 @@ var _ = BeforeSuite(func() {
 // agent's client. They stop with the spec.
 func startMacs(spec string, cordoned []string, names ...string) *harness.Macs {
 	m, err := harness.StartMacs(ctx, world.Config, admin, harness.MacsOptions{Names: names, Cordoned: cordoned,
-		Labels: map[string]string{"test.macvirt.io/spec": spec}, Lease: lease, Images: []string{image}, Dir: GinkgoT().TempDir()})
+		Labels: map[string]string{"test.macvirt.io/spec": spec}, Lease: lease, Images: []string{image}, Dir: GinkgoT().TempDir(),
+		Endpoint: system.AgentEndpoint, CABundle: system.CABundle})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(m.Stop)
 	return m

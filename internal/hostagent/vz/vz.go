@@ -69,7 +69,10 @@ type CreateOptions struct {
 // StartOptions says how a VM starts.
 type StartOptions struct {
 	// ConfigDir is a host directory shared read-only into the guest, with
-	// the guest agent's configuration; empty shares nothing.
+	// the guest agent's configuration; empty shares nothing. Both tools
+	// share it on the Virtualization framework's automount tag under its
+	// last element, so macOS shows it at /Volumes/My Shared Files/<last
+	// element of ConfigDir>.
 	ConfigDir string
 }
 

@@ -500,7 +500,35 @@ func (s *Server) finishStart(name string) {
 	vm.Status = "running"
 	vm.IPAddress = s.ip()
 	_ = s.write(vm)
+	s.mountShares(vm)
 	s.logf("INFO", "VM started successfully", name, "")
+}
+
+// GuestRoot is what the guest of a fake VM sees as "/" of its shares.
+func (s *Server) GuestRoot(name string) string { return filepath.Join(s.Dir, name, "guest-root") }
+
+// mountShares lays out what macOS in the VM sees of its shared
+// directories, as lume 0.5.3 shares them (VMVirtualizationService's
+// createDirectoryShare): one device on the automount tag, a
+// multiple-directory share keyed by each host path's last element, plus
+// lume's own hidden .lume-live-share; macOS shows them under
+// /Volumes/My Shared Files.
+func (s *Server) mountShares(vm vmState) {
+	root := s.GuestRoot(vm.Name)
+	_ = os.RemoveAll(root)
+	mnt := filepath.Join(root, "Volumes", "My Shared Files")
+	if err := os.MkdirAll(filepath.Join(mnt, ".lume-live-share"), 0o700); err != nil {
+		return
+	}
+	seen := map[string]int{}
+	for _, d := range vm.SharedDirs {
+		path := d[:strings.LastIndex(d, ":")]
+		key := filepath.Base(path)
+		if seen[key]++; seen[key] > 1 {
+			key = fmt.Sprintf("%s (%d)", key, seen[key])
+		}
+		_ = os.Symlink(path, filepath.Join(mnt, key))
+	}
 }
 
 func (s *Server) stop(w http.ResponseWriter, name string) {

@@ -134,7 +134,7 @@ func run(args []string) error {
 		if err := need(1); err != nil {
 			return err
 		}
-		return e.run(pos[0], args)
+		return e.run(pos[0], args, opts["dir"])
 	case "stop":
 		if err := need(1); err != nil {
 			return err
@@ -386,8 +386,12 @@ func (e *env) set(name string, opts map[string][]string) error {
 // run imitates tart run: it takes the VM's lock, fails on the knobs' VM
 // limit as the framework would, then stays in the foreground until the
 // guest shuts down (SIGUSR2) or a forced stop (SIGINT).
-func (e *env) run(name string, args []string) error {
+func (e *env) run(name string, args, dirs []string) error {
 	if _, err := e.readConfig(name); err != nil {
+		return err
+	}
+	shares, err := parseDirs(dirs)
+	if err != nil {
 		return err
 	}
 	f, err := os.OpenFile(e.configPath(name), os.O_RDWR, 0)
@@ -415,6 +419,9 @@ func (e *env) run(name string, args []string) error {
 			hint = " (other running VMs: " + strings.Join(others, ", ") + ")"
 		}
 		return failf("The number of VMs exceeds the system limit%s", hint)
+	}
+	if err := e.mountShares(name, shares); err != nil {
+		return failf("faketart: the guest's shares: %v", err)
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR2, syscall.SIGINT)
@@ -444,6 +451,91 @@ func (e *env) run(name string, args []string) error {
 			e.lastExit(name, "shutdown")
 			os.Exit(0)
 		})
+	}
+	return nil
+}
+
+// automountTag is the Virtualization framework's automount tag, tart's
+// default for --dir.
+const automountTag = "com.apple.virtio-fs.automount"
+
+// share is one --dir of tart run: [NAME:]PATH[:ro][,tag=TAG].
+type share struct {
+	name, path, tag string
+	readOnly        bool
+}
+
+// parseDirs reads tart run's --dir values as tart does (Run.swift's
+// DirectoryShare): NAME:PATH:OPTIONS, NAME:PATH, or PATH; OPTIONS are
+// comma-separated "ro" and "tag=TAG", the tag the automount one unless
+// given. On one tag, several shares must all be named.
+func parseDirs(values []string) ([]share, error) {
+	var out []share
+	for _, v := range values {
+		parts := strings.Split(v, ":")
+		var sh share
+		switch len(parts) {
+		case 1:
+			sh.path = parts[0]
+		case 2:
+			sh.name, sh.path = parts[0], parts[1]
+		case 3:
+			sh.name, sh.path = parts[0], parts[1]
+			for _, o := range strings.Split(parts[2], ",") {
+				switch {
+				case o == "ro":
+					sh.readOnly = true
+				case strings.HasPrefix(o, "tag="):
+					sh.tag = strings.TrimPrefix(o, "tag=")
+				}
+			}
+		default:
+			return nil, failf("invalid --dir syntax: %q", v)
+		}
+		if sh.tag == "" {
+			sh.tag = automountTag
+		}
+		out = append(out, sh)
+	}
+	perTag := map[string]int{}
+	for _, sh := range out {
+		perTag[sh.tag]++
+	}
+	for _, sh := range out {
+		if perTag[sh.tag] > 1 && sh.name == "" {
+			return nil, failf("invalid --dir syntax: for multiple directory shares each one of them should be named")
+		}
+	}
+	return out, nil
+}
+
+// mountShares lays out what macOS in the VM sees of the shares, under the
+// VM's guest root (build.GuestRoot): the automount tag's shares at
+// /Volumes/My Shared Files, an unnamed single share as that directory
+// itself, named ones under their names. A share on another tag is not
+// mounted by macOS: the guest would mount it with mount_virtiofs.
+func (e *env) mountShares(name string, shares []share) error {
+	root := build.GuestRoot(e.home, name)
+	if err := os.RemoveAll(root); err != nil {
+		return err
+	}
+	mnt := filepath.Join(root, build.SharedFilesDir)
+	if err := os.MkdirAll(filepath.Dir(mnt), 0o700); err != nil {
+		return err
+	}
+	for _, sh := range shares {
+		if sh.tag != automountTag {
+			continue
+		}
+		if sh.name == "" {
+			return os.Symlink(sh.path, mnt)
+		}
+		if err := os.MkdirAll(mnt, 0o700); err != nil {
+			return err
+		}
+		if err := os.Symlink(sh.path, filepath.Join(mnt, sh.name)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

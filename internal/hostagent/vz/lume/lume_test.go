@@ -83,7 +83,13 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || len(vms) != 1 || vms[0] != (vz.VM{Name: "vm1", State: vz.StateStopped}) {
 		t.Fatalf("List = %+v, %v", vms, err)
 	}
-	cfg := t.TempDir()
+	cfg := filepath.Join(t.TempDir(), "macvirt")
+	if err := os.MkdirAll(cfg, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg, "token"), []byte("t"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.Start(ctx, "vm1", vz.StartOptions{ConfigDir: cfg}); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -94,6 +100,11 @@ func TestLifecycle(t *testing.T) {
 	b, _ = os.ReadFile(filepath.Join(fake.Dir, "vm1", "vm.json"))
 	if !strings.Contains(string(b), cfg+":ro") {
 		t.Fatalf("config dir not shared read-only: %s", b)
+	}
+	// lume names a share after its last element: macOS shows it at
+	// /Volumes/My Shared Files/macvirt.
+	if b, err := os.ReadFile(filepath.Join(fake.GuestRoot("vm1"), "Volumes", "My Shared Files", "macvirt", "token")); err != nil || string(b) != "t" {
+		t.Fatalf("the share in the guest: %q, %v", b, err)
 	}
 	mustErr(t, d.Start(ctx, "vm1", vz.StartOptions{}), vz.ErrAlreadyRunning)
 	mustErr(t, d.Delete(ctx, "vm1"), vz.ErrRunning)

@@ -51,10 +51,6 @@ const (
 	DefaultStartSettle = 3 * time.Second
 )
 
-// configDirTag is the tag of the shared configuration directory in the
-// guest (tart's --dir=NAME:PATH:ro).
-const configDirTag = "macvirt"
-
 // Driver drives the tart command. The zero value is not usable; make one
 // with New, then set the fields before the first call.
 type Driver struct {
@@ -330,7 +326,10 @@ func (d *Driver) Start(ctx context.Context, name string, opts vz.StartOptions) e
 
 	args := []string{"run", name, "--no-graphics"}
 	if opts.ConfigDir != "" {
-		args = append(args, "--dir="+configDirTag+":"+opts.ConfigDir+":ro")
+		// A named share on the automount tag: macOS shows it at
+		// /Volumes/My Shared Files/NAME. The name is the directory's last
+		// element, as lume names its shares.
+		args = append(args, "--dir="+filepath.Base(opts.ConfigDir)+":"+opts.ConfigDir+":ro")
 	}
 	logf, err := os.OpenFile(d.logFile(name), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {

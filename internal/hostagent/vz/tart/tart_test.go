@@ -157,13 +157,24 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || len(vms) != 1 || vms[0] != (vz.VM{Name: "vm1", State: vz.StateStopped}) {
 		t.Fatalf("List = %+v, %v", vms, err)
 	}
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "macvirt")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("t"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.Start(ctx, "vm1", vz.StartOptions{ConfigDir: dir}); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	b, _ = os.ReadFile(filepath.Join(home, "vms", "vm1", "run.json")) //nolint:gosec // G304: the test's temp dir.
 	if !strings.Contains(string(b), `"--no-graphics"`) || !strings.Contains(string(b), `"--dir=macvirt:`+dir+`:ro"`) {
 		t.Fatalf("tart run arguments: %s", b)
+	}
+	// As tart's named share on the automount tag: macOS shows it at
+	// /Volumes/My Shared Files/macvirt.
+	if b, err := os.ReadFile(filepath.Join(build.GuestRoot(home, "vm1"), "Volumes", "My Shared Files", "macvirt", "token")); err != nil || string(b) != "t" {
+		t.Fatalf("the share in the guest: %q, %v", b, err)
 	}
 	vm, err := d.Get(ctx, "vm1")
 	if err != nil || vm.State != vz.StateRunning || !strings.HasPrefix(vm.IP, "192.168.64.") {

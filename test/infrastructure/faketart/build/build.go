@@ -44,6 +44,14 @@ const (
 	LastExitFile = "last-exit"
 )
 
+// SharedFilesDir is where macOS mounts the Virtualization framework's
+// automount shares (relative to the guest's root).
+const SharedFilesDir = "Volumes/My Shared Files"
+
+// GuestRoot is what the guest of a fake VM sees as "/" of its shares: the
+// fake lays the VM's --dir shares out under it where macOS shows them.
+func GuestRoot(home, name string) string { return filepath.Join(home, "vms", name, "guest-root") }
+
 // LastExit says how the VM's last fake run ended: "shutdown", "forced", or
 // "" when none ended.
 func LastExit(home, name string) string {

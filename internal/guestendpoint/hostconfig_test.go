@@ -1,0 +1,155 @@
+package guestendpoint
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
+	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+)
+
+// reviewedTokens are the tokens the fake API server's TokenReview knows,
+// and whose they are.
+var reviewedTokens = map[string]string{
+	"mac-a-token":  "system:serviceaccount:macvirt-hosts:mac-a",
+	"mac-b-token":  "system:serviceaccount:macvirt-hosts:mac-b",
+	"tenant-token": "system:serviceaccount:team-a:default",
+	"nested-token": "system:serviceaccount:macvirt-hosts:mac-a:x",
+}
+
+func hostConfigSetup(t *testing.T) (*HostConfigHandler, client.Client, *macvirtv1alpha1.MacMachine) {
+	t.Helper()
+	scheme, err := macvirtscheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "macvirt-pools", Name: "m1", UID: "uid-1",
+		Annotations: map[string]string{macvirtv1alpha1.AnnotationAgentTokenHash: guestprotocol.HashToken("first")}},
+		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: "vz", HostName: "mac-a"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(m).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if tr, ok := obj.(*authenticationv1.TokenReview); ok {
+				if user, ok := reviewedTokens[tr.Spec.Token]; ok {
+					tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: user}}
+				}
+				return nil
+			}
+			return c.Create(ctx, obj, opts...)
+		}}).Build()
+	h := &HostConfigHandler{Client: c, Address: Address{Endpoint: "https://agent.example:9444", CABundle: []byte("CA")}}
+	return h, c, m
+}
+
+func askConfig(h http.Handler, token string, req guestprotocol.HostConfigRequest) *httptest.ResponseRecorder {
+	body, _ := json.Marshal(req)
+	r := httptest.NewRequest(http.MethodPost, guestprotocol.HostConfigPath, bytes.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func TestHostConfigGoesOnlyToTheMachinesHost(t *testing.T) {
+	ref := guestprotocol.MachineRef{Namespace: "macvirt-pools", Name: "m1"}
+	for name, tc := range map[string]struct {
+		token string
+		req   guestprotocol.HostConfigRequest
+		code  int
+	}{
+		"no token":                          {"", guestprotocol.HostConfigRequest{Machine: ref, UID: "uid-1"}, http.StatusUnauthorized},
+		"a token the cluster does not know": {"forged", guestprotocol.HostConfigRequest{Machine: ref, UID: "uid-1"}, http.StatusUnauthorized},
+		"a tenant's ServiceAccount":         {"tenant-token", guestprotocol.HostConfigRequest{Machine: ref, UID: "uid-1"}, http.StatusUnauthorized},
+		"a name with a colon in it":         {"nested-token", guestprotocol.HostConfigRequest{Machine: ref, UID: "uid-1"}, http.StatusUnauthorized},
+		"the agent of another Mac":          {"mac-b-token", guestprotocol.HostConfigRequest{Machine: ref, UID: "uid-1"}, http.StatusForbidden},
+		"a machine made again":              {"mac-a-token", guestprotocol.HostConfigRequest{Machine: ref, UID: "uid-0"}, http.StatusForbidden},
+		"a machine that does not exist":     {"mac-a-token", guestprotocol.HostConfigRequest{Machine: guestprotocol.MachineRef{Namespace: "macvirt-pools", Name: "nope"}, UID: "uid-1"}, http.StatusForbidden},
+		"no machine named":                  {"mac-a-token", guestprotocol.HostConfigRequest{UID: "uid-1"}, http.StatusBadRequest},
+		"the machine's own host":            {"mac-a-token", guestprotocol.HostConfigRequest{Machine: ref, UID: "uid-1"}, http.StatusOK},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h, c, m := hostConfigSetup(t)
+			w := askConfig(h, tc.token, tc.req)
+			if w.Code != tc.code {
+				t.Fatalf("answered %d, want %d: %s", w.Code, tc.code, w.Body)
+			}
+			got := &macvirtv1alpha1.MacMachine{}
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(m), got); err != nil {
+				t.Fatal(err)
+			}
+			secrets := &corev1.SecretList{}
+			if err := c.List(context.Background(), secrets); err != nil {
+				t.Fatal(err)
+			}
+			if tc.code != http.StatusOK {
+				if got.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] != guestprotocol.HashToken("first") || len(secrets.Items) != 0 {
+					t.Errorf("a refused request changed the machine's token or made a Secret")
+				}
+				return
+			}
+			var cfg guestprotocol.HostConfig
+			if err := json.Unmarshal(w.Body.Bytes(), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			f := cfg.Files
+			if f[guestprotocol.KeyEndpoint] != "https://agent.example:9444" || f[guestprotocol.KeyCABundle] != "CA" ||
+				f[guestprotocol.KeyNamespace] != "macvirt-pools" || f[guestprotocol.KeyMachine] != "m1" || f[guestprotocol.KeyMachineUID] != "uid-1" {
+				t.Errorf("configuration %v", f)
+			}
+			// The token is this start's: the machine now records its hash
+			// (the first token no longer counts), and its Secret.
+			if tok := f[guestprotocol.KeyToken]; tok == "" || tok == "first" ||
+				got.Annotations[macvirtv1alpha1.AnnotationAgentTokenHash] != guestprotocol.HashToken(tok) {
+				t.Errorf("the token handed out is not the one the machine records")
+			}
+			if len(secrets.Items) != 1 || secrets.Items[0].Name != got.Annotations[macvirtv1alpha1.AnnotationAgentSecret] {
+				t.Errorf("the reissued token's Secret is not the one the machine records: %d Secrets", len(secrets.Items))
+			}
+			if w.Header().Get("Cache-Control") != "no-store" {
+				t.Errorf("a configuration with a token is cacheable")
+			}
+		})
+	}
+}
+
+func TestHostConfigRefusesADeletingMachine(t *testing.T) {
+	h, c, m := hostConfigSetup(t)
+	m.Finalizers = []string{"macvirt.io/test"}
+	if err := c.Update(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	w := askConfig(h, "mac-a-token", guestprotocol.HostConfigRequest{Machine: guestprotocol.MachineRef{Namespace: m.Namespace, Name: m.Name}, UID: "uid-1"})
+	if w.Code != http.StatusConflict {
+		t.Fatalf("answered %d, want 409: %s", w.Code, w.Body)
+	}
+}
+
+func TestTheHandlerRoutesHostsToTheirHandler(t *testing.T) {
+	h, _, _ := hostConfigSetup(t)
+	outer := &Handler{Client: h.Client, Hosts: h}
+	w := askConfig(outer, "mac-a-token", guestprotocol.HostConfigRequest{Machine: guestprotocol.MachineRef{Namespace: "macvirt-pools", Name: "m1"}, UID: "uid-1"})
+	if w.Code != http.StatusOK {
+		t.Fatalf("answered %d: %s", w.Code, w.Body)
+	}
+	outer.Hosts = nil
+	if w := askConfig(outer, "mac-a-token", guestprotocol.HostConfigRequest{}); w.Code != http.StatusNotFound {
+		t.Fatalf("without a host handler: %d, want 404", w.Code)
+	}
+}
