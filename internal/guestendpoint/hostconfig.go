@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"mime"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -31,12 +34,38 @@ type HostConfigHandler struct {
 	// Client reads machines (a cache is fine), creates TokenReviews and
 	// issues tokens (a Secret created, the machine patched).
 	Client client.Client
+	// Reader reads the machine fresh from the API server before its token
+	// is reissued, so a cache behind by a write does not fail the patch;
+	// nil reads through Client.
+	Reader client.Reader
 	// Address is what every configuration says about the endpoint.
 	Address Address
-	// Limiter bounds the requests answered, whoever sends them (each costs
-	// a TokenReview); nil: 20 per second, bursts of 40.
-	Limiter *rate.Limiter
+
+	mu sync.Mutex
+	// reviewed remembers, by the token's hash, the host a TokenReview found,
+	// for reviewTTL: a host's next start needs no review.
+	reviewed map[string]reviewedToken
+	// perClient limits, per client address, the requests that need a
+	// TokenReview, so nobody (a guest can reach the endpoint too) starves
+	// the hosts of the others by sending junk tokens.
+	perClient map[string]*rate.Limiter
 }
+
+type reviewedToken struct {
+	host  string
+	until time.Time
+}
+
+// reviewTTL is how long a reviewed token counts without a new review.
+const reviewTTL = time.Minute
+
+// Per client address: reviews per second and burst; and the number of
+// addresses kept before the table starts again.
+const (
+	reviewRate     = 2
+	reviewBurst    = 10
+	maxClientsKept = 4096
+)
 
 // unplaced is one answer for a machine that does not exist and one placed
 // elsewhere, so a host cannot learn which machines exist.
@@ -58,14 +87,6 @@ func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"send the host's ServiceAccount token (macvirt-hosts/<host>) as Authorization: Bearer <token>")
 		return
 	}
-	if h.Limiter == nil {
-		h.Limiter = rate.NewLimiter(20, 40)
-	}
-	if !h.Limiter.Allow() {
-		w.Header().Set("Retry-After", "1")
-		writeProblem(w, http.StatusTooManyRequests, guestprotocol.ReasonRateLimited, "too many configuration requests; retry in a second")
-		return
-	}
 	var req guestprotocol.HostConfigRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, guestprotocol.MaxHostConfigRequestBytes))
 	dec.DisallowUnknownFields()
@@ -79,18 +100,30 @@ func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	log := ctrl.LoggerFrom(ctx).WithName("host-config")
-	host, err := h.hostOf(r, token)
-	if err != nil {
-		writeProblem(w, http.StatusUnauthorized, guestprotocol.ReasonUnauthorized, err.Error())
-		return
+	host, known := h.knownHost(token)
+	if !known {
+		if !h.allowReview(r.RemoteAddr) {
+			w.Header().Set("Retry-After", "1")
+			writeProblem(w, http.StatusTooManyRequests, guestprotocol.ReasonRateLimited, "too many requests from this address; retry in a second")
+			return
+		}
+		var err error
+		if host, err = h.hostOf(r, token); err != nil {
+			writeProblem(w, http.StatusUnauthorized, guestprotocol.ReasonUnauthorized, err.Error())
+			return
+		}
 	}
 	m := &macvirtv1alpha1.MacMachine{}
 	key := types.NamespacedName{Namespace: req.Machine.Namespace, Name: req.Machine.Name}
-	if err := h.Client.Get(ctx, key, m); err != nil && !apierrors.IsNotFound(err) {
+	reader := h.Reader
+	if reader == nil {
+		reader = h.Client
+	}
+	if err := reader.Get(ctx, key, m); err != nil && !apierrors.IsNotFound(err) {
 		writeProblem(w, http.StatusInternalServerError, guestprotocol.ReasonInternal, "reading the machine failed; retry")
 		return
 	} else if err != nil || m.Spec.HostName != host || string(m.UID) != req.UID {
-		writeProblem(w, http.StatusForbidden, guestprotocol.ReasonUnauthorized, unplaced)
+		writeProblem(w, http.StatusForbidden, guestprotocol.ReasonUnauthorized, unplaced+" (the agent's --host must be its ServiceAccount's name)")
 		return
 	}
 	if !m.DeletionTimestamp.IsZero() {
@@ -103,7 +136,8 @@ func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		log.Info("issuing a machine's token for its host failed; the host retries", "machine", key, "host", host, "error", err.Error())
 		w.Header().Set("Retry-After", "2")
-		writeProblem(w, http.StatusServiceUnavailable, guestprotocol.ReasonInternal, "issuing the machine's token failed; retry")
+		writeProblem(w, http.StatusServiceUnavailable, guestprotocol.ReasonInternal,
+			"issuing the machine's token failed, retry (the operator's log and the machine's events say why): "+apiReason(err))
 		return
 	}
 	out := guestprotocol.HostConfig{Files: files}
@@ -126,9 +160,54 @@ func (h *HostConfigHandler) hostOf(r *http.Request, token string) (string, error
 	}
 	prefix := "system:serviceaccount:" + macvirtv1alpha1.HostAgentNamespace + ":"
 	host, ok := strings.CutPrefix(review.Status.User.Username, prefix)
-	if !ok || host == "" || strings.Contains(host, ":") {
+	// "default" is every namespace's own account, nobody's Mac.
+	if !ok || host == "" || host == "default" || strings.Contains(host, ":") {
 		return "", errors.New("the token is not a host agent's: give the token of the ServiceAccount named like the Mac in " +
 			macvirtv1alpha1.HostAgentNamespace)
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.reviewed == nil || len(h.reviewed) >= maxClientsKept {
+		h.reviewed = map[string]reviewedToken{}
+	}
+	h.reviewed[guestprotocol.HashToken(token)] = reviewedToken{host: host, until: time.Now().Add(reviewTTL)}
 	return host, nil
+}
+
+// knownHost is the host of a token reviewed less than reviewTTL ago.
+func (h *HostConfigHandler) knownHost(token string) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r, ok := h.reviewed[guestprotocol.HashToken(token)]
+	if !ok || time.Now().After(r.until) {
+		return "", false
+	}
+	return r.host, true
+}
+
+// allowReview says whether the client at addr may have a token reviewed now.
+func (h *HostConfigHandler) allowReview(addr string) bool {
+	ip, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		ip = addr
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.perClient == nil || len(h.perClient) >= maxClientsKept {
+		h.perClient = map[string]*rate.Limiter{}
+	}
+	l, ok := h.perClient[ip]
+	if !ok {
+		l = rate.NewLimiter(reviewRate, reviewBurst)
+		h.perClient[ip] = l
+	}
+	return l.Allow()
+}
+
+// apiReason is the API server's reason for a refused write, or "internal".
+func apiReason(err error) string {
+	if r := apierrors.ReasonForError(err); r != "" {
+		return string(r)
+	}
+	return "internal"
 }

@@ -23,10 +23,11 @@ import (
 // reviewedTokens are the tokens the fake API server's TokenReview knows,
 // and whose they are.
 var reviewedTokens = map[string]string{
-	"mac-a-token":  "system:serviceaccount:macvirt-hosts:mac-a",
-	"mac-b-token":  "system:serviceaccount:macvirt-hosts:mac-b",
-	"tenant-token": "system:serviceaccount:team-a:default",
-	"nested-token": "system:serviceaccount:macvirt-hosts:mac-a:x",
+	"mac-a-token":   "system:serviceaccount:macvirt-hosts:mac-a",
+	"mac-b-token":   "system:serviceaccount:macvirt-hosts:mac-b",
+	"tenant-token":  "system:serviceaccount:team-a:default",
+	"nested-token":  "system:serviceaccount:macvirt-hosts:mac-a:x",
+	"default-token": "system:serviceaccount:macvirt-hosts:default",
 }
 
 func hostConfigSetup(t *testing.T) (*HostConfigHandler, client.Client, *macvirtv1alpha1.MacMachine) {
@@ -53,8 +54,13 @@ func hostConfigSetup(t *testing.T) (*HostConfigHandler, client.Client, *macvirtv
 }
 
 func askConfig(h http.Handler, token string, req guestprotocol.HostConfigRequest) *httptest.ResponseRecorder {
+	return askConfigFrom(h, "192.0.2.1:1234", token, req)
+}
+
+func askConfigFrom(h http.Handler, addr, token string, req guestprotocol.HostConfigRequest) *httptest.ResponseRecorder {
 	body, _ := json.Marshal(req)
 	r := httptest.NewRequest(http.MethodPost, guestprotocol.HostConfigPath, bytes.NewReader(body))
+	r.RemoteAddr = addr
 	r.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		r.Header.Set("Authorization", "Bearer "+token)
@@ -151,5 +157,44 @@ func TestTheHandlerRoutesHostsToTheirHandler(t *testing.T) {
 	outer.Hosts = nil
 	if w := askConfig(outer, "mac-a-token", guestprotocol.HostConfigRequest{}); w.Code != http.StatusNotFound {
 		t.Fatalf("without a host handler: %d, want 404", w.Code)
+	}
+}
+
+// Junk tokens cost a TokenReview each: one address sending them is limited,
+// and a host whose token was reviewed, or which sends from elsewhere, is
+// still answered.
+func TestHostConfigJunkTokensStarveOnlyTheirSender(t *testing.T) {
+	h, c, m := hostConfigSetup(t)
+	reviews := 0
+	counting := interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*authenticationv1.TokenReview); ok {
+				reviews++
+			}
+			return cl.Create(ctx, obj, opts...)
+		}})
+	h.Client = counting
+	ref := guestprotocol.MachineRef{Namespace: m.Namespace, Name: m.Name}
+	if w := askConfigFrom(h, "192.0.2.10:1", "mac-a-token", guestprotocol.HostConfigRequest{Machine: ref, UID: "uid-1"}); w.Code != http.StatusOK {
+		t.Fatalf("the host's first request: %d %s", w.Code, w.Body)
+	}
+	limited := 0
+	for range 100 {
+		if w := askConfigFrom(h, "192.0.2.66:1", "junk", guestprotocol.HostConfigRequest{Machine: ref, UID: "uid-1"}); w.Code == http.StatusTooManyRequests {
+			limited++
+		}
+	}
+	if limited < 80 || reviews > 1+reviewBurst+5 {
+		t.Errorf("100 junk requests from one address: %d limited, %d TokenReviews in all", limited, reviews)
+	}
+	before := reviews
+	if w := askConfigFrom(h, "192.0.2.66:2", "mac-a-token", guestprotocol.HostConfigRequest{Machine: ref, UID: "uid-1"}); w.Code != http.StatusOK {
+		t.Errorf("the host's reviewed token, from the limited address: %d %s", w.Code, w.Body)
+	}
+	if w := askConfigFrom(h, "192.0.2.11:1", "mac-b-token", guestprotocol.HostConfigRequest{Machine: ref, UID: "uid-1"}); w.Code != http.StatusForbidden {
+		t.Errorf("another host from another address is reviewed and answered: %d %s", w.Code, w.Body)
+	}
+	if reviews != before+1 {
+		t.Errorf("%d TokenReviews for a reviewed token and a new one, want 1", reviews-before)
 	}
 }

@@ -95,6 +95,10 @@ type Agent struct {
 	// stuck is the VM-limit error of the last start, when it came with no
 	// VM running; cleared by the next start that succeeds.
 	stuck string
+	// unused are the VMs whose fetched configuration no start has used
+	// yet: a start that failed (the VM limit, say) is retried with it,
+	// rather than drawing the machine a new token (and Secret) each time.
+	unused map[string]string
 }
 
 // New makes an agent that talks to the API server with cfg (the host's
@@ -141,7 +145,7 @@ func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("making the agent's manager: %w", err)
 	}
 	a := &Agent{opts: opts, driver: driver, client: mgr.GetClient(), reader: mgr.GetAPIReader(), clock: opts.Clock, mgr: mgr,
-		endpoint: endpoint}
+		endpoint: endpoint, unused: map[string]string{}}
 	name := "hostagent"
 	if opts.Name != "" {
 		name += "-" + opts.Name
@@ -166,13 +170,24 @@ func (a *Agent) Start(ctx context.Context) error { return a.mgr.Start(ctx) }
 // into it, and tells the framework's VM limit with no VM running (the
 // stuck count) from a host that is only full.
 func (a *Agent) start(ctx context.Context, m *macvirtv1alpha1.MacMachine, name string) error {
-	dir, err := a.configure(ctx, m, name)
-	if err != nil {
-		return err
+	a.mu.Lock()
+	dir := a.unused[name]
+	a.mu.Unlock()
+	if dir == "" {
+		var err error
+		if dir, err = a.configure(ctx, m, name); err != nil {
+			return err
+		}
+		a.mu.Lock()
+		a.unused[name] = dir
+		a.mu.Unlock()
 	}
-	err = a.driver.Start(ctx, name, vz.StartOptions{ConfigDir: dir})
+	err := a.driver.Start(ctx, name, vz.StartOptions{ConfigDir: dir})
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if err == nil || errors.Is(err, vz.ErrAlreadyRunning) {
+		delete(a.unused, name)
+	}
 	switch {
 	case err == nil:
 		a.stuck = ""
@@ -208,6 +223,9 @@ func (a *Agent) recordMade(name string) error {
 func (a *Agent) forgetMade(name string) {
 	_ = os.Remove(filepath.Join(a.opts.StateDir, madeDir, name))
 	a.forgetConfig(name)
+	a.mu.Lock()
+	delete(a.unused, name)
+	a.mu.Unlock()
 }
 
 // made says whether the agent made the VM name.

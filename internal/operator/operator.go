@@ -158,7 +158,7 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 	if agentServer != nil {
 		agentServer.Handler = &guestendpoint.Handler{Client: mgr.GetClient(), Sources: mgr.GetAPIReader(),
 			Classes: classhistory.Resolver{Snapshots: snapshots, Namespace: namespace},
-			Hosts:   &guestendpoint.HostConfigHandler{Client: mgr.GetClient(), Address: agent}}
+			Hosts:   &guestendpoint.HostConfigHandler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Address: agent}}
 		agentServer.TLSOpts = tlsOpts
 		if err := mgr.Add(agentServer); err != nil {
 			return fmt.Errorf("adding the guest-agent endpoint: %w", err)

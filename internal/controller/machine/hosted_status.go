@@ -110,7 +110,8 @@ func observeHosted(o machineObservation) hostedState {
 	guest := observeGuest(o, hv.RunningSince)
 	if guest.cond.Reason == macvirtv1alpha1.ReasonBootTimeout {
 		guest.cond.Message = fmt.Sprintf("no guest-agent heartbeat within bootTimeout %s of the VM's start on MacHost %s: "+
-			"macOS did not boot, or its guest agent has no configuration (its delivery to a Virtualization guest is not built yet; docs/apple-silicon-hosts.md)",
+			"macOS did not boot, its guest agent is not installed, or it found no configuration at /Volumes/My Shared Files/macvirt "+
+			"(the host agent's log says whether it fetched and shared it; docs/guest-agent.md)",
 			o.Class.Spec.Lifecycle.BootTimeoutOrDefault(), m.Spec.HostName)
 	}
 	s.guest, s.recheckAfter = guest.cond, guest.recheckAfter

@@ -1,0 +1,112 @@
+package hostagent
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
+	"github.com/macvirt/macvirt/internal/hostagent/vz"
+)
+
+// startDriver refuses the first starts with the VM limit, and records the
+// shared directory of each start.
+type startDriver struct {
+	vz.Driver
+	refuse int
+	dirs   []string
+}
+
+func (d *startDriver) Start(_ context.Context, _ string, opts vz.StartOptions) error {
+	d.dirs = append(d.dirs, opts.ConfigDir)
+	if d.refuse > 0 {
+		d.refuse--
+		return vz.ErrVMLimit
+	}
+	return nil
+}
+
+func (d *startDriver) Slots(context.Context) (vz.Slots, error) {
+	return vz.Slots{Max: 2, Running: 2}, nil
+}
+
+// A configuration with a file the protocol does not name (a path, say) is
+// refused whole, and no VM starts with it.
+func TestAConfigurationWithAFileOutsideTheProtocolIsRefused(t *testing.T) {
+	var fetches atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != guestprotocol.HostConfigPath || r.Header.Get("Authorization") != "Bearer host-token" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		n := fetches.Add(1)
+		_ = json.NewEncoder(w).Encode(guestprotocol.HostConfig{Files: map[string]string{
+			guestprotocol.KeyEndpoint: "https://e", guestprotocol.KeyToken: string('a' + n),
+			guestprotocol.KeyNamespace: "p", guestprotocol.KeyMachine: "m", "../escape": "x"}})
+	}))
+	defer srv.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	ep := &Endpoint{URL: srv.URL, CABundle: ca, Token: func() (string, error) { return "host-token", nil }}
+	client, err := newEndpointClient(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &startDriver{refuse: 2}
+	a := &Agent{opts: Options{StateDir: t.TempDir(), Endpoint: ep}, driver: d, endpoint: client, unused: map[string]string{}}
+	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "m", UID: "u"}}
+
+	if err := a.start(context.Background(), m, "vm"); err == nil {
+		t.Fatal("a configuration with a file outside the protocol's was written")
+	}
+	if fetches.Load() != 1 || len(d.dirs) != 0 {
+		t.Fatalf("%d fetches, %d starts; want 1 and none", fetches.Load(), len(d.dirs))
+	}
+}
+
+// A start the framework refuses is retried with the configuration already
+// fetched: the machine is not drawn a new token (and Secret) per attempt.
+// Once a start used it, the next start is a new boot with a new one.
+func TestAStartRefusedIsRetriedWithoutANewToken(t *testing.T) {
+	var fetches atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n := fetches.Add(1)
+		_ = json.NewEncoder(w).Encode(guestprotocol.HostConfig{Files: map[string]string{
+			guestprotocol.KeyEndpoint: "https://e", guestprotocol.KeyToken: string('a' + n),
+			guestprotocol.KeyNamespace: "p", guestprotocol.KeyMachine: "m"}})
+	}))
+	defer srv.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	ep := &Endpoint{URL: srv.URL, CABundle: ca, Token: func() (string, error) { return "host-token", nil }}
+	client, err := newEndpointClient(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &startDriver{refuse: 2}
+	a := &Agent{opts: Options{StateDir: t.TempDir(), Endpoint: ep}, driver: d, endpoint: client, unused: map[string]string{}}
+	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "m", UID: "u"}}
+	for range 3 {
+		_ = a.start(context.Background(), m, "vm")
+	}
+	if fetches.Load() != 1 || len(d.dirs) != 3 {
+		t.Fatalf("three starts (two refused): %d fetches, %d starts; want 1 and 3", fetches.Load(), len(d.dirs))
+	}
+	tok, err := os.ReadFile(filepath.Join(d.dirs[2], guestprotocol.KeyToken))
+	if err != nil || string(tok) != "b" || filepath.Base(d.dirs[2]) != guestprotocol.ConfigShareName {
+		t.Fatalf("the shared directory %s holds token %q (%v)", d.dirs[2], tok, err)
+	}
+	if err := a.start(context.Background(), m, "vm"); err != nil {
+		t.Fatal(err)
+	}
+	if fetches.Load() != 2 {
+		t.Fatalf("a start after one that ran: %d fetches, want a second", fetches.Load())
+	}
+}
