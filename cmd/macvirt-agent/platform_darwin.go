@@ -28,6 +28,19 @@ func newPlatform() (guestagent.Platform, error) { return darwin{}, nil }
 // A macOS agent runs tasks (protocol v2).
 var _ guestagent.TaskPlatform = darwin{}
 
+// A Mac's agent shuts macOS down when its host asks.
+var _ guestagent.Shutdowner = darwin{}
+
+// Shutdown shuts macOS down as root, gracefully: what a person choosing
+// Shut Down does, with no dialog.
+func (darwin) Shutdown() error {
+	out, err := exec.Command("/sbin/shutdown", "-h", "now").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("shutdown -h now: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
 // shareMount is where the agent mounts the Virtualization framework's
 // automount shares itself when macOS has not (yet) mounted them at
 // /Volumes/My Shared Files.

@@ -340,6 +340,7 @@ func generalizeIfClone(p Platform, cfg *Config, logf func(string, ...any)) error
 // heartbeat every interval the operator gives, applying the desired state
 // after each; failures are retried after RetryWait.
 func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
+	go WatchShutdown(ctx, p, logf)
 	var client *Client
 	var cfg *Config
 	failures := 0

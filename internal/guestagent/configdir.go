@@ -1,9 +1,11 @@
 package guestagent
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
@@ -35,4 +37,51 @@ func ConfigDirIn(dir string) (string, error) {
 		return "", err
 	}
 	return dir, nil
+}
+
+// ShutdownRequested says whether the host agent asked, through the share in
+// dir, that macOS shut down.
+func ShutdownRequested(dir string) bool {
+	if dir == "" {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(dir, guestprotocol.ShutdownFile))
+	return err == nil
+}
+
+// Shutdowner is a Platform that can shut the guest's OS down.
+type Shutdowner interface {
+	// Shutdown shuts the OS down now, gracefully (shutdown -h now).
+	Shutdown() error
+}
+
+// shutdownPoll is how often the agent looks for the host's request.
+const shutdownPoll = 2 * time.Second
+
+// WatchShutdown shuts the guest down, once, when the host agent asks
+// through the configuration's share, and returns then or when ctx ends.
+func WatchShutdown(ctx context.Context, p Platform, logf func(string, ...any)) {
+	s, ok := p.(Shutdowner)
+	if !ok {
+		return
+	}
+	t := time.NewTicker(shutdownPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		dir, err := p.ConfigDir()
+		if err != nil || !ShutdownRequested(dir) {
+			continue
+		}
+		logf("the host asks macOS to shut down; shutting down")
+		if err := s.Shutdown(); err != nil {
+			logf("shutting down: %v; asked again in %s", err, shutdownPoll)
+			continue
+		}
+		return
+	}
 }

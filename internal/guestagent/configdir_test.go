@@ -1,9 +1,11 @@
 package guestagent
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
@@ -46,5 +48,49 @@ func TestConfigDirUnderFindsTheDiskAndTheShare(t *testing.T) {
 	}
 	if guestprotocol.SharedFilesDir != "/Volumes/My Shared Files" {
 		t.Errorf("macOS mounts the automount tag's shares at /Volumes/My Shared Files, not %q", guestprotocol.SharedFilesDir)
+	}
+}
+
+// shutdownPlatform is a platform whose config is in dir and that counts
+// the shutdowns it was asked for.
+type shutdownPlatform struct {
+	Platform
+	dir   string
+	calls chan struct{}
+}
+
+func (p shutdownPlatform) ConfigDir() (string, error) { return p.dir, nil }
+func (p shutdownPlatform) Shutdown() error {
+	p.calls <- struct{}{}
+	return nil
+}
+
+func TestTheAgentShutsDownOnceWhenTheHostAsks(t *testing.T) {
+	dir := t.TempDir()
+	p := shutdownPlatform{dir: dir, calls: make(chan struct{}, 4)}
+	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { WatchShutdown(ctx, p, t.Logf); close(done) }()
+	select {
+	case <-p.calls:
+		t.Fatal("shut down with nothing asked")
+	case <-time.After(2*shutdownPoll + 500*time.Millisecond):
+	}
+	if err := os.WriteFile(filepath.Join(dir, guestprotocol.ShutdownFile), []byte("now"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.calls:
+	case <-time.After(time.Minute):
+		t.Fatal("no shutdown within a minute of the host's request")
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the watcher went on after shutting down")
+	}
+	if len(p.calls) != 0 {
+		t.Errorf("shut down %d more times", len(p.calls))
 	}
 }

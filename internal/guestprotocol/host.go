@@ -19,6 +19,12 @@ const (
 	ConfigShareName = "macvirt"
 	// SharedFilesDir is where macOS mounts the shares of the automount tag.
 	SharedFilesDir = "/Volumes/My Shared Files"
+	// ShutdownFile is what the host agent writes into a VM's share to ask
+	// macOS to shut down: the Virtualization framework's own request (the
+	// power button) only opens a dialog in macOS. The guest agent, which
+	// watches for it, shuts macOS down as root. It is never a file of the
+	// configuration the operator sends (ConfigKeys).
+	ShutdownFile = "shutdown"
 )
 
 // HostConfigRequest asks for the configuration of one machine placed on

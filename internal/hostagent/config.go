@@ -17,6 +17,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/guestprotocol"
+	"github.com/macvirt/macvirt/internal/hostagent/vz"
 )
 
 // Endpoint is the operator's agent endpoint, where the agent fetches each
@@ -139,4 +140,46 @@ func (a *Agent) writeConfig(vm string, files map[string]string) (string, error) 
 // forgetConfig removes the VM's configuration once the VM is gone.
 func (a *Agent) forgetConfig(vm string) {
 	_ = os.RemoveAll(filepath.Join(a.opts.StateDir, configsDir, vm))
+}
+
+// askShutdown writes the shutdown request into the VM's share, which its
+// guest agent watches (macOS answers the framework's own request, the power
+// button, with a dialog). It says whether the VM has a share to ask
+// through. The next start writes the share anew, without the request.
+func (a *Agent) askShutdown(vm string) (bool, error) {
+	dir := filepath.Join(a.opts.StateDir, configsDir, vm, guestprotocol.ConfigShareName)
+	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	a.mu.Lock()
+	delete(a.unused, vm)
+	a.mu.Unlock()
+	asked := []byte(a.clock.Now().UTC().Format(time.RFC3339) + "\n")
+	if err := os.WriteFile(filepath.Join(dir, guestprotocol.ShutdownFile), asked, 0o600); err != nil {
+		return false, fmt.Errorf("asking the guest to shut down through its share: %w", err)
+	}
+	return true, nil
+}
+
+// requestStop asks macOS in the VM to shut down both ways there are: the
+// request in its share, for the guest agent, and the tool's own (the power
+// button). One of them asked is enough; the caller waits for the VM to end.
+func (a *Agent) requestStop(ctx context.Context, vm string) error {
+	shared, shareErr := a.askShutdown(vm)
+	err := a.driver.RequestStop(ctx, vm)
+	switch {
+	case errors.Is(err, vz.ErrNotRunning):
+		return err
+	case shared && (err == nil || errors.Is(err, vz.ErrNoGracefulStop)):
+		return nil
+	case err == nil:
+		return shareErr
+	}
+	if shareErr != nil {
+		return errors.Join(err, shareErr)
+	}
+	return err
 }

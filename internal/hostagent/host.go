@@ -151,7 +151,7 @@ func (a *Agent) removeOrphans(ctx context.Context, stopAsked map[string]time.Tim
 		}
 		switch Decide(in).Action {
 		case ActRequestStop:
-			if err := a.driver.RequestStop(ctx, name); err != nil && !errors.Is(err, vz.ErrNotRunning) {
+			if err := a.requestStop(ctx, name); err != nil && !errors.Is(err, vz.ErrNotRunning) {
 				errs = append(errs, fmt.Errorf("asking orphaned VM %s to shut down: %w", name, err))
 				continue
 			}

@@ -122,7 +122,7 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			}
 		}
 	case ActRequestStop:
-		stepErr = a.driver.RequestStop(ctx, name)
+		stepErr = a.requestStop(ctx, name)
 		switch {
 		case stepErr == nil:
 			now := metav1.NewTime(a.clock.Now())
@@ -132,7 +132,8 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			stepErr = nil
 		case errors.Is(stepErr, vz.ErrNoGracefulStop):
 			report.State = macvirtv1alpha1.HostVMRunning
-			stepErr = fmt.Errorf("%w; macvirt never forces macOS off, and asking through the guest agent is not built yet: shut macOS down from inside the VM", stepErr)
+			stepErr = fmt.Errorf("%w, and the VM has no share to ask its guest agent through (started before this agent shared one?); "+
+				"macvirt never forces macOS off: shut macOS down from inside the VM", stepErr)
 		}
 	case ActWaitStop:
 		report.State = macvirtv1alpha1.HostVMStopping

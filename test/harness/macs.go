@@ -273,6 +273,7 @@ func (m *Macs) runHostedGuests(ctx context.Context) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
+		m.haltAskedGuests()
 		list := &macvirtv1alpha1.MacMachineList{}
 		if err := m.admin.List(ctx, list); err == nil {
 			seen := map[types.UID]bool{}
@@ -303,6 +304,27 @@ func (m *Macs) runHostedGuests(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// haltAskedGuests plays, for every VM on the Macs (a machine's or an
+// orphan), its guest agent's watch for the host's shutdown request: where
+// the share holds it (guestagent.ShutdownRequested), macOS is shut down
+// from inside. The VM's power button alone only opens macOS's dialog.
+func (m *Macs) haltAskedGuests() {
+	for _, host := range m.opts.Names {
+		entries, err := os.ReadDir(filepath.Join(m.Home(host), "vms"))
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			dir, err := guestagent.ConfigDirUnder(build.GuestRoot(m.Home(host), e.Name()))
+			if err == nil && guestagent.ShutdownRequested(dir) {
+				if err := build.HaltGuest(m.Home(host), e.Name()); err != nil {
+					ctrl.Log.WithName("fake-mac-guest").Info("halting a guest failed", "vm", e.Name(), "error", err.Error())
+				}
+			}
 		}
 	}
 }

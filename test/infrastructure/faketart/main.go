@@ -434,25 +434,46 @@ func (e *env) run(name string, args, dirs []string) error {
 	if !e.knobs.NoControlSocket {
 		_ = os.WriteFile(sock, nil, 0o600)
 	}
-	for s := range sigs {
-		if s == syscall.SIGINT {
-			fmt.Println("forced stop")
-			e.lastExit(name, "forced")
-			return nil
-		}
-		fmt.Println("Requesting guest OS to stop...")
-		knobs, err := build.ReadKnobs(e.home)
-		if err == nil && knobs.IgnoreShutdown {
-			continue
-		}
-		delay := time.Duration(knobs.ShutdownDelayMillis) * time.Millisecond
-		time.AfterFunc(delay, func() {
+	// The guest shuts down when macOS is told to from inside (its guest
+	// agent ran shutdown -h now: build.HaltGuest), and on the power button
+	// only when PowerButtonShutsDown says this macOS does; otherwise, as
+	// tart's source warns, macOS answers it with a dialog and runs on.
+	halt := filepath.Join(e.vmDir(name), build.HaltFile)
+	_ = os.Remove(halt)
+	shutDown := func() {
+		knobs, _ := build.ReadKnobs(e.home)
+		time.AfterFunc(time.Duration(knobs.ShutdownDelayMillis)*time.Millisecond, func() {
 			fmt.Println("guest shut down")
 			e.lastExit(name, "shutdown")
 			os.Exit(0)
 		})
 	}
-	return nil
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	halting := false
+	for {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGINT {
+				fmt.Println("forced stop")
+				e.lastExit(name, "forced")
+				return nil
+			}
+			fmt.Println("Requesting guest OS to stop...")
+			knobs, err := build.ReadKnobs(e.home)
+			if err != nil || !knobs.PowerButtonShutsDown || halting {
+				fmt.Println("macOS shows a shutdown dialog; nobody answers it")
+				continue
+			}
+			halting = true
+			shutDown()
+		case <-tick.C:
+			if _, err := os.Stat(halt); err == nil && !halting {
+				halting = true
+				shutDown()
+			}
+		}
+	}
 }
 
 // automountTag is the Virtualization framework's automount tag, tart's

@@ -136,7 +136,7 @@ func noStop(t *testing.T, home string) {
 }
 
 func TestLifecycle(t *testing.T) {
-	d, home := setup(t, build.Knobs{ShutdownDelayMillis: 50})
+	d, home := setup(t, build.Knobs{ShutdownDelayMillis: 50, PowerButtonShutsDown: true})
 	ctx := context.Background()
 	if d.Name() != "tart" {
 		t.Fatalf("Name() = %q", d.Name())
@@ -302,10 +302,11 @@ func TestStartWithoutControlSocket(t *testing.T) {
 	}
 }
 
-// TestIgnoredShutdown: a guest that ignores the request keeps running, and
-// the driver forces nothing.
-func TestIgnoredShutdown(t *testing.T) {
-	d, home := setup(t, build.Knobs{IgnoreShutdown: true})
+// TestTheDialog: macOS answers the power button (requestStop) with a
+// dialog, as tart's source warns: by default the fake guest keeps running,
+// and the driver forces nothing.
+func TestTheDialog(t *testing.T) {
+	d, home := setup(t, build.Knobs{})
 	create(t, d, "a")
 	start(t, d, "a")
 	if err := d.RequestStop(context.Background(), "a"); err != nil {
@@ -322,6 +323,15 @@ func TestIgnoredShutdown(t *testing.T) {
 	if how := build.LastExit(home, "a"); how != "" {
 		t.Fatalf("the VM ended %q", how)
 	}
+	// Told from inside (the guest agent's shutdown -h now), macOS shuts
+	// down, and the run ends as a shutdown.
+	if err := build.HaltGuest(home, "a"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a stops once told from inside", func() bool { return state(t, d, "a") == vz.StateStopped })
+	if how := build.LastExit(home, "a"); how != "shutdown" {
+		t.Fatalf("the VM ended %q, want shutdown", how)
+	}
 	noStop(t, home)
 }
 
@@ -329,7 +339,7 @@ func TestIgnoredShutdown(t *testing.T) {
 // tart run its predecessor started, by the PID file, and else by tart's
 // lock; the run is in a session of its own.
 func TestRestart(t *testing.T) {
-	d1, home := setup(t, build.Knobs{})
+	d1, home := setup(t, build.Knobs{PowerButtonShutsDown: true})
 	create(t, d1, "a", "b")
 	start(t, d1, "a", "b")
 	b, err := os.ReadFile(filepath.Join(d1.StateDir, "a.pid"))
@@ -360,7 +370,7 @@ func TestRestart(t *testing.T) {
 
 // TestStalePID: a PID file naming another process is not signalled.
 func TestStalePID(t *testing.T) {
-	d, home := setup(t, build.Knobs{})
+	d, home := setup(t, build.Knobs{PowerButtonShutsDown: true})
 	create(t, d, "a")
 	start(t, d, "a")
 	other := exec.Command("sleep", "600")

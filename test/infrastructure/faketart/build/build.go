@@ -44,6 +44,16 @@ const (
 	LastExitFile = "last-exit"
 )
 
+// HaltFile is the file, in a VM's directory, that tells its macOS to shut
+// down from inside (its guest agent's shutdown -h now); HaltGuest writes it.
+const HaltFile = "guest-halt"
+
+// HaltGuest shuts the fake VM's macOS down from inside, as its guest agent
+// does when its host asks.
+func HaltGuest(home, name string) error {
+	return os.WriteFile(filepath.Join(home, "vms", name, HaltFile), nil, 0o600)
+}
+
 // SharedFilesDir is where macOS mounts the Virtualization framework's
 // automount shares (relative to the guest's root).
 const SharedFilesDir = "Volumes/My Shared Files"
@@ -73,12 +83,13 @@ type Knobs struct {
 	// NoControlSocket makes run not create control.sock, as tart on
 	// macOS 13.
 	NoControlSocket bool `json:"noControlSocket,omitempty"`
-	// ShutdownDelayMillis is how long the guest takes to shut down after
-	// SIGUSR2.
+	// ShutdownDelayMillis is how long the guest takes to shut down once it
+	// was told to.
 	ShutdownDelayMillis int `json:"shutdownDelayMillis,omitempty"`
-	// IgnoreShutdown makes the guest ignore SIGUSR2, as a guest that never
-	// stops.
-	IgnoreShutdown bool `json:"ignoreShutdown,omitempty"`
+	// PowerButtonShutsDown makes the guest shut down on SIGUSR2 (tart's
+	// requestStop). By default it does not: macOS answers the power button
+	// with a dialog, as tart's own source warns.
+	PowerButtonShutsDown bool `json:"powerButtonShutsDown,omitempty"`
 	// Images are the OCI references clone can pull.
 	Images []string `json:"images,omitempty"`
 }
