@@ -17,10 +17,12 @@ limitations under the License.
 package hosts_test
 
 import (
+	"fmt"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -180,5 +182,66 @@ var _ = Describe("Machines on Apple-silicon hosts", func() {
 			}).Should(Succeed())
 		}
 		Consistently(func() int { return len(machinesOf(class)) }, "3s").Should(Equal(4))
+	})
+})
+
+var _ = Describe("Releasing a Mac on an Apple-silicon host", func() {
+	It("shuts macOS down from inside, frees the slot, and the next claim gets a fresh Mac on it: five claims in a row on one 2-slot host", func() {
+		const spec = "release"
+		const a = "release-mac-a"
+		macs := startMacs(spec, nil, a)
+		class := vzClass(spec)
+		ns := namespace(spec)
+		// A pool of one idle Mac: each claim binds it, and the pool's new
+		// idle Mac needs the host's other slot, which only the claim before
+		// it frees.
+		p := pool(spec, class, 1)
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+			g.Expect(p.Status.Idle).To(BeEquivalentTo(1))
+		}).Should(Succeed())
+		seen := map[string]bool{}
+		for i := range 5 {
+			By(fmt.Sprintf("claim %d is Ready on the host's free slot", i+1))
+			claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("job-%d", i+1)},
+				Spec: macvirtv1alpha1.MacClaimSpec{ClassName: class}}
+			Expect(admin.Create(ctx, claim)).To(Succeed())
+			Eventually(func(g Gomega) {
+				g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
+				ready := meta.FindStatusCondition(claim.Status.Conditions, macvirtv1alpha1.ConditionReady)
+				g.Expect(ready).NotTo(BeNil())
+				g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "%s: %s", ready.Reason, ready.Message)
+			}).Should(Succeed())
+			m := &macvirtv1alpha1.MacMachine{}
+			Expect(admin.Get(ctx, client.ObjectKey{Namespace: claim.Status.MachineRef.Namespace, Name: claim.Status.MachineRef.Name}, m)).To(Succeed())
+			Expect(m.Spec.HostName).To(Equal(a))
+			vm := m.Status.Host.VMName
+			Expect(seen).NotTo(HaveKey(vm), "a fresh Mac for every claim")
+			seen[vm] = true
+			Eventually(func() int { return running(macs, a) }).Should(Equal(2), "the pool's new idle Mac runs in the slot the claim before freed")
+
+			By(fmt.Sprintf("claim %d is released: its macOS shuts down from inside and the VM goes", i+1))
+			Expect(admin.Delete(ctx, claim)).To(Succeed())
+			Eventually(func() bool {
+				return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(m), &macvirtv1alpha1.MacMachine{}))
+			}).Should(BeTrue(), "the machine goes once its VM stopped")
+			Expect(build.LastExit(macs.Home(a), vm)).To(BeEmpty(), "the VM's directory is deleted with it")
+			Eventually(func() int { return running(macs, a) }).Should(Equal(1), "the slot is free again: only the idle Mac runs")
+		}
+		cmds, err := build.Commands(macs.Home(a))
+		Expect(err).NotTo(HaveOccurred())
+		runs, deletes := 0, 0
+		for _, c := range cmds {
+			Expect(c).NotTo(HavePrefix("stop"), "tart stop forces a VM off; the agent never uses it")
+			switch {
+			case strings.HasPrefix(c, "run "):
+				runs++
+			case strings.HasPrefix(c, "delete "):
+				deletes++
+			}
+		}
+		Expect(runs).To(Equal(6), "one run per claim and one for the pool's idle Mac")
+		Expect(deletes).To(Equal(5))
+		GinkgoWriter.Printf("5 claims, one fresh Mac each, on one 2-slot host: %d runs, %d deletes, no tart stop\n", runs, deletes)
 	})
 })
