@@ -37,6 +37,10 @@ const (
 	// HostConditionDiskPressure: the host's free disk is below what a new
 	// VM needs.
 	HostConditionDiskPressure = "DiskPressure"
+	// HostConditionDHCPLeaseTooLong: the Mac's DHCP server leases the VMs'
+	// addresses for longer than an hour (macOS's default is a day), so a
+	// Mac that makes and deletes VMs all day runs out of addresses.
+	HostConditionDHCPLeaseTooLong = "DHCPLeaseTooLong"
 	// HostConditionSchedulable: the operator places new machines here.
 	HostConditionSchedulable = "Schedulable"
 )

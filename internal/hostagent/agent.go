@@ -50,6 +50,10 @@ type Facts struct {
 	// FreeDisk is the free space where the tool keeps its VMs; nil when
 	// unknown.
 	FreeDisk *resource.Quantity
+	// DHCPLease is how long the Mac's DHCP server leases a VM its address,
+	// and DHCPLeaseSource where that was read; 0 when unknown.
+	DHCPLease       time.Duration
+	DHCPLeaseSource string
 }
 
 // Options configure an agent.

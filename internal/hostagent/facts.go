@@ -18,22 +18,27 @@ package hostagent
 
 import (
 	"context"
+	"errors"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // MacFacts reads a Mac's chip (sysctl machdep.cpu.brand_string), macOS
-// version (sw_vers) and the free disk under dir. What cannot be read is
-// left empty.
+// version (sw_vers), the free disk under dir and the DHCP lease time of the
+// VMs' shared network. What cannot be read is left empty.
 func MacFacts(dir string) func(ctx context.Context) Facts {
 	return func(ctx context.Context) Facts {
 		f := Facts{
 			Chip:         output(ctx, "sysctl", "-n", "machdep.cpu.brand_string"),
 			MacOSVersion: output(ctx, "sw_vers", "-productVersion"),
 		}
+		f.DHCPLease, f.DHCPLeaseSource = dhcpLease(ctx)
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(dir, &st); err == nil {
 			f.FreeDisk = resource.NewQuantity(int64(st.Bavail)*int64(st.Bsize), resource.BinarySI) //nolint:gosec,unconvert // block counts fit.
@@ -48,4 +53,37 @@ func output(ctx context.Context, name string, args ...string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// internetSharing is the plist of macOS's shared network (vmnet's NAT,
+// which both tools' VMs use); its bootpd dictionary configures the DHCP
+// server. Orchard checks the same key.
+const internetSharing = "/Library/Preferences/SystemConfiguration/com.apple.InternetSharing.default.plist"
+
+// macOSDefaultDHCPLease is bootpd's lease when the plist does not set one.
+const macOSDefaultDHCPLease = 24 * time.Hour
+
+// dhcpLease reads bootpd's DHCPLeaseTimeSecs with plutil; a missing file or
+// key is macOS's default of a day. Where plutil does not run (not macOS),
+// nothing is known.
+func dhcpLease(ctx context.Context) (time.Duration, string) {
+	if _, err := os.Stat(internetSharing); errors.Is(err, os.ErrNotExist) {
+		if _, err := exec.LookPath("plutil"); err != nil {
+			return 0, ""
+		}
+		return macOSDefaultDHCPLease, "macOS's default (" + internetSharing + " does not exist)"
+	}
+	out, err := exec.CommandContext(ctx, "plutil", "-extract", "bootpd.DHCPLeaseTimeSecs", "raw", "-o", "-", internetSharing).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			return 0, ""
+		}
+		return macOSDefaultDHCPLease, "macOS's default (" + internetSharing + " sets no bootpd DHCPLeaseTimeSecs)"
+	}
+	secs, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+	if err != nil || secs <= 0 {
+		return 0, ""
+	}
+	return time.Duration(secs) * time.Second, internetSharing + " bootpd DHCPLeaseTimeSecs"
 }

@@ -96,9 +96,10 @@ func (a *Agent) report(ctx context.Context, was *macvirtv1alpha1.HostAgentReport
 	set := func(t string, status metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&r.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg, LastTransitionTime: now})
 	}
+	var facts Facts
 	if a.opts.Facts != nil {
-		f := a.opts.Facts(ctx)
-		r.Chip, r.MacOSVersion, r.FreeDisk = f.Chip, f.MacOSVersion, f.FreeDisk
+		facts = a.opts.Facts(ctx)
+		r.Chip, r.MacOSVersion, r.FreeDisk = facts.Chip, facts.MacOSVersion, facts.FreeDisk
 	}
 	slots, err := a.driver.Slots(ctx)
 	if err != nil {
@@ -125,6 +126,8 @@ func (a *Agent) report(ctx context.Context, was *macvirtv1alpha1.HostAgentReport
 	} else {
 		set(macvirtv1alpha1.HostConditionDiskPressure, metav1.ConditionFalse, macvirtv1alpha1.ReasonAsExpected, "enough free disk")
 	}
+	status, reason, msg := dhcpLeaseCondition(facts.DHCPLease, facts.DHCPLeaseSource)
+	set(macvirtv1alpha1.HostConditionDHCPLeaseTooLong, status, reason, msg)
 	return r
 }
 
@@ -179,4 +182,23 @@ func truncate(s string) string {
 		return s[:1024]
 	}
 	return s
+}
+
+// maxDHCPLease is the longest lease a Mac that makes and deletes VMs all
+// day keeps addresses free with (Orchard warns past the same hour).
+const maxDHCPLease = time.Hour
+
+// dhcpLeaseCondition says whether the VMs' DHCP lease is too long, and how
+// to shorten it (tart's FAQ gives the same command).
+func dhcpLeaseCondition(lease time.Duration, source string) (metav1.ConditionStatus, string, string) {
+	switch {
+	case lease == 0:
+		return metav1.ConditionUnknown, "NotRead", "the DHCP lease time of the VMs' network could not be read"
+	case lease > maxDHCPLease:
+		return metav1.ConditionTrue, macvirtv1alpha1.HostConditionDHCPLeaseTooLong, fmt.Sprintf(
+			"the VMs' DHCP leases last %s (%s), longer than %s: with VMs made and deleted all day the Mac runs out of addresses "+
+				"and new VMs get none. Run: sudo defaults write %s bootpd -dict DHCPLeaseTimeSecs -int 600 "+
+				"(and sudo rm /var/db/dhcpd_leases if leases have piled up)", lease, source, maxDHCPLease, internetSharing)
+	}
+	return metav1.ConditionFalse, macvirtv1alpha1.ReasonAsExpected, fmt.Sprintf("the VMs' DHCP leases last %s (%s)", lease, source)
 }
