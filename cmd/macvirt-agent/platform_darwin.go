@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -56,6 +57,9 @@ const automountTag = "com.apple.virtio-fs.automount"
 // in: so, while neither is there, it mounts the share device itself. On a
 // KubeVirt Mac there is no such device and the mount fails quietly.
 func (darwin) ConfigDir() (string, error) {
+	// The run loop and the shutdown watch both look; one mounts.
+	configDirMu.Lock()
+	defer configDirMu.Unlock()
 	if dir, err := guestagent.ConfigDirUnder("/"); dir != "" || err != nil {
 		return dir, err
 	}
@@ -69,6 +73,9 @@ func (darwin) ConfigDir() (string, error) {
 	}
 	return guestagent.ConfigDirIn(filepath.Join(shareMount, guestprotocol.ConfigShareName))
 }
+
+// configDirMu keeps two lookups from mounting the share twice.
+var configDirMu sync.Mutex
 
 // isMountPoint says whether something is mounted at dir: its device is not
 // its parent's.

@@ -73,8 +73,10 @@ func WatchShutdown(ctx context.Context, p Platform, logf func(string, ...any)) {
 			return
 		case <-t.C:
 		}
+		// Only the host agent's share carries the request: never the
+		// KubeVirt config disk, whose Secret others may write.
 		dir, err := p.ConfigDir()
-		if err != nil || !ShutdownRequested(dir) {
+		if err != nil || filepath.Base(dir) != guestprotocol.ConfigShareName || !ShutdownRequested(dir) {
 			continue
 		}
 		logf("the host asks macOS to shut down; shutting down")

@@ -66,7 +66,10 @@ func (p shutdownPlatform) Shutdown() error {
 }
 
 func TestTheAgentShutsDownOnceWhenTheHostAsks(t *testing.T) {
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), guestprotocol.ConfigShareName)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	p := shutdownPlatform{dir: dir, calls: make(chan struct{}, 4)}
 	done := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -92,5 +95,42 @@ func TestTheAgentShutsDownOnceWhenTheHostAsks(t *testing.T) {
 	}
 	if len(p.calls) != 0 {
 		t.Errorf("shut down %d more times", len(p.calls))
+	}
+}
+
+// Run watches for the host's request (it starts WatchShutdown), and never
+// on a KubeVirt config disk, whose Secret the host agent does not write.
+func TestRunShutsDownOnTheSharesRequestOnly(t *testing.T) {
+	for name, tc := range map[string]struct {
+		dir  string
+		want bool
+	}{
+		"the host agent's share": {guestprotocol.ConfigShareName, true},
+		"KubeVirt's config disk": {guestprotocol.ConfigVolumeLabel, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), tc.dir)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, guestprotocol.ShutdownFile), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p := shutdownPlatform{dir: dir, calls: make(chan struct{}, 4)}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { _ = Run(ctx, p, t.Logf); close(done) }()
+			defer func() { cancel(); <-done }()
+			select {
+			case <-p.calls:
+				if !tc.want {
+					t.Fatal("shut down on a file of the config disk")
+				}
+			case <-time.After(2*shutdownPoll + time.Second):
+				if tc.want {
+					t.Fatal("Run did not shut down on the host's request")
+				}
+			}
+		})
 	}
 }

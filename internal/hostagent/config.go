@@ -159,7 +159,8 @@ func (a *Agent) askShutdown(vm string) (bool, error) {
 	a.mu.Unlock()
 	asked := []byte(a.clock.Now().UTC().Format(time.RFC3339) + "\n")
 	if err := os.WriteFile(filepath.Join(dir, guestprotocol.ShutdownFile), asked, 0o600); err != nil {
-		return false, fmt.Errorf("asking the guest to shut down through its share: %w", err)
+		return false, fmt.Errorf("asking the guest agent to shut macOS down through %s: %w (free the agent's --state-dir's disk, or check its rights)",
+			filepath.Join(dir, guestprotocol.ShutdownFile), err)
 	}
 	return true, nil
 }
@@ -173,13 +174,14 @@ func (a *Agent) requestStop(ctx context.Context, vm string) error {
 	switch {
 	case errors.Is(err, vz.ErrNotRunning):
 		return err
-	case shared && (err == nil || errors.Is(err, vz.ErrNoGracefulStop)):
-		return nil
-	case err == nil:
+	case shareErr != nil:
 		return shareErr
-	}
-	if shareErr != nil {
-		return errors.Join(err, shareErr)
+	case shared, err == nil:
+		// Asked; the caller waits, and past the grace period says so.
+		return nil
+	case errors.Is(err, vz.ErrNoGracefulStop):
+		return fmt.Errorf("%w, and the VM has no share to ask its guest agent through (it was started before its host agent "+
+			"shared one); macvirt never forces macOS off: shut macOS down from inside the VM", err)
 	}
 	return err
 }

@@ -94,7 +94,9 @@ func Decide(in Input) Decision {
 		waited := in.Now.Sub(*in.StopRequestedAt)
 		if waited >= in.Grace {
 			return Decision{Action: ActWaitStop, RecheckAfter: stopPoll, Problem: fmt.Sprintf(
-				"macOS did not shut down within shutdownGracePeriod %s of being asked at %s; the VM is left running, never forced: log in and shut it down, or find what holds it",
+				"macOS did not shut down within shutdownGracePeriod %s of being asked at %s (its guest agent is asked through "+
+					"/Volumes/My Shared Files/macvirt/shutdown, which an agent from before that request ignores; macOS answers the power button "+
+					"with a dialog); the VM is left running, never forced: log in and shut it down, or find what holds it",
 				in.Grace, in.StopRequestedAt.UTC().Format(time.RFC3339))}
 		}
 		return Decision{Action: ActWaitStop, RecheckAfter: stopPoll}

@@ -16,7 +16,7 @@ func TestDHCPLeaseCondition(t *testing.T) {
 		status metav1.ConditionStatus
 		says   string
 	}{
-		"not a Mac, or not read":  {0, metav1.ConditionUnknown, "could not be read"},
+		"not a Mac, or not read":  {0, metav1.ConditionUnknown, "could not be read: the plist"},
 		"macOS's default, a day":  {24 * time.Hour, metav1.ConditionTrue, "DHCPLeaseTimeSecs -int 600"},
 		"just over an hour":       {time.Hour + time.Second, metav1.ConditionTrue, "sudo rm /var/db/dhcpd_leases"},
 		"an hour":                 {time.Hour, metav1.ConditionFalse, "1h0m0s"},

@@ -19,8 +19,10 @@ package hostagent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -63,27 +65,33 @@ const internetSharing = "/Library/Preferences/SystemConfiguration/com.apple.Inte
 // macOSDefaultDHCPLease is bootpd's lease when the plist does not set one.
 const macOSDefaultDHCPLease = 24 * time.Hour
 
-// dhcpLease reads bootpd's DHCPLeaseTimeSecs with plutil; a missing file or
-// key is macOS's default of a day. Where plutil does not run (not macOS),
-// nothing is known.
+// dhcpLease reads bootpd's DHCPLeaseTimeSecs with plutil; a missing file
+// or key is macOS's default of a day. Off macOS, or when the plist cannot
+// be read, the lease is unknown (0) and the second value says why.
 func dhcpLease(ctx context.Context) (time.Duration, string) {
-	if _, err := os.Stat(internetSharing); errors.Is(err, os.ErrNotExist) {
-		if _, err := exec.LookPath("plutil"); err != nil {
-			return 0, ""
-		}
-		return macOSDefaultDHCPLease, "macOS's default (" + internetSharing + " does not exist)"
+	if runtime.GOOS != "darwin" {
+		return 0, "not macOS"
 	}
-	out, err := exec.CommandContext(ctx, "plutil", "-extract", "bootpd.DHCPLeaseTimeSecs", "raw", "-o", "-", internetSharing).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) {
-			return 0, ""
-		}
+	if _, err := os.Stat(internetSharing); errors.Is(err, os.ErrNotExist) {
+		return macOSDefaultDHCPLease, "macOS's default (" + internetSharing + " does not exist)"
+	} else if err != nil {
+		return 0, err.Error()
+	}
+	var stderr strings.Builder
+	cmd := exec.CommandContext(ctx, "plutil", "-extract", "bootpd.DHCPLeaseTimeSecs", "raw", "-o", "-", internetSharing)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	switch {
+	case ctx.Err() != nil:
+		return 0, ctx.Err().Error()
+	case err != nil && strings.Contains(stderr.String()+string(out), "No value at that key path"):
 		return macOSDefaultDHCPLease, "macOS's default (" + internetSharing + " sets no bootpd DHCPLeaseTimeSecs)"
+	case err != nil:
+		return 0, fmt.Sprintf("plutil -extract bootpd.DHCPLeaseTimeSecs %s: %v: %s", internetSharing, err, strings.TrimSpace(stderr.String()+string(out)))
 	}
 	secs, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 	if err != nil || secs <= 0 {
-		return 0, ""
+		return 0, fmt.Sprintf("%s bootpd DHCPLeaseTimeSecs is %q", internetSharing, strings.TrimSpace(string(out)))
 	}
 	return time.Duration(secs) * time.Second, internetSharing + " bootpd DHCPLeaseTimeSecs"
 }

@@ -193,7 +193,7 @@ const maxDHCPLease = time.Hour
 func dhcpLeaseCondition(lease time.Duration, source string) (metav1.ConditionStatus, string, string) {
 	switch {
 	case lease == 0:
-		return metav1.ConditionUnknown, "NotRead", "the DHCP lease time of the VMs' network could not be read"
+		return metav1.ConditionUnknown, "NotRead", "the DHCP lease time of the VMs' network could not be read: " + source
 	case lease > maxDHCPLease:
 		return metav1.ConditionTrue, macvirtv1alpha1.HostConditionDHCPLeaseTooLong, fmt.Sprintf(
 			"the VMs' DHCP leases last %s (%s), longer than %s: with VMs made and deleted all day the Mac runs out of addresses "+

@@ -130,10 +130,8 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		case errors.Is(stepErr, vz.ErrNotRunning):
 			// Stopped meanwhile, or not running yet: looked at again.
 			stepErr = nil
-		case errors.Is(stepErr, vz.ErrNoGracefulStop):
+		default:
 			report.State = macvirtv1alpha1.HostVMRunning
-			stepErr = fmt.Errorf("%w, and the VM has no share to ask its guest agent through (started before this agent shared one?); "+
-				"macvirt never forces macOS off: shut macOS down from inside the VM", stepErr)
 		}
 	case ActWaitStop:
 		report.State = macvirtv1alpha1.HostVMStopping

@@ -64,7 +64,10 @@ func TestHosts(t *testing.T) {
 var _ = BeforeSuite(func() {
 	SetDefaultEventuallyTimeout(2 * time.Minute)
 	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
-	world = harness.ForTest(GinkgoT(), harness.Options{Log: GinkgoWriter, System: &harness.SystemOptions{Speed: 4}})
+	// The operator runs as its service account under the shipped role: the
+	// Apple-silicon path uses rights no other suite's operator does (the
+	// TokenReview of a host agent's token).
+	world = harness.ForTest(GinkgoT(), harness.Options{Log: GinkgoWriter, System: &harness.SystemOptions{Speed: 4}, OperatorAccount: true})
 	admin, system, ctx = world.Admin, world.System, world.Ctx
 })
 
