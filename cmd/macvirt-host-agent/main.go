@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -104,6 +105,13 @@ func run() error {
 	case "lume":
 		driver = lume.New(*lumeURL)
 	case "tart":
+		// launchd gives a daemon no HOME, and a PATH without Homebrew's.
+		if os.Getenv("HOME") == "" && os.Getenv("TART_HOME") == "" {
+			return fmt.Errorf("HOME is not set, and tart keeps its VMs under ~/.tart: set HOME (a LaunchDaemon's EnvironmentVariables; docs/apple-silicon-hosts.md)")
+		}
+		if _, err := exec.LookPath(*tartBinary); err != nil {
+			return fmt.Errorf("--tart %q: %w; give tart's full path (Homebrew installs it as /opt/homebrew/bin/tart), or add its directory to PATH", *tartBinary, err)
+		}
 		if err := os.MkdirAll(filepath.Join(*stateDir, "tart"), 0o700); err != nil {
 			return fmt.Errorf("making --state-dir: %w", err)
 		}

@@ -158,6 +158,25 @@ func TestHostAgentStartsAndHeartbeats(t *testing.T) {
 	if out, err := exec.Command(bin, "--version").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != version { //nolint:gosec,noctx // the binary just built.
 		t.Fatalf("macvirt-host-agent --version: %v: %q, want %q", err, out, version)
 	}
+	// Started as a LaunchDaemon with launchd's bare environment, it says
+	// what is missing instead of failing at the first VM.
+	args := []string{"--kubeconfig=" + kubeconfig, "--host=" + host, "--state-dir=" + filepath.Join(dir, "state"),
+		"--endpoint=https://127.0.0.1:9444", "--endpoint-ca=" + ca}
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		says string
+	}{
+		{[]string{"PATH=/usr/bin:/bin"}, []string{"--tart=" + tartBin}, "HOME is not set"},
+		{[]string{"PATH=/usr/bin:/bin", "HOME=" + dir}, nil, `--tart "tart"`},
+	} {
+		cmd := exec.Command(bin, append(args, tc.args...)...) //nolint:gosec,noctx // the binary just built.
+		cmd.Env = tc.env
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), tc.says) {
+			t.Errorf("macvirt-host-agent with only %v: %v: %s; want exit 1 saying %q", tc.env, err, out, tc.says)
+		}
+	}
 	agent := cluster.StartProcess(t, dir, []string{"TART_HOME=" + home}, bin, "--kubeconfig="+kubeconfig, "--host="+host,
 		"--tool=tart", "--tart="+tartBin, "--state-dir="+filepath.Join(dir, "state"), "--lease=10s",
 		"--endpoint=https://127.0.0.1:9444", "--endpoint-ca="+ca)
