@@ -17,6 +17,7 @@ limitations under the License.
 package fakelume
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,6 +87,8 @@ type vmState struct {
 	IPAddress   string   `json:"ipAddress,omitempty"`
 	SharedDirs  []string `json:"sharedDirs,omitempty"`
 	SourceImage string   `json:"sourceImage"`
+	// MAC is the VM's MAC address (lume's config.json "macAddress").
+	MAC string `json:"macAddress"`
 }
 
 // New returns a fake lume keeping its files in dir.
@@ -265,10 +268,17 @@ func (s *Server) running() (int, error) {
 	return n, nil
 }
 
+// newVM is a VM pulled from image. lume 0.5.3's pullImage gives every
+// pulled VM a new random MAC address (VZMACAddress.randomLocallyAdministered,
+// "to ensure uniqueness"), whatever the image's config says.
 func (s *Server) newVM(name, image string) vmState {
+	mac := make([]byte, 6)
+	_, _ = rand.Read(mac)
+	mac[0] = mac[0]&0xfe | 0x02
 	return vmState{
 		Name: name, CPUCount: 4, MemorySize: 8 << 30, DiskSize: 50 << 30,
 		Display: "1024x768", Status: "stopped", SourceImage: image,
+		MAC: fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]),
 	}
 }
 

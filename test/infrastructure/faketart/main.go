@@ -17,6 +17,7 @@ limitations under the License.
 package main
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,6 +71,8 @@ type vmConfig struct {
 	Disk    int    `json:"diskGB"`
 	Display string `json:"display"`
 	Source  string `json:"source"`
+	// MAC is the VM's MAC address, tart's config.json "macAddress".
+	MAC string `json:"macAddress"`
 }
 
 // runInfo is what a fake "tart run" records of its invocation.
@@ -337,8 +340,40 @@ func (e *env) ip(name string) error {
 	return nil
 }
 
+// imageMAC is the MAC address an image's config carries: one per image,
+// as every VM pulled from it has at first.
+func imageMAC(ref string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(ref))
+	b := h.Sum(nil)
+	return fmt.Sprintf("02:00:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3])
+}
+
+// randomMAC is a new locally administered MAC address, as
+// VZMACAddress.randomLocallyAdministered gives.
+func randomMAC() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	b[0] = b[0]&0xfe | 0x02
+	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3], b[4], b[5])
+}
+
+// hasMAC says whether a local VM other than except has the MAC address:
+// running, or only too (tart's clone asks of all, its run of the running).
+func (e *env) hasMAC(mac, except string, runningOnly bool) bool {
+	for _, n := range e.names() {
+		if n == except || (runningOnly && e.lockOwner(n) == 0) {
+			continue
+		}
+		if c, err := e.readConfig(n); err == nil && c.MAC == mac {
+			return true
+		}
+	}
+	return false
+}
+
 func (e *env) clone(src, dst string) error {
-	c := vmConfig{OS: "darwin", CPU: 4, Memory: 8192, Disk: 50, Display: "1024x768", Source: src}
+	c := vmConfig{OS: "darwin", CPU: 4, Memory: 8192, Disk: 50, Display: "1024x768", Source: src, MAC: imageMAC(src)}
 	if strings.Contains(src, "/") {
 		known := false
 		for _, i := range e.knobs.Images {
@@ -357,6 +392,11 @@ func (e *env) clone(src, dst string) error {
 	}
 	if dst == "" || strings.ContainsAny(dst, `/\`) {
 		return failf("faketart: bad VM name %q", dst)
+	}
+	// tart's Clone.swift: the copy gets a new MAC address when any local
+	// VM (running or not) has the source's.
+	if e.hasMAC(c.MAC, dst, false) {
+		c.MAC = randomMAC()
 	}
 	// tart moves the new VM over one of the same name; so does the fake.
 	_ = os.RemoveAll(e.vmDir(dst))
@@ -393,6 +433,15 @@ func (e *env) run(name string, args, dirs []string) error {
 	shares, err := parseDirs(dirs)
 	if err != nil {
 		return err
+	}
+	// tart's Run.swift: a VM whose MAC address another running VM has gets
+	// a new one before it starts (before the
+	// lock: writing the config replaces the file the lock is on).
+	if c, err := e.readConfig(name); err == nil && e.hasMAC(c.MAC, name, true) {
+		c.MAC = randomMAC()
+		if err := e.writeConfig(name, c); err != nil {
+			return err
+		}
 	}
 	f, err := os.OpenFile(e.configPath(name), os.O_RDWR, 0)
 	if err != nil {

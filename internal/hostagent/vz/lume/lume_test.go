@@ -18,6 +18,7 @@ package lume_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -292,5 +293,26 @@ func TestUnknownStateIsBusy(t *testing.T) {
 	}
 	if err := d.Start(ctx, "vm-1", vz.StartOptions{}); !errors.Is(err, vz.ErrAlreadyRunning) {
 		t.Errorf("Start = %v; want ErrAlreadyRunning", err)
+	}
+}
+
+// TestVMsOfOneImageHaveTheirOwnMAC: lume gives every VM it pulls a random
+// MAC address (pullImage), so two VMs of one class's image on a Mac never
+// share one, which would give them one DHCP lease.
+func TestVMsOfOneImageHaveTheirOwnMAC(t *testing.T) {
+	d, fake := setup(t, fakelume.Options{})
+	create(t, d, "a", "b")
+	mac := func(name string) string {
+		var c struct {
+			MAC string `json:"macAddress"`
+		}
+		b, err := os.ReadFile(filepath.Join(fake.Dir, name, "vm.json")) //nolint:gosec // G304: the test's fake lume directory.
+		if err != nil || json.Unmarshal(b, &c) != nil || c.MAC == "" {
+			t.Fatalf("the MAC address of %s: %s %v", name, b, err)
+		}
+		return c.MAC
+	}
+	if a, b := mac("a"), mac("b"); a == b {
+		t.Fatalf("two VMs of one image have one MAC address %s", a)
 	}
 }

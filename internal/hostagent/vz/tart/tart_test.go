@@ -402,3 +402,48 @@ func TestUnknownImage(t *testing.T) {
 		t.Fatalf("a failed clone left a VM: %v", err)
 	}
 }
+
+// macOf reads a fake VM's MAC address from its config.json, where tart
+// keeps it (tart get does not show it).
+func macOf(t *testing.T, home, name string) string {
+	t.Helper()
+	var c struct {
+		MAC string `json:"macAddress"`
+	}
+	b, err := os.ReadFile(filepath.Join(home, "vms", name, "config.json")) //nolint:gosec // G304: the test's temp dir.
+	if err != nil || json.Unmarshal(b, &c) != nil || c.MAC == "" {
+		t.Fatalf("the MAC address of %s: %s %v", name, b, err)
+	}
+	return c.MAC
+}
+
+// TestVMsOfOneImageHaveTheirOwnMAC: every VM the agent makes clones the
+// class's image, which carries one MAC address; tart gives a clone a new
+// one when a local VM has the source's (Clone.swift), and a VM one when a
+// running VM has its own (Run.swift). Two VMs of one image on a Mac never
+// share a MAC address, which would give them one DHCP lease.
+func TestVMsOfOneImageHaveTheirOwnMAC(t *testing.T) {
+	d, home := setup(t, build.Knobs{})
+	create(t, d, "a", "b")
+	start(t, d, "a", "b")
+	if a, b := macOf(t, home, "a"), macOf(t, home, "b"); a == b {
+		t.Fatalf("two VMs of one image run with one MAC address %s", a)
+	}
+	// A third, made once the first is gone, may take the image's address
+	// again: no local VM has it then.
+	if err := d.RequestStop(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := build.HaltGuest(home, "a"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a stops", func() bool { return state(t, d, "a") == vz.StateStopped })
+	if err := d.Delete(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	create(t, d, "c")
+	start(t, d, "c")
+	if b, c := macOf(t, home, "b"), macOf(t, home, "c"); b == c {
+		t.Fatalf("two running VMs of one image share the MAC address %s", b)
+	}
+}
