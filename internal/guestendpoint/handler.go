@@ -182,7 +182,7 @@ var heartbeats = prometheus.NewCounterVec(prometheus.CounterOpts{
 func init() { ctrlmetrics.Registry.MustRegister(Collectors()...) }
 
 // Collectors is every metric the endpoint exports.
-func Collectors() []prometheus.Collector { return []prometheus.Collector{heartbeats} }
+func Collectors() []prometheus.Collector { return []prometheus.Collector{heartbeats, hostConfigs} }
 
 // limiter is the machine's rate limiter. Before adding one to a map that
 // has reached sweepAt entries, it forgets every limiter that is full again

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -67,6 +68,20 @@ const (
 	maxClientsKept = 4096
 )
 
+// hostConfigs counts the host agents' configuration requests by result:
+// Issued, or the refusal's reason; a host with the wrong token, or someone
+// trying tokens, shows here.
+var hostConfigs = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "macvirt_host_config_requests_total",
+	Help: "Host agents' requests for a VM's configuration, by result: Issued, or the refusal's reason (Unauthorized, RateLimited, Malformed, Unsupported, MethodNotAllowed, Internal).",
+}, []string{"result"})
+
+// writeHostProblem answers a host with the protocol's Error, and counts it.
+func writeHostProblem(w http.ResponseWriter, code int, reason, msg string) {
+	hostConfigs.WithLabelValues(reason).Inc()
+	writeProblem(w, code, reason, msg)
+}
+
 // unplaced is one answer for a machine that does not exist and one placed
 // elsewhere, so a host cannot learn which machines exist.
 const unplaced = "no machine of that name and UID is placed on this host"
@@ -74,16 +89,16 @@ const unplaced = "no machine of that name and UID is placed on this host"
 func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeProblem(w, http.StatusMethodNotAllowed, guestprotocol.ReasonMethodNotAllowed, "use POST")
+		writeHostProblem(w, http.StatusMethodNotAllowed, guestprotocol.ReasonMethodNotAllowed, "use POST")
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		writeProblem(w, http.StatusUnsupportedMediaType, guestprotocol.ReasonUnsupported, "the body must be application/json")
+		writeHostProblem(w, http.StatusUnsupportedMediaType, guestprotocol.ReasonUnsupported, "the body must be application/json")
 		return
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || token == "" {
-		writeProblem(w, http.StatusUnauthorized, guestprotocol.ReasonUnauthorized,
+		writeHostProblem(w, http.StatusUnauthorized, guestprotocol.ReasonUnauthorized,
 			"send the host's ServiceAccount token (macvirt-hosts/<host>) as Authorization: Bearer <token>")
 		return
 	}
@@ -95,7 +110,7 @@ func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			msg += ": " + err.Error()
 		}
-		writeProblem(w, http.StatusBadRequest, guestprotocol.ReasonMalformed, msg)
+		writeHostProblem(w, http.StatusBadRequest, guestprotocol.ReasonMalformed, msg)
 		return
 	}
 	ctx := r.Context()
@@ -104,12 +119,12 @@ func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !known {
 		if !h.allowReview(r.RemoteAddr) {
 			w.Header().Set("Retry-After", "1")
-			writeProblem(w, http.StatusTooManyRequests, guestprotocol.ReasonRateLimited, "too many requests from this address; retry in a second")
+			writeHostProblem(w, http.StatusTooManyRequests, guestprotocol.ReasonRateLimited, "too many requests from this address; retry in a second")
 			return
 		}
 		var err error
 		if host, err = h.hostOf(r, token); err != nil {
-			writeProblem(w, http.StatusUnauthorized, guestprotocol.ReasonUnauthorized, err.Error())
+			writeHostProblem(w, http.StatusUnauthorized, guestprotocol.ReasonUnauthorized, err.Error())
 			return
 		}
 	}
@@ -120,14 +135,14 @@ func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reader = h.Client
 	}
 	if err := reader.Get(ctx, key, m); err != nil && !apierrors.IsNotFound(err) {
-		writeProblem(w, http.StatusInternalServerError, guestprotocol.ReasonInternal, "reading the machine failed; retry")
+		writeHostProblem(w, http.StatusInternalServerError, guestprotocol.ReasonInternal, "reading the machine failed; retry")
 		return
 	} else if err != nil || m.Spec.HostName != host || string(m.UID) != req.UID {
-		writeProblem(w, http.StatusForbidden, guestprotocol.ReasonUnauthorized, unplaced+" (the agent's --host must be its ServiceAccount's name)")
+		writeHostProblem(w, http.StatusForbidden, guestprotocol.ReasonUnauthorized, unplaced+" (the agent's --host must be its ServiceAccount's name)")
 		return
 	}
 	if !m.DeletionTimestamp.IsZero() {
-		writeProblem(w, http.StatusConflict, guestprotocol.ReasonUnauthorized, "the machine is being deleted; its VM is not started again")
+		writeHostProblem(w, http.StatusConflict, guestprotocol.ReasonUnauthorized, "the machine is being deleted; its VM is not started again")
 		return
 	}
 	// A start is a new boot: the machine's token is drawn anew, and only
@@ -136,11 +151,12 @@ func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		log.Info("issuing a machine's token for its host failed; the host retries", "machine", key, "host", host, "error", err.Error())
 		w.Header().Set("Retry-After", "2")
-		writeProblem(w, http.StatusServiceUnavailable, guestprotocol.ReasonInternal,
+		writeHostProblem(w, http.StatusServiceUnavailable, guestprotocol.ReasonInternal,
 			"issuing the machine's token failed, retry (the operator's log and the machine's events say why): "+apiReason(err))
 		return
 	}
 	out := guestprotocol.HostConfig{Files: files}
+	hostConfigs.WithLabelValues("Issued").Inc()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(out)

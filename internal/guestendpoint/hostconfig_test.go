@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,9 +90,13 @@ func TestHostConfigGoesOnlyToTheMachinesHost(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			h, c, m := hostConfigSetup(t)
+			issued := testutil.ToFloat64(hostConfigs.WithLabelValues("Issued"))
 			w := askConfig(h, tc.token, tc.req)
 			if w.Code != tc.code {
 				t.Fatalf("answered %d, want %d: %s", w.Code, tc.code, w.Body)
+			}
+			if counted := testutil.ToFloat64(hostConfigs.WithLabelValues("Issued")) - issued; counted != map[bool]float64{true: 1, false: 0}[tc.code == http.StatusOK] {
+				t.Errorf("macvirt_host_config_requests_total{result=Issued} rose by %v", counted)
 			}
 			got := &macvirtv1alpha1.MacMachine{}
 			if err := c.Get(context.Background(), client.ObjectKeyFromObject(m), got); err != nil {
