@@ -280,6 +280,18 @@ type PlacementSpec struct {
 	HostSelector *metav1.LabelSelector `json:"hostSelector,omitempty"`
 }
 
+// AfterGracePolicy is what becomes of a VM that outlives its shutdown
+// grace period.
+type AfterGracePolicy string
+
+// After a shutdown grace period.
+const (
+	// AfterGraceWait leaves the VM running and reports it.
+	AfterGraceWait AfterGracePolicy = "Wait"
+	// AfterGracePowerOff forces a deleted machine's VM off.
+	AfterGracePowerOff AfterGracePolicy = "PowerOff"
+)
+
 // LifecycleSpec holds the timeouts of a machine's life.
 type LifecycleSpec struct {
 	// shutdownGracePeriod is the ACPI shutdown budget before KubeVirt forces
@@ -302,6 +314,20 @@ type LifecycleSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('1h')",message="heartbeatTimeout must be between 10s and 1h"
 	// +optional
 	HeartbeatTimeout *metav1.Duration `json:"heartbeatTimeout,omitempty"`
+
+	// afterShutdownGracePeriod says what becomes of a deleted machine's VM
+	// on an Apple-silicon host when macOS has not shut down within
+	// shutdownGracePeriod. Wait (the default) leaves it running and reports
+	// it in the machine's status.host.error. PowerOff forces it off and
+	// deletes it: for classes whose machines are disposable, such as CI,
+	// whose disks are deleted anyway (Orchard does the same for its CI
+	// VMs). A machine that is only stopped keeps its disk, and is never
+	// forced. Only for runtime Virtualization: on KubeVirt,
+	// shutdownGracePeriod is the VM's terminationGracePeriodSeconds, after
+	// which KubeVirt forces the VM off.
+	// +kubebuilder:validation:Enum=Wait;PowerOff
+	// +optional
+	AfterShutdownGracePeriod AfterGracePolicy `json:"afterShutdownGracePeriod,omitempty"`
 
 	// drainGracePeriod is how long a bound machine keeps running for its
 	// tenant once its node is drained; it is then stopped gracefully (never
@@ -467,6 +493,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.runtime) || self.runtime != 'Virtualization' || !has(self.bootloader)",message="a Virtualization class has no bootloader (the Virtualization framework boots macOS itself): remove spec.bootloader"
 // +kubebuilder:validation:XValidation:rule="!has(self.runtime) || self.runtime != 'Virtualization' || (has(self.image.source) && has(self.image.source.registry) && !has(self.image.refresh))",message="a Virtualization class takes its VM image from image.source.registry.url (an OCI reference tart or lume can pull, such as docker://ghcr.io/cirruslabs/macos-sequoia-base:latest), without image.refresh"
 // +kubebuilder:validation:XValidation:rule="!has(self.runtime) || self.runtime != 'Virtualization' || !has(self.installer)",message="installer classes run on KubeVirt only: remove spec.installer or the runtime"
+// +kubebuilder:validation:XValidation:rule="!has(self.lifecycle) || !has(self.lifecycle.afterShutdownGracePeriod) || self.lifecycle.afterShutdownGracePeriod == 'Wait' || (has(self.runtime) && self.runtime == 'Virtualization')",message="lifecycle.afterShutdownGracePeriod PowerOff is for Virtualization classes: on KubeVirt, KubeVirt forces the VM off after shutdownGracePeriod itself; remove it"
 // +kubebuilder:validation:XValidation:rule="(has(self.runtime) ? self.runtime : 'KubeVirt') == (has(oldSelf.runtime) ? oldSelf.runtime : 'KubeVirt')",message="runtime is immutable: make a new class for the other runtime"
 // +kubebuilder:validation:XValidation:rule="has(self.installer) == (has(self.image.source) && has(self.image.source.blank))",message="a blank system disk (image.source.blank) is for installer classes only: set spec.installer with the recovery DataSource, or give image a source with macOS on it"
 type MacClassSpec struct {

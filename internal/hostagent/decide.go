@@ -39,6 +39,9 @@ const (
 	// ActWaitStop: macOS was asked and still runs; wait for it, and never
 	// force it.
 	ActWaitStop Action = "WaitStop"
+	// ActPowerOff: force a deleted machine's VM off, past its grace period,
+	// as its class says (PowerOff).
+	ActPowerOff Action = "PowerOff"
 	// ActDelete: remove the stopped VM and its disk.
 	ActDelete Action = "Delete"
 	// ActDeleted: the machine is deleted and its VM is gone.
@@ -61,6 +64,9 @@ type Input struct {
 	StopRequestedAt *time.Time
 	// Grace is the class's shutdownGracePeriod.
 	Grace time.Duration
+	// PowerOff: the class says a deleted machine's VM is forced off past
+	// Grace (afterShutdownGracePeriod PowerOff).
+	PowerOff bool
 }
 
 // Decision is the next action, and a problem to report with it.
@@ -72,8 +78,9 @@ type Decision struct {
 	RecheckAfter time.Duration
 }
 
-// Decide picks the next step for one VM. A stop is only ever asked of
-// macOS; a VM that outlives its grace period is reported, and left.
+// Decide picks the next step for one VM. A stop is asked of macOS; a VM
+// that outlives its grace period is reported, and left, unless it is a
+// deleted machine's whose class says PowerOff.
 func Decide(in Input) Decision {
 	stopping := in.Deleting || !in.WantsRunning
 	switch {
@@ -92,6 +99,11 @@ func Decide(in Input) Decision {
 		return Decision{Action: ActRequestStop, RecheckAfter: stopPoll}
 	case stopping:
 		waited := in.Now.Sub(*in.StopRequestedAt)
+		if waited >= in.Grace && in.PowerOff && in.Deleting {
+			return Decision{Action: ActPowerOff, RecheckAfter: stopPoll, Problem: fmt.Sprintf(
+				"macOS did not shut down within shutdownGracePeriod %s of being asked at %s; forced off, as the class's "+
+					"afterShutdownGracePeriod PowerOff says of its deleted machines", in.Grace, in.StopRequestedAt.UTC().Format(time.RFC3339))}
+		}
 		if waited >= in.Grace {
 			return Decision{Action: ActWaitStop, RecheckAfter: stopPoll, Problem: fmt.Sprintf(
 				"macOS did not shut down within shutdownGracePeriod %s of being asked at %s (its guest agent is asked through "+

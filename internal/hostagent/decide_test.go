@@ -45,6 +45,12 @@ func TestDecide(t *testing.T) {
 		"a deleted machine's running VM is asked to stop":  {in: Input{Deleting: true, WantsRunning: true, Exists: true, State: vz.StateRunning}, want: ActRequestStop},
 		"a deleted machine's stopped VM is deleted":        {in: Input{Deleting: true, WantsRunning: true, Exists: true, State: vz.StateStopped}, want: ActDelete},
 		"a deleted machine's VM once gone is reported":     {in: Input{Deleting: true, WantsRunning: true}, want: ActDeleted},
+		"a PowerOff class's deleted machine is forced off past the grace period": {
+			in: Input{Deleting: true, Exists: true, State: vz.StateRunning, StopRequestedAt: &longAgo, PowerOff: true}, want: ActPowerOff, wantProblem: true},
+		"a PowerOff class's deleted machine is waited for within the grace period": {
+			in: Input{Deleting: true, Exists: true, State: vz.StateRunning, StopRequestedAt: &asked, PowerOff: true}, want: ActWaitStop},
+		"a PowerOff class's machine only stopped keeps its disk, and is never forced": {
+			in: Input{Exists: true, State: vz.StateRunning, StopRequestedAt: &longAgo, PowerOff: true}, want: ActWaitStop, wantProblem: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tc.in.Now, tc.in.Grace = now, 5*time.Minute
@@ -55,7 +61,7 @@ func TestDecide(t *testing.T) {
 			if (got.Problem != "") != tc.wantProblem {
 				t.Fatalf("problem %q; want one: %v", got.Problem, tc.wantProblem)
 			}
-			if tc.wantProblem && !strings.Contains(got.Problem, "never forced") {
+			if tc.wantProblem && tc.want != ActPowerOff && !strings.Contains(got.Problem, "never forced") {
 				t.Errorf("problem %q does not say the VM is never forced", got.Problem)
 			}
 		})

@@ -80,6 +80,7 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		Exists: exists, State: vm.State, Grace: macvirtv1alpha1.DefaultShutdownGracePeriod}
 	if class != nil {
 		in.Grace = class.Spec.Lifecycle.ShutdownGracePeriodOrDefault()
+		in.PowerOff = class.Spec.Lifecycle.AfterShutdownGracePeriod == macvirtv1alpha1.AfterGracePowerOff
 	}
 	if report.StopRequestedAt != nil {
 		t := report.StopRequestedAt.Time
@@ -133,6 +134,12 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		default:
 			report.State = macvirtv1alpha1.HostVMRunning
 		}
+	case ActPowerOff:
+		report.State = macvirtv1alpha1.HostVMStopping
+		if stepErr = a.driver.ForceStop(ctx, name); errors.Is(stepErr, vz.ErrNotRunning) {
+			stepErr = nil
+		}
+		ctrl.LoggerFrom(ctx).Info("forced a deleted machine's VM off past its grace period, as its class says", "vm", name)
 	case ActWaitStop:
 		report.State = macvirtv1alpha1.HostVMStopping
 	case ActDelete:

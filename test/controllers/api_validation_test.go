@@ -95,6 +95,12 @@ var _ = Describe("The macvirt CRDs", func() {
 		Entry("a Virtualization class whose image is not a registry's", func(c *macvirtv1alpha1.MacClass) {
 			c.Spec.Runtime, c.Spec.Bootloader = macvirtv1alpha1.RuntimeVirtualization, macvirtv1alpha1.BootloaderSpec{}
 		}, "a Virtualization class takes its VM image from image.source.registry.url"),
+		Entry("a KubeVirt class that would power off after its grace period", func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Lifecycle.AfterShutdownGracePeriod = macvirtv1alpha1.AfterGracePowerOff
+		}, "PowerOff is for Virtualization classes"),
+		Entry("an after-grace policy nobody knows", func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Lifecycle.AfterShutdownGracePeriod = "Kill"
+		}, `spec.lifecycle.afterShutdownGracePeriod: Unsupported value: "Kill"`),
 		Entry("one vCPU", func(c *macvirtv1alpha1.MacClass) { c.Spec.Resources.CPU = 1 },
 			"spec.resources.cpu: Invalid value: 1: spec.resources.cpu in body should be greater than or equal to 2"),
 		Entry("too little memory", func(c *macvirtv1alpha1.MacClass) { c.Spec.Resources.Memory = ptrTo(resource.MustParse("2Gi")) },

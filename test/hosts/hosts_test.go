@@ -19,12 +19,15 @@ package hosts_test
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -243,5 +246,87 @@ var _ = Describe("Releasing a Mac on an Apple-silicon host", func() {
 		Expect(runs).To(Equal(6), "one run per claim and one for the pool's idle Mac")
 		Expect(deletes).To(Equal(5))
 		GinkgoWriter.Printf("5 claims, one fresh Mac each, on one 2-slot host: %d runs, %d deletes, no tart stop\n", runs, deletes)
+	})
+})
+
+var _ = Describe("A Mac whose macOS never shuts down", func() {
+	It("is forced off once a deleted machine's grace period passes when its class says PowerOff, and never otherwise", func() {
+		const spec = "stubborn"
+		const a = "stubborn-mac-a"
+		macs := startMacs(spec, nil, a)
+		knobs, err := build.ReadKnobs(macs.Home(a))
+		Expect(err).NotTo(HaveOccurred())
+		knobs.NeverShutsDown = true
+		Expect(build.WriteKnobs(macs.Home(a), knobs)).To(Succeed())
+		ns := namespace(spec)
+		classOf := func(name string, after macvirtv1alpha1.AfterGracePolicy) string {
+			c := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: macvirtv1alpha1.MacClassSpec{
+					Runtime: macvirtv1alpha1.RuntimeVirtualization,
+					Image: macvirtv1alpha1.ImageSpec{DiskSource: macvirtv1alpha1.DiskSource{Source: &cdiv1.DataVolumeSource{
+						Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://" + image)}}}},
+					Placement: macvirtv1alpha1.PlacementSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test.macvirt.io/spec": spec}}},
+					Lifecycle: macvirtv1alpha1.LifecycleSpec{ShutdownGracePeriod: &metav1.Duration{Duration: 3 * time.Second}, AfterShutdownGracePeriod: after},
+				}}
+			Expect(admin.Create(ctx, c)).To(Succeed())
+			DeferCleanup(func() { Expect(client.IgnoreNotFound(admin.Delete(ctx, c))).To(Succeed()) })
+			return c.Name
+		}
+		readyClaim := func(name, class string) *macvirtv1alpha1.MacMachine {
+			claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: macvirtv1alpha1.MacClaimSpec{ClassName: class}}
+			Expect(admin.Create(ctx, claim)).To(Succeed())
+			Eventually(func(g Gomega) {
+				g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
+				ready := meta.FindStatusCondition(claim.Status.Conditions, macvirtv1alpha1.ConditionReady)
+				g.Expect(ready).NotTo(BeNil())
+				g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "%s: %s", ready.Reason, ready.Message)
+			}).Should(Succeed())
+			m := &macvirtv1alpha1.MacMachine{}
+			Expect(admin.Get(ctx, client.ObjectKey{Namespace: claim.Status.MachineRef.Namespace, Name: claim.Status.MachineRef.Name}, m)).To(Succeed())
+			Expect(admin.Delete(ctx, claim)).To(Succeed())
+			return m
+		}
+
+		By("a CI class (PowerOff): the released Mac is forced off after its 3s grace, and its slot is free")
+		ci := readyClaim("ci", classOf(spec+"-ci", macvirtv1alpha1.AfterGracePowerOff))
+		Eventually(func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(ci), &macvirtv1alpha1.MacMachine{}))
+		}).Should(BeTrue(), "the machine goes once its VM was forced off")
+		Eventually(func() int { return running(macs, a) }).Should(BeZero())
+		stops := 0
+		cmds, err := build.Commands(macs.Home(a))
+		Expect(err).NotTo(HaveOccurred())
+		for _, c := range cmds {
+			if strings.HasPrefix(c, "stop ") {
+				stops++
+			}
+		}
+		Expect(stops).To(Equal(1), "tart stop, once, for the PowerOff class's machine")
+
+		By("a class that waits (the default): the released Mac runs on past its grace, reported, never forced")
+		dev := readyClaim("dev", classOf(spec+"-dev", ""))
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(dev), dev)).To(Succeed())
+			g.Expect(dev.Status.Host).NotTo(BeNil())
+			g.Expect(dev.Status.Host.Error).To(ContainSubstring("never forced"))
+		}).Should(Succeed())
+		Consistently(func() int { return running(macs, a) }, "3s").Should(Equal(1))
+		cmds, err = build.Commands(macs.Home(a))
+		Expect(err).NotTo(HaveOccurred())
+		after := 0
+		for _, c := range cmds {
+			if strings.HasPrefix(c, "stop ") {
+				after++
+			}
+		}
+		Expect(after).To(Equal(1), "no tart stop for the waiting class's machine")
+
+		By("its macOS shuts down after all: the machine goes")
+		knobs.NeverShutsDown = false
+		Expect(build.WriteKnobs(macs.Home(a), knobs)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(dev), &macvirtv1alpha1.MacMachine{}))
+		}).Should(BeTrue())
 	})
 })

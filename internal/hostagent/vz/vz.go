@@ -118,6 +118,10 @@ type Driver interface {
 	// without waiting; ErrNotRunning when it does not run, and
 	// ErrNoGracefulStop when the tool has no way to ask.
 	RequestStop(ctx context.Context, name string) error
+	// ForceStop turns the VM off without asking macOS (tart stop, lume's
+	// stop): only for a deleted machine's VM whose class says PowerOff
+	// once its grace period passed. ErrNotRunning when it does not run.
+	ForceStop(ctx context.Context, name string) error
 	// Delete removes a stopped VM and its disk; ErrRunning when it runs,
 	// nil when it does not exist.
 	Delete(ctx context.Context, name string) error

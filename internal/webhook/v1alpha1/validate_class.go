@@ -71,6 +71,10 @@ func ValidateMacClass(c *macvirtv1alpha1.MacClass, env ClassEnv) (field.ErrorLis
 	} else {
 		errs = append(errs, validateDiskSource(spec.Child("bootloader"), &s.Bootloader.DiskSource, &warns)...)
 		errs = append(errs, validateSize(spec.Child("bootloader", "size"), s.Bootloader.Size)...)
+		if s.Lifecycle.AfterShutdownGracePeriod == macvirtv1alpha1.AfterGracePowerOff {
+			errs = append(errs, field.Forbidden(spec.Child("lifecycle", "afterShutdownGracePeriod"),
+				"PowerOff is for Virtualization classes: on KubeVirt, KubeVirt forces the VM off after shutdownGracePeriod itself; remove it"))
+		}
 	}
 
 	errs = append(errs, validateHardware(spec.Child("hardware"), &s.Hardware, env, &warns)...)

@@ -510,13 +510,16 @@ func (e *env) run(name string, args, dirs []string) error {
 			}
 			fmt.Println("Requesting guest OS to stop...")
 			knobs, err := build.ReadKnobs(e.home)
-			if err != nil || !knobs.PowerButtonShutsDown || halting {
+			if err != nil || !knobs.PowerButtonShutsDown || knobs.NeverShutsDown || halting {
 				fmt.Println("macOS shows a shutdown dialog; nobody answers it")
 				continue
 			}
 			halting = true
 			shutDown()
 		case <-tick.C:
+			if knobs, err := build.ReadKnobs(e.home); err == nil && knobs.NeverShutsDown {
+				continue
+			}
 			if _, err := os.Stat(halt); err == nil && !halting {
 				halting = true
 				shutDown()

@@ -526,6 +526,21 @@ func (d *Driver) RequestStop(ctx context.Context, name string) error {
 	return fmt.Errorf("asking VM %s to stop with lume: %w: lume's stop is forced", name, vz.ErrNoGracefulStop)
 }
 
+// ForceStop turns a running VM off with lume's stop, which is forced.
+func (d *Driver) ForceStop(ctx context.Context, name string) error {
+	vm, err := d.Get(ctx, name)
+	if err != nil {
+		return fmt.Errorf("forcing VM %s off with lume: %w", name, err)
+	}
+	if vm.State == vz.StateStopped {
+		return fmt.Errorf("forcing VM %s off with lume: %w", name, vz.ErrNotRunning)
+	}
+	if err := d.call(ctx, http.MethodPost, vmPath(name)+"/stop", nil, nil); err != nil {
+		return fmt.Errorf("forcing VM %s off with lume: %w", name, mapped(err))
+	}
+	return nil
+}
+
 // Delete removes a stopped VM; nil when lume has no such VM, vz.ErrRunning
 // when it runs or lume is starting it.
 func (d *Driver) Delete(ctx context.Context, name string) error {

@@ -316,3 +316,20 @@ func TestVMsOfOneImageHaveTheirOwnMAC(t *testing.T) {
 		t.Fatalf("two VMs of one image have one MAC address %s", a)
 	}
 }
+
+// TestForceStop: lume's stop is the forced one.
+func TestForceStop(t *testing.T) {
+	d, fake := setup(t, fakelume.Options{})
+	ctx := context.Background()
+	create(t, d, "a")
+	if err := d.Start(ctx, "a", vz.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.ForceStop(ctx, "a"); err != nil {
+		t.Fatalf("ForceStop: %v", err)
+	}
+	if vm, err := d.Get(ctx, "a"); err != nil || vm.State != vz.StateStopped || fake.ForcedStops() != 1 {
+		t.Fatalf("after ForceStop: %+v, %v, %d forced stops", vm, err, fake.ForcedStops())
+	}
+	mustErr(t, d.ForceStop(ctx, "a"), vz.ErrNotRunning)
+}

@@ -480,6 +480,22 @@ func (d *Driver) RequestStop(ctx context.Context, name string) error {
 	return nil
 }
 
+// ForceStop turns a running VM off: tart stop, which interrupts the run
+// and kills it after its timeout.
+func (d *Driver) ForceStop(ctx context.Context, name string) error {
+	vm, err := d.Get(ctx, name)
+	if err != nil {
+		return fmt.Errorf("forcing VM %s off with tart: %w", name, err)
+	}
+	if vm.State == vz.StateStopped {
+		return fmt.Errorf("forcing VM %s off with tart: %w", name, vz.ErrNotRunning)
+	}
+	if _, err := d.tart(ctx, "stop", name, "--timeout", "30"); err != nil {
+		return fmt.Errorf("forcing VM %s off with tart: %w", name, mapped(err))
+	}
+	return nil
+}
+
 // Delete removes a stopped VM ("tart delete"); nil when it does not exist,
 // vz.ErrRunning when it runs.
 func (d *Driver) Delete(ctx context.Context, name string) error {

@@ -447,3 +447,19 @@ func TestVMsOfOneImageHaveTheirOwnMAC(t *testing.T) {
 		t.Fatalf("two running VMs of one image share the MAC address %s", b)
 	}
 }
+
+// TestForceStop: tart stop turns a VM whose macOS shows the dialog off,
+// and the run ends as a forced one; a stopped VM is not running.
+func TestForceStop(t *testing.T) {
+	d, home := setup(t, build.Knobs{})
+	create(t, d, "a")
+	start(t, d, "a")
+	if err := d.ForceStop(context.Background(), "a"); err != nil {
+		t.Fatalf("ForceStop: %v", err)
+	}
+	eventually(t, "a is off", func() bool { return state(t, d, "a") == vz.StateStopped })
+	if how := build.LastExit(home, "a"); how != "forced" {
+		t.Fatalf("the VM ended %q, want forced", how)
+	}
+	mustErr(t, d.ForceStop(context.Background(), "a"), vz.ErrNotRunning)
+}

@@ -90,6 +90,10 @@ type Knobs struct {
 	// requestStop). By default it does not: macOS answers the power button
 	// with a dialog, as tart's own source warns.
 	PowerButtonShutsDown bool `json:"powerButtonShutsDown,omitempty"`
+	// NeverShutsDown makes the guest shut down on nothing, not even when
+	// told from inside: macOS hangs, or its guest agent is missing. Only
+	// tart stop (SIGINT) ends it.
+	NeverShutsDown bool `json:"neverShutsDown,omitempty"`
 	// Images are the OCI references clone can pull.
 	Images []string `json:"images,omitempty"`
 }
