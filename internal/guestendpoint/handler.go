@@ -80,23 +80,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == guestprotocol.HeartbeatPath {
 		version = guestprotocol.Version
 	}
-	switch {
-	case r.URL.Path != guestprotocol.HeartbeatPath && r.URL.Path != guestprotocol.HeartbeatPathV2:
+	if r.URL.Path != guestprotocol.HeartbeatPath && r.URL.Path != guestprotocol.HeartbeatPathV2 {
 		writeError(w, http.StatusNotFound, guestprotocol.ReasonUnsupported,
 			"no such endpoint; this server speaks "+guestprotocol.HeartbeatPathV2+" and "+guestprotocol.HeartbeatPath)
 		return
-	case r.Method != http.MethodPost:
-		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, guestprotocol.ReasonMethodNotAllowed, "use POST")
-		return
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		writeError(w, http.StatusUnsupportedMediaType, guestprotocol.ReasonUnsupported, "the body must be application/json")
-		return
-	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
-		writeError(w, http.StatusUnauthorized, guestprotocol.ReasonUnauthorized, "send the machine's token as Authorization: Bearer <token>")
+	token, refused := checkBearerPost(w, r, "the machine's token")
+	if refused != nil {
+		writeError(w, refused.code, refused.reason, refused.msg)
 		return
 	}
 	hb, err := decode(w, r, version)
@@ -349,6 +340,30 @@ func (h *Handler) now() time.Time {
 func writeError(w http.ResponseWriter, code int, reason, msg string) {
 	heartbeats.WithLabelValues(reason).Inc()
 	writeProblem(w, code, reason, msg)
+}
+
+// refusal is a request refused: its status, the protocol's reason, and why.
+type refusal struct {
+	code        int
+	reason, msg string
+}
+
+// checkBearerPost checks what both of the endpoint's routes take: a POST
+// of JSON with a bearer token (whose names which token), and returns the
+// token, or the refusal (with Allow set for a wrong method).
+func checkBearerPost(w http.ResponseWriter, r *http.Request, whose string) (string, *refusal) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		return "", &refusal{http.StatusMethodNotAllowed, guestprotocol.ReasonMethodNotAllowed, "use POST"}
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return "", &refusal{http.StatusUnsupportedMediaType, guestprotocol.ReasonUnsupported, "the body must be application/json"}
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		return "", &refusal{http.StatusUnauthorized, guestprotocol.ReasonUnauthorized, "send " + whose + " as Authorization: Bearer <token>"}
+	}
+	return token, nil
 }
 
 // writeProblem answers with the protocol's Error.

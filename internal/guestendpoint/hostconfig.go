@@ -3,7 +3,6 @@ package guestendpoint
 import (
 	"encoding/json"
 	"errors"
-	"mime"
 	"net"
 	"net/http"
 	"strings"
@@ -87,19 +86,9 @@ func writeHostProblem(w http.ResponseWriter, code int, reason, msg string) {
 const unplaced = "no machine of that name and UID is placed on this host"
 
 func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeHostProblem(w, http.StatusMethodNotAllowed, guestprotocol.ReasonMethodNotAllowed, "use POST")
-		return
-	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		writeHostProblem(w, http.StatusUnsupportedMediaType, guestprotocol.ReasonUnsupported, "the body must be application/json")
-		return
-	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
-		writeHostProblem(w, http.StatusUnauthorized, guestprotocol.ReasonUnauthorized,
-			"send the host's ServiceAccount token (macvirt-hosts/<host>) as Authorization: Bearer <token>")
+	token, refused := checkBearerPost(w, r, "the host's ServiceAccount token (macvirt-hosts/<host>)")
+	if refused != nil {
+		writeHostProblem(w, refused.code, refused.reason, refused.msg)
 		return
 	}
 	var req guestprotocol.HostConfigRequest

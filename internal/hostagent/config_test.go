@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/pem"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -39,9 +40,11 @@ func (d *startDriver) Slots(context.Context) (vz.Slots, error) {
 	return vz.Slots{Max: 2, Running: 2}, nil
 }
 
-// A configuration with a file the protocol does not name (a path, say) is
-// refused whole, and no VM starts with it.
-func TestAConfigurationWithAFileOutsideTheProtocolIsRefused(t *testing.T) {
+// configAgent is an agent whose endpoint answers every request with the
+// files extra adds to a configuration whose token is "a", "b", ... by
+// request, driving d; fetches counts the requests.
+func configAgent(t *testing.T, d vz.Driver, extra map[string]string) (*Agent, *atomic.Int32) {
+	t.Helper()
 	var fetches atomic.Int32
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != guestprotocol.HostConfigPath || r.Header.Get("Authorization") != "Bearer host-token" {
@@ -49,19 +52,26 @@ func TestAConfigurationWithAFileOutsideTheProtocolIsRefused(t *testing.T) {
 			return
 		}
 		n := fetches.Add(1)
-		_ = json.NewEncoder(w).Encode(guestprotocol.HostConfig{Files: map[string]string{
-			guestprotocol.KeyEndpoint: "https://e", guestprotocol.KeyToken: string('a' + n),
-			guestprotocol.KeyNamespace: "p", guestprotocol.KeyMachine: "m", "../escape": "x"}})
+		files := map[string]string{guestprotocol.KeyEndpoint: "https://e", guestprotocol.KeyToken: string('a' + n),
+			guestprotocol.KeyNamespace: "p", guestprotocol.KeyMachine: "m"}
+		maps.Copy(files, extra)
+		_ = json.NewEncoder(w).Encode(guestprotocol.HostConfig{Files: files})
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 	ep := &Endpoint{URL: srv.URL, CABundle: ca, Token: func() (string, error) { return "host-token", nil }}
 	client, err := newEndpointClient(ep)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &Agent{opts: Options{StateDir: t.TempDir(), Endpoint: ep}, driver: d, endpoint: client, unused: map[string]string{}}, &fetches
+}
+
+// A configuration with a file the protocol does not name (a path, say) is
+// refused whole, and no VM starts with it.
+func TestAConfigurationWithAFileOutsideTheProtocolIsRefused(t *testing.T) {
 	d := &startDriver{refuse: 2}
-	a := &Agent{opts: Options{StateDir: t.TempDir(), Endpoint: ep}, driver: d, endpoint: client, unused: map[string]string{}}
+	a, fetches := configAgent(t, d, map[string]string{"../escape": "x"})
 	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "m", UID: "u"}}
 
 	if err := a.start(context.Background(), m, "vm"); err == nil {
@@ -76,22 +86,8 @@ func TestAConfigurationWithAFileOutsideTheProtocolIsRefused(t *testing.T) {
 // fetched: the machine is not drawn a new token (and Secret) per attempt.
 // Once a start used it, the next start is a new boot with a new one.
 func TestAStartRefusedIsRetriedWithoutANewToken(t *testing.T) {
-	var fetches atomic.Int32
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		n := fetches.Add(1)
-		_ = json.NewEncoder(w).Encode(guestprotocol.HostConfig{Files: map[string]string{
-			guestprotocol.KeyEndpoint: "https://e", guestprotocol.KeyToken: string('a' + n),
-			guestprotocol.KeyNamespace: "p", guestprotocol.KeyMachine: "m"}})
-	}))
-	defer srv.Close()
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	ep := &Endpoint{URL: srv.URL, CABundle: ca, Token: func() (string, error) { return "host-token", nil }}
-	client, err := newEndpointClient(ep)
-	if err != nil {
-		t.Fatal(err)
-	}
 	d := &startDriver{refuse: 2}
-	a := &Agent{opts: Options{StateDir: t.TempDir(), Endpoint: ep}, driver: d, endpoint: client, unused: map[string]string{}}
+	a, fetches := configAgent(t, d, nil)
 	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "m", UID: "u"}}
 	for range 3 {
 		_ = a.start(context.Background(), m, "vm")
