@@ -226,6 +226,37 @@ type HostVMStatus struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Error string `json:"error,omitempty"`
+	// pull is the image pull that makes the VM, while the agent makes it;
+	// cleared once the VM exists.
+	// +optional
+	Pull *HostPullStatus `json:"pull,omitempty"`
+}
+
+// HostPullStatus is a host agent's pull of a machine's image. Pulls run
+// beside the agent's other work: a long one delays no stop or start of
+// another machine on the Mac.
+type HostPullStatus struct {
+	// image is the OCI reference being pulled.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+	// queued: the image is not on the Mac, and the pull waits for one of
+	// the host's concurrent pulls (the agent's --max-pulls) to end.
+	// +optional
+	Queued bool `json:"queued,omitempty"`
+	// startedAt is when the agent began making the VM.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// totalBytes is the image's compressed disk size as the tool reports
+	// it (tart's "pulling disk (N GB compressed)"); 0 while unknown, and
+	// for a tool that does not say (lume).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TotalBytes int64 `json:"totalBytes,omitempty"`
+	// completedBytes is how much of totalBytes has arrived.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	CompletedBytes int64 `json:"completedBytes,omitempty"`
 }
 
 // MacMachineStatus is the observed state of a machine.

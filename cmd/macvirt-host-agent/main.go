@@ -52,6 +52,7 @@ func run() error {
 		endpoint    = flag.String("endpoint", "", "the operator's agent endpoint, https://host:port, as this Mac reaches it (the address its guests are given)")
 		endpointCA  = flag.String("endpoint-ca", "", "a PEM file of the CA the agent endpoint's certificate chains to")
 		serverName  = flag.String("endpoint-server-name", "", "the name the endpoint's certificate is checked against, when not the endpoint's host")
+		maxPulls    = flag.Int("max-pulls", hostagent.DefaultMaxPulls, "how many images the agent pulls at once (tart pulls from one registry one at a time whatever this says); a VM of a cached image never waits for them")
 		showVersion = flag.Bool("version", false, "print the version and exit")
 	)
 	// --kubeconfig (the host's ServiceAccount's kubeconfig) is registered by
@@ -78,6 +79,9 @@ func run() error {
 	}
 	if *lease < 10*time.Second || *lease > time.Hour {
 		return fmt.Errorf("--lease %s: give between 10s and 1h (MacHost's status.agent.leaseSeconds)", *lease)
+	}
+	if *maxPulls < 1 || *maxPulls > 16 {
+		return fmt.Errorf("--max-pulls %d: give between 1 and 16", *maxPulls)
 	}
 	if *host == "" {
 		return fmt.Errorf("--host is required: the MacHost's name, its ServiceAccount's in macvirt-hosts")
@@ -120,7 +124,7 @@ func run() error {
 		return fmt.Errorf("--tool %q: give lume or tart", *tool)
 	}
 	a, err := hostagent.New(cfg, driver, hostagent.Options{Host: *host, Lease: *lease, MinFreeDisk: &q, Version: version,
-		StateDir: filepath.Join(*stateDir, "agent"),
+		StateDir: filepath.Join(*stateDir, "agent"), MaxPulls: *maxPulls,
 		Facts:    hostagent.MacFacts(*stateDir),
 		Endpoint: &hostagent.Endpoint{URL: *endpoint, CABundle: ca, ServerName: *serverName, Token: token}})
 	if err != nil {

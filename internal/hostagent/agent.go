@@ -36,8 +36,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/hostagent/vz"
@@ -81,6 +84,11 @@ type Options struct {
 	Name string
 	// Endpoint is where each VM's configuration is fetched. Required.
 	Endpoint *Endpoint
+	// MaxPulls is how many images the agent pulls at once; a VM of a
+	// cached image is made at once whatever runs. Unset: DefaultMaxPulls.
+	MaxPulls int
+	// Workers is how many machines the agent works on at once. Unset: 4.
+	Workers int
 }
 
 // Agent is one Mac's host agent.
@@ -103,6 +111,8 @@ type Agent struct {
 	// yet: a start that failed (the VM limit, say) is retried with it,
 	// rather than drawing the machine a new token (and Secret) each time.
 	unused map[string]string
+	// creations are the VMs being made beside the machine loop.
+	creations *creations
 }
 
 // New makes an agent that talks to the API server with cfg (the host's
@@ -131,6 +141,9 @@ func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
 	scheme, err := macvirtscheme.New()
 	if err != nil {
 		return nil, err
@@ -149,13 +162,18 @@ func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("making the agent's manager: %w", err)
 	}
 	a := &Agent{opts: opts, driver: driver, client: mgr.GetClient(), reader: mgr.GetAPIReader(), clock: opts.Clock, mgr: mgr,
-		endpoint: endpoint, unused: map[string]string{}}
+		endpoint: endpoint, unused: map[string]string{}, creations: newCreations(opts.MaxPulls, opts.Clock)}
 	name := "hostagent"
 	if opts.Name != "" {
 		name += "-" + opts.Name
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(&macvirtv1alpha1.MacMachine{}).
+		// A creation that ends wakes its machine; a long start (tart
+		// waits for the VM to run) holds one worker of several, so it
+		// delays no stop.
+		WatchesRawSource(source.Channel(a.creations.wake, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
 		Named(name).
 		Complete(&machineReconciler{agent: a})
 	if err != nil {

@@ -30,8 +30,15 @@ type Action string
 const (
 	// ActNone: the VM is as the machine wants it; report it.
 	ActNone Action = "None"
-	// ActCreate: make the VM from the class's image.
+	// ActCreate: begin making the VM from the class's image, beside the
+	// loop.
 	ActCreate Action = "Create"
+	// ActWaitCreate: the VM is being made (its image pulled); report how
+	// far.
+	ActWaitCreate Action = "WaitCreate"
+	// ActCancelCreate: the machine was deleted while its VM was being
+	// made: give the creation up, and wait for it to end.
+	ActCancelCreate Action = "CancelCreate"
 	// ActStart: start the stopped VM.
 	ActStart Action = "Start"
 	// ActRequestStop: ask macOS to shut down (the power button).
@@ -59,6 +66,13 @@ type Input struct {
 	// Exists and State are what the driver reports.
 	Exists bool
 	State  vz.State
+	// Creating: the VM is being made beside the loop (tart makes it
+	// before it sets its CPUs, so it may exist already).
+	Creating bool
+	// CreateFailedAt is when the last creation failed, and CreateError
+	// why; nil when it did not.
+	CreateFailedAt *time.Time
+	CreateError    string
 	// StopRequestedAt is when the agent asked macOS to shut down, as the
 	// machine's status records it; nil when it did not.
 	StopRequestedAt *time.Time
@@ -84,10 +98,16 @@ type Decision struct {
 func Decide(in Input) Decision {
 	stopping := in.Deleting || !in.WantsRunning
 	switch {
+	case in.Creating && in.Deleting:
+		return Decision{Action: ActCancelCreate, RecheckAfter: stopPoll}
+	case in.Creating:
+		return Decision{Action: ActWaitCreate, RecheckAfter: pullPoll}
 	case !in.Exists && in.Deleting:
 		return Decision{Action: ActDeleted}
+	case !in.Exists && in.CreateFailedAt != nil && in.Now.Sub(*in.CreateFailedAt) < createRetry:
+		return Decision{Action: ActWaitCreate, Problem: in.CreateError, RecheckAfter: createRetry - in.Now.Sub(*in.CreateFailedAt)}
 	case !in.Exists:
-		return Decision{Action: ActCreate}
+		return Decision{Action: ActCreate, RecheckAfter: pullPoll}
 	case stopping && in.State == vz.StateStopped && in.Deleting:
 		return Decision{Action: ActDelete}
 	case stopping && in.State == vz.StateStopped:
@@ -117,6 +137,10 @@ func Decide(in Input) Decision {
 	}
 	return Decision{Action: ActNone}
 }
+
+// pullPoll is how often a VM being made is looked at, to report its
+// pull's progress; its end wakes the loop at once.
+const pullPoll = 3 * time.Second
 
 // stopPoll is how often a VM asked to stop is looked at: the tools report
 // no event when it does.

@@ -28,6 +28,7 @@ func TestDecide(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	asked := now.Add(-time.Minute)
 	longAgo := now.Add(-10 * time.Minute)
+	justNow := now.Add(-time.Second)
 	for name, tc := range map[string]struct {
 		in          Input
 		want        Action
@@ -45,6 +46,13 @@ func TestDecide(t *testing.T) {
 		"a deleted machine's running VM is asked to stop":  {in: Input{Deleting: true, WantsRunning: true, Exists: true, State: vz.StateRunning}, want: ActRequestStop},
 		"a deleted machine's stopped VM is deleted":        {in: Input{Deleting: true, WantsRunning: true, Exists: true, State: vz.StateStopped}, want: ActDelete},
 		"a deleted machine's VM once gone is reported":     {in: Input{Deleting: true, WantsRunning: true}, want: ActDeleted},
+		"a VM being made is waited for":                    {in: Input{WantsRunning: true, Creating: true}, want: ActWaitCreate},
+		"a VM made but not yet sized is not started":       {in: Input{WantsRunning: true, Creating: true, Exists: true, State: vz.StateStopped}, want: ActWaitCreate},
+		"a deleted machine's creation is given up":         {in: Input{Deleting: true, Creating: true}, want: ActCancelCreate},
+		"a creation given up that left a VM deletes it":    {in: Input{Deleting: true, Exists: true, State: vz.StateStopped, CreateFailedAt: &asked}, want: ActDelete},
+		"a failed creation is reported, and not retried at once": {
+			in: Input{WantsRunning: true, CreateFailedAt: &justNow, CreateError: "tart exited 1: no space left"}, want: ActWaitCreate, wantProblem: true},
+		"a failed creation is retried later": {in: Input{WantsRunning: true, CreateFailedAt: &asked, CreateError: "x"}, want: ActCreate},
 		"a PowerOff class's deleted machine is forced off past the grace period": {
 			in: Input{Deleting: true, Exists: true, State: vz.StateRunning, StopRequestedAt: &longAgo, PowerOff: true}, want: ActPowerOff, wantProblem: true},
 		"a PowerOff class's deleted machine is waited for within the grace period": {
@@ -61,7 +69,7 @@ func TestDecide(t *testing.T) {
 			if (got.Problem != "") != tc.wantProblem {
 				t.Fatalf("problem %q; want one: %v", got.Problem, tc.wantProblem)
 			}
-			if tc.wantProblem && tc.want != ActPowerOff && !strings.Contains(got.Problem, "never forced") {
+			if tc.wantProblem && tc.want == ActWaitStop && !strings.Contains(got.Problem, "never forced") {
 				t.Errorf("problem %q does not say the VM is never forced", got.Problem)
 			}
 		})

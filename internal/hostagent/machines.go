@@ -70,6 +70,9 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		report = &macvirtv1alpha1.HostVMStatus{}
 	}
 	report.VMName = name
+	// The creation is read before the VM: one that ends in between is
+	// seen still running, never as a VM to make again.
+	cv, made := a.creations.view(name)
 	vm, err := a.driver.Get(ctx, name)
 	exists := err == nil
 	if err != nil && !errors.Is(err, vz.ErrNotFound) {
@@ -86,6 +89,11 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		t := report.StopRequestedAt.Time
 		in.StopRequestedAt = &t
 	}
+	in.Creating = made && cv.Running
+	if made && !cv.Running && cv.Err != nil {
+		in.CreateFailedAt, in.CreateError = &cv.FinishedAt, cv.Err.Error()
+	}
+	report.Pull = nil
 	d := Decide(in)
 	result := ctrl.Result{RequeueAfter: resync}
 	if d.RecheckAfter > 0 {
@@ -95,6 +103,7 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	var stepErr error
 	switch d.Action {
 	case ActDeleted:
+		a.creations.forget(name)
 		report.State, report.Address, report.RunningSince = macvirtv1alpha1.HostVMDeleted, "", nil
 		return r.write(ctx, m, report, ctrl.Result{}, nil)
 	case ActCreate:
@@ -103,14 +112,31 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return r.write(ctx, m, report, result, classErr)
 		}
 		report.State = macvirtv1alpha1.HostVMCreating
-		if stepErr = macvirtv1alpha1.CheckVMImage(class.Spec.VMImage()); stepErr != nil {
+		image := class.Spec.VMImage()
+		if stepErr = macvirtv1alpha1.CheckVMImage(image); stepErr != nil {
 			stepErr = fmt.Errorf("MacClass %s: image.source.registry.url: %w", class.Name, stepErr)
 		} else if stepErr = a.recordMade(name); stepErr == nil {
-			stepErr = a.driver.Create(ctx, name, createOptions(class))
+			// A cached image is cloned at once; one to pull waits for a
+			// pull token. Either way the loop goes on.
+			cached := false
+			if images, err := a.driver.Images(ctx); err == nil {
+				cached = cachedImage(images, image)
+			}
+			a.creations.begin(ctx, a.driver, name, createOptions(class), cached, req.NamespacedName)
+			if cv, ok := a.creations.view(name); ok && cv.Running {
+				report.Pull = pullStatus(cv)
+			}
 		}
-		if stepErr == nil {
-			report.State = macvirtv1alpha1.HostVMStopped
-			result.RequeueAfter = time.Millisecond
+	case ActWaitCreate:
+		report.State = macvirtv1alpha1.HostVMCreating
+		if cv.Running {
+			report.Pull = pullStatus(cv)
+		}
+	case ActCancelCreate:
+		a.creations.cancel(name)
+		report.State = macvirtv1alpha1.HostVMCreating
+		if cv.Running {
+			report.Pull = pullStatus(cv)
 		}
 	case ActStart:
 		report.State, report.StopRequestedAt = macvirtv1alpha1.HostVMStarting, nil
@@ -145,6 +171,7 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	case ActDelete:
 		stepErr = a.driver.Delete(ctx, name)
 		if stepErr == nil {
+			a.creations.forget(name)
 			a.forgetMade(name)
 			report.State, report.Address, report.RunningSince, report.StopRequestedAt = macvirtv1alpha1.HostVMDeleted, "", nil, nil
 			return r.write(ctx, m, report, ctrl.Result{}, nil)

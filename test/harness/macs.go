@@ -202,6 +202,16 @@ func (m *Macs) Running(ctx context.Context, name string) (int, error) {
 	return s.Running, err
 }
 
+// VMs are the names of a Mac's VMs, running or not.
+func (m *Macs) VMs(ctx context.Context, name string) ([]string, error) {
+	vms, err := m.driver(name).List(ctx)
+	out := make([]string, 0, len(vms))
+	for _, vm := range vms {
+		out = append(out, vm.Name)
+	}
+	return out, err
+}
+
 // Stop stops the agents and guests, and kills every fake VM left.
 func (m *Macs) Stop() {
 	for _, name := range m.opts.Names {

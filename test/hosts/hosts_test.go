@@ -333,3 +333,117 @@ var _ = Describe("A Mac whose macOS never shuts down", func() {
 		}).Should(BeTrue())
 	})
 })
+
+var _ = Describe("A 40 GB pull on an Apple-silicon host", func() {
+	It("delays no stop and no start of another machine on that Mac, shows its progress, and is given up with its machine", func() {
+		const spec = "pull"
+		const a = "pull-mac-a"
+		// 40 GB over a link that takes ten minutes for it: the spec is over
+		// long before the pull would be.
+		const big, size, speed = "ghcr.io/cirruslabs/macos-tahoe-xcode:26", int64(40e9), int64(40e9) / 600
+		macs := startMacs(spec, nil, a)
+		knobs, err := build.ReadKnobs(macs.Home(a))
+		Expect(err).NotTo(HaveOccurred())
+		knobs.Images = append(knobs.Images, big)
+		knobs.ImageSizes, knobs.PullBytesPerSecond = map[string]int64{big: size}, speed
+		Expect(build.WriteKnobs(macs.Home(a), knobs)).To(Succeed())
+		ns := namespace(spec)
+		classOf := func(name, img string) string {
+			c := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: macvirtv1alpha1.MacClassSpec{
+					Runtime: macvirtv1alpha1.RuntimeVirtualization,
+					Image: macvirtv1alpha1.ImageSpec{DiskSource: macvirtv1alpha1.DiskSource{Source: &cdiv1.DataVolumeSource{
+						Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://" + img)}}}},
+					Placement: macvirtv1alpha1.PlacementSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test.macvirt.io/spec": spec}}},
+				}}
+			Expect(admin.Create(ctx, c)).To(Succeed())
+			DeferCleanup(func() { Expect(client.IgnoreNotFound(admin.Delete(ctx, c))).To(Succeed()) })
+			return c.Name
+		}
+		small, xcode := classOf(spec+"-small", image), classOf(spec+"-xcode", big)
+		claimOf := func(name, class string) *macvirtv1alpha1.MacClaim {
+			claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: macvirtv1alpha1.MacClaimSpec{ClassName: class}}
+			Expect(admin.Create(ctx, claim)).To(Succeed())
+			return claim
+		}
+		machineOf := func(claim *macvirtv1alpha1.MacClaim) *macvirtv1alpha1.MacMachine {
+			m := &macvirtv1alpha1.MacMachine{}
+			Eventually(func(g Gomega) {
+				g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
+				g.Expect(claim.Status.MachineRef).NotTo(BeNil())
+				g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: claim.Status.MachineRef.Namespace, Name: claim.Status.MachineRef.Name}, m)).To(Succeed())
+			}).Should(Succeed())
+			return m
+		}
+		ready := func(claim *macvirtv1alpha1.MacClaim) time.Duration {
+			start := time.Now()
+			Eventually(func(g Gomega) {
+				g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
+				r := meta.FindStatusCondition(claim.Status.Conditions, macvirtv1alpha1.ConditionReady)
+				g.Expect(r).NotTo(BeNil())
+				g.Expect(r.Status).To(Equal(metav1.ConditionTrue), "%s: %s", r.Reason, r.Message)
+			}).Should(Succeed())
+			return time.Since(start)
+		}
+		// stillPulling checks the pull is under way, short of its end.
+		stillPulling := func(m *macvirtv1alpha1.MacMachine) {
+			Expect(admin.Get(ctx, client.ObjectKeyFromObject(m), m)).To(Succeed())
+			Expect(m.Status.Host).NotTo(BeNil())
+			Expect(m.Status.Host.Pull).NotTo(BeNil(), "the pull is still under way")
+			Expect(m.Status.Host.Pull.CompletedBytes).To(BeNumerically("<", size))
+		}
+
+		By("a first Mac runs on the host")
+		first := claimOf("first", small)
+		ready(first)
+		firstMachine := machineOf(first)
+
+		By("a Mac of the 40 GB image is placed on the same host; its pull starts, and shows")
+		pulling := claimOf("xcode", xcode)
+		pm := machineOf(pulling)
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(pm), pm)).To(Succeed())
+			g.Expect(pm.Spec.HostName).To(Equal(a))
+			g.Expect(pm.Status.Host).NotTo(BeNil())
+			g.Expect(pm.Status.Host.Pull).NotTo(BeNil())
+			g.Expect(pm.Status.Host.Pull.Image).To(Equal(big))
+			g.Expect(pm.Status.Host.Pull.TotalBytes).To(Equal(size), "tart's \"pulling disk (40.0 GB compressed)\"")
+			g.Expect(pm.Status.Provisioning).NotTo(BeNil())
+			g.Expect(pm.Status.Provisioning.Progress).To(HaveSuffix("%"))
+			g.Expect(readyReason(pm)).To(ContainSubstring("is pulling " + big + ": "))
+		}).Should(Succeed())
+
+		By("the first Mac is released while the pull goes on: it stops, and its slot is free")
+		t0 := time.Now()
+		Expect(admin.Delete(ctx, first)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(firstMachine), &macvirtv1alpha1.MacMachine{}))
+		}).Should(BeTrue(), "the released machine goes while the other pulls")
+		released := time.Since(t0)
+		stillPulling(pm)
+
+		By("a second Mac of a cached image starts in the freed slot while the pull goes on")
+		second := claimOf("second", small)
+		took := ready(second)
+		stillPulling(pm)
+		Expect(running(macs, a)).To(Equal(1))
+
+		By("the pulling Mac's claim is deleted: the pull is given up, and nothing of it stays")
+		t1 := time.Now()
+		deleteAndWait(pulling)
+		Eventually(func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(pm), &macvirtv1alpha1.MacMachine{}))
+		}).Should(BeTrue(), "the machine goes once its pull was given up")
+		givenUp := time.Since(t1)
+		out, err := build.Commands(macs.Home(a))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(strings.Join(out, "\n")).To(ContainSubstring("clone " + big))
+		vms, err := macs.VMs(ctx, a)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(vms).To(HaveLen(1), "only the second Mac's VM: the cancelled pull left none")
+		GinkgoWriter.Printf("during a 40 GB pull (600s at %d MB/s) on the same host: a release took %s, a start of a cached image %s; "+
+			"the pull was given up %s after its claim's deletion\n",
+			speed/1e6, released.Round(time.Millisecond), took.Round(time.Millisecond), givenUp.Round(time.Millisecond))
+	})
+})

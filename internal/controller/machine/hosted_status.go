@@ -76,6 +76,9 @@ func observeHosted(o machineObservation) hostedState {
 	hv := m.Status.Host
 	if hv == nil || hv.State == macvirtv1alpha1.HostVMCreating || hv.State == macvirtv1alpha1.HostVMDeleted {
 		msg := fmt.Sprintf("placed on MacHost %s; its host agent is making the VM", m.Spec.HostName)
+		if hv != nil && hv.Pull != nil {
+			msg = fmt.Sprintf("placed on MacHost %s; its host agent %s", m.Spec.HostName, pullMessage(hv.Pull))
+		}
 		reason := macvirtv1alpha1.ReasonProvisioning
 		if hv != nil && hv.Error != "" {
 			msg, reason = fmt.Sprintf("placed on MacHost %s; its host agent could not make the VM: %s", m.Spec.HostName, hv.Error),
@@ -136,6 +139,9 @@ func computeHostedStatus(o machineObservation) machineStatus {
 		// cluster does not reach; it stays in status.host and is never
 		// published as a machine address (EndpointSlices, the tunnel).
 		st.VirtualMachineName, st.RunningSince = hv.VMName, hv.RunningSince
+		if p := pullProgress(hv.Pull); p != "" {
+			st.Provisioning = &macvirtv1alpha1.ProvisioningStatus{Progress: p}
+		}
 	}
 	h := observeHosted(o)
 	ready := h.ready
@@ -172,4 +178,28 @@ func computeStatus(o machineObservation) machineStatus {
 		return computeHostedStatus(o)
 	}
 	return computeMachineStatus(o)
+}
+
+// pullMessage says where a host agent's pull of the machine's image
+// stands, after "its host agent".
+func pullMessage(p *macvirtv1alpha1.HostPullStatus) string {
+	switch {
+	case p.Queued:
+		return fmt.Sprintf("waits for the Mac's other pulls to end before it pulls %s (the agent's --max-pulls)", p.Image)
+	case p.TotalBytes > 0:
+		return fmt.Sprintf("is pulling %s: %.1f of %.1f GB (%s)", p.Image,
+			float64(p.CompletedBytes)/1e9, float64(p.TotalBytes)/1e9, pullProgress(p))
+	}
+	return fmt.Sprintf("is making the VM from %s (pulling it, if the Mac has not cached it)", p.Image)
+}
+
+// pullProgress is a pull's progress as status.provisioning.progress shows
+// a KubeVirt machine's import: rounded down to a multiple of 10 %, so the
+// status is not written for every percent; "" while unknown.
+func pullProgress(p *macvirtv1alpha1.HostPullStatus) string {
+	if p == nil || p.TotalBytes <= 0 {
+		return ""
+	}
+	pct := min(p.CompletedBytes*100/p.TotalBytes, 100)
+	return fmt.Sprintf("%d%%", pct/10*10)
 }

@@ -35,6 +35,7 @@ func TestComputeHostedStatus(t *testing.T) {
 		phase     macvirtv1alpha1.MachinePhase
 		reason    string
 		inMessage string
+		progress  string
 		stalled   metav1.ConditionStatus
 	}{
 		"waiting for a host": {unplaced: "no MacHost can take the machine", phase: macvirtv1alpha1.MachinePending,
@@ -42,6 +43,14 @@ func TestComputeHostedStatus(t *testing.T) {
 		"the tool could not make the VM": {hostName: "mac-a", host: readyHost,
 			vm:    &macvirtv1alpha1.HostVMStatus{State: macvirtv1alpha1.HostVMCreating, Error: "Failed to fetch image manifest from registry."},
 			phase: macvirtv1alpha1.MachineProvisioning, reason: macvirtv1alpha1.ReasonHostVMFailed, inMessage: "Failed to fetch image manifest", stalled: metav1.ConditionFalse},
+		"pulling its image": {hostName: "mac-a", host: readyHost,
+			vm: &macvirtv1alpha1.HostVMStatus{State: macvirtv1alpha1.HostVMCreating, Pull: &macvirtv1alpha1.HostPullStatus{
+				Image: "ghcr.io/a/xcode:26", TotalBytes: 40e9, CompletedBytes: 12e9}},
+			phase: macvirtv1alpha1.MachineProvisioning, reason: macvirtv1alpha1.ReasonProvisioning, inMessage: "is pulling ghcr.io/a/xcode:26: 12.0 of 40.0 GB (30%)",
+			progress: "30%", stalled: metav1.ConditionFalse},
+		"its pull waits for the Mac's others": {hostName: "mac-a", host: readyHost,
+			vm:    &macvirtv1alpha1.HostVMStatus{State: macvirtv1alpha1.HostVMCreating, Pull: &macvirtv1alpha1.HostPullStatus{Image: "ghcr.io/a/xcode:26", Queued: true}},
+			phase: macvirtv1alpha1.MachineProvisioning, reason: macvirtv1alpha1.ReasonProvisioning, inMessage: "--max-pulls", stalled: metav1.ConditionFalse},
 		"the framework refused the start": {hostName: "mac-a", host: readyHost,
 			vm:    &macvirtv1alpha1.HostVMStatus{VMName: "macvirt-x", State: macvirtv1alpha1.HostVMStopped, Error: "The number of VMs exceeds the system limit"},
 			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonHostVMFailed, inMessage: "exceeds the system limit", stalled: metav1.ConditionFalse},
@@ -74,6 +83,13 @@ func TestComputeHostedStatus(t *testing.T) {
 			stall := meta.FindStatusCondition(st.Conditions, macvirtv1alpha1.ConditionStalled)
 			if st.Phase != tc.phase || ready.Reason != tc.reason || !strings.Contains(ready.Message, tc.inMessage) {
 				t.Errorf("phase %s, Ready %s: %q; want %s, %s containing %q", st.Phase, ready.Reason, ready.Message, tc.phase, tc.reason, tc.inMessage)
+			}
+			progress := ""
+			if st.Provisioning != nil {
+				progress = st.Provisioning.Progress
+			}
+			if progress != tc.progress {
+				t.Errorf("progress %q; want %q", progress, tc.progress)
 			}
 			if stall.Status != tc.stalled {
 				t.Errorf("Stalled %s (%s); want %s", stall.Status, stall.Reason, tc.stalled)

@@ -64,6 +64,17 @@ type CreateOptions struct {
 	CPUs int
 	// MemoryMiB is the memory; 0 keeps the image's.
 	MemoryMiB int
+	// Progress, when set, is told how a pull of the image goes, as often
+	// as the tool says; a tool that does not say never calls it.
+	Progress func(PullProgress)
+}
+
+// PullProgress is how far a pull of an image is, in the tool's words.
+type PullProgress struct {
+	// TotalBytes is the image's compressed disk size; 0 while unknown.
+	TotalBytes int64
+	// CompletedBytes is how much of it has arrived.
+	CompletedBytes int64
 }
 
 // StartOptions says how a VM starts.
@@ -109,7 +120,10 @@ type Driver interface {
 	// Get returns one VM, or ErrNotFound.
 	Get(ctx context.Context, name string) (VM, error)
 	// Create makes a stopped VM from an image, pulling the image when the
-	// host has not cached it; ErrExists when the name is taken.
+	// host has not cached it; ErrExists when the name is taken. It may take
+	// as long as the pull (hours for a large image on a slow link): the
+	// caller runs it beside its other work, and cancels ctx to give up, on
+	// which the tool removes what it pulled in part.
 	Create(ctx context.Context, name string, opts CreateOptions) error
 	// Start starts a stopped VM and returns once it runs, or ErrVMLimit
 	// when the framework refused it, or ErrAlreadyRunning.

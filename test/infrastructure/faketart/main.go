@@ -382,7 +382,7 @@ func (e *env) clone(src, dst string) error {
 		if !known {
 			return failf("faketart: the registry has no image %s", src)
 		}
-		if err := os.MkdirAll(filepath.Join(e.home, "cache", "OCIs", url.PathEscape(src)), 0o750); err != nil {
+		if err := e.pull(src); err != nil {
 			return err
 		}
 	} else if sc, err := e.readConfig(src); err != nil {

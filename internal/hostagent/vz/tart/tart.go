@@ -250,7 +250,8 @@ func (d *Driver) Get(ctx context.Context, name string) (vz.VM, error) {
 }
 
 // Create clones the image into a new VM ("tart clone" pulls it when not
-// cached), then sets CPUs and memory when asked. tart clone replaces a VM
+// cached, telling opts.Progress how far), then sets CPUs and memory when
+// asked. tart clone replaces a VM
 // of the same name, so the driver checks first.
 func (d *Driver) Create(ctx context.Context, name string, opts vz.CreateOptions) error {
 	_, err := d.Get(ctx, name)
@@ -260,7 +261,7 @@ func (d *Driver) Create(ctx context.Context, name string, opts vz.CreateOptions)
 	case !errors.Is(err, vz.ErrNotFound):
 		return fmt.Errorf("creating VM %s with tart: %w", name, err)
 	}
-	if _, err := d.tart(ctx, "clone", opts.Image, name); err != nil {
+	if err := d.pulling(ctx, opts.Progress, "clone", opts.Image, name); err != nil {
 		return fmt.Errorf("creating VM %s with tart from image %s: %w", name, opts.Image, err)
 	}
 	if opts.CPUs == 0 && opts.MemoryMiB == 0 {

@@ -463,3 +463,58 @@ func TestForceStop(t *testing.T) {
 	}
 	mustErr(t, d.ForceStop(context.Background(), "a"), vz.ErrNotRunning)
 }
+
+// TestPullProgress: a clone that pulls tells its progress as tart prints
+// it, in bytes of the compressed disk, to the end.
+func TestPullProgress(t *testing.T) {
+	const big = "ghcr.io/cirruslabs/macos-tahoe-xcode:26"
+	d, _ := setup(t, build.Knobs{Images: []string{big}, ImageSizes: map[string]int64{big: 3e9}, PullBytesPerSecond: 1e9})
+	var seen []vz.PullProgress
+	if err := d.Create(context.Background(), "a", vz.CreateOptions{Image: big, Progress: func(p vz.PullProgress) { seen = append(seen, p) }}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) < 3 {
+		t.Fatalf("progress told %d times (%v); want the size, at least one percentage, and the end", len(seen), seen)
+	}
+	for i, p := range seen {
+		if p.TotalBytes != 3e9 || (i > 0 && p.CompletedBytes <= seen[i-1].CompletedBytes) {
+			t.Fatalf("progress %v: want 3e9 bytes in all, rising", seen)
+		}
+	}
+	if seen[0].CompletedBytes != 0 || seen[len(seen)-1].CompletedBytes != 3e9 {
+		t.Fatalf("progress %v: want it from 0 to all 3e9 bytes", seen)
+	}
+}
+
+// TestPullCancelled: a cancelled clone ends at once (SIGINT, on which tart
+// cancels its pull), leaving no VM and no cached image.
+func TestPullCancelled(t *testing.T) {
+	const big = "ghcr.io/cirruslabs/macos-tahoe-xcode:26"
+	d, _ := setup(t, build.Knobs{Images: []string{big}, ImageSizes: map[string]int64{big: 1e12}, PullBytesPerSecond: 1e9})
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- d.Create(ctx, "a", vz.CreateOptions{Image: big, Progress: func(vz.PullProgress) {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+		}})
+	}()
+	<-started
+	cancel()
+	select {
+	case err := <-done:
+		mustErr(t, err, context.Canceled)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a cancelled pull of 1000 GB did not end within 30s")
+	}
+	if _, err := d.Get(context.Background(), "a"); !errors.Is(err, vz.ErrNotFound) {
+		t.Fatalf("Get after a cancelled pull: %v; want ErrNotFound", err)
+	}
+	imgs, err := d.Images(context.Background())
+	if err != nil || len(imgs) != 0 {
+		t.Fatalf("Images after a cancelled pull: %v, %v; want none", imgs, err)
+	}
+}

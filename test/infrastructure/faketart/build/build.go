@@ -96,6 +96,13 @@ type Knobs struct {
 	NeverShutsDown bool `json:"neverShutsDown,omitempty"`
 	// Images are the OCI references clone can pull.
 	Images []string `json:"images,omitempty"`
+	// ImageSizes are the images' compressed disk sizes in bytes, as tart
+	// prints them ("pulling disk (40.0 GB compressed)..."); an image with
+	// none pulls at once.
+	ImageSizes map[string]int64 `json:"imageSizes,omitempty"`
+	// PullBytesPerSecond is the registry link's speed: a pull takes its
+	// image's size over it. 0 pulls at once.
+	PullBytesPerSecond int64 `json:"pullBytesPerSecond,omitempty"`
 }
 
 // WriteKnobs writes the fake's knobs into home (TART_HOME).
