@@ -107,7 +107,9 @@ func run() error {
 	var driver vz.Driver
 	switch *tool {
 	case "lume":
-		driver = lume.New(*lumeURL)
+		ld := lume.New(*lumeURL)
+		ld.StateDir = filepath.Join(*stateDir, "lume")
+		driver = ld
 	case "tart":
 		// launchd gives a daemon no HOME, and a PATH without Homebrew's.
 		if os.Getenv("HOME") == "" && os.Getenv("TART_HOME") == "" {

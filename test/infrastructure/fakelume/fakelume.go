@@ -18,6 +18,8 @@ package fakelume
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -601,7 +603,7 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, ManifestFetchFailed)
 		return
 	}
-	if err := s.cache(org, parts[0]); err != nil {
+	if err := s.cache(org, parts[0], ref); err != nil {
 		badRequest(w, err.Error())
 		return
 	}
@@ -614,20 +616,74 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// cache records a pulled image under Dir/cache/<org>/<image>.
-func (s *Server) cache(org, image string) error {
-	return os.MkdirAll(filepath.Join(s.Dir, "cache", org, image), 0o750)
-}
-
-func (s *Server) images(w http.ResponseWriter) {
-	// Only the default organization, as lume lists without a query string.
-	entries, err := os.ReadDir(filepath.Join(s.Dir, "cache", "trycua"))
-	out := []map[string]string{}
-	if err == nil {
-		for _, e := range entries {
-			out = append(out, map[string]string{"repository": e.Name(), "imageId": "0123456789ab"})
+// cache records a pulled image as lume 0.5.3's ImageContainerRegistry
+// does: a directory per manifest, Dir/cache/<org>/<manifestId> (the
+// manifest's digest with "_" for ":"), holding metadata.json with the
+// image's name without its tag; the other versions of that name are
+// removed (cleanupOldVersions), so a Mac keeps one per name.
+func (s *Server) cache(org, image, ref string) error {
+	id := ManifestID(ref)
+	orgDir := filepath.Join(s.Dir, "cache", org)
+	entries, _ := os.ReadDir(orgDir)
+	for _, e := range entries {
+		if e.Name() == id {
+			continue
+		}
+		if m, err := readMetadata(filepath.Join(orgDir, e.Name())); err == nil && m.Image == image {
+			_ = os.RemoveAll(filepath.Join(orgDir, e.Name()))
 		}
 	}
+	if err := os.MkdirAll(filepath.Join(orgDir, id), 0o750); err != nil {
+		return err
+	}
+	b, err := json.Marshal(imageMetadata{Image: image, ManifestID: id, Timestamp: time.Now()})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(orgDir, id, "metadata.json"), b, 0o600)
+}
+
+// ManifestID is the fake registry's manifest id for an image reference,
+// as lume names its cache directories: "sha256_" and a digest, which
+// differs for every reference (a tag re-pushed is another reference to
+// the fake: give it another tag).
+func ManifestID(ref string) string {
+	sum := sha256.Sum256([]byte(ref))
+	return "sha256_" + hex.EncodeToString(sum[:])
+}
+
+// imageMetadata is lume's metadata.json of a cached image.
+type imageMetadata struct {
+	Image      string    `json:"image"`
+	ManifestID string    `json:"manifestId"`
+	Timestamp  time.Time `json:"timestamp"`
+}
+
+func readMetadata(dir string) (imageMetadata, error) {
+	var m imageMetadata
+	b, err := os.ReadFile(filepath.Join(dir, "metadata.json")) //nolint:gosec // G304: the fake's own cache.
+	if err != nil {
+		return m, err
+	}
+	return m, json.Unmarshal(b, &m)
+}
+
+// images lists the cache as lume's GET /lume/images does: repository (the
+// name without tag) and imageId (the manifest id's first 12 characters,
+// "sha256_" and 5 of the digest), of the default organization only, as
+// lume lists without a query string.
+func (s *Server) images(w http.ResponseWriter) {
+	orgDir := filepath.Join(s.Dir, "cache", "trycua")
+	entries, _ := os.ReadDir(orgDir)
+	out := []map[string]string{}
+	for _, e := range entries {
+		if m, err := readMetadata(filepath.Join(orgDir, e.Name())); err == nil {
+			out = append(out, map[string]string{"repository": m.Image, "imageId": m.ManifestID[:12]})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i]["repository"]+out[i]["imageId"] < out[j]["repository"]+out[j]["imageId"]
+	})
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -25,7 +25,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/macvirt/macvirt/internal/hostagent/vz"
@@ -46,8 +50,9 @@ const (
 // defaultRegistry and defaultOrganization are what lume assumes for a pull
 // without them; the driver sends them explicitly.
 const (
-	defaultRegistry = "ghcr.io"
-	defaultTag      = "latest"
+	defaultRegistry     = "ghcr.io"
+	defaultOrganization = "trycua"
+	defaultTag          = "latest"
 )
 
 // limitTexts are the words the Virtualization framework's VM-limit error
@@ -72,6 +77,14 @@ type Driver struct {
 	StartTimeout time.Duration
 	// PollInterval is how often Start asks lume whether the VM runs.
 	PollInterval time.Duration
+	// StateDir keeps the driver's record of which image reference each of
+	// lume's cached images was pulled as (lume lists a cached image by its
+	// name and manifest id only, never its tag); empty keeps none, and no
+	// class image is ever seen cached.
+	StateDir string
+
+	// pulledMu guards the record's file.
+	pulledMu sync.Mutex
 }
 
 var _ vz.Driver = (*Driver)(nil)
@@ -310,6 +323,7 @@ func (d *Driver) Create(ctx context.Context, name string, opts vz.CreateOptions)
 		// lume's pull errors rarely name the image; the wrap does.
 		return fmt.Errorf("creating VM %s with lume from image %s: %w", name, opts.Image, mapped(err))
 	}
+	d.recordPull(ctx, opts.Image, org, image)
 	if opts.CPUs == 0 && opts.MemoryMiB == 0 {
 		return nil
 	}
@@ -583,17 +597,96 @@ type cachedImage struct {
 // Images lists lume's image cache as "repository:imageId", where
 // repository is the image's name without registry, organization and tag,
 // and imageId is the first 12 characters of lume's manifest id (not a
-// tag). lume lists only its default organization (trycua): the route
-// takes the organization from a query string, which lume's route matching
-// does not accept.
+// tag); and, for each such image the driver pulled, the reference it
+// pulled it as, so a class's image can be found cached. lume lists only
+// its default organization (trycua): the route takes the organization
+// from a query string, which lume's route matching does not accept.
 func (d *Driver) Images(ctx context.Context) ([]string, error) {
-	var imgs []cachedImage
-	if err := d.call(ctx, http.MethodGet, "/lume/images", nil, &imgs); err != nil {
-		return nil, fmt.Errorf("listing images with lume: %w", mapped(err))
+	imgs, err := d.images(ctx)
+	if err != nil {
+		return nil, err
 	}
+	pulled := d.pulled()
 	out := make([]string, 0, len(imgs))
 	for _, i := range imgs {
 		out = append(out, i.Repository+":"+i.ImageID)
 	}
+	for ref, id := range pulled {
+		if _, _, image, err := SplitImage(ref); err == nil && slices.Contains(out, repository(image)+":"+id) {
+			out = append(out, ref)
+		}
+	}
+	slices.Sort(out)
 	return out, nil
+}
+
+func (d *Driver) images(ctx context.Context) ([]cachedImage, error) {
+	var imgs []cachedImage
+	if err := d.call(ctx, http.MethodGet, "/lume/images", nil, &imgs); err != nil {
+		return nil, fmt.Errorf("listing images with lume: %w", mapped(err))
+	}
+	return imgs, nil
+}
+
+// repository is an "image:tag" without its tag, as lume names a cached
+// image.
+func repository(image string) string {
+	r, _, _ := strings.Cut(image, ":")
+	return r
+}
+
+// pulledFile, under StateDir, maps each reference the driver pulled to
+// the imageId lume listed for it after the pull.
+const pulledFile = "pulled.json"
+
+func (d *Driver) pulled() map[string]string {
+	out := map[string]string{}
+	if d.StateDir == "" {
+		return out
+	}
+	d.pulledMu.Lock()
+	defer d.pulledMu.Unlock()
+	b, err := os.ReadFile(filepath.Join(d.StateDir, pulledFile))
+	if err == nil {
+		_ = json.Unmarshal(b, &out)
+	}
+	return out
+}
+
+// recordPull notes which of lume's cached images the pull of ref made or
+// used: lume keeps one version per image name (it removes the others on
+// each pull), so the name's one entry after the pull is the reference's.
+// Best effort: a record missed only loses the cached-image preference.
+func (d *Driver) recordPull(ctx context.Context, ref, org, image string) {
+	if d.StateDir == "" || org != defaultOrganization {
+		return
+	}
+	imgs, err := d.images(ctx)
+	if err != nil {
+		return
+	}
+	id := ""
+	for _, i := range imgs {
+		if i.Repository == repository(image) {
+			id = i.ImageID
+		}
+	}
+	if id == "" {
+		return
+	}
+	pulled := d.pulled()
+	pulled[ref] = id
+	b, err := json.Marshal(pulled)
+	if err != nil {
+		return
+	}
+	d.pulledMu.Lock()
+	defer d.pulledMu.Unlock()
+	if err := os.MkdirAll(d.StateDir, 0o700); err != nil {
+		return
+	}
+	tmp := filepath.Join(d.StateDir, pulledFile+".tmp")
+	if os.WriteFile(tmp, b, 0o600) == nil {
+		_ = os.Rename(tmp, filepath.Join(d.StateDir, pulledFile))
+	}
 }

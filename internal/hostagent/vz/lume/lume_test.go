@@ -24,6 +24,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -332,4 +333,37 @@ func TestForceStop(t *testing.T) {
 		t.Fatalf("after ForceStop: %+v, %v, %d forced stops", vm, err, fake.ForcedStops())
 	}
 	mustErr(t, d.ForceStop(ctx, "a"), vz.ErrNotRunning)
+}
+
+// lume lists a cached image by name and manifest id, never by the tag a
+// class names; the driver remembers what it pulled each as, so the class's
+// image is found cached, until lume drops that version for another.
+func TestImagesMatchClassImages(t *testing.T) {
+	const other = "ghcr.io/trycua/macos-sequoia-vanilla:15.2"
+	d, _ := setup(t, fakelume.Options{Images: []string{image, other}})
+	d.StateDir = t.TempDir()
+	ctx := context.Background()
+	if err := d.Create(ctx, "a", vz.CreateOptions{Image: image}); err != nil {
+		t.Fatal(err)
+	}
+	imgs, err := d.Images(ctx)
+	want := []string{image, "macos-sequoia-vanilla:" + fakelume.ManifestID(image)[:12]}
+	if err != nil || !slices.Equal(imgs, want) {
+		t.Fatalf("Images after pulling %s = %v, %v; want %v", image, imgs, err, want)
+	}
+	// Another tag of the same name: lume keeps only its version.
+	if err := d.Create(ctx, "b", vz.CreateOptions{Image: other}); err != nil {
+		t.Fatal(err)
+	}
+	imgs, err = d.Images(ctx)
+	want = []string{other, "macos-sequoia-vanilla:" + fakelume.ManifestID(other)[:12]}
+	if err != nil || !slices.Equal(imgs, want) {
+		t.Fatalf("Images after pulling %s = %v, %v; want %v", other, imgs, err, want)
+	}
+	// A driver without a record (another state directory) sees no class
+	// image cached: a preference lost, nothing worse.
+	d.StateDir = t.TempDir()
+	if imgs, err = d.Images(ctx); err != nil || slices.Contains(imgs, other) {
+		t.Fatalf("Images without a record = %v, %v", imgs, err)
+	}
 }
