@@ -249,7 +249,7 @@ type HostPullStatus struct {
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
 	// totalBytes is the image's compressed disk size as the tool reports
 	// it (tart's "pulling disk (N GB compressed)"); 0 while unknown, and
-	// for a tool that does not say (lume).
+	// for a tool that does not say (lume, which gives only percent).
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	TotalBytes int64 `json:"totalBytes,omitempty"`
@@ -257,6 +257,12 @@ type HostPullStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	CompletedBytes int64 `json:"completedBytes,omitempty"`
+	// percent is how much of the pull is done, as the tool says (lume
+	// says only this).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Percent int32 `json:"percent,omitempty"`
 }
 
 // MacMachineStatus is the observed state of a machine.

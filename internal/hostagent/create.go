@@ -180,5 +180,5 @@ func cachedImage(images []string, image string) bool {
 func pullStatus(v createView) *macvirtv1alpha1.HostPullStatus {
 	started := metav1.NewTime(v.StartedAt)
 	return &macvirtv1alpha1.HostPullStatus{Image: v.Image, Queued: v.Queued, StartedAt: &started,
-		TotalBytes: v.Progress.TotalBytes, CompletedBytes: v.Progress.CompletedBytes}
+		TotalBytes: v.Progress.TotalBytes, CompletedBytes: v.Progress.CompletedBytes, Percent: int32(min(max(v.Progress.Percent, 0), 100))}
 }

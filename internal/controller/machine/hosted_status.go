@@ -187,8 +187,10 @@ func pullMessage(p *macvirtv1alpha1.HostPullStatus) string {
 	case p.Queued:
 		return fmt.Sprintf("waits for the Mac's other pulls to end before it pulls %s (the agent's --max-pulls)", p.Image)
 	case p.TotalBytes > 0:
-		return fmt.Sprintf("is pulling %s: %.1f of %.1f GB (%s)", p.Image,
-			float64(p.CompletedBytes)/1e9, float64(p.TotalBytes)/1e9, pullProgress(p))
+		return fmt.Sprintf("is pulling %s: %.1f of %.1f GB (%d%%)", p.Image,
+			float64(p.CompletedBytes)/1e9, float64(p.TotalBytes)/1e9, p.Percent)
+	case p.Percent > 0:
+		return fmt.Sprintf("is pulling %s: %d%%", p.Image, p.Percent)
 	}
 	return fmt.Sprintf("is making the VM from %s (pulling it, if the Mac has not cached it)", p.Image)
 }
@@ -197,9 +199,8 @@ func pullMessage(p *macvirtv1alpha1.HostPullStatus) string {
 // a KubeVirt machine's import: rounded down to a multiple of 10 %, so the
 // status is not written for every percent; "" while unknown.
 func pullProgress(p *macvirtv1alpha1.HostPullStatus) string {
-	if p == nil || p.TotalBytes <= 0 {
+	if p == nil || (p.TotalBytes <= 0 && p.Percent <= 0) {
 		return ""
 	}
-	pct := min(p.CompletedBytes*100/p.TotalBytes, 100)
-	return fmt.Sprintf("%d%%", pct/10*10)
+	return fmt.Sprintf("%d%%", min(p.Percent, 100)/10*10)
 }

@@ -75,6 +75,9 @@ type PullProgress struct {
 	TotalBytes int64
 	// CompletedBytes is how much of it has arrived.
 	CompletedBytes int64
+	// Percent is how much of the pull is done, 0 to 100 (lume says only
+	// this).
+	Percent int
 }
 
 // StartOptions says how a VM starts.

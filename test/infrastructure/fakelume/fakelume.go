@@ -29,6 +29,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -62,6 +63,12 @@ type Options struct {
 	// NoLogs makes GET /lume/logs answer as a lume without log files (one
 	// not started as a daemon).
 	NoLogs bool
+	// ImageSizes are the images' sizes in bytes; an image with none pulls
+	// at once.
+	ImageSizes map[string]int64
+	// PullBytesPerSecond is the registry link's speed: an asynchronous
+	// pull takes its image's size over it. 0 pulls at once.
+	PullBytesPerSecond int64
 }
 
 // Server is a fake lume: an http.Handler for the /lume routes the macvirt
@@ -76,6 +83,8 @@ type Server struct {
 	log         strings.Builder
 	nextIP      int
 	timers      []*time.Timer
+	// pulls are the asynchronous pulls under way or failed, by VM name.
+	pulls map[string]*asyncPull
 }
 
 // vmState is one VM's file.
@@ -354,6 +363,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.stop(w, vmName(parts[2]))
 	case r.Method == http.MethodPost && len(parts) == 2 && parts[1] == "pull":
 		s.pull(w, r)
+	case r.Method == http.MethodPost && len(parts) == 3 && parts[1] == "pull" && parts[2] == "start":
+		s.pullStart(w, r)
 	case r.Method == http.MethodGet && len(parts) == 2 && parts[1] == "images":
 		s.images(w)
 	case r.Method == http.MethodGet && len(parts) == 3 && parts[1] == "host" && parts[2] == "status":
@@ -389,6 +400,18 @@ func (s *Server) list(w http.ResponseWriter) {
 }
 
 func (s *Server) get(w http.ResponseWriter, name string) {
+	if p := s.pulls[name]; p != nil {
+		if p.err != "" {
+			badRequest(w, fmt.Sprintf("Pull failed for '%s': %s", name, p.err))
+			return
+		}
+		pct := 0.0
+		if p.took > 0 {
+			pct = min(100*float64(time.Since(p.started))/float64(p.took), 99.9)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"name": name, "status": "pulling", "downloadProgress": pct})
+		return
+	}
 	vm, err := s.read(name)
 	if err != nil {
 		badRequest(w, "Virtual machine not found: "+name)
@@ -560,21 +583,24 @@ func (s *Server) stop(w http.ResponseWriter, name string) {
 	writeJSON(w, http.StatusOK, map[string]string{"message": "VM stopped successfully"})
 }
 
-func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Image        string  `json:"image"`
-		Name         *string `json:"name"`
-		Registry     *string `json:"registry"`
-		Organization *string `json:"organization"`
-	}
+// pullRequest is lume's pull body.
+type pullRequest struct {
+	Image        string  `json:"image"`
+	Name         *string `json:"name"`
+	Registry     *string `json:"registry"`
+	Organization *string `json:"organization"`
+}
+
+// parsePull reads a pull's body into the VM's name, the image's name and
+// tag, and the reference; a message when lume would refuse it at once.
+func parsePull(r *http.Request) (name, image, ref, org string, problem string) {
+	var req pullRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		badRequest(w, "Invalid request body")
-		return
+		return "", "", "", "", "Invalid request body"
 	}
 	parts := strings.Split(req.Image, ":")
 	if len(parts) != 2 {
-		badRequest(w, "Invalid image format. Expected format: name:tag")
-		return
+		return "", "", "", "", "Invalid image format. Expected format: name:tag"
 	}
 	registry, org := "ghcr.io", "trycua"
 	if req.Registry != nil {
@@ -583,37 +609,91 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 	if req.Organization != nil {
 		org = *req.Organization
 	}
-	name := parts[0] + "_" + parts[1]
+	name = parts[0] + "_" + parts[1]
 	if req.Name != nil {
 		name = *req.Name
 	}
+	return name, parts[0], registry + "/" + org + "/" + req.Image, org, ""
+}
+
+// pulled makes the VM name from ref, as a pull that ended does; the
+// message of its failure otherwise. Under s.mu.
+func (s *Server) pulled(name, image, ref, org string) string {
 	if _, err := s.read(name); err == nil {
-		badRequest(w, "Virtual machine already exists with name: "+name)
-		return
+		return "Virtual machine already exists with name: " + name
 	}
-	ref := registry + "/" + org + "/" + req.Image
-	known := false
-	for _, i := range s.opts.Images {
-		if i == ref {
-			known = true
-		}
-	}
-	if !known {
+	if !slices.Contains(s.opts.Images, ref) {
 		s.logf("ERROR", "Failed to pull image", name, ManifestFetchFailed)
-		badRequest(w, ManifestFetchFailed)
-		return
+		return ManifestFetchFailed
 	}
-	if err := s.cache(org, parts[0], ref); err != nil {
-		badRequest(w, err.Error())
-		return
+	if err := s.cache(org, image, ref); err != nil {
+		return err.Error()
 	}
 	if err := s.write(s.newVM(name, ref)); err != nil {
-		badRequest(w, err.Error())
+		return err.Error()
+	}
+	return ""
+}
+
+// pull is POST /lume/pull: the whole pull within the request.
+func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
+	name, image, ref, org, problem := parsePull(r)
+	if problem == "" {
+		problem = s.pulled(name, image, ref, org)
+	}
+	if problem != "" {
+		badRequest(w, problem)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{
-		"message": "Image pulled successfully", "image": req.Image, "name": name,
+		"message": "Image pulled successfully", "image": image, "name": name,
 	})
+}
+
+// asyncPull is one POST /lume/pull/start under way, or failed.
+type asyncPull struct {
+	started time.Time
+	took    time.Duration
+	err     string
+}
+
+// pullStart is POST /lume/pull/start, as lume 0.5.3's handlePullStart: 202
+// at once; the pull takes the image's size over the link's speed, and
+// until it ends GET /lume/vms/NAME answers "pulling" with its
+// downloadProgress; a failure is answered there, 400 "Pull failed for
+// 'NAME': ...", until the name is pulled again. lume has no way to cancel
+// it.
+func (s *Server) pullStart(w http.ResponseWriter, r *http.Request) {
+	name, image, ref, org, problem := parsePull(r)
+	if problem == "Invalid request body" {
+		badRequest(w, problem)
+		return
+	}
+	var took time.Duration
+	if size := s.opts.ImageSizes[ref]; size > 0 && s.opts.PullBytesPerSecond > 0 {
+		took = time.Duration(float64(size) / float64(s.opts.PullBytesPerSecond) * float64(time.Second))
+	}
+	if s.pulls == nil {
+		s.pulls = map[string]*asyncPull{}
+	}
+	p := &asyncPull{started: time.Now(), took: took}
+	s.pulls[name] = p
+	s.timers = append(s.timers, time.AfterFunc(took, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.pulls[name] != p {
+			return
+		}
+		if problem == "" {
+			problem = s.pulled(name, image, ref, org)
+		}
+		if problem != "" {
+			p.err = problem
+			return
+		}
+		delete(s.pulls, name)
+	}))
+	writeJSON(w, http.StatusAccepted, map[string]string{"message": "Pull started", "name": name})
 }
 
 // cache records a pulled image as lume 0.5.3's ImageContainerRegistry

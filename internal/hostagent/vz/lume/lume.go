@@ -71,11 +71,12 @@ type Driver struct {
 	// BaseURL is lume's address, without the /lume path.
 	BaseURL string
 	// Client makes the HTTP calls; nil uses a client with a 30-minute
-	// timeout, since a pull is synchronous and may take that long.
+	// timeout. A pull is asynchronous and polled, so no call lasts long.
 	Client *http.Client
 	// StartTimeout bounds how long Start waits for a started VM to run.
 	StartTimeout time.Duration
-	// PollInterval is how often Start asks lume whether the VM runs.
+	// PollInterval is how often Start asks lume whether the VM runs, and
+	// Create how its pull goes.
 	PollInterval time.Duration
 	// StateDir keeps the driver's record of which image reference each of
 	// lume's cached images was pulled as (lume lists a cached image by its
@@ -110,6 +111,8 @@ type vmDetails struct {
 	Name      string  `json:"name"`
 	Status    string  `json:"status"`
 	IPAddress *string `json:"ipAddress"`
+	// DownloadProgress is a pull's percentage, while Status is "pulling".
+	DownloadProgress float64 `json:"downloadProgress"`
 }
 
 // hostStatus is lume's GET /lume/host/status answer.
@@ -144,6 +147,10 @@ func mapped(err error) error {
 	msg := he.message
 	switch {
 	case strings.Contains(msg, "Virtual machine not found"):
+		return fmt.Errorf("%w: %s", vz.ErrNotFound, msg)
+	case strings.HasPrefix(msg, pullFailed):
+		// lume answers so about a VM whose pull failed, until it is
+		// pulled again: no VM exists.
 		return fmt.Errorf("%w: %s", vz.ErrNotFound, msg)
 	case strings.Contains(msg, "already exists"):
 		return fmt.Errorf("%w: %s", vz.ErrExists, msg)
@@ -268,6 +275,40 @@ func (d *Driver) Get(ctx context.Context, name string) (vz.VM, error) {
 	return toVM(v), nil
 }
 
+// pullFailed starts lume's answer about a VM whose asynchronous pull
+// failed.
+const pullFailed = "Pull failed for "
+
+// waitPulled waits for lume's pull of the VM name to end, telling
+// progress of each new percentage.
+func (d *Driver) waitPulled(ctx context.Context, name string, progress func(vz.PullProgress)) error {
+	last := -1
+	for {
+		var v vmDetails
+		err := d.call(ctx, http.MethodGet, vmPath(name), nil, &v)
+		var he *httpError
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.As(err, &he) && strings.Contains(he.message, pullFailed):
+			return errors.New(he.message)
+		case err != nil:
+			return mapped(err)
+		case v.Status != "pulling":
+			return nil
+		}
+		if pct := int(v.DownloadProgress); pct != last && progress != nil {
+			last = pct
+			progress(vz.PullProgress{Percent: min(max(pct, 0), 100)})
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d.pollInterval()):
+		}
+	}
+}
+
 // pullRequest is lume's POST /lume/pull body.
 type pullRequest struct {
 	Image        string `json:"image"`
@@ -311,17 +352,30 @@ type patchRequest struct {
 	Memory string `json:"memory,omitempty"`
 }
 
-// Create pulls the image into a new VM (POST /lume/pull, synchronous), then
-// sets CPUs and memory when asked.
+// Create pulls the image into a new VM, then sets CPUs and memory when
+// asked. The pull is lume's asynchronous one (POST /lume/pull/start, 202):
+// while it runs, lume answers GET /lume/vms/NAME with status "pulling" and
+// its downloadProgress (0 to 100), which goes to opts.Progress, and once
+// it failed, with 400 "Pull failed for 'NAME': ...". lume cannot cancel a
+// pull: a cancelled ctx returns at once, and lume goes on until the VM
+// exists (the VM is Starting until then).
 func (d *Driver) Create(ctx context.Context, name string, opts vz.CreateOptions) error {
 	registry, org, image, err := SplitImage(opts.Image)
 	if err != nil {
 		return fmt.Errorf("creating VM %s with lume: %w", name, err)
 	}
+	if _, err := d.Get(ctx, name); err == nil {
+		return fmt.Errorf("creating VM %s with lume: %w", name, vz.ErrExists)
+	} else if !errors.Is(err, vz.ErrNotFound) {
+		return fmt.Errorf("creating VM %s with lume: %w", name, err)
+	}
 	req := pullRequest{Image: image, Name: name, Registry: registry, Organization: org}
-	if err := d.call(ctx, http.MethodPost, "/lume/pull", req, nil); err != nil {
+	if err := d.call(ctx, http.MethodPost, "/lume/pull/start", req, nil); err != nil {
 		// lume's pull errors rarely name the image; the wrap does.
 		return fmt.Errorf("creating VM %s with lume from image %s: %w", name, opts.Image, mapped(err))
+	}
+	if err := d.waitPulled(ctx, name, opts.Progress); err != nil {
+		return fmt.Errorf("creating VM %s with lume from image %s: %w", name, opts.Image, err)
 	}
 	d.recordPull(ctx, opts.Image, org, image)
 	if opts.CPUs == 0 && opts.MemoryMiB == 0 {
@@ -384,6 +438,13 @@ func (d *Driver) Start(ctx context.Context, name string, opts vz.StartOptions) e
 	return d.waitRunning(ctx, name, before)
 }
 
+func (d *Driver) pollInterval() time.Duration {
+	if d.PollInterval <= 0 {
+		return DefaultPollInterval
+	}
+	return d.PollInterval
+}
+
 // waitRunning polls the VM until it runs, lume's log tells the start
 // failed, or the start timeout passes.
 func (d *Driver) waitRunning(ctx context.Context, name string, before *logSnapshot) error {
@@ -391,10 +452,7 @@ func (d *Driver) waitRunning(ctx context.Context, name string, before *logSnapsh
 	if timeout <= 0 {
 		timeout = DefaultStartTimeout
 	}
-	interval := d.PollInterval
-	if interval <= 0 {
-		interval = DefaultPollInterval
-	}
+	interval := d.pollInterval()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(interval)

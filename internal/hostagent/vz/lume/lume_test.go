@@ -367,3 +367,58 @@ func TestImagesMatchClassImages(t *testing.T) {
 		t.Fatalf("Images without a record = %v, %v", imgs, err)
 	}
 }
+
+// lume's pull is asynchronous: the driver polls it, tells its percentage,
+// and a failed one is an error naming the cause; a cancelled one cannot be
+// stopped in lume, and its VM shows as lume at work (Starting) until lume
+// is done.
+func TestPullProgressAndCancel(t *testing.T) {
+	const big = "ghcr.io/trycua/macos-tahoe-xcode:26"
+	d, _ := setup(t, fakelume.Options{Images: []string{image, big}, ImageSizes: map[string]int64{big: 1e9}, PullBytesPerSecond: 2e9})
+	ctx := context.Background()
+	var seen []int
+	if err := d.Create(ctx, "a", vz.CreateOptions{Image: big, Progress: func(p vz.PullProgress) { seen = append(seen, p.Percent) }}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) < 2 || !slices.IsSorted(seen) || seen[0] != 0 {
+		t.Fatalf("percentages told: %v; want several, rising from 0", seen)
+	}
+	if s := state(t, d, "a"); s != vz.StateStopped {
+		t.Fatalf("the pulled VM is %s; want Stopped", s)
+	}
+
+	err := d.Create(ctx, "b", vz.CreateOptions{Image: "ghcr.io/trycua/nothing:here"})
+	if err == nil || !strings.Contains(err.Error(), fakelume.ManifestFetchFailed) {
+		t.Fatalf("a pull of an image the registry lacks: %v; want lume's words", err)
+	}
+	if _, err := d.Get(ctx, "b"); !errors.Is(err, vz.ErrNotFound) {
+		t.Fatalf("Get of a VM whose pull failed: %v; want ErrNotFound", err)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	started := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- d.Create(cctx, "c", vz.CreateOptions{Image: big, Progress: func(vz.PullProgress) {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+		}})
+	}()
+	<-started
+	cancel()
+	mustErr(t, <-done, context.Canceled)
+	if s := state(t, d, "c"); s != vz.StateStarting && s != vz.StateStopped {
+		t.Fatalf("a VM whose pull lume goes on with is %s; want Starting, then Stopped", s)
+	}
+}
+
+func state(t *testing.T, d *lume.Driver, name string) vz.State {
+	t.Helper()
+	vm, err := d.Get(context.Background(), name)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", name, err)
+	}
+	return vm.State
+}

@@ -103,7 +103,7 @@ func parsePullLine(line string, p *vz.PullProgress) bool {
 		if err != nil || f < 0 {
 			return false
 		}
-		p.TotalBytes, p.CompletedBytes = int64(f*1e9), 0
+		p.TotalBytes, p.CompletedBytes, p.Percent = int64(f*1e9), 0, 0
 		return true
 	}
 	pct, ok := strings.CutSuffix(line, "%")
@@ -121,6 +121,6 @@ func parsePullLine(line string, p *vz.PullProgress) bool {
 	if done == p.CompletedBytes {
 		return false
 	}
-	p.CompletedBytes = done
+	p.CompletedBytes, p.Percent = done, n
 	return true
 }
