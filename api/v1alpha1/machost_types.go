@@ -41,6 +41,14 @@ const (
 	// addresses for longer than an hour (macOS's default is a day), so a
 	// Mac that makes and deletes VMs all day runs out of addresses.
 	HostConditionDHCPLeaseTooLong = "DHCPLeaseTooLong"
+	// HostConditionNoLoginSession: the user the tool runs as has no GUI
+	// session on the Mac (no one, or another user, is logged in at its
+	// screen), and the Virtualization framework starts no macOS 15.2 or
+	// later guest for such a user; nothing is placed on the Mac.
+	HostConditionNoLoginSession = "NoLoginSession"
+	// HostConditionToolOutdated: the tool is older than the version the
+	// host agent follows (a warning; it does not stop placement).
+	HostConditionToolOutdated = "ToolOutdated"
 	// HostConditionSchedulable: the operator places new machines here.
 	HostConditionSchedulable = "Schedulable"
 )

@@ -39,6 +39,12 @@ func main() {
 }
 
 func run() error {
+	// "macvirt-host-agent doctor [flags]" checks the Mac with the flags the
+	// agent runs with, and starts nothing.
+	doctor := len(os.Args) > 1 && os.Args[1] == "doctor"
+	if doctor {
+		os.Args = append(os.Args[:1:1], os.Args[2:]...)
+	}
 	hostname, _ := os.Hostname()
 	home, _ := os.UserHomeDir()
 	var (
@@ -70,6 +76,10 @@ func run() error {
 		return nil
 	}
 	ctrl.SetLogger(zap.New())
+	if doctor {
+		return runDoctor(doctorFlags{host: *host, tool: *tool, lumeURL: *lumeURL, tart: *tartBinary, stateDir: *stateDir,
+			minFreeDisk: *minFreeDisk, kubeconfig: kubeconfig, endpoint: *endpoint, endpointCA: *endpointCA, serverName: *serverName})
+	}
 	if kubeconfig == "" {
 		return fmt.Errorf("--kubeconfig is required: the host's ServiceAccount's kubeconfig (docs/apple-silicon-hosts.md)")
 	}

@@ -57,6 +57,13 @@ type Facts struct {
 	// and DHCPLeaseSource where that was read; 0 when unknown.
 	DHCPLease       time.Duration
 	DHCPLeaseSource string
+	// User is the user the agent (and so the tool) runs as; ConsoleUser
+	// who is logged in at the Mac's screen ("root" at the login window;
+	// empty when not read); AutoLoginUser whom macOS logs in after a
+	// reboot.
+	User, ConsoleUser, AutoLoginUser string
+	// HVSupport is sysctl kern.hv_support ("1" where VMs run).
+	HVSupport string
 }
 
 // Options configure an agent.

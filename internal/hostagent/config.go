@@ -185,3 +185,23 @@ func (a *Agent) requestStop(ctx context.Context, vm string) error {
 	}
 	return err
 }
+
+// ProbeEndpoint asks the operator's agent endpoint for nothing in
+// particular: any HTTP answer shows the Mac reaches it and its certificate
+// chains to the CA (the doctor's check).
+func ProbeEndpoint(ctx context.Context, url string, caBundle []byte, serverName string) error {
+	c, err := newEndpointClient(&Endpoint{URL: url, CABundle: caBundle, ServerName: serverName,
+		Token: func() (string, error) { return "", nil }})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+"/", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"runtime"
 	"strconv"
 	"strings"
@@ -32,8 +33,11 @@ import (
 )
 
 // MacFacts reads a Mac's chip (sysctl machdep.cpu.brand_string), macOS
-// version (sw_vers), the free disk under dir and the DHCP lease time of the
-// VMs' shared network. What cannot be read is left empty.
+// version (sw_vers), the free disk under dir, the DHCP lease time of the
+// VMs' shared network, who is logged in at its screen (the owner of
+// /dev/console) and automatically (loginwindow's autoLoginUser), and
+// whether it runs VMs (kern.hv_support). What cannot be read is left
+// empty.
 func MacFacts(dir string) func(ctx context.Context) Facts {
 	return func(ctx context.Context) Facts {
 		f := Facts{
@@ -41,6 +45,14 @@ func MacFacts(dir string) func(ctx context.Context) Facts {
 			MacOSVersion: output(ctx, "sw_vers", "-productVersion"),
 		}
 		f.DHCPLease, f.DHCPLeaseSource = dhcpLease(ctx)
+		if u, err := user.Current(); err == nil {
+			f.User = u.Username
+		}
+		if runtime.GOOS == "darwin" {
+			f.ConsoleUser = output(ctx, "stat", "-f", "%Su", "/dev/console")
+			f.AutoLoginUser = output(ctx, "defaults", "read", "/Library/Preferences/com.apple.loginwindow", "autoLoginUser")
+			f.HVSupport = output(ctx, "sysctl", "-n", "kern.hv_support")
+		}
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(dir, &st); err == nil {
 			f.FreeDisk = resource.NewQuantity(int64(st.Bavail)*int64(st.Bsize), resource.BinarySI) //nolint:gosec,unconvert // block counts fit.

@@ -120,14 +120,22 @@ func (a *Agent) report(ctx context.Context, was *macvirtv1alpha1.HostAgentReport
 	} else {
 		set(macvirtv1alpha1.HostConditionVMLimitStuck, metav1.ConditionFalse, macvirtv1alpha1.ReasonAsExpected, "the last start was not refused with no VM running")
 	}
-	if r.FreeDisk != nil && r.FreeDisk.Cmp(*a.opts.MinFreeDisk) < 0 {
-		set(macvirtv1alpha1.HostConditionDiskPressure, metav1.ConditionTrue, macvirtv1alpha1.HostConditionDiskPressure,
-			fmt.Sprintf("%s free, under the %s a new VM needs", r.FreeDisk.String(), a.opts.MinFreeDisk.String()))
-	} else {
-		set(macvirtv1alpha1.HostConditionDiskPressure, metav1.ConditionFalse, macvirtv1alpha1.ReasonAsExpected, "enough free disk")
+	problem := func(t string, f Finding) {
+		status, reason, msg := problemCondition(t, f)
+		set(t, status, reason, truncate(msg))
 	}
-	status, reason, msg := dhcpLeaseCondition(facts.DHCPLease, facts.DHCPLeaseSource)
-	set(macvirtv1alpha1.HostConditionDHCPLeaseTooLong, status, reason, msg)
+	if r.FreeDisk != nil {
+		problem(macvirtv1alpha1.HostConditionDiskPressure, CheckFreeDisk(r.FreeDisk, *a.opts.MinFreeDisk))
+	} else {
+		set(macvirtv1alpha1.HostConditionDiskPressure, metav1.ConditionFalse, macvirtv1alpha1.ReasonAsExpected, "the free disk is not read")
+	}
+	problem(macvirtv1alpha1.HostConditionDHCPLeaseTooLong, CheckDHCPLease(facts.DHCPLease, facts.DHCPLeaseSource))
+	if facts.ConsoleUser != "" {
+		problem(macvirtv1alpha1.HostConditionNoLoginSession, CheckLoginSession(facts.User, facts.ConsoleUser, facts.AutoLoginUser))
+	}
+	if v, err := a.driver.Version(ctx); err == nil {
+		problem(macvirtv1alpha1.HostConditionToolOutdated, CheckToolVersion(a.driver.Name(), v))
+	}
 	return r
 }
 
@@ -188,17 +196,19 @@ func truncate(s string) string {
 // day keeps addresses free with (Orchard warns past the same hour).
 const maxDHCPLease = time.Hour
 
-// dhcpLeaseCondition says whether the VMs' DHCP lease is too long, and how
-// to shorten it (tart's FAQ gives the same command).
-func dhcpLeaseCondition(lease time.Duration, source string) (metav1.ConditionStatus, string, string) {
-	switch {
-	case lease == 0:
-		return metav1.ConditionUnknown, "NotRead", "the DHCP lease time of the VMs' network could not be read: " + source
-	case lease > maxDHCPLease:
-		return metav1.ConditionTrue, macvirtv1alpha1.HostConditionDHCPLeaseTooLong, fmt.Sprintf(
-			"the VMs' DHCP leases last %s (%s), longer than %s: with VMs made and deleted all day the Mac runs out of addresses "+
-				"and new VMs get none. Run: sudo defaults write %s bootpd -dict DHCPLeaseTimeSecs -int 600 "+
-				"(and sudo rm /var/db/dhcpd_leases if leases have piled up)", lease, source, maxDHCPLease, internetSharing)
+// problemCondition turns a finding into a condition that is True when the
+// problem holds (a warning or failure), False when the check passed, and
+// Unknown when it could not be read; the message carries the fix.
+func problemCondition(conditionType string, f Finding) (metav1.ConditionStatus, string, string) {
+	msg := f.Message
+	if f.Fix != "" {
+		msg += ". Fix: " + f.Fix
 	}
-	return metav1.ConditionFalse, macvirtv1alpha1.ReasonAsExpected, fmt.Sprintf("the VMs' DHCP leases last %s (%s)", lease, source)
+	switch f.Verdict {
+	case VerdictOK:
+		return metav1.ConditionFalse, macvirtv1alpha1.ReasonAsExpected, msg
+	case VerdictWarning, VerdictFailed:
+		return metav1.ConditionTrue, conditionType, msg
+	}
+	return metav1.ConditionUnknown, "NotRead", msg
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -196,6 +199,11 @@ func TestHostAgentStartsAndHeartbeats(t *testing.T) {
 		if c == nil || c.Status != metav1.ConditionTrue {
 			return fmt.Errorf("ToolReachable is %v", c)
 		}
+		// The tool's version, read from "tart --version".
+		if c := meta.FindStatusCondition(r.Conditions, macvirtv1alpha1.HostConditionToolOutdated); c == nil ||
+			c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "tart 2.32.1") {
+			return fmt.Errorf("ToolOutdated is %v", c)
+		}
 		return nil
 	})
 	first := h.Status.Agent.LastHeartbeat.Time
@@ -209,6 +217,46 @@ func TestHostAgentStartsAndHeartbeats(t *testing.T) {
 		return nil
 	})
 	agent.Stop(t, syscall.SIGTERM)
+
+	// "macvirt-host-agent doctor" with the agent's own flags checks the Mac
+	// as the agent runs there, and starts nothing. Off macOS what only a
+	// Mac tells is unknown; the rest is checked for real: the fake tart's
+	// answers and version, the token's identity, and the endpoint's TLS.
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	srvCA := filepath.Join(dir, "srv-ca.crt")
+	if err := os.WriteFile(srvCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	doctor := func(hostName string) (string, int) {
+		cmd := exec.Command(bin, "doctor", "--kubeconfig="+kubeconfig, "--host="+hostName, "--tool=tart", "--tart="+tartBin, //nolint:gosec,noctx // the binary just built.
+			"--state-dir="+filepath.Join(dir, "state"), "--endpoint="+srv.URL, "--endpoint-ca="+srvCA, "--min-free-disk=1Mi")
+		cmd.Env = append(os.Environ(), "TART_HOME="+home)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	out, code := doctor(host)
+	t.Logf("macvirt-host-agent doctor:\n%s", out)
+	for _, want := range []string{"environment     ok", "tool            ok       tart answers: 0 of 2 VMs run", "tool version    ok       tart 2.32.1",
+		"identity        ok       the kubeconfig is system:serviceaccount:macvirt-hosts:" + host, "agent endpoint  ok",
+		"Local Network   check"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the doctor does not say %q", want)
+		}
+	}
+	if code != 0 || strings.Contains(out, "FAILED") {
+		t.Errorf("the doctor exited %d; want 0 with no check FAILED", code)
+	}
+	out, code = doctor("another-mac")
+	if code != 1 || !strings.Contains(out, "identity        FAILED   the kubeconfig is system:serviceaccount:macvirt-hosts:"+host+", not system:serviceaccount:macvirt-hosts:another-mac") {
+		t.Errorf("the doctor of the wrong host exited %d: %s; want 1 with identity FAILED", code, out)
+	}
 }
 
 // TestGuestAgentStartsAndRefusesOutsideMacOS: the guest agent runs inside

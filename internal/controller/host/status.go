@@ -80,7 +80,8 @@ func readiness(s *scope) (base.Condition, time.Duration) {
 }
 
 // schedulability is the Schedulable condition: Ready, not cordoned, no
-// disk pressure, and a slot without a machine.
+// disk pressure, the tool's user logged in (the framework starts no
+// recent macOS guest otherwise), and a slot without a machine.
 func schedulability(s *scope, ready base.Condition) base.Condition {
 	h := s.Host
 	a := h.Status.Agent
@@ -90,8 +91,10 @@ func schedulability(s *scope, ready base.Condition) base.Condition {
 	case h.Spec.Unschedulable:
 		return base.CondFalse(macvirtv1alpha1.ReasonHostCordoned, "spec.unschedulable is set; machines already here keep running")
 	}
-	if c := meta.FindStatusCondition(a.Conditions, macvirtv1alpha1.HostConditionDiskPressure); c != nil && c.Status == metav1.ConditionTrue {
-		return base.CondFalse(macvirtv1alpha1.HostConditionDiskPressure, "%s", c.Message)
+	for _, t := range []string{macvirtv1alpha1.HostConditionDiskPressure, macvirtv1alpha1.HostConditionNoLoginSession} {
+		if c := meta.FindStatusCondition(a.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
+			return base.CondFalse(t, "%s", c.Message)
+		}
 	}
 	if s.Placed >= int(a.Slots) {
 		return base.CondFalse(macvirtv1alpha1.ReasonHostFull, "%d of %d slots hold machines", s.Placed, a.Slots)

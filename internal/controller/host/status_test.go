@@ -72,6 +72,12 @@ func TestComputeHostStatus(t *testing.T) {
 		"disk pressure": {agent: beat(0, cond(macvirtv1alpha1.HostConditionDiskPressure, metav1.ConditionTrue)),
 			ready: metav1.ConditionTrue, readyReason: macvirtv1alpha1.ReasonAsExpected,
 			schedReason: macvirtv1alpha1.HostConditionDiskPressure, requeue: time.Minute},
+		"no login session": {agent: beat(0, cond(macvirtv1alpha1.HostConditionNoLoginSession, metav1.ConditionTrue)),
+			ready: metav1.ConditionTrue, readyReason: macvirtv1alpha1.ReasonAsExpected,
+			schedReason: macvirtv1alpha1.HostConditionNoLoginSession, requeue: time.Minute},
+		"a warning only: an old tool": {agent: beat(0, cond(macvirtv1alpha1.HostConditionToolOutdated, metav1.ConditionTrue)),
+			ready: metav1.ConditionTrue, readyReason: macvirtv1alpha1.ReasonAsExpected,
+			schedReason: macvirtv1alpha1.ReasonAsExpected, requeue: time.Minute},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := &macvirtv1alpha1.MacHost{Spec: macvirtv1alpha1.MacHostSpec{Unschedulable: tc.cordoned},

@@ -146,4 +146,7 @@ type Driver interface {
 	Slots(ctx context.Context) (Slots, error)
 	// Images lists the images the host has cached.
 	Images(ctx context.Context) ([]string, error)
+	// Version is the tool's version as it prints it; ErrUnsupported when
+	// the tool cannot tell (lume's API has no version route).
+	Version(ctx context.Context) (string, error)
 }

@@ -36,6 +36,10 @@ import (
 	"github.com/macvirt/macvirt/test/infrastructure/faketart/build"
 )
 
+// Version is what the fake's "tart --version" prints: the tart whose
+// source it follows.
+const Version = "2.32.1"
+
 // tartError is a failure printed to stderr with tart's exit code.
 type tartError struct {
 	code int
@@ -111,6 +115,10 @@ func run(args []string) error {
 		return nil
 	}
 	switch args[0] {
+	case "--version":
+		// The version whose source the fake follows.
+		fmt.Println(Version)
+		return nil
 	case "list":
 		return e.list(opts)
 	case "get":

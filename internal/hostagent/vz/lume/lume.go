@@ -748,3 +748,9 @@ func (d *Driver) recordPull(ctx context.Context, ref, org, image string) {
 		_ = os.Rename(tmp, filepath.Join(d.StateDir, pulledFile))
 	}
 }
+
+// Version is unsupported: lume's API has no version route ("lume
+// --version" on the Mac prints it; the doctor runs that).
+func (d *Driver) Version(context.Context) (string, error) {
+	return "", fmt.Errorf("lume's API does not say its version: %w", errors.ErrUnsupported)
+}

@@ -554,6 +554,15 @@ func (d *Driver) Images(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// Version is what "tart --version" prints, e.g. "2.32.1".
+func (d *Driver) Version(ctx context.Context) (string, error) {
+	out, err := d.tart(ctx, "--version")
+	if err != nil {
+		return "", fmt.Errorf("tart --version: %w", err)
+	}
+	return strings.TrimSpace(out), nil
+}
+
 // tartHome is tart's base directory: TART_HOME from Env or the agent's
 // environment, else ~/.tart.
 func (d *Driver) tartHome() string {
