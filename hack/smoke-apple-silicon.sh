@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# An end-to-end check of one real Apple-silicon Mac with macvirt, for a user
+# to run against a real cluster: the Mac's host agent runs (its doctor says
+# ok), macvirt's operator runs, and kubectl reaches the cluster as an admin.
+#
+#   hack/smoke-apple-silicon.sh --host mac-a [--image REF] [--timeout 1800]
+#
+# It labels the MacHost for a class of its own, keeps a pool of one warm Mac
+# on it, claims that Mac with a bootstrap that runs sw_vers, tries
+# `kubectl mac ssh`, releases the claim, and waits until the Mac's slot is
+# free again and the pool is warm once more. Each step prints how long it
+# took; docs/apple-silicon-hosts.md shows the expected output. Everything it
+# made is deleted at the end, whatever happened.
+set -euo pipefail
+
+host=""
+image="ghcr.io/cirruslabs/macos-sequoia-base:latest"
+timeout=1800
+ns="macvirt-smoke"
+name="macvirt-smoke"
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--host) host="$2"; shift 2 ;;
+	--image) image="$2"; shift 2 ;;
+	--timeout) timeout="$2"; shift 2 ;;
+	-h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) echo "unknown argument $1 (--host, --image, --timeout)" >&2; exit 2 ;;
+	esac
+done
+if [ -z "$host" ]; then
+	echo "--host is required: the MacHost's name (kubectl get machosts)" >&2
+	exit 2
+fi
+for c in kubectl kubectl-mac; do
+	command -v "$c" >/dev/null || { echo "$c is not on PATH (docs/install.md)" >&2; exit 2; }
+done
+
+start=$(date +%s)
+failed=0
+notbuilt=0
+say() { printf '[%5ss] %s\n' "$(($(date +%s) - start))" "$*"; }
+# step NAME CMD...: runs CMD, prints how long it took, and stops the test
+# when it fails.
+step() {
+	local what="$1" t0 out
+	shift
+	t0=$(date +%s)
+	if out=$("$@" 2>&1); then
+		say "ok      $what ($(($(date +%s) - t0))s)${out:+: $out}"
+	else
+		say "FAILED  $what ($(($(date +%s) - t0))s): $out"
+		failed=1
+		exit 1
+	fi
+}
+# until_true SECONDS CMD...: polls CMD every 5s until it succeeds.
+until_true() {
+	local deadline=$(($(date +%s) + $1))
+	shift
+	until "$@" >/dev/null 2>&1; do
+		if [ "$(date +%s)" -ge "$deadline" ]; then
+			"$@" 2>&1 || true
+			return 1
+		fi
+		sleep 5
+	done
+}
+cleanup() {
+	set +e
+	kubectl delete macclaim -n "$ns" smoke --ignore-not-found --wait=true --timeout=600s >/dev/null 2>&1
+	kubectl delete macpool "$name" --ignore-not-found --wait=true --timeout=900s >/dev/null 2>&1
+	kubectl delete macclass "$name" --ignore-not-found >/dev/null 2>&1
+	kubectl delete namespace "$ns" --ignore-not-found --wait=false >/dev/null 2>&1
+	kubectl label machost "$host" macvirt.io/smoke- >/dev/null 2>&1
+	if [ "$failed" = 0 ]; then
+		say "done: every built step passed; $notbuilt step(s) not built yet"
+	else
+		say "done: a step FAILED (above); kubectl describe machost $host, and the host agent's log on the Mac, say more"
+	fi
+}
+trap cleanup EXIT
+
+running() { kubectl get machost "$host" -o jsonpath='{.status.agent.runningVMs}'; }
+idle() { [ "$(kubectl get macpool "$name" -o jsonpath='{.status.idle}')" = "1" ]; }
+claim_ready() { [ "$(kubectl get macclaim -n "$ns" smoke -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = "True" ]; }
+gone() { ! kubectl get macmachine -n "$1" "$2" >/dev/null 2>&1; }
+running_is() { [ "$(running)" = "$1" ]; }
+
+say "macvirt smoke test of MacHost $host with $image"
+step "the MacHost is Ready" kubectl wait machost "$host" --for=condition=Ready --timeout=120s
+step "its agent reports slots" kubectl get machost "$host" \
+	-o jsonpath='{.status.agent.tool} {.status.agent.chip}, macOS {.status.agent.macOSVersion}, {.status.agent.runningVMs} of {.status.agent.slots} VMs run'
+before=$(running)
+step "label it for the smoke class" kubectl label machost "$host" macvirt.io/smoke=true --overwrite
+step "a class and a pool of one" kubectl apply -f - <<EOF
+apiVersion: macvirt.io/v1alpha1
+kind: MacClass
+metadata:
+  name: $name
+spec:
+  runtime: Virtualization
+  image:
+    source:
+      registry:
+        url: docker://$image
+  placement:
+    hostSelector:
+      matchLabels:
+        macvirt.io/smoke: "true"
+---
+apiVersion: macvirt.io/v1alpha1
+kind: MacPool
+metadata:
+  name: $name
+spec:
+  className: $name
+  idle: 1
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $ns
+EOF
+step "the pool's Mac is warm (pulled, booted, its guest agent heartbeats)" until_true "$timeout" idle
+step "claim the warm Mac, with a bootstrap that runs sw_vers" sh -c "kubectl apply -f - >/dev/null <<EOF
+apiVersion: macvirt.io/v1alpha1
+kind: MacClaim
+metadata:
+  name: smoke
+  namespace: $ns
+spec:
+  poolName: $name
+  bootstrap:
+    script:
+      inline: sw_vers
+EOF
+"
+step "the claim is Ready (its bootstrap ran)" until_true 600 claim_ready
+mns=$(kubectl get macclaim -n "$ns" smoke -o jsonpath='{.status.machineRef.namespace}')
+mname=$(kubectl get macclaim -n "$ns" smoke -o jsonpath='{.status.machineRef.name}')
+step "its Mac is on the host" kubectl get macmachine -n "$mns" "$mname" -o jsonpath='{.spec.hostName}: VM {.status.host.vmName}, guest {.status.guest.osVersion} ({.status.guest.osBuild})'
+step "the bootstrap ran in macOS" kubectl mac logs -n "$ns" smoke
+t0=$(date +%s)
+if out=$(kubectl mac ssh -n "$ns" smoke -- sw_vers 2>&1); then
+	say "ok      kubectl mac ssh -- sw_vers ($(($(date +%s) - t0))s): $out"
+else
+	say "not built  kubectl mac ssh to a Mac on an Apple-silicon host (the tunnel to the host agent): $out"
+	notbuilt=$((notbuilt + 1))
+fi
+step "release the claim: macOS shuts down from inside, the VM is deleted" sh -c \
+	"kubectl delete macclaim -n $ns smoke --wait=true --timeout=900s >/dev/null"
+step "its machine is gone" until_true 900 gone "$mns" "$mname"
+step "the slot is free again (only the pool's new warm Mac runs, as before)" until_true 900 running_is "$((before + 1))"
+step "the pool is warm again" until_true "$timeout" idle
