@@ -109,3 +109,30 @@ func waitAllowed(w *World, user string, groups []string, attrs authorizationv1.R
 		}
 	}
 }
+
+// LetOperatorReadSecrets does what an admin of namespace ns does for
+// bootstraps and runner sets that name its Secrets, when the operator runs
+// as its service account (Options.OperatorAccount): binds the shipped
+// ClusterRole config/rbac/bootstrap_source_reader_role.yaml to it there.
+func (w *World) LetOperatorReadSecrets(ns string) error {
+	objs, err := ReadObjects(filepath.Join(cluster.RepoRoot(), "config", "rbac", "bootstrap_source_reader_role.yaml"), w.Scheme)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		role, ok := obj.(*rbacv1.ClusterRole)
+		if !ok {
+			continue
+		}
+		role.Name = "macvirt-" + role.Name // as config/default names it
+		if err := createIfMissing(w.Ctx, w.Admin, role); err != nil {
+			return err
+		}
+		sa := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: OperatorServiceAccount, Namespace: operator.DefaultNamespace}
+		if err := w.Admin.Create(w.Ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: ns},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}, Subjects: []rbacv1.Subject{sa}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -42,6 +42,7 @@ import (
 	"github.com/macvirt/macvirt/internal/hostagent/vz/tart"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 	"github.com/macvirt/macvirt/test/infrastructure/faketart/build"
+	"github.com/macvirt/macvirt/test/infrastructure/simulator"
 )
 
 // MacsOptions say which fake Apple-silicon Macs to run.
@@ -64,6 +65,9 @@ type MacsOptions struct {
 	// configuration. Required.
 	Endpoint string
 	CABundle []byte
+	// GuestFiles are the golden image's files on every VM's disk
+	// (World.Simulator.GuestFiles: the world's CI agents among them).
+	GuestFiles map[string]simulator.GuestFile
 }
 
 // Macs are fake Apple-silicon hosts: for each, a MacHost, the real host
@@ -301,7 +305,7 @@ func (m *Macs) runHostedGuests(ctx context.Context) {
 				}
 				gctx, cancel := context.WithCancel(ctx)
 				running[mm.UID] = guest{boot: hv.RunningSince.Time, cancel: cancel}
-				go hostedGuest(gctx, build.GuestRoot(m.Home(mm.Spec.HostName), hv.VMName), mm.DeepCopy())
+				go hostedGuest(gctx, build.GuestRoot(m.Home(mm.Spec.HostName), hv.VMName), m.opts.GuestFiles, mm.DeepCopy())
 			}
 			for uid, g := range running {
 				if !seen[uid] {
@@ -341,9 +345,20 @@ func (m *Macs) haltAskedGuests() {
 
 // hostedGuest heartbeats for one VM with the real agent's client, as
 // macOS's guest agent does, until ctx ends. It finds its configuration
-// under root, the VM's guest root, where the real agent looks in macOS.
-func hostedGuest(ctx context.Context, root string, m *macvirtv1alpha1.MacMachine) {
+// under root, the VM's guest root, where the real agent looks in macOS,
+// and runs the tasks the operator hands it with the real agent's task
+// runner on the VM's disk (root), which holds the golden image's files.
+func hostedGuest(ctx context.Context, root string, golden map[string]simulator.GuestFile, m *macvirtv1alpha1.MacMachine) {
 	log := ctrl.Log.WithName("fake-mac-guest").WithValues("machine", client.ObjectKeyFromObject(m))
+	disk, err := simulator.NewGuestDisk(root, golden)
+	if err != nil {
+		log.Error(err, "the fake Mac's guest has no disk")
+		return
+	}
+	speaker := &guestagent.Speaker{Tasks: &guestagent.Tasks{Dir: disk.TaskDir(), Host: disk,
+		Logf: func(f string, args ...any) { log.V(1).Info(fmt.Sprintf(f, args...)) }}}
+	// The VM's processes end with it.
+	defer speaker.Tasks.Stop()
 	var c *guestagent.Client
 	wait := time.Second
 	for {
@@ -351,6 +366,7 @@ func hostedGuest(ctx context.Context, root string, m *macvirtv1alpha1.MacMachine
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		case <-speaker.Changed():
 		}
 		if c == nil {
 			dir, err := guestagent.ConfigDirUnder(root)
@@ -373,7 +389,7 @@ func hostedGuest(ctx context.Context, root string, m *macvirtv1alpha1.MacMachine
 		if a := m.Status.Host.Address; a != "" {
 			facts.IPAddresses = []string{a}
 		}
-		state, err := c.Heartbeat(ctx, facts)
+		state, err := speaker.Heartbeat(ctx, c, facts)
 		var se *guestagent.StatusError
 		switch {
 		case errors.As(err, &se) && se.Code == 401:

@@ -18,11 +18,13 @@ package hosts_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +34,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/test/harness"
+	"github.com/macvirt/macvirt/test/infrastructure/fakegithub"
 	"github.com/macvirt/macvirt/test/infrastructure/faketart/build"
 )
 
@@ -445,5 +448,95 @@ var _ = Describe("A 40 GB pull on an Apple-silicon host", func() {
 		GinkgoWriter.Printf("during a 40 GB pull (600s at %d MB/s) on the same host: a release took %s, a start of a cached image %s; "+
 			"the pull was given up %s after its claim's deletion\n",
 			speed/1e6, released.Round(time.Millisecond), took.Round(time.Millisecond), givenUp.Round(time.Millisecond))
+	})
+})
+
+var _ = Describe("GitHub Actions jobs on Apple-silicon hosts", func() {
+	It("runs 10 jobs one per fresh Mac on 2 hosts of 2 slots, and frees each job's slot", func() {
+		const spec = "gha"
+		a, b := "gha-mac-a", "gha-mac-b"
+		macs := startMacs(spec, nil, a, b)
+		class := vzClass(spec)
+		ns := namespace(spec)
+		Expect(admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "github"},
+			StringData: map[string]string{"token": githubToken}})).To(Succeed())
+		// The operator runs as its service account here: a team lets it read
+		// the namespace's Secrets, as docs/github-actions.md says.
+		Expect(world.LetOperatorReadSecrets(ns)).To(Succeed())
+		gh := world.GitHub
+		set := &macvirtv1alpha1.MacRunnerSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mac-arm"},
+			Spec: macvirtv1alpha1.MacRunnerSetSpec{
+				GitHub:    macvirtv1alpha1.GitHubRunnerTarget{URL: gh.URL() + "/acme", CredentialsSecretName: "github"},
+				ClassName: class, MaxRunners: 4, MinIdle: 2,
+				JobTimeout:          &metav1.Duration{Duration: 10 * time.Minute},
+				RegistrationTimeout: &metav1.Duration{Duration: 2 * time.Minute},
+			}}
+		Expect(admin.Create(ctx, set)).To(Succeed())
+		DeferCleanup(func() { deleteAndWait(set) })
+
+		By("10 jobs are queued at once")
+		t0 := time.Now()
+		ids := make([]string, 0, 10)
+		for i := range 10 {
+			ids = append(ids, gh.QueueJob(fakegithub.Job{Owner: "acme", Repo: "ios-app", Labels: []string{"mac-arm"},
+				DisplayName: fmt.Sprintf("build-%d", i+1), Duration: 2 * time.Second}))
+		}
+		peak := 0
+		Eventually(func(g Gomega) {
+			peak = max(peak, running(macs, a)+running(macs, b))
+			for _, id := range ids {
+				j, ok := gh.Job(id)
+				g.Expect(ok).To(BeTrue())
+				g.Expect(j.State).To(Equal(fakegithub.JobCompleted), "job %s (%s)", j.ID, j.DisplayName)
+			}
+		}).WithTimeout(8 * time.Minute).Should(Succeed())
+		took := time.Since(t0)
+
+		By("each ran on a Mac of its own, and no Mac ran two")
+		runners := map[string]string{}
+		var waits []time.Duration
+		for _, id := range ids {
+			j, _ := gh.Job(id)
+			Expect(j.Result).To(Equal("succeeded"), "job %s", j.ID)
+			Expect(j.RunnerName).NotTo(BeEmpty())
+			Expect(runners).NotTo(HaveKey(j.RunnerName), "runner %s ran jobs %s and %s", j.RunnerName, runners[j.RunnerName], j.ID)
+			runners[j.RunnerName] = j.ID
+			if !j.RunnerAssignTime.IsZero() && !j.ScaleSetAssignTime.IsZero() {
+				waits = append(waits, j.RunnerAssignTime.Sub(j.ScaleSetAssignTime))
+			}
+		}
+		for name, n := range gh.RunnerJobCounts() {
+			Expect(n).To(BeNumerically("<=", 1), "runner %s ran %d jobs", name, n)
+		}
+		Expect(peak).To(BeNumerically("<=", 4), "never more VMs than the 2×2 slots")
+
+		By("every job's Mac is gone and its slot free: only the set's idle Macs run")
+		Eventually(func(g Gomega) {
+			busy := 0
+			for _, m := range machinesOf(class) {
+				if m.Spec.ClaimRef != nil {
+					busy++
+				}
+			}
+			g.Expect(busy).To(BeZero(), "no Mac is bound once the jobs are done")
+			g.Expect(running(macs, a)+running(macs, b)).To(Equal(len(machinesOf(class))), "each VM that runs is a machine's")
+		}).Should(Succeed())
+		runs := 0
+		for _, h := range []string{a, b} {
+			cmds, err := build.Commands(macs.Home(h))
+			Expect(err).NotTo(HaveOccurred())
+			for _, c := range cmds {
+				Expect(c).NotTo(HavePrefix("stop"), "no VM was forced off")
+				if strings.HasPrefix(c, "run ") {
+					runs++
+				}
+			}
+		}
+		Expect(runs).To(BeNumerically(">=", 10), "a VM started for each job at least")
+		Expect(waits).To(HaveLen(10), "GitHub recorded each job's assignment to the scale set and to its runner")
+		slices.Sort(waits)
+		GinkgoWriter.Printf("10 GitHub jobs on 2 Apple-silicon hosts of 2 slots: all done in %s, %d VMs started, at most %d at once; "+
+			"wait from queued to a runner: p50 %s max %s\n", took.Round(time.Second), runs, peak,
+			waits[len(waits)/2].Round(time.Millisecond), waits[len(waits)-1].Round(time.Millisecond))
 	})
 })

@@ -19,6 +19,7 @@ package hosts_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -31,8 +32,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/github"
+	"github.com/macvirt/macvirt/internal/operator"
 	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
+	"github.com/macvirt/macvirt/test/infrastructure/fakegithub"
 )
 
 // The suite's world: a real API server with macvirt's CRDs and webhooks,
@@ -55,6 +59,18 @@ const image = "ghcr.io/cirruslabs/macos-sequoia-base:latest"
 // host is seen soon.
 const lease = 10 * time.Second
 
+func TestMain(m *testing.M) {
+	// The guests' GitHub runner is this binary in its role (harness.CIClass's
+	// golden image carries its run.sh; so does every fake Mac's VM).
+	if code, played := harness.PlayGuestRole(); played {
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// githubToken is the token the fake GitHub accepts.
+const githubToken = "github_pat_macvirt_hosts_test" //nolint:gosec // the fake GitHub's, not a credential.
+
 func TestHosts(t *testing.T) {
 	cluster.NeedsAPIServer(t)
 	RegisterFailHandler(Fail)
@@ -67,7 +83,11 @@ var _ = BeforeSuite(func() {
 	// The operator runs as its service account under the shipped role: the
 	// Apple-silicon path uses rights no other suite's operator does (the
 	// TokenReview of a host agent's token).
-	world = harness.ForTest(GinkgoT(), harness.Options{Log: GinkgoWriter, System: &harness.SystemOptions{Speed: 4}, OperatorAccount: true})
+	world = harness.ForTest(GinkgoT(), harness.Options{Log: GinkgoWriter, OperatorAccount: true,
+		System: &harness.SystemOptions{Speed: 4, RunnerSets: operator.RunnerSetOptions{
+			Client:  github.Options{RetryMax: 1, RetryWaitMax: 200 * time.Millisecond, Timeout: 20 * time.Second},
+			Backoff: 500 * time.Millisecond, MaxBackoff: 2 * time.Second, Resync: 2 * time.Second}},
+		GitHub: &fakegithub.Options{Tokens: []string{githubToken}, PollWait: time.Second, SessionTTL: 15 * time.Second, LostRunnerGrace: 2 * time.Second}})
 	admin, system, ctx = world.Admin, world.System, world.Ctx
 })
 
@@ -79,7 +99,7 @@ var _ = BeforeSuite(func() {
 func startMacs(spec string, cordoned []string, names ...string) *harness.Macs {
 	m, err := harness.StartMacs(ctx, world.Config, admin, harness.MacsOptions{Names: names, Cordoned: cordoned,
 		Labels: map[string]string{"test.macvirt.io/spec": spec}, Lease: lease, Images: []string{image}, Dir: GinkgoT().TempDir(),
-		Endpoint: system.AgentEndpoint, CABundle: system.CABundle})
+		Endpoint: system.AgentEndpoint, CABundle: system.CABundle, GuestFiles: world.Simulator.GuestFiles()})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(m.Stop)
 	return m

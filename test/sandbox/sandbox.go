@@ -145,7 +145,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 	jobDone := make(chan error, 3)
 	if opts.Runtime == RuntimeVZ {
 		macs, err := harness.StartMacs(runCtx, w.Config, c, harness.MacsOptions{Names: VZMacs, Labels: map[string]string{vzHostLabel: "true"},
-			Images: []string{VZImage}, Dir: filepath.Join(tmp, "macs"), Endpoint: w.System.AgentEndpoint, CABundle: w.System.CABundle})
+			Images: []string{VZImage}, Dir: filepath.Join(tmp, "macs"), Endpoint: w.System.AgentEndpoint, CABundle: w.System.CABundle,
+			GuestFiles: w.Simulator.GuestFiles()})
 		if err != nil {
 			return fmt.Errorf("starting the fake Macs: %w", err)
 		}

@@ -232,7 +232,7 @@ func (s *Simulator) guestConfig(ctx context.Context, vmi *kubevirtv1.VirtualMach
 
 // guestHostKeys are the host keys on the guest's disk, as the agent reads
 // them (made at first boot, as macOS does).
-func guestHostKeys(d *guestDisk) []string {
+func guestHostKeys(d *GuestDisk) []string {
 	if _, err := guestHostSigner(d); err != nil {
 		return nil
 	}
@@ -243,7 +243,7 @@ func guestHostKeys(d *guestDisk) []string {
 // instance's macOS volume holds (volumecontent.go), which outlives the
 // instance; an instance without one gets a disk of its own, holding the
 // golden image.
-func (s *Simulator) guestSystemDisk(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (*guestDisk, error) {
+func (s *Simulator) guestSystemDisk(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (*GuestDisk, error) {
 	uid := vmi.UID
 	if v := macOSVolume(vmi); v != nil {
 		pvc := &corev1.PersistentVolumeClaim{}
@@ -255,7 +255,7 @@ func (s *Simulator) guestSystemDisk(ctx context.Context, vmi *kubevirtv1.Virtual
 	if err != nil {
 		return nil, err
 	}
-	return &guestDisk{dir: dir}, nil
+	return &GuestDisk{dir: dir}, nil
 }
 
 // podAddress is the instance's address on the pod network, as KubeVirt

@@ -36,7 +36,7 @@ import (
 
 // guestSSHD is one guest's stand-in sshd.
 type guestSSHD struct {
-	disk     *guestDisk
+	disk     *GuestDisk
 	mu       sync.Mutex
 	user     string
 	keys     map[string]bool // marshalled public keys
@@ -75,7 +75,7 @@ func (d *guestSSHD) facts() (user, hostname string) {
 const guestHostKeyFile = "/etc/ssh/ssh_host_ed25519_key"
 
 // guestHostSigner is the host key on the guest's disk, made when missing.
-func guestHostSigner(d *guestDisk) (ssh.Signer, error) {
+func guestHostSigner(d *GuestDisk) (ssh.Signer, error) {
 	path := d.TaskPath(guestHostKeyFile)
 	if b, err := os.ReadFile(path); err == nil { //nolint:gosec // the simulated guest's own disk.
 		return ssh.ParsePrivateKey(b)
@@ -92,7 +92,7 @@ func guestHostSigner(d *guestDisk) (ssh.Signer, error) {
 
 // RegenerateHostKeys makes the host key when it is missing, as ssh-keygen
 // -A does.
-func (d *guestDisk) RegenerateHostKeys() error {
+func (d *GuestDisk) RegenerateHostKeys() error {
 	path := d.TaskPath(guestHostKeyFile)
 	if _, err := os.Stat(path); err == nil {
 		return nil
@@ -120,7 +120,7 @@ func (d *guestDisk) RegenerateHostKeys() error {
 
 // serveSSH listens on a local port registered as podIP:22 on the simulated
 // pod network and serves until ctx ends.
-func (s *Simulator) serveSSH(ctx context.Context, disk *guestDisk, podIP string, d *guestSSHD) error {
+func (s *Simulator) serveSSH(ctx context.Context, disk *GuestDisk, podIP string, d *guestSSHD) error {
 	signer, err := guestHostSigner(disk)
 	if err != nil {
 		return err

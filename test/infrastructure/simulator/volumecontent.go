@@ -86,6 +86,10 @@ func (s *Simulator) VolumeDir(uid types.UID) (string, error) {
 	return d, writeGuestFiles(d, s.opts.GuestFiles)
 }
 
+// GuestFiles are the golden image's files (Options.GuestFiles), which a
+// fake Mac's VM's disk also holds.
+func (s *Simulator) GuestFiles() map[string]GuestFile { return s.opts.GuestFiles }
+
 // populateBlank records the volume with uid as blank: it holds nothing.
 func (s *Simulator) populateBlank(uid types.UID) error {
 	s.volumes.remove(uid)
