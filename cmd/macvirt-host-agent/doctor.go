@@ -25,6 +25,7 @@ import (
 // doctorFlags are the agent's flags the doctor checks with.
 type doctorFlags struct {
 	host, tool, lumeURL, tart, stateDir, minFreeDisk string
+	lumeGuestUser                                    string
 	kubeconfig, endpoint, endpointCA, serverName     string
 }
 
@@ -51,7 +52,7 @@ func runDoctor(f doctorFlags) error {
 		add(hostagent.CheckEnvironment(home, path, "tart", err))
 		driver = tart.New(f.tart, filepath.Join(f.stateDir, "tart"))
 	case "lume":
-		add(hostagent.CheckEnvironment(os.Getenv("HOME"), f.lumeURL, "lume", nil))
+		add(hostagent.CheckEnvironment(os.Getenv("HOME"), f.lumeURL, "lume", nil), hostagent.CheckLumeShutdown(f.lumeGuestUser))
 		driver = lume.New(f.lumeURL)
 	default:
 		return fmt.Errorf("--tool %q: give lume or tart", f.tool)

@@ -51,6 +51,9 @@ func run() error {
 		host        = flag.String("host", strings.ToLower(strings.Split(hostname, ".")[0]), "the MacHost's name (its ServiceAccount in macvirt-hosts has the same name)")
 		tool        = flag.String("tool", "tart", "what drives the VMs: lume or tart")
 		lumeURL     = flag.String("lume-url", lume.DefaultBaseURL, "lume's API (lume serve)")
+		lumeBinary  = flag.String("lume", "lume", "lume's command, for lume shutdown")
+		lumeUser    = flag.String("lume-guest-user", "", "the guests' administrator, as whom lume shutdown asks macOS to shut down over SSH; unset, only the guest agent is asked")
+		lumePWFile  = flag.String("lume-guest-password-file", "", "a file holding --lume-guest-user's password (lume takes it on its command line)")
 		tartBinary  = flag.String("tart", tart.DefaultBinary, "the tart command")
 		stateDir    = flag.String("state-dir", filepath.Join(home, "Library", "Application Support", "macvirt"), "where the agent keeps its own files")
 		lease       = flag.Duration("lease", time.Minute, "how long the host counts as alive after a heartbeat (it heartbeats 4 times per lease)")
@@ -77,7 +80,7 @@ func run() error {
 	}
 	ctrl.SetLogger(zap.New())
 	if doctor {
-		return runDoctor(doctorFlags{host: *host, tool: *tool, lumeURL: *lumeURL, tart: *tartBinary, stateDir: *stateDir,
+		return runDoctor(doctorFlags{host: *host, tool: *tool, lumeURL: *lumeURL, lumeGuestUser: *lumeUser, tart: *tartBinary, stateDir: *stateDir,
 			minFreeDisk: *minFreeDisk, kubeconfig: kubeconfig, endpoint: *endpoint, endpointCA: *endpointCA, serverName: *serverName})
 	}
 	if kubeconfig == "" {
@@ -119,6 +122,16 @@ func run() error {
 	case "lume":
 		ld := lume.New(*lumeURL)
 		ld.StateDir = filepath.Join(*stateDir, "lume")
+		if *lumeUser != "" {
+			pw, err := os.ReadFile(*lumePWFile)
+			if err != nil {
+				return fmt.Errorf("--lume-guest-user needs --lume-guest-password-file: %w", err)
+			}
+			if _, err := exec.LookPath(*lumeBinary); err != nil {
+				return fmt.Errorf("--lume %q: %w; give lume's full path for lume shutdown", *lumeBinary, err)
+			}
+			ld.Binary, ld.GuestUser, ld.GuestPassword = *lumeBinary, *lumeUser, strings.TrimSpace(string(pw))
+		}
 		driver = ld
 	case "tart":
 		// launchd gives a daemon no HOME, and a PATH without Homebrew's.

@@ -292,3 +292,19 @@ func PrintFindings(w io.Writer, findings []Finding) (failed bool) {
 	_ = tw.Flush()
 	return failed
 }
+
+// CheckLumeShutdown says how macOS is asked to shut down on lume: through
+// the guest agent's share always, and with "lume shutdown" (SSH) too when
+// the agent has the guests' administrator.
+func CheckLumeShutdown(guestUser string) Finding {
+	f := Finding{Check: "graceful stop"}
+	if guestUser == "" {
+		f.Verdict = VerdictWarning
+		f.Message = "only the guest agent is asked to shut macOS down (its share): a guest whose agent is missing or hung keeps its slot until someone shuts it down"
+		f.Fix = "give --lume-guest-user and --lume-guest-password-file (the images' administrator, with Remote Login on), so lume shutdown asks too"
+		return f
+	}
+	f.Verdict = VerdictOK
+	f.Message = "macOS is asked through the guest agent's share and with lume shutdown as " + guestUser
+	return f
+}

@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -69,6 +70,12 @@ type Options struct {
 	// PullBytesPerSecond is the registry link's speed: an asynchronous
 	// pull takes its image's size over it. 0 pulls at once.
 	PullBytesPerSecond int64
+	// GuestUser and GuestPassword are the administrator of the images'
+	// guests, which "lume shutdown" logs in as (lume's own images':
+	// lume/lume, the default when empty). NoSSH makes the guests' Remote
+	// Login off.
+	GuestUser, GuestPassword string
+	NoSSH                    bool
 }
 
 // Server is a fake lume: an http.Handler for the /lume routes the macvirt
@@ -80,9 +87,11 @@ type Server struct {
 	mu          sync.Mutex
 	opts        Options
 	forcedStops int
-	log         strings.Builder
-	nextIP      int
-	timers      []*time.Timer
+	// sshShutdowns counts the guests "lume shutdown" shut down.
+	sshShutdowns int
+	log          strings.Builder
+	nextIP       int
+	timers       []*time.Timer
 	// pulls are the asynchronous pulls under way or failed, by VM name.
 	pulls map[string]*asyncPull
 }
@@ -157,6 +166,68 @@ func (s *Server) GuestShutdown(name string) error {
 	vm.IPAddress = ""
 	s.logf("INFO", "VM lifecycle ended", name, "")
 	return s.write(vm)
+}
+
+// sshShutdown plays what "lume shutdown NAME" does to the guest (the fake
+// lume command asks it here): lume's checks in its words (SSHError), a
+// login as the image's administrator, and sudo shutdown -h now, after
+// which macOS shuts down as it does when asked from inside.
+func (s *Server) sshShutdown(w http.ResponseWriter, r *http.Request, name string) {
+	var req struct{ User, Password string }
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		badRequest(w, "Invalid request body")
+		return
+	}
+	vm, err := s.read(name)
+	switch {
+	case err != nil:
+		badRequest(w, fmt.Sprintf("VM '%s' not found", name))
+		return
+	case vm.Status != "running":
+		badRequest(w, fmt.Sprintf("VM '%s' is not running", name))
+		return
+	case vm.IPAddress == "":
+		badRequest(w, fmt.Sprintf("VM '%s' has no IP address. Wait for it to boot completely.", name))
+		return
+	case s.opts.NoSSH:
+		badRequest(w, fmt.Sprintf("SSH is not available on VM '%s'. Ensure SSH/Remote Login is enabled.", name))
+		return
+	}
+	user, password := s.opts.GuestUser, s.opts.GuestPassword
+	if user == "" {
+		user, password = "lume", "lume"
+	}
+	if req.User != user || req.Password != password {
+		badRequest(w, "SSH authentication failed. Check username and password.")
+		return
+	}
+	s.sshShutdowns++
+	vm.Status, vm.IPAddress = "stopped", ""
+	s.logf("INFO", "VM lifecycle ended", name, "")
+	if err := s.write(vm); err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"message": "ok"})
+}
+
+// SSHShutdowns counts the guests "lume shutdown" shut down.
+func (s *Server) SSHShutdowns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sshShutdowns
+}
+
+// BuildCLI builds the fake lume command (lumecli) into dir as "lume";
+// it reaches the server at FAKELUME_URL.
+func BuildCLI(dir string) (string, error) {
+	out := filepath.Join(dir, "lume")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/macvirt/macvirt/test/infrastructure/fakelume/lumecli") //nolint:gosec,noctx // G204: a fixed package.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the fake lume command: %w: %s", err, b)
+	}
+	return out, nil
 }
 
 // SetRunning puts a VM into the running state directly, creating it when
@@ -342,7 +413,7 @@ func notFound(w http.ResponseWriter) {
 // query string included, so "/lume/vms?x=y" matches no route.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(strings.Trim(r.URL.RequestURI(), "/"), "/")
-	if len(parts) < 2 || parts[0] != "lume" {
+	if len(parts) < 2 || (parts[0] != "lume" && parts[0] != "fake") {
 		notFound(w)
 		return
 	}
@@ -365,6 +436,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.pull(w, r)
 	case r.Method == http.MethodPost && len(parts) == 3 && parts[1] == "pull" && parts[2] == "start":
 		s.pullStart(w, r)
+	case r.Method == http.MethodPost && len(parts) == 4 && parts[0] == "fake" && parts[1] == "guest" && parts[3] == "shutdown":
+		s.sshShutdown(w, r, vmName(parts[2]))
 	case r.Method == http.MethodGet && len(parts) == 2 && parts[1] == "images":
 		s.images(w)
 	case r.Method == http.MethodGet && len(parts) == 3 && parts[1] == "host" && parts[2] == "status":

@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -78,6 +79,14 @@ type Driver struct {
 	// PollInterval is how often Start asks lume whether the VM runs, and
 	// Create how its pull goes.
 	PollInterval time.Duration
+	// Binary is lume's command, for the one thing only it does: "lume
+	// shutdown", which asks macOS to shut down from inside, over SSH as
+	// GuestUser with GuestPassword (the image's administrator, whom sudo
+	// lets run shutdown -h now). Empty Binary or GuestUser: the driver
+	// cannot ask (RequestStop says ErrNoGracefulStop), and the guest
+	// agent's share is the only way.
+	Binary                   string
+	GuestUser, GuestPassword string
 	// StateDir keeps the driver's record of which image reference each of
 	// lume's cached images was pulled as (lume lists a cached image by its
 	// name and manifest id only, never its tag); empty keeps none, and no
@@ -583,10 +592,11 @@ func (d *Driver) hostStatus(ctx context.Context) (hostStatus, error) {
 	return hs, nil
 }
 
-// RequestStop returns vz.ErrNoGracefulStop for a running VM: lume's stop
+// RequestStop asks macOS to shut down with "lume shutdown", which logs
+// into the guest over SSH and runs shutdown -h now, when the driver has
+// the guest's administrator; vz.ErrNoGracefulStop otherwise. lume's stop
 // is forced (the framework's stop, or SIGINT then SIGKILL to the VM's
-// process), so the driver never calls it, and the caller must ask macOS
-// to shut down another way.
+// process), so the driver never uses it to ask.
 func (d *Driver) RequestStop(ctx context.Context, name string) error {
 	vm, err := d.Get(ctx, name)
 	if err != nil {
@@ -595,7 +605,22 @@ func (d *Driver) RequestStop(ctx context.Context, name string) error {
 	if vm.State != vz.StateRunning {
 		return fmt.Errorf("asking VM %s to stop with lume: %w (lume says %s)", name, vz.ErrNotRunning, vm.State)
 	}
-	return fmt.Errorf("asking VM %s to stop with lume: %w: lume's stop is forced", name, vz.ErrNoGracefulStop)
+	if d.Binary == "" || d.GuestUser == "" {
+		return fmt.Errorf("asking VM %s to stop with lume: %w: lume's stop is forced, and lume shutdown needs the guest's "+
+			"administrator (the agent's --lume-guest-user and --lume-guest-password-file)", name, vz.ErrNoGracefulStop)
+	}
+	// lume takes the password on its command line only.
+	cmd := exec.CommandContext(ctx, d.Binary, "shutdown", name, "--user", d.GuestUser, "--password", d.GuestPassword, "--timeout", "30") //nolint:gosec // G204: the operator's configured lume.
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(stderr.String()), "Error: "))
+		if strings.Contains(msg, "is not running") {
+			return fmt.Errorf("asking VM %s to shut down with lume shutdown: %w: %s", name, vz.ErrNotRunning, msg)
+		}
+		return fmt.Errorf("asking VM %s to shut down with lume shutdown (over SSH as %s): %w: %s", name, d.GuestUser, err, msg)
+	}
+	return nil
 }
 
 // ForceStop turns a running VM off with lume's stop, which is forced.

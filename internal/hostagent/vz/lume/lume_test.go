@@ -422,3 +422,37 @@ func state(t *testing.T, d *lume.Driver, name string) vz.State {
 	}
 	return vm.State
 }
+
+// With the guest's administrator, the driver asks macOS to shut down with
+// "lume shutdown" (SSH, sudo shutdown -h now), never lume's forced stop;
+// lume's refusals come back in its words.
+func TestRequestStopWithLumeShutdown(t *testing.T) {
+	cli, err := fakelume.BuildCLI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, fake := setup(t, fakelume.Options{GuestUser: "admin", GuestPassword: "s3cret"})
+	t.Setenv("FAKELUME_URL", d.BaseURL)
+	ctx := context.Background()
+	create(t, d, "vm1")
+	if err := d.Start(ctx, "vm1", vz.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d.Binary, d.GuestUser, d.GuestPassword = cli, "admin", "wrong"
+	if err := d.RequestStop(ctx, "vm1"); err == nil || !strings.Contains(err.Error(), "SSH authentication failed") {
+		t.Fatalf("lume shutdown with a wrong password: %v; want lume's words", err)
+	}
+	d.GuestPassword = "s3cret"
+	if err := d.RequestStop(ctx, "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	if s := state(t, d, "vm1"); s != vz.StateStopped || fake.SSHShutdowns() != 1 || fake.ForcedStops() != 0 {
+		t.Fatalf("after lume shutdown: %s, %d shut down from inside, %d forced; want Stopped, 1, 0", s, fake.SSHShutdowns(), fake.ForcedStops())
+	}
+	mustErr(t, d.RequestStop(ctx, "vm1"), vz.ErrNotRunning)
+	d.Binary = ""
+	if err := d.Start(ctx, "vm1", vz.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mustErr(t, d.RequestStop(ctx, "vm1"), vz.ErrNoGracefulStop)
+}
