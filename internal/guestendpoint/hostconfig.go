@@ -117,27 +117,40 @@ func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	m := &macvirtv1alpha1.MacMachine{}
 	key := types.NamespacedName{Namespace: req.Machine.Namespace, Name: req.Machine.Name}
 	reader := h.Reader
 	if reader == nil {
 		reader = h.Client
 	}
-	if err := reader.Get(ctx, key, m); err != nil && !apierrors.IsNotFound(err) {
-		writeHostProblem(w, http.StatusInternalServerError, guestprotocol.ReasonInternal, "reading the machine failed; retry")
-		return
-	} else if err != nil || m.Spec.HostName != host || string(m.UID) != req.UID {
-		writeHostProblem(w, http.StatusForbidden, guestprotocol.ReasonUnauthorized, unplaced+" (the agent's --host must be its ServiceAccount's name)")
-		return
-	}
-	if !m.DeletionTimestamp.IsZero() {
-		writeHostProblem(w, http.StatusConflict, guestprotocol.ReasonUnauthorized, "the machine is being deleted; its VM is not started again")
-		return
-	}
-	// A start is a new boot: the machine's token is drawn anew, and only
-	// the guest of this start holds it. The operator never reads a Secret.
-	files, err := ReissueToken(ctx, h.Client, m.DeepCopy(), h.Address)
-	if err != nil {
+	var files map[string]string
+	// The token's record on the machine is written with the machine's
+	// resourceVersion, and the machine's controllers write it too: on a
+	// conflict the machine is read again and the token drawn anew, so a
+	// start is not refused for a write that raced it.
+	for attempt := 1; ; attempt++ {
+		m := &macvirtv1alpha1.MacMachine{}
+		if err := reader.Get(ctx, key, m); err != nil && !apierrors.IsNotFound(err) {
+			writeHostProblem(w, http.StatusInternalServerError, guestprotocol.ReasonInternal, "reading the machine failed; retry")
+			return
+		} else if err != nil || m.Spec.HostName != host || string(m.UID) != req.UID {
+			writeHostProblem(w, http.StatusForbidden, guestprotocol.ReasonUnauthorized, unplaced+" (the agent's --host must be its ServiceAccount's name)")
+			return
+		}
+		if !m.DeletionTimestamp.IsZero() {
+			writeHostProblem(w, http.StatusConflict, guestprotocol.ReasonUnauthorized, "the machine is being deleted; its VM is not started again")
+			return
+		}
+		// A start is a new boot: the machine's token is drawn anew, and
+		// only the guest of this start holds it. The operator never reads
+		// a Secret.
+		var err error
+		files, err = ReissueToken(ctx, h.Client, m.DeepCopy(), h.Address)
+		if err == nil {
+			break
+		}
+		if apierrors.IsConflict(err) && attempt < 3 {
+			continue
+		}
 		log.Info("issuing a machine's token for its host failed; the host retries", "machine", key, "host", host, "error", err.Error())
 		w.Header().Set("Retry-After", "2")
 		writeHostProblem(w, http.StatusServiceUnavailable, guestprotocol.ReasonInternal,

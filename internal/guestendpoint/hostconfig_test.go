@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -201,5 +203,37 @@ func TestHostConfigJunkTokensStarveOnlyTheirSender(t *testing.T) {
 	}
 	if reviews != before+1 {
 		t.Errorf("%d TokenReviews for a reviewed token and a new one, want 1", reviews-before)
+	}
+}
+
+// The machine's controllers write it too: a start whose token record
+// loses that race is retried with the machine read again, twice, and
+// only then refused (the host retries later).
+func TestHostConfigRetriesAConflictingRecord(t *testing.T) {
+	for name, tc := range map[string]struct {
+		conflicts, patches, code int
+	}{
+		"one conflict":       {conflicts: 1, patches: 2, code: http.StatusOK},
+		"conflicts go on":    {conflicts: 9, patches: 3, code: http.StatusServiceUnavailable},
+		"no conflict at all": {conflicts: 0, patches: 1, code: http.StatusOK},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h, c, m := hostConfigSetup(t)
+			patches := 0
+			h.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+				Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+					if _, ok := obj.(*macvirtv1alpha1.MacMachine); ok {
+						patches++
+						if patches <= tc.conflicts {
+							return apierrors.NewConflict(macvirtv1alpha1.GroupVersion.WithResource("macmachines").GroupResource(), obj.GetName(), errors.New("the object has been modified"))
+						}
+					}
+					return cl.Patch(ctx, obj, p, opts...)
+				}})
+			w := askConfig(h, "mac-a-token", guestprotocol.HostConfigRequest{Machine: guestprotocol.MachineRef{Namespace: m.Namespace, Name: m.Name}, UID: "uid-1"})
+			if w.Code != tc.code || patches != tc.patches {
+				t.Fatalf("answered %d after %d patches; want %d after %d: %s", w.Code, patches, tc.code, tc.patches, w.Body)
+			}
+		})
 	}
 }
