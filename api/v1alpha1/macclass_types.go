@@ -142,7 +142,29 @@ type ImageSpec struct {
 	// idle machines to it; bound machines are never touched.
 	// +optional
 	Refresh *ImageRefresh `json:"refresh,omitempty"`
+
+	// pullPolicy is for Virtualization classes: IfNotPresent (the
+	// default) makes each machine's VM from the image the Mac has cached
+	// under the tag, whatever the registry now has (tart's clone does
+	// so); Always asks the registry for the tag's digest before each new
+	// machine and pulls what changed (tart pull), so a re-pushed tag
+	// reaches new machines. The digest a VM was made from is in its
+	// machine's status.host.imageDigest.
+	// +kubebuilder:validation:Enum=IfNotPresent;Always
+	// +optional
+	PullPolicy ImagePullPolicy `json:"pullPolicy,omitempty"`
 }
+
+// ImagePullPolicy is when a Mac pulls a Virtualization class's image.
+type ImagePullPolicy string
+
+// Image pull policies.
+const (
+	// PullIfNotPresent uses the Mac's cached image.
+	PullIfNotPresent ImagePullPolicy = "IfNotPresent"
+	// PullAlways asks the registry for each new machine.
+	PullAlways ImagePullPolicy = "Always"
+)
 
 // ImageRefresh is how often a registry image is polled and how many
 // imports are kept.
@@ -494,6 +516,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.runtime) || self.runtime != 'Virtualization' || (has(self.image.source) && has(self.image.source.registry) && !has(self.image.refresh))",message="a Virtualization class takes its VM image from image.source.registry.url (an OCI reference tart or lume can pull, such as docker://ghcr.io/cirruslabs/macos-sequoia-base:latest), without image.refresh"
 // +kubebuilder:validation:XValidation:rule="!has(self.runtime) || self.runtime != 'Virtualization' || !has(self.installer)",message="installer classes run on KubeVirt only: remove spec.installer or the runtime"
 // +kubebuilder:validation:XValidation:rule="!has(self.lifecycle) || !has(self.lifecycle.afterShutdownGracePeriod) || self.lifecycle.afterShutdownGracePeriod == 'Wait' || (has(self.runtime) && self.runtime == 'Virtualization')",message="lifecycle.afterShutdownGracePeriod PowerOff is for Virtualization classes: on KubeVirt, KubeVirt forces the VM off after shutdownGracePeriod itself; remove it"
+// +kubebuilder:validation:XValidation:rule="!has(self.image.pullPolicy) || (has(self.runtime) && self.runtime == 'Virtualization')",message="image.pullPolicy is for Virtualization classes (a Mac's tool pulls their image); a KubeVirt class's image is CDI's: remove it, or use image.refresh"
 // +kubebuilder:validation:XValidation:rule="(has(self.runtime) ? self.runtime : 'KubeVirt') == (has(oldSelf.runtime) ? oldSelf.runtime : 'KubeVirt')",message="runtime is immutable: make a new class for the other runtime"
 // +kubebuilder:validation:XValidation:rule="has(self.installer) == (has(self.image.source) && has(self.image.source.blank))",message="a blank system disk (image.source.blank) is for installer classes only: set spec.installer with the recovery DataSource, or give image a source with macOS on it"
 type MacClassSpec struct {

@@ -226,6 +226,11 @@ type HostVMStatus struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Error string `json:"error,omitempty"`
+	// imageDigest is the digest of the image the VM was made from, as the
+	// Mac's tool resolved the class's image (tart; lume does not say).
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	ImageDigest string `json:"imageDigest,omitempty"`
 	// pull is the image pull that makes the VM, while the agent makes it;
 	// cleared once the VM exists.
 	// +optional

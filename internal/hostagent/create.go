@@ -53,6 +53,8 @@ type creation struct {
 	done       bool
 	err        error
 	finishedAt time.Time
+	// digest is what the image resolved to, when the tool says.
+	digest string
 }
 
 // creations are the host's VMs being made, by VM name.
@@ -83,6 +85,9 @@ type createView struct {
 	StartedAt  time.Time
 	Err        error
 	FinishedAt time.Time
+	// Digest is the digest the VM was made from ("" when the tool does
+	// not say).
+	Digest string
 }
 
 // view returns the creation of the VM name, if any; a successful one is
@@ -95,7 +100,7 @@ func (c *creations) view(name string) (createView, bool) {
 		return createView{}, false
 	}
 	v := createView{Running: !op.done, Queued: op.queued, Progress: op.progress, Image: op.image, StartedAt: op.startedAt,
-		Err: op.err, FinishedAt: op.finishedAt}
+		Err: op.err, FinishedAt: op.finishedAt, Digest: op.digest}
 	if op.done && op.err == nil {
 		delete(c.ops, name)
 	}
@@ -143,8 +148,12 @@ func (c *creations) begin(ctx context.Context, driver vz.Driver, name string, op
 	go func() {
 		defer cancel()
 		err := c.create(ctx, driver, name, opts, cached, op)
+		digest := ""
+		if err == nil {
+			digest, _ = driver.ImageDigest(ctx, opts.Image)
+		}
 		c.mu.Lock()
-		op.done, op.err, op.finishedAt, op.queued = true, err, c.clock.Now(), false
+		op.done, op.err, op.finishedAt, op.queued, op.digest = true, err, c.clock.Now(), false, digest
 		c.mu.Unlock()
 		m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Namespace: machine.Namespace, Name: machine.Name}}
 		select {

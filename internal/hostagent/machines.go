@@ -93,6 +93,9 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if made && !cv.Running && cv.Err != nil {
 		in.CreateFailedAt, in.CreateError = &cv.FinishedAt, cv.Err.Error()
 	}
+	if made && !cv.Running && cv.Err == nil {
+		report.ImageDigest = cv.Digest
+	}
 	report.Pull = nil
 	d := Decide(in)
 	result := ctrl.Result{RequeueAfter: resync}
@@ -119,7 +122,7 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			// A cached image is cloned at once; one to pull waits for a
 			// pull token. Either way the loop goes on.
 			cached := false
-			if images, err := a.driver.Images(ctx); err == nil {
+			if images, err := a.driver.Images(ctx); err == nil && class.Spec.Image.PullPolicy != macvirtv1alpha1.PullAlways {
 				cached = cachedImage(images, image)
 			}
 			a.creations.begin(ctx, a.driver, name, createOptions(class), cached, req.NamespacedName)
@@ -223,7 +226,7 @@ func hostState(s vz.State) macvirtv1alpha1.HostVMState {
 }
 
 func createOptions(class *macvirtv1alpha1.MacClass) vz.CreateOptions {
-	opts := vz.CreateOptions{Image: class.Spec.VMImage()}
+	opts := vz.CreateOptions{Image: class.Spec.VMImage(), PullAlways: class.Spec.Image.PullPolicy == macvirtv1alpha1.PullAlways}
 	opts.CPUs = int(class.Spec.Resources.CPU)
 	mem := class.Spec.Resources.MemoryOrDefault()
 	opts.MemoryMiB = int(mem.Value() / (1 << 20))

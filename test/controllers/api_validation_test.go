@@ -98,6 +98,12 @@ var _ = Describe("The macvirt CRDs", func() {
 		Entry("a KubeVirt class that would power off after its grace period", func(c *macvirtv1alpha1.MacClass) {
 			c.Spec.Lifecycle.AfterShutdownGracePeriod = macvirtv1alpha1.AfterGracePowerOff
 		}, "PowerOff is for Virtualization classes"),
+		Entry("a KubeVirt class with a pull policy", func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Image.PullPolicy = macvirtv1alpha1.PullAlways
+		}, "image.pullPolicy is for Virtualization classes"),
+		Entry("a pull policy nobody knows", func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Image.PullPolicy = "Never"
+		}, `spec.image.pullPolicy: Unsupported value: "Never"`),
 		Entry("an after-grace policy nobody knows", func(c *macvirtv1alpha1.MacClass) {
 			c.Spec.Lifecycle.AfterShutdownGracePeriod = "Kill"
 		}, `spec.lifecycle.afterShutdownGracePeriod: Unsupported value: "Kill"`),

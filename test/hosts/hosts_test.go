@@ -224,6 +224,7 @@ var _ = Describe("Releasing a Mac on an Apple-silicon host", func() {
 			m := &macvirtv1alpha1.MacMachine{}
 			Expect(admin.Get(ctx, client.ObjectKey{Namespace: claim.Status.MachineRef.Namespace, Name: claim.Status.MachineRef.Name}, m)).To(Succeed())
 			Expect(m.Spec.HostName).To(Equal(a))
+			Expect(m.Status.Host.ImageDigest).To(HavePrefix("sha256:"), "the digest tart made the VM from")
 			vm := m.Status.Host.VMName
 			Expect(seen).NotTo(HaveKey(vm), "a fresh Mac for every claim")
 			seen[vm] = true

@@ -67,6 +67,9 @@ type CreateOptions struct {
 	// Progress, when set, is told how a pull of the image goes, as often
 	// as the tool says; a tool that does not say never calls it.
 	Progress func(PullProgress)
+	// PullAlways asks the registry for the image's digest first and pulls
+	// what changed, rather than using the image cached under its tag.
+	PullAlways bool
 }
 
 // PullProgress is how far a pull of an image is, in the tool's words.
@@ -146,6 +149,9 @@ type Driver interface {
 	Slots(ctx context.Context) (Slots, error)
 	// Images lists the images the host has cached.
 	Images(ctx context.Context) ([]string, error)
+	// ImageDigest is the digest the host has cached image under
+	// ("sha256:..."), or ErrUnsupported when the tool does not say.
+	ImageDigest(ctx context.Context, image string) (string, error)
 	// Version is the tool's version as it prints it; ErrUnsupported when
 	// the tool cannot tell (lume's API has no version route).
 	Version(ctx context.Context) (string, error)

@@ -73,6 +73,7 @@ var apiServerRejects = map[string]string{
 	"blank disk":                      "spec",
 	"installer with a disk that is not blank":      "spec",
 	"refresh of an image that is not a registry's": "spec.image",
+	"a pull policy on a KubeVirt class":            "spec",
 	"bootloader without a source":                  "spec.bootloader",
 	"AppleSMC without the OSK":                     "spec.hardware.smc",
 	"AppleSMC with an OSK reference without key":   "spec.hardware.smc.oskSecretRef.key",

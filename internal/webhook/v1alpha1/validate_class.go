@@ -71,6 +71,10 @@ func ValidateMacClass(c *macvirtv1alpha1.MacClass, env ClassEnv) (field.ErrorLis
 	} else {
 		errs = append(errs, validateDiskSource(spec.Child("bootloader"), &s.Bootloader.DiskSource, &warns)...)
 		errs = append(errs, validateSize(spec.Child("bootloader", "size"), s.Bootloader.Size)...)
+		if s.Image.PullPolicy != "" {
+			errs = append(errs, field.Forbidden(spec.Child("image", "pullPolicy"),
+				"is for Virtualization classes (a Mac's tool pulls their image); a KubeVirt class's image is CDI's: remove it, or use image.refresh"))
+		}
 		if s.Lifecycle.AfterShutdownGracePeriod == macvirtv1alpha1.AfterGracePowerOff {
 			errs = append(errs, field.Forbidden(spec.Child("lifecycle", "afterShutdownGracePeriod"),
 				"PowerOff is for Virtualization classes: on KubeVirt, KubeVirt forces the VM off after shutdownGracePeriod itself; remove it"))
@@ -191,7 +195,7 @@ func validateOnHosts(spec *field.Path, s *macvirtv1alpha1.MacClassSpec) field.Er
 		}
 	}
 	if s.Image.Refresh != nil {
-		errs = append(errs, field.Forbidden(spec.Child("image", "refresh"), "a Mac's tool pulls the image itself: remove refresh"))
+		errs = append(errs, field.Forbidden(spec.Child("image", "refresh"), "a Mac's tool pulls the image itself: remove refresh (image.pullPolicy: Always takes a re-pushed tag for each new machine)"))
 	}
 	if s.Installer != nil {
 		errs = append(errs, field.Forbidden(spec.Child("installer"), "installer classes run on KubeVirt only: remove installer, or runtime"))

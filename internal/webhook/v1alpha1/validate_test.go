@@ -123,6 +123,8 @@ var classRejections = map[string]struct {
 		c.Spec.MacOS = &macvirtv1alpha1.MacOSSpec{Release: macvirtv1alpha1.MacOSVentura}
 		c.Spec.Hardware.SMBIOS.ProductName = "iMac17,1"
 	}, "spec.hardware.smbios.productName", "macOS 13 (Ventura) does not support iMac17,1"},
+	"a pull policy on a KubeVirt class": {func(c *macvirtv1alpha1.MacClass) { c.Spec.Image.PullPolicy = macvirtv1alpha1.PullAlways },
+		"spec.image.pullPolicy", "is for Virtualization classes"},
 	"a default access type the class does not allow": {func(c *macvirtv1alpha1.MacClass) {
 		c.Spec.Access.DefaultType = macvirtv1alpha1.AccessNodePort
 	}, "spec.access.defaultType", "must be one of spec.tenancy.allowedAccessTypes [ClusterIP]: add NodePort there, or pick one of those"},

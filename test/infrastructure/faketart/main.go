@@ -131,6 +131,15 @@ func run(args []string) error {
 			return err
 		}
 		return e.ip(pos[0])
+	case "pull":
+		if err := need(1); err != nil {
+			return err
+		}
+		if err := e.known(pos[0]); err != nil {
+			return err
+		}
+		fmt.Printf("pulling %s...\n", pos[0])
+		return e.pull(pos[0])
 	case "clone":
 		if err := need(2); err != nil {
 			return err
@@ -272,14 +281,35 @@ func printJSON(v any) error {
 	return nil
 }
 
+// ociNames lists the OCI cache as tart's VMStorageOCI.list does: a tag
+// (a symlink) as host/namespace:tag, a digest (a directory) as
+// host/namespace@sha256:..., the host's ":" decoded.
 func (e *env) ociNames() []string {
-	entries, _ := os.ReadDir(filepath.Join(e.home, "cache", "OCIs"))
+	base := filepath.Join(e.home, "cache", "OCIs")
 	var out []string
-	for _, d := range entries {
-		if n, err := url.PathUnescape(d.Name()); err == nil {
+	_ = filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == base {
+			return nil
+		}
+		rel, _ := filepath.Rel(base, p)
+		parent, leaf := filepath.Dir(rel), filepath.Base(rel)
+		name := ""
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			name = parent + ":" + leaf
+		case d.IsDir() && strings.HasPrefix(leaf, "sha256:"):
+			name = parent + "@" + leaf
+		default:
+			return nil
+		}
+		if n, err := url.PathUnescape(name); err == nil {
 			out = append(out, n)
 		}
-	}
+		if d.IsDir() {
+			return filepath.SkipDir
+		}
+		return nil
+	})
 	sort.Strings(out)
 	return out
 }
@@ -383,15 +413,15 @@ func (e *env) hasMAC(mac, except string, runningOnly bool) bool {
 func (e *env) clone(src, dst string) error {
 	c := vmConfig{OS: "darwin", CPU: 4, Memory: 8192, Disk: 50, Display: "1024x768", Source: src, MAC: imageMAC(src)}
 	if strings.Contains(src, "/") {
-		known := false
-		for _, i := range e.knobs.Images {
-			known = known || i == src
-		}
-		if !known {
-			return failf("faketart: the registry has no image %s", src)
-		}
-		if err := e.pull(src); err != nil {
+		if err := e.known(src); err != nil {
 			return err
+		}
+		// tart's Clone.swift pulls only a reference it has not cached: a
+		// cached tag is used whatever the registry now has.
+		if !e.cachedTag(src) {
+			if err := e.pull(src); err != nil {
+				return err
+			}
 		}
 	} else if sc, err := e.readConfig(src); err != nil {
 		return err

@@ -17,6 +17,8 @@ limitations under the License.
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
@@ -27,20 +29,72 @@ import (
 	"time"
 )
 
-// pull pulls an image into the cache unless it is there, as tart's
-// VMStorageOCI.pull does: one pull per registry host at a time (tart
-// locks the host's cache directory, and says "waiting for lock..."), the
-// disk's size printed once, then its percentage at most once a second, a
-// line each with CI set and a redrawn line without. The pull takes the
-// image's size over the knobs' link speed; SIGINT cancels it (tart
-// cancels its task on Ctrl+C) and leaves nothing in the cache.
-func (e *env) pull(ref string) error {
-	cached := filepath.Join(e.home, "cache", "OCIs", url.PathEscape(ref))
-	if _, err := os.Stat(cached); err == nil {
-		return nil
+// known says whether the fake registry has ref.
+func (e *env) known(ref string) error {
+	for _, i := range e.knobs.Images {
+		if i == ref {
+			return nil
+		}
 	}
+	return failf("faketart: the registry has no image %s", ref)
+}
+
+// remoteName splits ref as tart's RemoteName: the registry host, the
+// namespace, and a tag (latest when none) or a digest.
+func remoteName(ref string) (host, namespace, reference string) {
+	host, rest, _ := strings.Cut(ref, "/")
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		return host, rest[:i], rest[i+1:]
+	}
+	if i := strings.LastIndex(rest, ":"); i >= 0 && !strings.Contains(rest[i:], "/") {
+		return host, rest[:i], rest[i+1:]
+	}
+	return host, rest, "latest"
+}
+
+// ociDir is where tart caches a repository: OCIs/<host, ":" encoded>/<namespace>.
+func (e *env) ociDir(host, namespace string) string {
+	return filepath.Join(e.home, "cache", "OCIs", strings.ReplaceAll(host, ":", "%3A"), filepath.FromSlash(namespace))
+}
+
+// digestOf is the digest the fake registry's manifest of ref has now
+// (the Digests knob re-pushes a tag).
+func (e *env) digestOf(ref string) string {
+	if d := e.knobs.Digests[ref]; d != "" {
+		return d
+	}
+	sum := sha256.Sum256([]byte(ref))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// cachedTag says whether tart has ref cached under its own name.
+func (e *env) cachedTag(ref string) bool {
+	host, ns, reference := remoteName(ref)
+	_, err := os.Stat(filepath.Join(e.ociDir(host, ns), reference))
+	return err == nil
+}
+
+// pull pulls an image into the cache as tart's VMStorageOCI.pull does: the
+// manifest's digest first, nothing more when the tag is linked to it
+// already; else one pull per registry host at a time (tart locks the
+// host's cache directory, and says "waiting for lock..."), the disk's size
+// printed once, then its percentage at most once a second, a line each
+// with CI set and a redrawn line without; the digest's directory, then
+// the tag linked to it. The pull takes the image's size over the knobs'
+// link speed; SIGINT cancels it (tart cancels its task on Ctrl+C) and
+// leaves nothing in the cache.
+func (e *env) pull(ref string) error {
 	fmt.Println("pulling manifest...")
-	host, _, _ := strings.Cut(ref, "/")
+	host, ns, reference := remoteName(ref)
+	dir := e.ociDir(host, ns)
+	digest := e.digestOf(ref)
+	tag, digestDir := filepath.Join(dir, reference), filepath.Join(dir, digest)
+	if target, err := os.Readlink(tag); err == nil && target == digestDir {
+		if _, err := os.Stat(digestDir); err == nil {
+			fmt.Printf("%s/%s@%s image is already cached and linked!\n", host, ns, digest)
+			return nil
+		}
+	}
 	locks := filepath.Join(e.home, "cache", "locks")
 	if err := os.MkdirAll(locks, 0o750); err != nil {
 		return err
@@ -56,9 +110,9 @@ func (e *env) pull(ref string) error {
 			return err
 		}
 	}
-	if _, err := os.Stat(cached); err == nil {
-		fmt.Printf("%s image is already cached! creating a symlink...\n", ref)
-		return nil
+	if _, err := os.Stat(digestDir); err == nil {
+		fmt.Printf("%s/%s@%s image is already cached! creating a symlink...\n", host, ns, digest)
+		return e.link(tag, digestDir)
 	}
 	size := e.knobs.ImageSizes[ref]
 	fmt.Printf("pulling disk (%.1f GB compressed)...\n", float64(size)/1e9)
@@ -96,5 +150,14 @@ func (e *env) pull(ref string) error {
 	}
 	show(100)
 	fmt.Println("pulling NVRAM...")
-	return os.MkdirAll(cached, 0o750)
+	if err := os.MkdirAll(digestDir, 0o750); err != nil {
+		return err
+	}
+	return e.link(tag, digestDir)
+}
+
+// link points the tag at the digest's directory, over an older one.
+func (e *env) link(tag, digestDir string) error {
+	_ = os.Remove(tag)
+	return os.Symlink(digestDir, tag)
 }

@@ -779,3 +779,9 @@ func (d *Driver) recordPull(ctx context.Context, ref, org, image string) {
 func (d *Driver) Version(context.Context) (string, error) {
 	return "", fmt.Errorf("lume's API does not say its version: %w", errors.ErrUnsupported)
 }
+
+// ImageDigest is unsupported: lume lists a cached image by 12 characters
+// of its manifest id, not its digest.
+func (d *Driver) ImageDigest(context.Context, string) (string, error) {
+	return "", fmt.Errorf("lume does not say an image's digest: %w", errors.ErrUnsupported)
+}

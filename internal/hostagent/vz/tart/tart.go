@@ -261,6 +261,13 @@ func (d *Driver) Create(ctx context.Context, name string, opts vz.CreateOptions)
 	case !errors.Is(err, vz.ErrNotFound):
 		return fmt.Errorf("creating VM %s with tart: %w", name, err)
 	}
+	if opts.PullAlways {
+		// tart clone uses a cached tag as it is; tart pull asks the
+		// registry for the tag's digest and pulls it when it changed.
+		if err := d.pulling(ctx, opts.Progress, "pull", opts.Image); err != nil {
+			return fmt.Errorf("pulling image %s with tart for VM %s: %w", opts.Image, name, err)
+		}
+	}
 	if err := d.pulling(ctx, opts.Progress, "clone", opts.Image, name); err != nil {
 		return fmt.Errorf("creating VM %s with tart from image %s: %w", name, opts.Image, err)
 	}
@@ -552,6 +559,39 @@ func (d *Driver) Images(ctx context.Context) ([]string, error) {
 		out = append(out, e.Name)
 	}
 	return out, nil
+}
+
+// ImageDigest reads which digest tart has image's tag linked to: tart
+// keeps a pulled image under its digest, OCIs/<host>/<namespace>/sha256:...,
+// and the tag as a symbolic link to it (VMStorageOCI.link).
+func (d *Driver) ImageDigest(_ context.Context, image string) (string, error) {
+	host, namespace, reference := remoteName(image)
+	if strings.HasPrefix(reference, "sha256:") {
+		return reference, nil
+	}
+	tag := filepath.Join(d.tartHome(), "cache", "OCIs", strings.ReplaceAll(host, ":", "%3A"), filepath.FromSlash(namespace), reference)
+	target, err := os.Readlink(tag)
+	if err != nil {
+		return "", fmt.Errorf("reading the digest tart has %s under: %w", image, err)
+	}
+	digest := filepath.Base(target)
+	if !strings.HasPrefix(digest, "sha256:") {
+		return "", fmt.Errorf("tart has %s linked to %s, not a digest", image, target)
+	}
+	return digest, nil
+}
+
+// remoteName splits an OCI reference as tart's RemoteName does: the
+// registry host, the namespace, and a tag (latest when none) or digest.
+func remoteName(ref string) (host, namespace, reference string) {
+	host, rest, _ := strings.Cut(ref, "/")
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		return host, rest[:i], rest[i+1:]
+	}
+	if i := strings.LastIndex(rest, ":"); i >= 0 && !strings.Contains(rest[i:], "/") {
+		return host, rest[:i], rest[i+1:]
+	}
+	return host, rest, "latest"
 }
 
 // Version is what "tart --version" prints, e.g. "2.32.1".

@@ -185,7 +185,13 @@ func TestLifecycle(t *testing.T) {
 	if s, err := d.Slots(ctx); err != nil || s != (vz.Slots{Max: 2, Running: 1}) {
 		t.Fatalf("Slots = %+v, %v", s, err)
 	}
-	if imgs, err := d.Images(ctx); err != nil || len(imgs) != 1 || imgs[0] != image {
+	// tart lists a pulled image by its tag and by its digest.
+	digest, err := d.ImageDigest(ctx, image)
+	if err != nil || !strings.HasPrefix(digest, "sha256:") {
+		t.Fatalf("ImageDigest = %q, %v", digest, err)
+	}
+	if imgs, err := d.Images(ctx); err != nil || len(imgs) != 2 || imgs[0] != image ||
+		imgs[1] != strings.TrimSuffix(image, ":latest")+"@"+digest {
 		t.Fatalf("Images = %v, %v", imgs, err)
 	}
 	if err := d.RequestStop(ctx, "vm1"); err != nil {
@@ -516,5 +522,41 @@ func TestPullCancelled(t *testing.T) {
 	imgs, err := d.Images(context.Background())
 	if err != nil || len(imgs) != 0 {
 		t.Fatalf("Images after a cancelled pull: %v, %v; want none", imgs, err)
+	}
+}
+
+// A re-pushed tag reaches a new VM only with PullAlways: tart's clone
+// uses a cached tag whatever the registry has, tart pull asks the
+// registry and moves the tag to the new digest.
+func TestPullAlwaysTakesARepushedTag(t *testing.T) {
+	d, home := setup(t, build.Knobs{})
+	ctx := context.Background()
+	create(t, d, "a")
+	first, err := d.ImageDigest(ctx, image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const repushed = "sha256:00000000000000000000000000000000000000000000000000000000000000aa"
+	k, err := build.ReadKnobs(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Digests = map[string]string{image: repushed}
+	if err := build.WriteKnobs(home, k); err != nil {
+		t.Fatal(err)
+	}
+	create(t, d, "b")
+	if got, _ := d.ImageDigest(ctx, image); got != first {
+		t.Fatalf("after a clone with the tag cached, the tag is at %s; want %s still", got, first)
+	}
+	if err := d.Create(ctx, "c", vz.CreateOptions{Image: image, PullAlways: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := d.ImageDigest(ctx, image); got != repushed {
+		t.Fatalf("after a pull, the tag is at %s; want the re-pushed %s", got, repushed)
+	}
+	used, err := build.Used(home, "pull")
+	if err != nil || !used {
+		t.Fatalf("tart pull was not run (%v, %v)", used, err)
 	}
 }

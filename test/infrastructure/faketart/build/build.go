@@ -103,6 +103,10 @@ type Knobs struct {
 	// PullBytesPerSecond is the registry link's speed: a pull takes its
 	// image's size over it. 0 pulls at once.
 	PullBytesPerSecond int64 `json:"pullBytesPerSecond,omitempty"`
+	// Digests are the registry's manifest digests ("sha256:...") by
+	// reference; a reference with none has one of its own. Changing one
+	// re-pushes the tag.
+	Digests map[string]string `json:"digests,omitempty"`
 }
 
 // WriteKnobs writes the fake's knobs into home (TART_HOME).
