@@ -118,6 +118,11 @@ type Agent struct {
 	// yet: a start that failed (the VM limit, say) is retried with it,
 	// rather than drawing the machine a new token (and Secret) each time.
 	unused map[string]string
+	// stopWarnings are, by VM, what the tool said when its own request to
+	// shut down failed while the share's reached the guest agent: shown in
+	// status.host.error while the VM is waited for, since a guest agent
+	// that never answers leaves only the tool's words to act on.
+	stopWarnings map[string]string
 	// creations are the VMs being made beside the machine loop.
 	creations *creations
 }
@@ -169,7 +174,7 @@ func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("making the agent's manager: %w", err)
 	}
 	a := &Agent{opts: opts, driver: driver, client: mgr.GetClient(), reader: mgr.GetAPIReader(), clock: opts.Clock, mgr: mgr,
-		endpoint: endpoint, unused: map[string]string{}, creations: newCreations(opts.MaxPulls, opts.Clock)}
+		endpoint: endpoint, unused: map[string]string{}, stopWarnings: map[string]string{}, creations: newCreations(opts.MaxPulls, opts.Clock)}
 	name := "hostagent"
 	if opts.Name != "" {
 		name += "-" + opts.Name
@@ -254,6 +259,7 @@ func (a *Agent) forgetMade(name string) {
 	a.forgetConfig(name)
 	a.mu.Lock()
 	delete(a.unused, name)
+	delete(a.stopWarnings, name)
 	a.mu.Unlock()
 }
 

@@ -167,10 +167,25 @@ func (a *Agent) askShutdown(vm string) (bool, error) {
 
 // requestStop asks macOS in the VM to shut down both ways there are: the
 // request in its share, for the guest agent, and the tool's own (the power
-// button). One of them asked is enough; the caller waits for the VM to end.
+// button, or lume shutdown over SSH). One of them asked is enough; the
+// caller waits for the VM to end. When the share asked and the tool
+// failed (a wrong guest password, Remote Login off), the tool's words are
+// kept for stopWarning: if the guest agent does not answer either, they
+// say what to mend.
 func (a *Agent) requestStop(ctx context.Context, vm string) error {
 	shared, shareErr := a.askShutdown(vm)
 	err := a.driver.RequestStop(ctx, vm)
+	warning := ""
+	if shared && err != nil && !errors.Is(err, vz.ErrNotRunning) && !errors.Is(err, vz.ErrNoGracefulStop) {
+		warning = "asked the guest agent to shut macOS down; the tool's own request failed: " + err.Error()
+	}
+	a.mu.Lock()
+	if warning != "" {
+		a.stopWarnings[vm] = warning
+	} else {
+		delete(a.stopWarnings, vm)
+	}
+	a.mu.Unlock()
 	switch {
 	case errors.Is(err, vz.ErrNotRunning):
 		return err
@@ -184,6 +199,34 @@ func (a *Agent) requestStop(ctx context.Context, vm string) error {
 			"shared one); macvirt never forces macOS off: shut macOS down from inside the VM", err)
 	}
 	return err
+}
+
+// stopWarning is what the tool said when it failed to ask the VM to stop
+// while the share asked; empty when it did not fail.
+func (a *Agent) stopWarning(vm string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stopWarnings[vm]
+}
+
+// forgetStopWarning drops it once the VM stopped.
+func (a *Agent) forgetStopWarning(vm string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.stopWarnings, vm)
+}
+
+// waitingProblem is status.host.error while a VM asked to stop is waited
+// for: the decision's problem (past the grace period), and what the tool
+// said when its own request failed.
+func waitingProblem(problem, warning string) string {
+	switch {
+	case warning == "":
+		return problem
+	case problem == "":
+		return warning
+	}
+	return problem + "; " + warning
 }
 
 // ProbeEndpoint asks the operator's agent endpoint for nothing in

@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/guestprotocol"
@@ -64,7 +67,8 @@ func configAgent(t *testing.T, d vz.Driver, extra map[string]string) (*Agent, *a
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Agent{opts: Options{StateDir: t.TempDir(), Endpoint: ep}, driver: d, endpoint: client, unused: map[string]string{}}, &fetches
+	return &Agent{opts: Options{StateDir: t.TempDir(), Endpoint: ep}, driver: d, endpoint: client, unused: map[string]string{},
+		stopWarnings: map[string]string{}, clock: clock.RealClock{}}, &fetches
 }
 
 // A configuration with a file the protocol does not name (a path, say) is
@@ -104,5 +108,49 @@ func TestAStartRefusedIsRetriedWithoutANewToken(t *testing.T) {
 	}
 	if fetches.Load() != 2 {
 		t.Fatalf("a start after one that ran: %d fetches, want a second", fetches.Load())
+	}
+}
+
+// stopDriver's own request to stop fails as lume shutdown does with a
+// wrong guest password.
+type stopDriver struct{ vz.Driver }
+
+func (stopDriver) RequestStop(context.Context, string) error {
+	return errors.New(`lume shutdown macvirt-x: exit status 1: {"message":"SSH authentication failed. Check username and password."}`)
+}
+
+// When the share asked the guest agent but the tool's own request failed,
+// the stop is still asked (the VM is waited for), and the tool's words stay
+// in status.host.error while it is: a guest agent that never answers
+// leaves them as the only clue. A VM without a share gets the error.
+func TestAToolsFailedStopRequestStaysVisibleWhileTheShareAsked(t *testing.T) {
+	a, _ := configAgent(t, stopDriver{}, nil)
+	if err := a.requestStop(context.Background(), "vm"); err == nil || !strings.Contains(err.Error(), "SSH authentication failed") {
+		t.Fatalf("no share, the tool failed: requestStop said %v", err)
+	}
+	if w := a.stopWarning("vm"); w != "" {
+		t.Fatalf("no share: a warning %q beside the error", w)
+	}
+	if err := os.MkdirAll(filepath.Join(a.opts.StateDir, configsDir, "vm", guestprotocol.ConfigShareName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.requestStop(context.Background(), "vm"); err != nil {
+		t.Fatalf("the share asked: requestStop said %v", err)
+	}
+	w := a.stopWarning("vm")
+	if !strings.Contains(w, "SSH authentication failed") {
+		t.Fatalf("the tool's words were dropped: warning %q", w)
+	}
+	for _, c := range []struct{ problem, want string }{
+		{"", w},
+		{"StopFailed: past the grace period", "StopFailed: past the grace period; " + w},
+	} {
+		if got := waitingProblem(c.problem, w); got != c.want {
+			t.Fatalf("waitingProblem(%q) = %q, want %q", c.problem, got, c.want)
+		}
+	}
+	a.forgetStopWarning("vm")
+	if a.stopWarning("vm") != "" || waitingProblem("", a.stopWarning("vm")) != "" {
+		t.Fatal("a stopped VM kept its warning")
 	}
 }

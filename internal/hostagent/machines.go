@@ -157,6 +157,7 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		case stepErr == nil:
 			now := metav1.NewTime(a.clock.Now())
 			report.State, report.StopRequestedAt = macvirtv1alpha1.HostVMStopping, &now
+			report.Error = waitingProblem(report.Error, a.stopWarning(name))
 		case errors.Is(stepErr, vz.ErrNotRunning):
 			// Stopped meanwhile, or not running yet: looked at again.
 			stepErr = nil
@@ -171,6 +172,7 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		ctrl.LoggerFrom(ctx).Info("forced a deleted machine's VM off past its grace period, as its class says", "vm", name)
 	case ActWaitStop:
 		report.State = macvirtv1alpha1.HostVMStopping
+		report.Error = waitingProblem(report.Error, a.stopWarning(name))
 	case ActDelete:
 		stepErr = a.driver.Delete(ctx, name)
 		if stepErr == nil {
@@ -183,6 +185,7 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		report.State = hostState(vm.State)
 		if vm.State == vz.StateStopped {
 			report.Address, report.RunningSince, report.StopRequestedAt = "", nil, nil
+			a.forgetStopWarning(name)
 		} else {
 			report.Address = vm.IP
 		}
