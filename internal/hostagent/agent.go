@@ -125,6 +125,9 @@ type Agent struct {
 	stopWarnings map[string]string
 	// creations are the VMs being made beside the machine loop.
 	creations *creations
+	// facts and toolVersion are what heartbeats last read of the Mac.
+	facts       cached[Facts]
+	toolVersion cached[string]
 }
 
 // New makes an agent that talks to the API server with cfg (the host's

@@ -18,10 +18,13 @@ package hostagent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -71,5 +74,29 @@ func TestOnlyVMsTheAgentMadeForMachinesGoneAreOrphans(t *testing.T) {
 	}
 	if want := []string{VMPrefix + gone}; !slices.Equal(got, want) {
 		t.Fatalf("orphans = %v; want %v", got, want)
+	}
+}
+
+// What a heartbeat reads of the Mac is read again only once its time is
+// up; a failed read is never kept, and a clock set back reads anew.
+func TestCachedReadsAgainOnlyWhenDue(t *testing.T) {
+	var c cached[string]
+	reads := 0
+	read := func() (string, error) { reads++; return fmt.Sprint("v", reads), nil }
+	t0 := time.Date(2026, 12, 7, 5, 0, 0, 0, time.UTC)
+	for _, step := range []struct {
+		at   time.Duration
+		want string
+	}{{0, "v1"}, {59 * time.Second, "v1"}, {time.Minute, "v2"}, {90 * time.Second, "v2"}, {-time.Second, "v3"}} {
+		if got, _ := c.get(t0.Add(step.at), time.Minute, read); got != step.want {
+			t.Fatalf("at %s: %q, want %q", step.at, got, step.want)
+		}
+	}
+	failing := cached[string]{}
+	if _, err := failing.get(t0, time.Minute, func() (string, error) { return "", errors.New("tart: not found") }); err == nil {
+		t.Fatal("a failed read was not reported")
+	}
+	if got, err := failing.get(t0, time.Minute, func() (string, error) { return "2.32.1", nil }); err != nil || got != "2.32.1" {
+		t.Fatalf("after a failed read: %q, %v; want a new read", got, err)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -84,6 +85,39 @@ func (a *Agent) beat(ctx context.Context) error {
 	return nil
 }
 
+// What a heartbeat reads of the Mac is read again only this often: the
+// facts run a handful of commands (sysctl, defaults, stat) and the tool's
+// version one more, every beat otherwise. Free disk is a minute old at
+// most; a tool upgraded shows within ten.
+const (
+	factsTTL       = time.Minute
+	toolVersionTTL = 10 * time.Minute
+)
+
+// cached keeps a value read at some time; an error is never kept.
+type cached[T any] struct {
+	mu sync.Mutex
+	at time.Time
+	v  T
+	ok bool
+}
+
+// get is the value kept, when it was read less than ttl before now, else
+// read anew.
+func (c *cached[T]) get(now time.Time, ttl time.Duration, read func() (T, error)) (T, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ok && now.Sub(c.at) < ttl && !now.Before(c.at) {
+		return c.v, nil
+	}
+	v, err := read()
+	if err != nil {
+		return v, err
+	}
+	c.v, c.at, c.ok = v, now, true
+	return v, nil
+}
+
 // report is the host's report now; conditions keep their transition
 // times while they hold.
 func (a *Agent) report(ctx context.Context, was *macvirtv1alpha1.HostAgentReport) *macvirtv1alpha1.HostAgentReport {
@@ -98,7 +132,7 @@ func (a *Agent) report(ctx context.Context, was *macvirtv1alpha1.HostAgentReport
 	}
 	var facts Facts
 	if a.opts.Facts != nil {
-		facts = a.opts.Facts(ctx)
+		facts, _ = a.facts.get(a.clock.Now(), factsTTL, func() (Facts, error) { return a.opts.Facts(ctx), nil })
 		r.Chip, r.MacOSVersion, r.FreeDisk = facts.Chip, facts.MacOSVersion, facts.FreeDisk
 	}
 	slots, err := a.driver.Slots(ctx)
@@ -133,7 +167,7 @@ func (a *Agent) report(ctx context.Context, was *macvirtv1alpha1.HostAgentReport
 	if facts.ConsoleUser != "" {
 		problem(macvirtv1alpha1.HostConditionNoLoginSession, CheckLoginSession(facts.User, facts.ConsoleUser, facts.AutoLoginUser))
 	}
-	if v, err := a.driver.Version(ctx); err == nil {
+	if v, err := a.toolVersion.get(a.clock.Now(), toolVersionTTL, func() (string, error) { return a.driver.Version(ctx) }); err == nil {
 		problem(macvirtv1alpha1.HostConditionToolOutdated, CheckToolVersion(a.driver.Name(), v))
 	}
 	return r
