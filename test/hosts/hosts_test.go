@@ -28,8 +28,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -212,17 +210,9 @@ var _ = Describe("Releasing a Mac on an Apple-silicon host", func() {
 		seen := map[string]bool{}
 		for i := range 5 {
 			By(fmt.Sprintf("claim %d is Ready on the host's free slot", i+1))
-			claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("job-%d", i+1)},
-				Spec: macvirtv1alpha1.MacClaimSpec{ClassName: class}}
-			Expect(admin.Create(ctx, claim)).To(Succeed())
-			Eventually(func(g Gomega) {
-				g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
-				ready := meta.FindStatusCondition(claim.Status.Conditions, macvirtv1alpha1.ConditionReady)
-				g.Expect(ready).NotTo(BeNil())
-				g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "%s: %s", ready.Reason, ready.Message)
-			}).Should(Succeed())
-			m := &macvirtv1alpha1.MacMachine{}
-			Expect(admin.Get(ctx, client.ObjectKey{Namespace: claim.Status.MachineRef.Namespace, Name: claim.Status.MachineRef.Name}, m)).To(Succeed())
+			claim := claimOf(ns, fmt.Sprintf("job-%d", i+1), class)
+			awaitReady(claim)
+			m := machineOf(claim)
 			Expect(m.Spec.HostName).To(Equal(a))
 			Expect(m.Status.Host.ImageDigest).To(HavePrefix("sha256:"), "the digest tart made the VM from")
 			vm := m.Status.Host.VMName
@@ -267,30 +257,14 @@ var _ = Describe("A Mac whose macOS never shuts down", func() {
 		Expect(build.WriteKnobs(macs.Home(a), knobs)).To(Succeed())
 		ns := namespace(spec)
 		classOf := func(name string, after macvirtv1alpha1.AfterGracePolicy) string {
-			c := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: macvirtv1alpha1.MacClassSpec{
-					Runtime: macvirtv1alpha1.RuntimeVirtualization,
-					Image: macvirtv1alpha1.ImageSpec{DiskSource: macvirtv1alpha1.DiskSource{Source: &cdiv1.DataVolumeSource{
-						Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://" + image)}}}},
-					Placement: macvirtv1alpha1.PlacementSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test.macvirt.io/spec": spec}}},
-					Lifecycle: macvirtv1alpha1.LifecycleSpec{ShutdownGracePeriod: &metav1.Duration{Duration: 3 * time.Second}, AfterShutdownGracePeriod: after},
-				}}
-			Expect(admin.Create(ctx, c)).To(Succeed())
-			DeferCleanup(func() { Expect(client.IgnoreNotFound(admin.Delete(ctx, c))).To(Succeed()) })
-			return c.Name
+			return vzClassOf(name, spec, image, func(s *macvirtv1alpha1.MacClassSpec) {
+				s.Lifecycle = macvirtv1alpha1.LifecycleSpec{ShutdownGracePeriod: &metav1.Duration{Duration: 3 * time.Second}, AfterShutdownGracePeriod: after}
+			})
 		}
 		readyClaim := func(name, class string) *macvirtv1alpha1.MacMachine {
-			claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-				Spec: macvirtv1alpha1.MacClaimSpec{ClassName: class}}
-			Expect(admin.Create(ctx, claim)).To(Succeed())
-			Eventually(func(g Gomega) {
-				g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
-				ready := meta.FindStatusCondition(claim.Status.Conditions, macvirtv1alpha1.ConditionReady)
-				g.Expect(ready).NotTo(BeNil())
-				g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "%s: %s", ready.Reason, ready.Message)
-			}).Should(Succeed())
-			m := &macvirtv1alpha1.MacMachine{}
-			Expect(admin.Get(ctx, client.ObjectKey{Namespace: claim.Status.MachineRef.Namespace, Name: claim.Status.MachineRef.Name}, m)).To(Succeed())
+			claim := claimOf(ns, name, class)
+			awaitReady(claim)
+			m := machineOf(claim)
 			Expect(admin.Delete(ctx, claim)).To(Succeed())
 			return m
 		}
@@ -352,44 +326,7 @@ var _ = Describe("A 40 GB pull on an Apple-silicon host", func() {
 		knobs.ImageSizes, knobs.PullBytesPerSecond = map[string]int64{big: size}, speed
 		Expect(build.WriteKnobs(macs.Home(a), knobs)).To(Succeed())
 		ns := namespace(spec)
-		classOf := func(name, img string) string {
-			c := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: macvirtv1alpha1.MacClassSpec{
-					Runtime: macvirtv1alpha1.RuntimeVirtualization,
-					Image: macvirtv1alpha1.ImageSpec{DiskSource: macvirtv1alpha1.DiskSource{Source: &cdiv1.DataVolumeSource{
-						Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://" + img)}}}},
-					Placement: macvirtv1alpha1.PlacementSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test.macvirt.io/spec": spec}}},
-				}}
-			Expect(admin.Create(ctx, c)).To(Succeed())
-			DeferCleanup(func() { Expect(client.IgnoreNotFound(admin.Delete(ctx, c))).To(Succeed()) })
-			return c.Name
-		}
-		small, xcode := classOf(spec+"-small", image), classOf(spec+"-xcode", big)
-		claimOf := func(name, class string) *macvirtv1alpha1.MacClaim {
-			claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-				Spec: macvirtv1alpha1.MacClaimSpec{ClassName: class}}
-			Expect(admin.Create(ctx, claim)).To(Succeed())
-			return claim
-		}
-		machineOf := func(claim *macvirtv1alpha1.MacClaim) *macvirtv1alpha1.MacMachine {
-			m := &macvirtv1alpha1.MacMachine{}
-			Eventually(func(g Gomega) {
-				g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
-				g.Expect(claim.Status.MachineRef).NotTo(BeNil())
-				g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: claim.Status.MachineRef.Namespace, Name: claim.Status.MachineRef.Name}, m)).To(Succeed())
-			}).Should(Succeed())
-			return m
-		}
-		ready := func(claim *macvirtv1alpha1.MacClaim) time.Duration {
-			start := time.Now()
-			Eventually(func(g Gomega) {
-				g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
-				r := meta.FindStatusCondition(claim.Status.Conditions, macvirtv1alpha1.ConditionReady)
-				g.Expect(r).NotTo(BeNil())
-				g.Expect(r.Status).To(Equal(metav1.ConditionTrue), "%s: %s", r.Reason, r.Message)
-			}).Should(Succeed())
-			return time.Since(start)
-		}
+		small, xcode := vzClassOf(spec+"-small", spec, image, nil), vzClassOf(spec+"-xcode", spec, big, nil)
 		// stillPulling checks the pull is under way, short of its end.
 		stillPulling := func(m *macvirtv1alpha1.MacMachine) {
 			Expect(admin.Get(ctx, client.ObjectKeyFromObject(m), m)).To(Succeed())
@@ -399,12 +336,12 @@ var _ = Describe("A 40 GB pull on an Apple-silicon host", func() {
 		}
 
 		By("a first Mac runs on the host")
-		first := claimOf("first", small)
-		ready(first)
+		first := claimOf(ns, "first", small)
+		awaitReady(first)
 		firstMachine := machineOf(first)
 
 		By("a Mac of the 40 GB image is placed on the same host; its pull starts, and shows")
-		pulling := claimOf("xcode", xcode)
+		pulling := claimOf(ns, "xcode", xcode)
 		pm := machineOf(pulling)
 		Eventually(func(g Gomega) {
 			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(pm), pm)).To(Succeed())
@@ -428,8 +365,8 @@ var _ = Describe("A 40 GB pull on an Apple-silicon host", func() {
 		stillPulling(pm)
 
 		By("a second Mac of a cached image starts in the freed slot while the pull goes on")
-		second := claimOf("second", small)
-		took := ready(second)
+		second := claimOf(ns, "second", small)
+		took := awaitReady(second)
 		stillPulling(pm)
 		Expect(running(macs, a)).To(Equal(1))
 

@@ -26,6 +26,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -115,17 +116,56 @@ func running(m *harness.Macs, name string) int {
 // vzClass makes a Virtualization class that selects the spec's hosts; its
 // claims bind only its pools' machines.
 func vzClass(spec string) string {
-	c := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: spec},
+	return vzClassOf(spec, spec, image, func(s *macvirtv1alpha1.MacClassSpec) { s.Tenancy.OnDemand = ptr.To(false) })
+}
+
+// vzClassOf makes the Virtualization class name of img that selects the
+// spec's hosts, as mod changes it (nil: as it is), gone with the spec.
+func vzClassOf(name, spec, img string, mod func(*macvirtv1alpha1.MacClassSpec)) string {
+	c := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: macvirtv1alpha1.MacClassSpec{
 			Runtime: macvirtv1alpha1.RuntimeVirtualization,
 			Image: macvirtv1alpha1.ImageSpec{DiskSource: macvirtv1alpha1.DiskSource{Source: &cdiv1.DataVolumeSource{
-				Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://" + image)}}}},
+				Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://" + img)}}}},
 			Placement: macvirtv1alpha1.PlacementSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test.macvirt.io/spec": spec}}},
-			Tenancy:   macvirtv1alpha1.TenancySpec{OnDemand: ptr.To(false)},
 		}}
+	if mod != nil {
+		mod(&c.Spec)
+	}
 	Expect(admin.Create(ctx, c)).To(Succeed())
 	DeferCleanup(func() { Expect(client.IgnoreNotFound(admin.Delete(ctx, c))).To(Succeed()) })
 	return c.Name
+}
+
+// claimOf makes claim ns/name of the class.
+func claimOf(ns, name, class string) *macvirtv1alpha1.MacClaim {
+	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: class}}
+	Expect(admin.Create(ctx, claim)).To(Succeed())
+	return claim
+}
+
+// awaitReady waits until the claim is Ready, and says how long that took.
+func awaitReady(claim *macvirtv1alpha1.MacClaim) time.Duration {
+	start := time.Now()
+	Eventually(func(g Gomega) {
+		g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
+		r := meta.FindStatusCondition(claim.Status.Conditions, macvirtv1alpha1.ConditionReady)
+		g.Expect(r).NotTo(BeNil())
+		g.Expect(r.Status).To(Equal(metav1.ConditionTrue), "%s: %s", r.Reason, r.Message)
+	}).Should(Succeed())
+	return time.Since(start)
+}
+
+// machineOf waits until the claim is bound, and reads its machine.
+func machineOf(claim *macvirtv1alpha1.MacClaim) *macvirtv1alpha1.MacMachine {
+	m := &macvirtv1alpha1.MacMachine{}
+	Eventually(func(g Gomega) {
+		g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
+		g.Expect(claim.Status.MachineRef).NotTo(BeNil())
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: claim.Status.MachineRef.Namespace, Name: claim.Status.MachineRef.Name}, m)).To(Succeed())
+	}).Should(Succeed())
+	return m
 }
 
 // namespace makes the spec's tenant namespace.
