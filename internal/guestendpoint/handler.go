@@ -49,8 +49,8 @@ type Handler struct {
 	// a stream of API writes.
 	Rate  rate.Limit
 	Burst int
-	// Hosts serves guestprotocol.HostConfigPath, for host agents; nil
-	// serves no host.
+	// Hosts serves guestprotocol.HostConfigPath and HostTunnelsPath, for
+	// host agents; nil serves no host.
 	Hosts http.Handler
 	// Sources reads the Secrets and ConfigMaps a bootstrap names: the API
 	// server itself (the operator watches no Secret), where the namespace's
@@ -72,7 +72,8 @@ const minSweepAt = 1024
 const unauthorized = "unknown machine or wrong token"
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == guestprotocol.HostConfigPath && h.Hosts != nil {
+	if h.Hosts != nil && (r.URL.Path == guestprotocol.HostConfigPath || r.URL.Path == guestprotocol.HostTunnelsPath ||
+		strings.HasPrefix(r.URL.Path, guestprotocol.HostTunnelsPath+"/")) {
 		h.Hosts.ServeHTTP(w, r)
 		return
 	}
@@ -173,7 +174,9 @@ var heartbeats = prometheus.NewCounterVec(prometheus.CounterOpts{
 func init() { ctrlmetrics.Registry.MustRegister(Collectors()...) }
 
 // Collectors is every metric the endpoint exports.
-func Collectors() []prometheus.Collector { return []prometheus.Collector{heartbeats, hostConfigs} }
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{heartbeats, hostConfigs, hostTunnelRequests}
+}
 
 // limiter is the machine's rate limiter. Before adding one to a map that
 // has reached sweepAt entries, it forgets every limiter that is full again

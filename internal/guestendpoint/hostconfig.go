@@ -40,6 +40,9 @@ type HostConfigHandler struct {
 	Reader client.Reader
 	// Address is what every configuration says about the endpoint.
 	Address Address
+	// Tunnels carries tenants' tunnels over the connections host agents
+	// hold here (guestprotocol.HostTunnelsPath); nil refuses them.
+	Tunnels HostTunnels
 
 	mu sync.Mutex
 	// reviewed remembers, by the token's hash, the host a TokenReview found,
@@ -86,6 +89,10 @@ func writeHostProblem(w http.ResponseWriter, code int, reason, msg string) {
 const unplaced = "no machine of that name and UID is placed on this host"
 
 func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == guestprotocol.HostTunnelsPath || strings.HasPrefix(r.URL.Path, guestprotocol.HostTunnelsPath+"/") {
+		h.serveTunnel(w, r)
+		return
+	}
 	token, refused := checkBearerPost(w, r, "the host's ServiceAccount token (macvirt-hosts/<host>)")
 	if refused != nil {
 		writeHostProblem(w, refused.code, refused.reason, refused.msg)
@@ -104,18 +111,10 @@ func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	log := ctrl.LoggerFrom(ctx).WithName("host-config")
-	host, known := h.knownHost(token)
-	if !known {
-		if !h.allowReview(r.RemoteAddr) {
-			w.Header().Set("Retry-After", "1")
-			writeHostProblem(w, http.StatusTooManyRequests, guestprotocol.ReasonRateLimited, "too many requests from this address; retry in a second")
-			return
-		}
-		var err error
-		if host, err = h.hostOf(r, token); err != nil {
-			writeHostProblem(w, http.StatusUnauthorized, guestprotocol.ReasonUnauthorized, err.Error())
-			return
-		}
+	host, refused := h.authenticate(w, r, token)
+	if refused != nil {
+		writeHostProblem(w, refused.code, refused.reason, refused.msg)
+		return
 	}
 	key := types.NamespacedName{Namespace: req.Machine.Namespace, Name: req.Machine.Name}
 	reader := h.Reader
@@ -162,6 +161,24 @@ func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// authenticate finds the host whose agent's token a request carries: one
+// reviewed lately, else the API server's review of it, limited per client
+// address.
+func (h *HostConfigHandler) authenticate(w http.ResponseWriter, r *http.Request, token string) (string, *refusal) {
+	if host, known := h.knownHost(token); known {
+		return host, nil
+	}
+	if !h.allowReview(r.RemoteAddr) {
+		w.Header().Set("Retry-After", "1")
+		return "", &refusal{http.StatusTooManyRequests, guestprotocol.ReasonRateLimited, "too many requests from this address; retry in a second"}
+	}
+	host, err := h.hostOf(r, token)
+	if err != nil {
+		return "", &refusal{http.StatusUnauthorized, guestprotocol.ReasonUnauthorized, err.Error()}
+	}
+	return host, nil
 }
 
 // hostOf asks the API server whose token it is, and returns the Mac of a

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -96,6 +97,10 @@ type Options struct {
 	MaxPulls int
 	// Workers is how many machines the agent works on at once. Unset: 4.
 	Workers int
+	// DialGuest connects to a port of a guest on the Mac's NAT network, for
+	// a tenant's tunnel; a net.Dialer when nil (tests map guests'
+	// addresses to where their fakes listen).
+	DialGuest func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Agent is one Mac's host agent.
@@ -195,6 +200,9 @@ func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("setting up the agent's machine loop: %w", err)
 	}
 	if err := mgr.Add(manager.RunnableFunc(a.keepHost)); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(manager.RunnableFunc(a.holdTunnels)); err != nil {
 		return nil, err
 	}
 	return a, nil

@@ -48,14 +48,23 @@ func newEndpointClient(e *Endpoint) (*http.Client, error) {
 	if !strings.HasPrefix(e.URL, "https://") {
 		return nil, fmt.Errorf("the agent endpoint %q: give its https:// URL", e.URL)
 	}
+	cfg, err := endpointTLS(e)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: cfg,
+		Proxy:           http.ProxyFromEnvironment,
+	}}, nil
+}
+
+// endpointTLS trusts the endpoint's CA only.
+func endpointTLS(e *Endpoint) (*tls.Config, error) {
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(e.CABundle) {
 		return nil, errors.New("the agent endpoint's CA bundle holds no PEM certificate")
 	}
-	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: e.ServerName, MinVersion: tls.VersionTLS12},
-		Proxy:           http.ProxyFromEnvironment,
-	}}, nil
+	return &tls.Config{RootCAs: roots, ServerName: e.ServerName, MinVersion: tls.VersionTLS12}, nil
 }
 
 // configure fetches machine m's configuration from the operator and

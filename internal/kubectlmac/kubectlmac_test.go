@@ -74,6 +74,11 @@ func TestDirectTarget(t *testing.T) {
 	if _, err := directTarget(claim(nil), 22); err == nil {
 		t.Error("a claim without a connection has a target")
 	}
+	onHost := claim(&macvirtv1alpha1.ClaimConnection{SSHPort: 22, User: "admin"})
+	onHost.Status.Phase = macvirtv1alpha1.ClaimReady
+	if _, err := directTarget(onHost, 22); err == nil || !strings.Contains(err.Error(), "--via tunnel") {
+		t.Errorf("a Ready claim of a Mac behind its host's NAT, directly: %v; want the tunnel named", err)
+	}
 	_, _, err := routeFlags{address: "no-port"}.connect(context.Background(), &Env{}, claim(&macvirtv1alpha1.ClaimConnection{Host: "h"}), 22, time.Second)
 	if err == nil || !strings.Contains(err.Error(), "HOST:PORT") {
 		t.Errorf("a bad --address: %v", err)

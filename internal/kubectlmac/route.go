@@ -142,6 +142,11 @@ func directTarget(c *macvirtv1alpha1.MacClaim, port int32) (string, error) {
 	if host == "" {
 		host = conn.Address
 	}
+	if host == "" && conn.SSHPort != 0 && c.Status.Phase == macvirtv1alpha1.ClaimReady {
+		// Ready with no address: a Mac behind its Apple-silicon host's NAT.
+		return "", fmt.Errorf("macclaim %s/%s's Mac has no address the cluster routes to (it runs on an Apple-silicon host): "+
+			"reach it through the tunnel, --via tunnel", c.Namespace, c.Name)
+	}
 	if host == "" {
 		return "", fmt.Errorf("macclaim %s/%s has no address yet", c.Namespace, c.Name)
 	}

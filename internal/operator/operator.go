@@ -41,6 +41,7 @@ import (
 	"github.com/macvirt/macvirt/internal/devserve"
 	"github.com/macvirt/macvirt/internal/guestendpoint"
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/internal/tunnel"
 	"github.com/macvirt/macvirt/internal/vmstop"
 	webhookv1alpha1 "github.com/macvirt/macvirt/internal/webhook/v1alpha1"
 )
@@ -123,6 +124,13 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 	if err != nil {
 		return fmt.Errorf("configuring the tunnel: %w", err)
 	}
+	// Tunnels to the guests of Apple-silicon hosts ride on the connections
+	// their agents hold to the agent endpoint.
+	var hostTunnels guestendpoint.HostTunnels
+	if tunnelSrv != nil && agentServer != nil {
+		tunnelSrv.Hosts = &tunnel.Hosts{}
+		hostTunnels = tunnelSrv.Hosts
+	}
 	if tunnelSrv != nil {
 		tunnelSrv.TLSOpts = tlsOpts
 		if err := mgr.Add(tunnelSrv); err != nil {
@@ -158,7 +166,8 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 	if agentServer != nil {
 		agentServer.Handler = &guestendpoint.Handler{Client: mgr.GetClient(), Sources: mgr.GetAPIReader(),
 			Classes: classhistory.Resolver{Snapshots: snapshots, Namespace: namespace},
-			Hosts:   &guestendpoint.HostConfigHandler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Address: agent}}
+			Hosts: &guestendpoint.HostConfigHandler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Address: agent,
+				Tunnels: hostTunnels}}
 		agentServer.TLSOpts = tlsOpts
 		if err := mgr.Add(agentServer); err != nil {
 			return fmt.Errorf("adding the guest-agent endpoint: %w", err)

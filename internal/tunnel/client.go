@@ -45,9 +45,7 @@ func Dial(ctx context.Context, cfg *rest.Config, namespace, name string, port in
 	if err != nil {
 		return nil, unwrapUpgrade(err)
 	}
-	c := &wsConn{ws: ws, done: make(chan struct{})}
-	go c.keepAlive(pingInterval)
-	return c, nil
+	return NewConn(ws), nil
 }
 
 // pingInterval is how often an open tunnel pings (the operator's side

@@ -26,6 +26,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // Connections counts tunnel requests by how they were answered: opened,
@@ -49,7 +50,7 @@ func init() {
 
 // Collectors are the tunnel's metrics.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{Connections, ActiveConnections}
+	return []prometheus.Collector{Connections, ActiveConnections, HostsConnected}
 }
 
 // dialTimeout is how long a connection to a Mac may take.
@@ -71,6 +72,10 @@ type Server struct {
 	Auth *FrontProxy
 	// Dial connects to a Mac (a net.Dialer when nil).
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Hosts carries tunnels to the guests of Apple-silicon hosts, through
+	// the connections their agents hold to the agent endpoint; nil
+	// refuses them.
+	Hosts *Hosts
 	// TLSOpts adjust the TLS configuration.
 	TLSOpts []func(*tls.Config)
 	Log     logr.Logger
@@ -201,12 +206,8 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request, req request
 		writeStatus(w, err)
 		return
 	}
-	dial := s.Dial
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: dialTimeout}).DialContext
-	}
 	dialCtx, cancel := context.WithTimeout(ctx, dialTimeout)
-	mac, err := dial(dialCtx, "tcp", target)
+	mac, err := s.connect(dialCtx, target)
 	cancel()
 	if err != nil {
 		Connections.WithLabelValues("unavailable").Inc()
@@ -235,7 +236,7 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request, req request
 	Connections.WithLabelValues("opened").Inc()
 	ActiveConnections.Inc()
 	defer ActiveConnections.Dec()
-	log.V(1).Info("tunnel opened", "target", target)
+	log.V(1).Info("tunnel opened", "target", target.String())
 	Bridge(ctx, ws, mac)
 	log.V(1).Info("tunnel closed")
 }
@@ -263,14 +264,30 @@ func (s *Server) authorize(ctx context.Context, u *User, req request) error {
 	return nil
 }
 
+// connect opens the connection a route leads to: a dial on the pod
+// network, or a connection the Mac's host agent brings back.
+func (s *Server) connect(ctx context.Context, r Route) (net.Conn, error) {
+	if r.Host != "" {
+		if s.Hosts == nil {
+			return nil, errors.New("this operator carries no tunnel to Apple-silicon hosts (it serves no agent endpoint)")
+		}
+		return s.Hosts.Dial(ctx, r.Host, guestprotocol.MachineRef{Namespace: r.Machine.Namespace, Name: r.Machine.Name}, string(r.UID), r.Port)
+	}
+	dial := s.Dial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: dialTimeout}).DialContext
+	}
+	return dial(ctx, "tcp", r.Address)
+}
+
 // target reads the claim and its machine from the cache and decides.
-func (s *Server) target(ctx context.Context, req request) (string, error) {
+func (s *Server) target(ctx context.Context, req request) (Route, error) {
 	claim := &macvirtv1alpha1.MacClaim{}
 	if err := s.Reader.Get(ctx, client.ObjectKey{Namespace: req.namespace, Name: req.name}, claim); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", apierrors.NewNotFound(schema.GroupResource{Group: macvirtv1alpha1.GroupVersion.Group, Resource: "macclaims"}, req.name)
+			return Route{}, apierrors.NewNotFound(schema.GroupResource{Group: macvirtv1alpha1.GroupVersion.Group, Resource: "macclaims"}, req.name)
 		}
-		return "", apierrors.NewInternalError(err)
+		return Route{}, apierrors.NewInternalError(err)
 	}
 	var machine *macvirtv1alpha1.MacMachine
 	if ref := claim.Status.MachineRef; ref != nil {
@@ -279,14 +296,14 @@ func (s *Server) target(ctx context.Context, req request) (string, error) {
 		case err == nil && m.UID == ref.UID:
 			machine = m
 		case err != nil && !apierrors.IsNotFound(err):
-			return "", apierrors.NewInternalError(err)
+			return Route{}, apierrors.NewInternalError(err)
 		}
 	}
-	addr, err := Target(claim, machine, req.port)
+	route, err := Target(claim, machine, req.port)
 	if err != nil {
-		return "", apierrors.NewServiceUnavailable(err.Error())
+		return Route{}, apierrors.NewServiceUnavailable(err.Error())
 	}
-	return addr, nil
+	return route, nil
 }
 
 // Bridge copies between a tunnel's WebSocket and its TCP connection until

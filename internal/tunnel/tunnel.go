@@ -29,6 +29,8 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 )
 
@@ -99,32 +101,62 @@ func Ports(c *macvirtv1alpha1.MacClaim) []int32 {
 	return ports
 }
 
+// Route is where a tunnel goes: an address on the pod network (a KubeVirt
+// Mac), or, for a Mac of an Apple-silicon host, the machine whose VM that
+// host's agent connects to.
+type Route struct {
+	// Address is host:port on the pod network; empty for a host's VM.
+	Address string
+	// Host is the MacHost whose agent carries the tunnel; Machine and UID
+	// are the machine it connects to, at Port.
+	Host    string
+	Machine types.NamespacedName
+	UID     types.UID
+	Port    int32
+}
+
+func (r Route) String() string {
+	if r.Host == "" {
+		return r.Address
+	}
+	return fmt.Sprintf("port %d of macmachine %s on MacHost %s", r.Port, r.Machine, r.Host)
+}
+
 // Target decides where a tunnel to port of claim c goes: the address of
-// the machine bound to it, which the operator alone writes. m is the
-// machine c's status names (nil when it does not exist). The error says
-// why there is no way in, for the tenant to read.
-func Target(c *macvirtv1alpha1.MacClaim, m *macvirtv1alpha1.MacMachine, port int32) (string, error) {
+// the machine bound to it, which the operator alone writes, or the host
+// agent of the Mac the machine is placed on. m is the machine c's status
+// names (nil when it does not exist). The error says why there is no way
+// in, for the tenant to read.
+func Target(c *macvirtv1alpha1.MacClaim, m *macvirtv1alpha1.MacMachine, port int32) (Route, error) {
 	name := c.Namespace + "/" + c.Name
+	hosted := m != nil && m.Spec.HostName != ""
 	switch {
 	case c.Status.Phase.Ended():
-		return "", fmt.Errorf("macclaim %s is %s: it has no Mac any more", name, c.Status.Phase)
+		return Route{}, fmt.Errorf("macclaim %s is %s: it has no Mac any more", name, c.Status.Phase)
 	case c.Status.MachineRef == nil || m == nil:
-		return "", fmt.Errorf("macclaim %s has no Mac yet (phase %q); kubectl mac wait %s", name, c.Status.Phase, c.Name)
+		return Route{}, fmt.Errorf("macclaim %s has no Mac yet (phase %q); kubectl mac wait %s", name, c.Status.Phase, c.Name)
 	case m.Spec.ClaimRef == nil || m.Spec.ClaimRef.UID != c.UID:
-		return "", fmt.Errorf("macclaim %s is not bound to macmachine %s/%s", name, m.Namespace, m.Name)
-	case len(m.Status.Addresses) == 0 || m.Status.Addresses[0] == "":
-		return "", fmt.Errorf("macclaim %s's Mac has no address yet (machine phase %q); kubectl mac wait %s", name, m.Status.Phase, c.Name)
+		return Route{}, fmt.Errorf("macclaim %s is not bound to macmachine %s/%s", name, m.Namespace, m.Name)
+	case hosted && (m.Status.Host == nil || m.Status.Host.State != macvirtv1alpha1.HostVMRunning):
+		return Route{}, fmt.Errorf("macclaim %s's Mac does not run on MacHost %s yet (machine phase %q); kubectl mac wait %s",
+			name, m.Spec.HostName, m.Status.Phase, c.Name)
+	case !hosted && (len(m.Status.Addresses) == 0 || m.Status.Addresses[0] == ""):
+		return Route{}, fmt.Errorf("macclaim %s's Mac has no address yet (machine phase %q); kubectl mac wait %s", name, m.Status.Phase, c.Name)
 	}
 	ports := Ports(c)
 	for _, p := range ports {
-		if p == port {
-			return net.JoinHostPort(m.Status.Addresses[0], strconv.Itoa(int(port))), nil
+		if p != port {
+			continue
 		}
+		if hosted {
+			return Route{Host: m.Spec.HostName, Machine: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, UID: m.UID, Port: port}, nil
+		}
+		return Route{Address: net.JoinHostPort(m.Status.Addresses[0], strconv.Itoa(int(port)))}, nil
 	}
 	if len(ports) == 0 {
-		return "", fmt.Errorf("macclaim %s is not Ready yet: its status has no connection; kubectl mac wait %s", name, c.Name)
+		return Route{}, fmt.Errorf("macclaim %s is not Ready yet: its status has no connection; kubectl mac wait %s", name, c.Name)
 	}
-	return "", fmt.Errorf("port %d of macclaim %s is not open: the tunnel reaches port %s (SSH%s)", port, name,
+	return Route{}, fmt.Errorf("port %d of macclaim %s is not open: the tunnel reaches port %s (SSH%s)", port, name,
 		joinPorts(ports), map[bool]string{true: " and Screen Sharing", false: ""}[len(ports) > 1])
 }
 

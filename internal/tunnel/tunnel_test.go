@@ -43,6 +43,14 @@ func boundClaim() (*macvirtv1alpha1.MacClaim, *macvirtv1alpha1.MacMachine) {
 	return c, m
 }
 
+// onHost places the machine on an Apple-silicon host, whose VM runs behind
+// its NAT: no pod-network address.
+func onHost(c *macvirtv1alpha1.MacClaim, m **macvirtv1alpha1.MacMachine) {
+	(*m).Spec.HostName, (*m).Status.Addresses = "mac-a", nil
+	(*m).Status.Host = &macvirtv1alpha1.HostVMStatus{State: macvirtv1alpha1.HostVMRunning, Address: "192.168.64.3"}
+	c.Status.Connection.Address = ""
+}
+
 func TestTarget(t *testing.T) {
 	for name, tc := range map[string]struct {
 		mod  func(*macvirtv1alpha1.MacClaim, **macvirtv1alpha1.MacMachine)
@@ -76,6 +84,20 @@ func TestTarget(t *testing.T) {
 		"an expired claim": {func(c *macvirtv1alpha1.MacClaim, _ **macvirtv1alpha1.MacMachine) {
 			c.Status.Phase = macvirtv1alpha1.ClaimExpired
 		}, 22, "macclaim team/build is Expired: it has no Mac any more"},
+		"an Apple-silicon Mac: its host's agent": {onHost, 22, "route port 22 of macmachine pools/m1 on MacHost mac-a"},
+		"an Apple-silicon Mac, Screen Sharing offered": {func(c *macvirtv1alpha1.MacClaim, m **macvirtv1alpha1.MacMachine) {
+			onHost(c, m)
+			c.Status.Connection.VNCPort = 5900
+		}, 5900, "route port 5900 of macmachine pools/m1 on MacHost mac-a"},
+		"an Apple-silicon Mac, any other port": {onHost, 8080, "port 8080 of macclaim team/build is not open"},
+		"an Apple-silicon Mac whose VM stopped": {func(c *macvirtv1alpha1.MacClaim, m **macvirtv1alpha1.MacMachine) {
+			onHost(c, m)
+			(*m).Status.Host.State = macvirtv1alpha1.HostVMStopped
+		}, 22, "macclaim team/build's Mac does not run on MacHost mac-a yet"},
+		"an Apple-silicon Mac not made yet": {func(c *macvirtv1alpha1.MacClaim, m **macvirtv1alpha1.MacMachine) {
+			onHost(c, m)
+			(*m).Status.Host = nil
+		}, 22, "does not run on MacHost mac-a yet"},
 		"a lost claim": {func(c *macvirtv1alpha1.MacClaim, _ **macvirtv1alpha1.MacMachine) {
 			c.Status.Phase = macvirtv1alpha1.ClaimLost
 		}, 22, "macclaim team/build is Lost"},
@@ -85,9 +107,10 @@ func TestTarget(t *testing.T) {
 			if tc.mod != nil {
 				tc.mod(c, &m)
 			}
-			got, err := Target(c, m, tc.port)
-			if wantErr := strings.Contains(tc.want, " "); wantErr != (err != nil) ||
-				!wantErr && got != tc.want || wantErr && !strings.Contains(err.Error(), tc.want) {
+			route, err := Target(c, m, tc.port)
+			got := route.String()
+			if wantErr := !strings.HasPrefix(tc.want, "route ") && strings.Contains(tc.want, " "); wantErr != (err != nil) ||
+				!wantErr && "route "+got != tc.want && got != tc.want || wantErr && !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Target = %q, %v; want %q", got, err, tc.want)
 			}
 		})

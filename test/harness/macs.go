@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -91,6 +92,10 @@ type Macs struct {
 
 	mu     sync.Mutex
 	agents map[string]*macAgent
+	// sshd are the fake guests' sshd listeners, by host and the guest's
+	// address on that Mac's NAT network: where the Mac's agent connects a
+	// tenant's tunnel.
+	sshd   map[string]string
 	starts int
 	guests context.CancelFunc
 	done   chan struct{}
@@ -114,7 +119,7 @@ func StartMacs(ctx context.Context, cfg *rest.Config, admin client.Client, opts 
 	if err != nil {
 		return nil, err
 	}
-	m := &Macs{cfg: cfg, admin: admin, opts: opts, tart: bin, agents: map[string]*macAgent{}, done: make(chan struct{}),
+	m := &Macs{cfg: cfg, admin: admin, opts: opts, tart: bin, agents: map[string]*macAgent{}, done: make(chan struct{}), sshd: map[string]string{},
 		configs: map[string]*rest.Config{}, tokens: map[string]string{}}
 	if err := m.hostIdentities(ctx); err != nil {
 		return nil, err
@@ -171,7 +176,10 @@ func (m *Macs) Start(ctx context.Context, name string) error {
 		StateDir: filepath.Join(m.opts.Dir, name, "agent"),
 		Name:     fmt.Sprintf("%s-%d", name, m.starts),
 		Endpoint: &hostagent.Endpoint{URL: m.opts.Endpoint, CABundle: m.opts.CABundle,
-			Token: func() (string, error) { return token, nil }}})
+			Token: func() (string, error) { return token, nil }},
+		DialGuest: func(ctx context.Context, network, address string) (net.Conn, error) {
+			return m.dialGuest(ctx, name, network, address)
+		}})
 	if err != nil {
 		return err
 	}
@@ -185,6 +193,32 @@ func (m *Macs) Start(ctx context.Context, name string) error {
 		}
 	}()
 	return nil
+}
+
+// dialGuest connects, as host's agent, to a guest's port on the Mac's NAT
+// network: the fake guests listen on the loopback, and only their sshd
+// (port 22) is there; any other address is refused, as a guest with
+// nothing listening refuses.
+func (m *Macs) dialGuest(ctx context.Context, host, network, address string) (net.Conn, error) {
+	m.mu.Lock()
+	local := m.sshd[host+"/"+address]
+	m.mu.Unlock()
+	if local == "" {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("connection refused")}
+	}
+	return (&net.Dialer{}).DialContext(ctx, network, local)
+}
+
+// guestListens records (or, with local empty, forgets) a fake guest's sshd.
+func (m *Macs) guestListens(host, address, local string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := host + "/" + net.JoinHostPort(address, "22")
+	if local == "" {
+		delete(m.sshd, key)
+		return
+	}
+	m.sshd[key] = local
 }
 
 // Halt stops a Mac's agent, as a Mac that loses power or its network stops
@@ -305,7 +339,7 @@ func (m *Macs) runHostedGuests(ctx context.Context) {
 				}
 				gctx, cancel := context.WithCancel(ctx)
 				running[mm.UID] = guest{boot: hv.RunningSince.Time, cancel: cancel}
-				go hostedGuest(gctx, build.GuestRoot(m.Home(mm.Spec.HostName), hv.VMName), m.opts.GuestFiles, mm.DeepCopy())
+				go m.hostedGuest(gctx, build.GuestRoot(m.Home(mm.Spec.HostName), hv.VMName), mm.DeepCopy())
 			}
 			for uid, g := range running {
 				if !seen[uid] {
@@ -348,9 +382,12 @@ func (m *Macs) haltAskedGuests() {
 // under root, the VM's guest root, where the real agent looks in macOS,
 // and runs the tasks the operator hands it with the real agent's task
 // runner on the VM's disk (root), which holds the golden image's files.
-func hostedGuest(ctx context.Context, root string, golden map[string]simulator.GuestFile, m *macvirtv1alpha1.MacMachine) {
-	log := ctrl.Log.WithName("fake-mac-guest").WithValues("machine", client.ObjectKeyFromObject(m))
-	disk, err := simulator.NewGuestDisk(root, golden)
+// Its sshd (the simulator's stand-in) answers at the VM's address on the
+// Mac's NAT network from its first heartbeat on, with the disk's host key
+// and the keys the operator sent.
+func (m *Macs) hostedGuest(ctx context.Context, root string, mm *macvirtv1alpha1.MacMachine) {
+	log := ctrl.Log.WithName("fake-mac-guest").WithValues("machine", client.ObjectKeyFromObject(mm))
+	disk, err := simulator.NewGuestDisk(root, m.opts.GuestFiles)
 	if err != nil {
 		log.Error(err, "the fake Mac's guest has no disk")
 		return
@@ -359,6 +396,13 @@ func hostedGuest(ctx context.Context, root string, golden map[string]simulator.G
 		Logf: func(f string, args ...any) { log.V(1).Info(fmt.Sprintf(f, args...)) }}}
 	// The VM's processes end with it.
 	defer speaker.Tasks.Stop()
+	host, address := mm.Spec.HostName, mm.Status.Host.Address
+	var sshd *simulator.GuestSSH
+	defer func() {
+		if sshd != nil {
+			m.guestListens(host, address, "")
+		}
+	}()
 	var c *guestagent.Client
 	wait := time.Second
 	for {
@@ -385,9 +429,11 @@ func hostedGuest(ctx context.Context, root string, golden map[string]simulator.G
 				continue
 			}
 		}
-		facts := guestagent.Facts{OSVersion: "15.5", OSBuild: "24F74", Hostname: m.Status.Host.VMName, BootTime: m.Status.Host.RunningSince.UTC()}
-		if a := m.Status.Host.Address; a != "" {
-			facts.IPAddresses = []string{a}
+		hostname := mm.Status.Host.VMName
+		facts := guestagent.Facts{OSVersion: "15.5", OSBuild: "24F74", Hostname: hostname, BootTime: mm.Status.Host.RunningSince.UTC(),
+			SSHHostKeys: simulator.GuestHostKeys(disk)}
+		if address != "" {
+			facts.IPAddresses = []string{address}
 		}
 		state, err := speaker.Heartbeat(ctx, c, facts)
 		var se *guestagent.StatusError
@@ -398,6 +444,16 @@ func hostedGuest(ctx context.Context, root string, golden map[string]simulator.G
 			log.Info("heartbeat failed", "error", err.Error())
 		default:
 			wait = time.Duration(max(state.HeartbeatIntervalSeconds, 1)) * time.Second
+			if sshd == nil && address != "" {
+				if sshd, err = simulator.ServeGuestSSH(ctx, disk); err != nil {
+					log.Error(err, "the fake guest's sshd did not start")
+				} else {
+					m.guestListens(host, address, sshd.Addr)
+				}
+			}
+			if sshd != nil {
+				sshd.Update(*state, hostname)
+			}
 		}
 	}
 }

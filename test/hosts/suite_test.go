@@ -85,7 +85,7 @@ var _ = BeforeSuite(func() {
 	// Apple-silicon path uses rights no other suite's operator does (the
 	// TokenReview of a host agent's token).
 	world = harness.ForTest(GinkgoT(), harness.Options{Log: GinkgoWriter, OperatorAccount: true,
-		System: &harness.SystemOptions{Speed: 4, RunnerSets: operator.RunnerSetOptions{
+		System: &harness.SystemOptions{Speed: 4, Network: true, RunnerSets: operator.RunnerSetOptions{
 			Client:  github.Options{RetryMax: 1, RetryWaitMax: 200 * time.Millisecond, Timeout: 20 * time.Second},
 			Backoff: 500 * time.Millisecond, MaxBackoff: 2 * time.Second, Resync: 2 * time.Second}},
 		GitHub: &fakegithub.Options{Tokens: []string{githubToken}, PollWait: time.Second, SessionTTL: 15 * time.Second, LostRunnerGrace: 2 * time.Second}})

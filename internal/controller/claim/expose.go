@@ -175,6 +175,11 @@ func (r *Reconciler) publishName(ctx context.Context, s *claimScope) (bool, erro
 		// tomorrow), so it has no endpoint any more.
 		return true, r.unpublishName(ctx, s)
 	}
+	if s.machine != nil && s.machine.Spec.HostName != "" {
+		// A Mac on an Apple-silicon host has no address in the cluster for
+		// a name to resolve to: it is reached through the tunnel only.
+		return true, r.unpublishName(ctx, s)
+	}
 	if s.machine == nil || s.writeFailed != nil ||
 		s.serviceProblem != nil && s.serviceProblem.Reason != macvirtv1alpha1.ReasonAccessTypeNotAllowed {
 		return true, nil

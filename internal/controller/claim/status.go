@@ -168,12 +168,13 @@ func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatu
 		st.ReadyAt = &now
 	}
 	if m.Spec.HostName != "" {
-		// An Apple-silicon Mac's guest is out of the cluster's reach: the
-		// route to it is not built (docs/design/apple-silicon-runtime.md,
-		// section 7), so the claim publishes no address.
+		// An Apple-silicon Mac's guest sits behind its host's NAT: the
+		// cluster has no route to it, and the claim publishes no address.
+		// The tunnel reaches it through the host agent
+		// (docs/design/apple-silicon-runtime.md, section 7).
 		set(macvirtv1alpha1.ConditionReady, true, macvirtv1alpha1.ReasonAsExpected, fmt.Sprintf(
-			"Ready on MacHost %s: macOS heartbeats; the cluster has no route to it yet, so no address is published (docs/apple-silicon-hosts.md)",
-			m.Spec.HostName))
+			"Ready on MacHost %s, reached through the tunnel (kubectl mac ssh %s); it has no address in the cluster",
+			m.Spec.HostName, c.Name))
 		return st
 	}
 	set(macvirtv1alpha1.ConditionReady, true, macvirtv1alpha1.ReasonAsExpected, "Ready at "+machineAddress(m))
@@ -191,11 +192,17 @@ func connectionOf(s *claimScope) *macvirtv1alpha1.ClaimConnection {
 	switch {
 	case s.lost != "":
 		return nil
-	case m == nil || !state.MachineReady(m) || machineAddress(m) == "":
+	case m == nil || !state.MachineReady(m) || machineAddress(m) == "" && m.Spec.HostName == "":
 		return c.Status.Connection.DeepCopy()
 	}
 	conn := &macvirtv1alpha1.ClaimConnection{Address: machineAddress(m), SSHPort: defaultSSHPort, User: defaultSSHUser}
-	if svc := s.service; svc != nil {
+	if m.Spec.HostName != "" {
+		// Behind its host's NAT: no address, no Service; the tunnel's
+		// ports, and the host keys to check at the other end of it.
+		if class := s.accessClass(); class != nil && class.Spec.Access.ScreenSharing {
+			conn.VNCPort = vncPort
+		}
+	} else if svc := s.service; svc != nil {
 		conn.Host, conn.ServiceName = serviceHost(c), svc.Name
 		for _, p := range svc.Spec.Ports {
 			if p.Name == vncPortName {

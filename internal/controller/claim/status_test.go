@@ -61,8 +61,8 @@ func TestComputeClaimStatus(t *testing.T) {
 			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonGuestConfigFailed, metav1.ConditionTrue, true},
 		"ready, but with no address but the guest's own": {claimScope{machine: unaddressed},
 			macvirtv1alpha1.ClaimBound, macvirtv1alpha1.ReasonMachineNotReady, metav1.ConditionFalse, false},
-		"ready on an Apple-silicon Mac: Ready, with no address to publish": {claimScope{machine: onMac, exposed: true},
-			macvirtv1alpha1.ClaimReady, macvirtv1alpha1.ReasonAsExpected, metav1.ConditionFalse, false},
+		"ready on an Apple-silicon Mac: Ready, reached through the tunnel": {claimScope{machine: onMac, exposed: true},
+			macvirtv1alpha1.ClaimReady, macvirtv1alpha1.ReasonAsExpected, metav1.ConditionFalse, true},
 		"lost": {claimScope{lost: "bound machine pools/m no longer exists"},
 			macvirtv1alpha1.ClaimLost, macvirtv1alpha1.ReasonMachineLost, metav1.ConditionTrue, false},
 	} {
@@ -83,6 +83,12 @@ func TestComputeClaimStatus(t *testing.T) {
 			}
 			if (st.Connection != nil) != tc.wantConnection {
 				t.Errorf("connection = %+v, want one: %v", st.Connection, tc.wantConnection)
+			}
+			// A guest behind its host's NAT publishes the tunnel's port and
+			// no address: the NAT address routes nowhere in the cluster.
+			if conn := st.Connection; conn != nil && s.machine.Spec.HostName != "" &&
+				(conn.Address != "" || conn.Host != "" || conn.ServiceName != "" || conn.SSHPort != 22) {
+				t.Errorf("connection of a Mac on a host = %+v, want port 22 and no address", conn)
 			}
 		})
 	}

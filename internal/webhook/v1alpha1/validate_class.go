@@ -200,6 +200,16 @@ func validateOnHosts(spec *field.Path, s *macvirtv1alpha1.MacClassSpec) field.Er
 	if s.Installer != nil {
 		errs = append(errs, field.Forbidden(spec.Child("installer"), "installer classes run on KubeVirt only: remove installer, or runtime"))
 	}
+	// A VM behind its Mac's NAT has no address a Service could route to:
+	// tenants reach it through the tunnel (kubectl mac), which ClusterIP
+	// access is. (A default type outside these is refused as for any
+	// class.)
+	for i, t := range s.Tenancy.AllowedAccessTypes {
+		if t != macvirtv1alpha1.AccessClusterIP {
+			errs = append(errs, field.NotSupported(spec.Child("tenancy", "allowedAccessTypes").Index(i), t,
+				[]string{string(macvirtv1alpha1.AccessClusterIP) + " (a Mac on an Apple-silicon host sits behind its NAT; kubectl mac reaches it through the tunnel)"}))
+		}
+	}
 	if sel := s.Placement.HostSelector; sel != nil {
 		errs = append(errs, metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{},
 			spec.Child("placement", "hostSelector"))...)

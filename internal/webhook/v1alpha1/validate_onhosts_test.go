@@ -56,6 +56,13 @@ func TestValidateVirtualizationClassRejections(t *testing.T) {
 		"an installer": {func(c *macvirtv1alpha1.MacClass) {
 			c.Spec.Installer = &macvirtv1alpha1.InstallerSpec{RecoverySourceRef: cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: strPtr("img"), Name: "r"}}
 		}, "spec.installer", "KubeVirt only"},
+		"NodePort access": {func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Tenancy.AllowedAccessTypes = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessClusterIP, macvirtv1alpha1.AccessNodePort}
+		}, "spec.tenancy.allowedAccessTypes[1]", "reaches it through the tunnel"},
+		"a LoadBalancer by default": {func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Tenancy.AllowedAccessTypes = []macvirtv1alpha1.AccessType{macvirtv1alpha1.AccessLoadBalancer}
+			c.Spec.Access.DefaultType = macvirtv1alpha1.AccessLoadBalancer
+		}, "spec.tenancy.allowedAccessTypes[0]", "sits behind its NAT"},
 		"a host selector with a bad operator": {func(c *macvirtv1alpha1.MacClass) {
 			c.Spec.Placement.HostSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "chip", Operator: "Like"}}}
 		}, "spec.placement.hostSelector.matchExpressions[0].operator", "not a valid selector operator"},

@@ -366,20 +366,58 @@ func (e *env) get(name string) error {
 }
 
 func (e *env) ip(name string) error {
-	if _, err := e.readConfig(name); err != nil {
+	c, err := e.readConfig(name)
+	if err != nil {
 		return err
 	}
 	if e.lockOwner(name) == 0 {
 		return failf("no IP address found, is your VM running?")
 	}
+	// tart ip reads the lease vmnet's DHCP server gave the VM's MAC: two
+	// VMs that run at once never share an address. The fake leases one per
+	// MAC, under a lock, skipping the addresses of the other running VMs.
+	lock, err := os.OpenFile(filepath.Join(e.home, "leases.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lock.Close() }()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return err
+	}
+	taken := map[string]bool{}
+	for _, n := range e.names() {
+		if n == name || e.lockOwner(n) == 0 {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(e.vmDir(n), "lease")); err == nil {
+			if f := strings.Fields(string(b)); len(f) == 2 {
+				taken[f[1]] = true
+			}
+		}
+	}
+	leasePath := filepath.Join(e.vmDir(name), "lease")
+	if b, err := os.ReadFile(leasePath); err == nil { //nolint:gosec // G304: a VM of TART_HOME.
+		if f := strings.Fields(string(b)); len(f) == 2 && f[0] == c.MAC && !taken[f[1]] {
+			fmt.Println(f[1])
+			return nil
+		}
+	}
 	h := fnv.New32a()
-	_, _ = h.Write([]byte(name))
-	fmt.Printf("192.168.64.%d\n", 2+h.Sum32()%250)
-	return nil
+	_, _ = h.Write([]byte(c.MAC))
+	for i := range uint32(250) {
+		addr := fmt.Sprintf("192.168.64.%d", 2+(h.Sum32()+i)%250)
+		if taken[addr] {
+			continue
+		}
+		if err := os.WriteFile(leasePath, []byte(c.MAC+" "+addr+"\n"), 0o600); err != nil {
+			return err
+		}
+		fmt.Println(addr)
+		return nil
+	}
+	return failf("no IP address found, is your VM running?")
 }
 
-// imageMAC is the MAC address an image's config carries: one per image,
-// as every VM pulled from it has at first.
 func imageMAC(ref string) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(ref))

@@ -121,9 +121,63 @@ func (d *GuestDisk) RegenerateHostKeys() error {
 // serveSSH listens on a local port registered as podIP:22 on the simulated
 // pod network and serves until ctx ends.
 func (s *Simulator) serveSSH(ctx context.Context, disk *GuestDisk, podIP string, d *guestSSHD) error {
-	signer, err := guestHostSigner(disk)
+	cfg, err := sshServerConfig(disk, d)
 	if err != nil {
 		return err
+	}
+	return s.listenAt(ctx, podIP, 22, func(conn net.Conn) { serveSSHConn(conn, cfg, d) })
+}
+
+// GuestSSH is the stand-in sshd of a guest that is not on the simulated
+// pod network: a fake Apple-silicon Mac's VM, which its host agent reaches
+// on the Mac's NAT network. It listens on a local port (Addr).
+type GuestSSH struct {
+	d *guestSSHD
+	// Addr is where it listens, host:port on the loopback.
+	Addr string
+}
+
+// ServeGuestSSH serves a guest's sshd for disk on a local port until ctx
+// ends: the host key on the disk, the user and keys of the last Update.
+func ServeGuestSSH(ctx context.Context, disk *GuestDisk) (*GuestSSH, error) {
+	d := &guestSSHD{disk: disk}
+	cfg, err := sshServerConfig(disk, d)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	context.AfterFunc(ctx, func() { _ = ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serveSSHConn(conn, cfg, d)
+		}
+	}()
+	return &GuestSSH{d: d, Addr: ln.Addr().String()}, nil
+}
+
+// Update takes what the operator last sent the guest (its SSH user and
+// keys) and the guest's hostname.
+func (g *GuestSSH) Update(state guestprotocol.DesiredState, hostname string) {
+	g.d.update(state, hostname)
+}
+
+// GuestHostKeys are the SSH host keys on a guest's disk, as the agent
+// reports them (made at the first boot of a disk that has none).
+func GuestHostKeys(d *GuestDisk) []string { return guestHostKeys(d) }
+
+// sshServerConfig is the guest sshd's configuration: the disk's host key,
+// and the keys d lets in.
+func sshServerConfig(disk *GuestDisk, d *guestSSHD) (*ssh.ServerConfig, error) {
+	signer, err := guestHostSigner(disk)
+	if err != nil {
+		return nil, err
 	}
 	cfg := &ssh.ServerConfig{
 		PublicKeyCallback: func(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
@@ -135,7 +189,7 @@ func (s *Simulator) serveSSH(ctx context.Context, disk *GuestDisk, podIP string,
 		ServerVersion: "SSH-2.0-OpenSSH_9.6",
 	}
 	cfg.AddHostKey(signer)
-	return s.listenAt(ctx, podIP, 22, func(conn net.Conn) { serveSSHConn(conn, cfg, d) })
+	return cfg, nil
 }
 
 // listenAt makes podIP:port on the pod network answer with serve, one
