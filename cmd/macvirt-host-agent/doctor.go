@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -24,9 +23,9 @@ import (
 
 // doctorFlags are the agent's flags the doctor checks with.
 type doctorFlags struct {
-	host, tool, lumeURL, tart, stateDir, minFreeDisk string
-	lumeGuestUser                                    string
-	kubeconfig, endpoint, endpointCA, serverName     string
+	host, tool, lumeURL, lume, tart, stateDir, minFreeDisk string
+	lumeGuestUser                                          string
+	kubeconfig, endpoint, endpointCA, serverName           string
 }
 
 // errDoctorFailed makes the doctor exit 1 after its table.
@@ -53,7 +52,9 @@ func runDoctor(f doctorFlags) error {
 		driver = tart.New(f.tart, filepath.Join(f.stateDir, "tart"))
 	case "lume":
 		add(hostagent.CheckEnvironment(os.Getenv("HOME"), f.lumeURL, "lume", nil), hostagent.CheckLumeShutdown(f.lumeGuestUser))
-		driver = lume.New(f.lumeURL)
+		ld := lume.New(f.lumeURL)
+		ld.Binary = f.lume
+		driver = ld
 	default:
 		return fmt.Errorf("--tool %q: give lume or tart", f.tool)
 	}
@@ -83,15 +84,10 @@ func runDoctor(f doctorFlags) error {
 	return nil
 }
 
-// toolVersion reads the tool's version from the driver, or for lume,
-// whose API does not say, from "lume --version".
+// toolVersion reads the tool's version from the driver (lume's from its
+// command, since its API does not say).
 func toolVersion(ctx context.Context, d vz.Driver) hostagent.Finding {
 	v, err := d.Version(ctx)
-	if errors.Is(err, errors.ErrUnsupported) {
-		var out []byte
-		out, err = exec.CommandContext(ctx, "lume", "--version").Output()
-		v = strings.TrimSpace(string(out))
-	}
 	if err != nil {
 		return hostagent.Finding{Check: "tool version", Verdict: hostagent.VerdictUnknown, Message: err.Error()}
 	}

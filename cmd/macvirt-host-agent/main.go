@@ -80,7 +80,7 @@ func run() error {
 	}
 	ctrl.SetLogger(zap.New())
 	if doctor {
-		return runDoctor(doctorFlags{host: *host, tool: *tool, lumeURL: *lumeURL, lumeGuestUser: *lumeUser, tart: *tartBinary, stateDir: *stateDir,
+		return runDoctor(doctorFlags{host: *host, tool: *tool, lumeURL: *lumeURL, lume: *lumeBinary, lumeGuestUser: *lumeUser, tart: *tartBinary, stateDir: *stateDir,
 			minFreeDisk: *minFreeDisk, kubeconfig: kubeconfig, endpoint: *endpoint, endpointCA: *endpointCA, serverName: *serverName})
 	}
 	if kubeconfig == "" {
@@ -122,15 +122,19 @@ func run() error {
 	case "lume":
 		ld := lume.New(*lumeURL)
 		ld.StateDir = filepath.Join(*stateDir, "lume")
+		_, lookErr := exec.LookPath(*lumeBinary)
+		if lookErr == nil {
+			ld.Binary = *lumeBinary // its version; lume shutdown too with a guest user
+		}
 		if *lumeUser != "" {
 			pw, err := os.ReadFile(*lumePWFile)
 			if err != nil {
 				return fmt.Errorf("--lume-guest-user needs --lume-guest-password-file: %w", err)
 			}
-			if _, err := exec.LookPath(*lumeBinary); err != nil {
-				return fmt.Errorf("--lume %q: %w; give lume's full path for lume shutdown", *lumeBinary, err)
+			if lookErr != nil {
+				return fmt.Errorf("--lume %q: %w; give lume's full path for lume shutdown", *lumeBinary, lookErr)
 			}
-			ld.Binary, ld.GuestUser, ld.GuestPassword = *lumeBinary, *lumeUser, strings.TrimSpace(string(pw))
+			ld.GuestUser, ld.GuestPassword = *lumeUser, strings.TrimSpace(string(pw))
 		}
 		driver = ld
 	case "tart":

@@ -79,8 +79,8 @@ type Driver struct {
 	// PollInterval is how often Start asks lume whether the VM runs, and
 	// Create how its pull goes.
 	PollInterval time.Duration
-	// Binary is lume's command, for the one thing only it does: "lume
-	// shutdown", which asks macOS to shut down from inside, over SSH as
+	// Binary is lume's command, for what only it does: its version, and
+	// "lume shutdown", which asks macOS to shut down from inside, over SSH as
 	// GuestUser with GuestPassword (the image's administrator, whom sudo
 	// lets run shutdown -h now). Empty Binary or GuestUser: the driver
 	// cannot ask (RequestStop says ErrNoGracefulStop), and the guest
@@ -776,8 +776,15 @@ func (d *Driver) recordPull(ctx context.Context, ref, org, image string) {
 
 // Version is unsupported: lume's API has no version route ("lume
 // --version" on the Mac prints it; the doctor runs that).
-func (d *Driver) Version(context.Context) (string, error) {
-	return "", fmt.Errorf("lume's API does not say its version: %w", errors.ErrUnsupported)
+func (d *Driver) Version(ctx context.Context) (string, error) {
+	if d.Binary == "" {
+		return "", fmt.Errorf("lume's API does not say its version, and the driver has no lume command to ask: %w", errors.ErrUnsupported)
+	}
+	out, err := exec.CommandContext(ctx, d.Binary, "--version").Output() //nolint:gosec // G204: the operator's configured lume.
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", d.Binary, err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // ImageDigest is unsupported: lume lists a cached image by 12 characters

@@ -438,6 +438,13 @@ func TestRequestStopWithLumeShutdown(t *testing.T) {
 	if err := d.Start(ctx, "vm1", vz.StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := d.Version(ctx); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Version with no lume command: %v; want unsupported", err)
+	}
+	d.Binary = cli
+	if v, err := d.Version(ctx); err != nil || v != "0.5.3" {
+		t.Fatalf("Version from lume --version: %q, %v; want 0.5.3", v, err)
+	}
 	d.Binary, d.GuestUser, d.GuestPassword = cli, "admin", "wrong"
 	if err := d.RequestStop(ctx, "vm1"); err == nil || !strings.Contains(err.Error(), "SSH authentication failed") {
 		t.Fatalf("lume shutdown with a wrong password: %v; want lume's words", err)
