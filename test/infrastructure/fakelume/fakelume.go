@@ -28,7 +28,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -36,6 +35,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/macvirt/macvirt/test/infrastructure/gocmd"
 )
 
 // LimitText is what the fake logs when a start fails on the framework's VM
@@ -221,13 +222,7 @@ func (s *Server) SSHShutdowns() int {
 // BuildCLI builds the fake lume command (lumecli) into dir as "lume";
 // it reaches the server at FAKELUME_URL.
 func BuildCLI(dir string) (string, error) {
-	out := filepath.Join(dir, "lume")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/macvirt/macvirt/test/infrastructure/fakelume/lumecli") //nolint:gosec,noctx // G204: a fixed package.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the fake lume command: %w: %s", err, b)
-	}
-	return out, nil
+	return gocmd.Build("github.com/macvirt/macvirt/test/infrastructure/fakelume/lumecli", dir, "lume", "the fake lume command")
 }
 
 // SetRunning puts a VM into the running state directly, creating it when

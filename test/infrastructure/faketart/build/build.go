@@ -20,13 +20,13 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/macvirt/macvirt/test/infrastructure/gocmd"
 )
 
 // Package is the import path of the faketart command.
@@ -176,13 +176,7 @@ func Used(home, sub string) (bool, error) {
 // To builds the faketart command as dir/tart with "go build" and returns
 // its path; a TestMain may call it once for a whole package.
 func To(dir string) (string, error) {
-	out := filepath.Join(dir, "tart")
-	cmd := exec.Command("go", "build", "-o", out, Package) //nolint:gosec,noctx // G204: a fixed package.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building faketart: %w: %s", err, b)
-	}
-	return out, nil
+	return gocmd.Build(Package, dir, "tart", "faketart")
 }
 
 // Build builds the faketart command into a temporary directory of t and
