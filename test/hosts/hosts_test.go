@@ -478,3 +478,58 @@ var _ = Describe("GitHub Actions jobs on Apple-silicon hosts", func() {
 			waits[len(waits)/2].Round(time.Millisecond), waits[len(waits)-1].Round(time.Millisecond))
 	})
 })
+
+var _ = Describe("An image the registry does not have", func() {
+	It("leaves its machine Provisioning with tart's own words, retried, while another Mac starts on that host, and goes with its claim", func() {
+		const spec = "refused"
+		const a = "refused-mac-a"
+		macs := startMacs(spec, nil, a)
+		ns := namespace(spec)
+		missing := "ghcr.io/cirruslabs/macos-nosuch:latest"
+		bad, good := vzClassOf(spec+"-bad", spec, missing, nil), vzClassOf(spec+"-good", spec, image, nil)
+
+		By("the pull is refused: the machine says so, with tart's words, on its Ready condition and its claim's")
+		claim := claimOf(ns, "bad", bad)
+		m := machineOf(claim)
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(m), m)).To(Succeed())
+			g.Expect(m.Status.Phase).To(Equal(macvirtv1alpha1.MachineProvisioning))
+			r := meta.FindStatusCondition(m.Status.Conditions, macvirtv1alpha1.ConditionReady)
+			g.Expect(r).NotTo(BeNil())
+			g.Expect(r.Reason).To(Equal(macvirtv1alpha1.ReasonHostVMFailed))
+			g.Expect(r.Message).To(ContainSubstring(`"pulling manifest", code: 404`))
+			g.Expect(r.Message).To(ContainSubstring("MANIFEST_UNKNOWN"))
+		}).Should(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
+			r := meta.FindStatusCondition(claim.Status.Conditions, macvirtv1alpha1.ConditionReady)
+			g.Expect(r).NotTo(BeNil())
+			g.Expect(r.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(r.Message).To(ContainSubstring("MANIFEST_UNKNOWN"), "the tenant reads why")
+		}).Should(Succeed())
+
+		By("it is tried again, and the host is not wedged: a Mac of a good image starts there meanwhile")
+		other := claimOf(ns, "good", good)
+		awaitReady(other)
+		Expect(machineOf(other).Spec.HostName).To(Equal(a))
+		Eventually(func() (int, error) {
+			cmds, err := build.Commands(macs.Home(a))
+			n := 0
+			for _, c := range cmds {
+				if strings.HasPrefix(c, "clone "+missing) {
+					n++
+				}
+			}
+			return n, err
+		}, "40s").Should(BeNumerically(">=", 2), "a refused creation is retried")
+
+		By("its claim deleted, the machine goes: there was no VM to stop")
+		Expect(admin.Delete(ctx, claim)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(m), &macvirtv1alpha1.MacMachine{}))
+		}).Should(BeTrue())
+		vms, err := macs.VMs(ctx, a)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(vms).To(HaveLen(1), "only the good claim's VM is on the Mac")
+	})
+})

@@ -36,7 +36,11 @@ func (e *env) known(ref string) error {
 			return nil
 		}
 	}
-	return failf("faketart: the registry has no image %s", ref)
+	// tart's Registry.pullManifest throws RegistryError on a status that is
+	// not 200, and ArgumentParser prints the enum case as it is, with the
+	// registry's body.
+	_, _, reference := remoteName(ref)
+	return failf(`Error: UnexpectedHTTPStatusCode(when: "pulling manifest", code: 404, details: "{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\",\"message\":\"manifest unknown\",\"detail\":\"%s\"}]}")`, reference)
 }
 
 // remoteName splits ref as tart's RemoteName: the registry host, the
