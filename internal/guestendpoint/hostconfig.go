@@ -163,14 +163,25 @@ func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(out)
 }
 
+// forget drops a token that is no host's any more.
+func (h *HostConfigHandler) forget(token string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.reviewed, guestprotocol.HashToken(token))
+}
+
 // authenticate finds the host whose agent's token a request carries: one
 // reviewed lately, else the API server's review of it, limited per client
 // address.
 func (h *HostConfigHandler) authenticate(w http.ResponseWriter, r *http.Request, token string) (string, *refusal) {
-	if host, known := h.knownHost(token); known {
+	host, known, renewal := h.knownHost(token)
+	if known {
 		return host, nil
 	}
-	if !h.allowReview(r.RemoteAddr) {
+	// A token reviewed before is reviewed again without the per-address
+	// budget: its host's guests share the Mac's address, and one that sends
+	// junk tokens must not lock its own host agent out.
+	if !renewal && !h.allowReview(r.RemoteAddr) {
 		w.Header().Set("Retry-After", "1")
 		return "", &refusal{http.StatusTooManyRequests, guestprotocol.ReasonRateLimited, "too many requests from this address; retry in a second"}
 	}
@@ -191,6 +202,7 @@ func (h *HostConfigHandler) hostOf(r *http.Request, token string) (string, error
 		return "", errors.New("the token could not be reviewed; retry")
 	}
 	if !review.Status.Authenticated {
+		h.forget(token)
 		return "", errors.New("the token is not valid (expired, or not the cluster's)")
 	}
 	prefix := "system:serviceaccount:" + macvirtv1alpha1.HostAgentNamespace + ":"
@@ -209,15 +221,20 @@ func (h *HostConfigHandler) hostOf(r *http.Request, token string) (string, error
 	return host, nil
 }
 
-// knownHost is the host of a token reviewed less than reviewTTL ago.
-func (h *HostConfigHandler) knownHost(token string) (string, bool) {
+// knownHost is the host of a token reviewed less than reviewTTL ago;
+// renewal says the token was a host's when it was last reviewed, longer
+// ago.
+func (h *HostConfigHandler) knownHost(token string) (host string, known, renewal bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r, ok := h.reviewed[guestprotocol.HashToken(token)]
-	if !ok || time.Now().After(r.until) {
-		return "", false
+	switch {
+	case !ok:
+		return "", false, false
+	case time.Now().After(r.until):
+		return "", false, true
 	}
-	return r.host, true
+	return r.host, true, false
 }
 
 // allowReview says whether the client at addr may have a token reviewed now.

@@ -28,6 +28,7 @@ import (
 var reviewedTokens = map[string]string{
 	"mac-a-token":   "system:serviceaccount:macvirt-hosts:mac-a",
 	"mac-b-token":   "system:serviceaccount:macvirt-hosts:mac-b",
+	"mac-c-token":   "system:serviceaccount:macvirt-hosts:mac-c",
 	"tenant-token":  "system:serviceaccount:team-a:default",
 	"nested-token":  "system:serviceaccount:macvirt-hosts:mac-a:x",
 	"default-token": "system:serviceaccount:macvirt-hosts:default",

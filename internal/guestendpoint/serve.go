@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"sync/atomic"
@@ -60,10 +59,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.listeningSince.Store(time.Now().UnixNano())
 	defer s.listeningSince.Store(0)
 	srv := &http.Server{Handler: s.Handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10,
-		// Requests end with the manager: the connections host agents hold
-		// for tunnels (hijacked, which Shutdown does not close) among them.
-		BaseContext: func(net.Listener) context.Context { return ctx }}
+		WriteTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
 	ctrl.Log.WithName("agent-endpoint").Info("serving guest agents", "address", ln.Addr().String())
 	go func() {
 		<-ctx.Done()

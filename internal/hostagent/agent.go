@@ -130,6 +130,8 @@ type Agent struct {
 	stopWarnings map[string]string
 	// creations are the VMs being made beside the machine loop.
 	creations *creations
+	// tunnelSlots holds a token per tunnel the agent carries.
+	tunnelSlots chan struct{}
 	// facts and toolVersion are what heartbeats last read of the Mac.
 	facts       cached[Facts]
 	toolVersion cached[string]
@@ -182,7 +184,8 @@ func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("making the agent's manager: %w", err)
 	}
 	a := &Agent{opts: opts, driver: driver, client: mgr.GetClient(), reader: mgr.GetAPIReader(), clock: opts.Clock, mgr: mgr,
-		endpoint: endpoint, unused: map[string]string{}, stopWarnings: map[string]string{}, creations: newCreations(opts.MaxPulls, opts.Clock)}
+		endpoint: endpoint, unused: map[string]string{}, stopWarnings: map[string]string{}, creations: newCreations(opts.MaxPulls, opts.Clock),
+		tunnelSlots: make(chan struct{}, maxTunnels)}
 	name := "hostagent"
 	if opts.Name != "" {
 		name += "-" + opts.Name

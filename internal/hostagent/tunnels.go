@@ -104,9 +104,25 @@ func (a *Agent) holdTunnelsOnce(ctx context.Context) error {
 		if kind != websocket.TextMessage || json.Unmarshal(b, &d) != nil || !guestprotocol.ValidHostDialID(d.ID) {
 			continue
 		}
-		go a.carryTunnel(ctx, d)
+		select {
+		case a.tunnelSlots <- struct{}{}:
+			go func() {
+				defer func() { <-a.tunnelSlots }()
+				a.carryTunnel(ctx, d, "")
+			}()
+		default:
+			// Past the limit the agent still answers, briefly, so the
+			// tenant reads why rather than waiting for nothing.
+			go a.carryTunnel(ctx, d, fmt.Sprintf("the host agent of MacHost %s carries %d tunnels already, the most it may; close one and try again",
+				a.opts.Host, cap(a.tunnelSlots)))
+		}
 	}
 }
+
+// maxTunnels bounds the tunnels the agent carries at once: each holds a
+// connection to the operator and one to a guest, and the two VMs' tenants
+// share the agent.
+const maxTunnels = 64
 
 // openTunnelSocket opens a WebSocket to path of the operator's endpoint as
 // the host.
@@ -145,10 +161,15 @@ func (a *Agent) openTunnelSocket(ctx context.Context, path string) (*websocket.C
 }
 
 // carryTunnel connects to the guest's port the dial names and brings the
-// connection back to the operator, or says why not.
-func (a *Agent) carryTunnel(ctx context.Context, d guestprotocol.HostDial) {
+// connection back to the operator, or says why not (refused, when set,
+// without trying).
+func (a *Agent) carryTunnel(ctx context.Context, d guestprotocol.HostDial, refused string) {
 	log := ctrl.Log.WithName("host-tunnel").WithValues("host", a.opts.Host, "machine", d.Machine.Namespace+"/"+d.Machine.Name, "port", d.Port)
-	guest, problem := a.dialGuest(ctx, d)
+	var guest net.Conn
+	problem := refused
+	if refused == "" {
+		guest, problem = a.dialGuest(ctx, d)
+	}
 	ws, err := a.openTunnelSocket(ctx, guestprotocol.HostTunnelPath(d.ID))
 	if err != nil {
 		if guest != nil {
@@ -198,7 +219,10 @@ func (a *Agent) dialGuest(ctx context.Context, d guestprotocol.HostDial) (net.Co
 	case errors.Is(err, vz.ErrNotFound):
 		return nil, "the machine's VM is not on MacHost " + a.opts.Host + " (yet)"
 	case err != nil:
-		return nil, "reading the VM on MacHost " + a.opts.Host + ": " + err.Error()
+		// The tool's words name the Mac's paths and user: they go to the
+		// agent's log, not to the tenant.
+		ctrl.Log.WithName("host-tunnel").Info("reading a VM for a tunnel failed", "vm", VMName(m), "error", err.Error())
+		return nil, "reading the VM on MacHost " + a.opts.Host + " failed (the host agent's log says why)"
 	case vm.State != vz.StateRunning:
 		return nil, fmt.Sprintf("the machine's VM is %s on MacHost %s", vm.State, a.opts.Host)
 	case vm.IP == "":
@@ -217,7 +241,12 @@ func (a *Agent) dialGuest(ctx context.Context, d guestprotocol.HostDial) (net.Co
 		if d.Port == 22 {
 			hint = " (is Remote Login on in the golden image?)"
 		}
-		return nil, fmt.Sprintf("connecting to the guest at %s on MacHost %s: %v%s", addr, a.opts.Host, err, hint)
+		reason := "it did not answer"
+		var op *net.OpError
+		if errors.As(err, &op) && op.Err != nil {
+			reason = op.Err.Error()
+		}
+		return nil, fmt.Sprintf("connecting to port %d of the guest on MacHost %s: %s%s", d.Port, a.opts.Host, reason, hint)
 	}
 	return conn, ""
 }

@@ -130,6 +130,9 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 	if tunnelSrv != nil && agentServer != nil {
 		tunnelSrv.Hosts = &tunnel.Hosts{}
 		hostTunnels = tunnelSrv.Hosts
+		if err := mgr.Add(tunnelSrv.Hosts); err != nil {
+			return fmt.Errorf("adding the host agents' tunnels: %w", err)
+		}
 	}
 	if tunnelSrv != nil {
 		tunnelSrv.TLSOpts = tlsOpts

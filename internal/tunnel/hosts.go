@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,16 +39,56 @@ type Hosts struct {
 	// and load balancers keep it; pingInterval when zero.
 	PingInterval time.Duration
 
+	// MaxPerHost bounds the tunnels one host carries at once, so that
+	// tenants of one Mac cannot flood the agent it shares with the other
+	// VM's tenant; DefaultMaxTunnelsPerHost when zero.
+	MaxPerHost int
+
 	mu      sync.Mutex
 	held    map[string]*heldHost
 	pending map[string]*pendingDial
+	active  map[string]int
+	stopped bool
 }
+
+// DefaultMaxTunnelsPerHost is how many tunnels one host carries at once by
+// default: plenty for two VMs' ssh, cp and port-forwards.
+const DefaultMaxTunnelsPerHost = 64
+
+// maxDialResultBytes bounds the first message a host agent sends back, and
+// maxDialProblem the part of its words a tenant reads.
+const (
+	maxDialResultBytes = 4 << 10
+	maxDialProblem     = 512
+)
 
 // heldHost is a host agent's held connection.
 type heldHost struct {
 	dials chan guestprotocol.HostDial
 	done  chan struct{}
+	once  sync.Once
 }
+
+// end marks the held connection ended: dials waiting on it give up at once.
+func (c *heldHost) end() { c.once.Do(func() { close(c.done) }) }
+
+// Start implements manager.Runnable: when the manager stops, every held
+// connection ends (a hijacked connection outlives its HTTP server's
+// shutdown otherwise), and no new one is held.
+func (h *Hosts) Start(ctx context.Context) error {
+	<-ctx.Done()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	for _, c := range h.held {
+		c.end()
+	}
+	return nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every
+// replica holds the connections made to it.
+func (h *Hosts) NeedLeaderElection() bool { return false }
 
 // pendingDial waits for the host agent's connection.
 type pendingDial struct {
@@ -68,17 +109,23 @@ func (h *Hosts) Connected(host string) bool {
 func (h *Hosts) Serve(ctx context.Context, host string, ws *websocket.Conn) {
 	me := &heldHost{dials: make(chan guestprotocol.HostDial, 16), done: make(chan struct{})}
 	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		_ = ws.Close()
+		return
+	}
 	if h.held == nil {
 		h.held = map[string]*heldHost{}
 	}
 	if old := h.held[host]; old != nil {
-		close(old.done)
+		old.end()
 	} else {
 		HostsConnected.Inc()
 	}
 	h.held[host] = me
 	h.mu.Unlock()
 	defer func() {
+		me.end()
 		h.mu.Lock()
 		if h.held[host] == me {
 			delete(h.held, host)
@@ -87,8 +134,17 @@ func (h *Hosts) Serve(ctx context.Context, host string, ws *websocket.Conn) {
 		h.mu.Unlock()
 		_ = ws.Close()
 	}()
-	// The agent sends nothing; reading processes its pongs and its close.
+	interval := h.PingInterval
+	if interval == 0 {
+		interval = pingInterval
+	}
+	// The agent sends nothing but pongs and its close: a connection that
+	// answers no ping for three intervals is gone (a Mac off the network
+	// says nothing).
 	ws.SetReadLimit(1 << 10)
+	quiet := 3 * interval
+	_ = ws.SetReadDeadline(time.Now().Add(quiet))
+	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(quiet)) })
 	gone := make(chan struct{})
 	go func() {
 		defer close(gone)
@@ -98,10 +154,6 @@ func (h *Hosts) Serve(ctx context.Context, host string, ws *websocket.Conn) {
 			}
 		}
 	}()
-	interval := h.PingInterval
-	if interval == 0 {
-		interval = pingInterval
-	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -156,23 +208,47 @@ func (h *Hosts) Dial(ctx context.Context, host string, machine guestprotocol.Mac
 	}
 	id := hex.EncodeToString(raw)
 	p := &pendingDial{host: host, conn: make(chan *websocket.Conn, 1)}
+	limit := h.MaxPerHost
+	if limit <= 0 {
+		limit = DefaultMaxTunnelsPerHost
+	}
 	h.mu.Lock()
-	held := h.held[host]
-	if held != nil {
+	held, busy := h.held[host], h.active[host] >= limit
+	if held != nil && !busy {
 		if h.pending == nil {
 			h.pending = map[string]*pendingDial{}
 		}
+		if h.active == nil {
+			h.active = map[string]int{}
+		}
 		h.pending[id] = p
+		h.active[host]++
 	}
 	h.mu.Unlock()
-	if held == nil {
+	switch {
+	case held == nil:
 		return nil, fmt.Errorf("the host agent of MacHost %s holds no tunnel connection to this operator: is it running, "+
 			"and does it reach the agent endpoint? (macvirt-host-agent doctor on the Mac says)", host)
+	case busy:
+		return nil, fmt.Errorf("MacHost %s carries %d tunnels already, the most it may; close one and try again", host, limit)
 	}
+	carried := false
 	defer func() {
 		h.mu.Lock()
 		delete(h.pending, id)
+		if !carried {
+			h.active[host]--
+		}
 		h.mu.Unlock()
+		if !carried {
+			// Accept may have handed the connection over just as the dial
+			// gave up: it is nobody's then.
+			select {
+			case ws := <-p.conn:
+				_ = ws.Close()
+			default:
+			}
+		}
 	}()
 	timeout := h.DialTimeout
 	if timeout == 0 {
@@ -199,8 +275,17 @@ func (h *Hosts) Dial(ctx context.Context, host string, machine guestprotocol.Mac
 		return nil, fmt.Errorf("the host agent of MacHost %s did not bring the connection back within %s", host, timeout)
 	}
 	var result guestprotocol.HostDialResult
-	_ = ws.SetReadDeadline(time.Now().Add(timeout))
+	// The agent's first message is its answer, small; a tenant who gave up
+	// stops the wait.
+	ws.SetReadLimit(maxDialResultBytes)
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = ws.SetReadDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = ws.SetReadDeadline(time.Now()) })
 	kind, b, err := ws.ReadMessage()
+	stop()
 	if err == nil && kind != websocket.TextMessage {
 		err = errors.New("its first message is not the dial's result")
 	}
@@ -213,10 +298,38 @@ func (h *Hosts) Dial(ctx context.Context, host string, machine guestprotocol.Mac
 	}
 	if result.Error != "" {
 		_ = ws.Close()
-		return nil, fmt.Errorf("the host agent of MacHost %s: %s", host, result.Error)
+		if len(result.Error) > maxDialProblem {
+			result.Error = result.Error[:maxDialProblem] + "..."
+		}
+		return nil, fmt.Errorf("the host agent of MacHost %s: %s", host, strings.ToValidUTF8(result.Error, "?"))
 	}
 	_ = ws.SetReadDeadline(time.Time{})
-	return NewConn(ws), nil
+	ws.SetReadLimit(0)
+	carried = true
+	return &countedConn{Conn: NewConn(ws), done: func() {
+		h.mu.Lock()
+		h.active[host]--
+		h.mu.Unlock()
+	}}, nil
+}
+
+// countedConn gives its host's tunnel back when it closes.
+type countedConn struct {
+	net.Conn
+	once sync.Once
+	done func()
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(c.done)
+	return c.Conn.Close()
+}
+
+// Active is how many tunnels host carries now.
+func (h *Hosts) Active(host string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.active[host]
 }
 
 // NewConn is a tunnel's WebSocket as a net.Conn (binary messages carry the

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -130,5 +131,48 @@ func TestHostsCarryATunnelOnlyThroughTheAskedHost(t *testing.T) {
 	}
 	if _, err := h2.Dial(ctx, "mac-a", machine, "u1", 22); err == nil || !strings.Contains(err.Error(), "did not bring the connection back") {
 		t.Fatalf("mac-a's tunnel brought back by mac-b: %v; want refused", err)
+	}
+}
+
+// One host carries at most MaxPerHost tunnels at once; a closed one gives
+// its place back. A host agent's answer is read within a bound, and what a
+// tenant reads of its words is cut short.
+func TestHostsBoundTunnelsAndWhatAnAgentSays(t *testing.T) {
+	h := &Hosts{DialTimeout: 2 * time.Second, MaxPerHost: 1}
+	url := hostsServer(t, h)
+	ctx := context.Background()
+	machine := guestprotocol.MachineRef{Namespace: "pools", Name: "m1"}
+	huge := strings.Repeat("A", 1<<20)
+	fakeAgent(t, url, "mac-a", func(d guestprotocol.HostDial) (string, string) {
+		if d.Port == 5900 {
+			return "mac-a", huge
+		}
+		return "mac-a", ""
+	})
+	for !h.Connected("mac-a") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	first, err := h.Dial(ctx, "mac-a", machine, "u1", 22)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Dial(ctx, "mac-a", machine, "u1", 22); err == nil || !strings.Contains(err.Error(), "carries 1 tunnels already") {
+		t.Fatalf("a second tunnel past the limit: %v", err)
+	}
+	_ = first.Close()
+	if h.Active("mac-a") != 0 {
+		t.Fatalf("%d tunnels active after the only one closed", h.Active("mac-a"))
+	}
+	second, err := h.Dial(ctx, "mac-a", machine, "u1", 22)
+	if err != nil {
+		t.Fatalf("a tunnel once the first closed: %v", err)
+	}
+	_ = second.Close()
+	_, err = h.Dial(ctx, "mac-a", machine, "u1", 5900)
+	if err == nil || len(err.Error()) > 1024 {
+		t.Fatalf("an agent answering 1 MiB: an error of %d bytes; want it bounded", len(fmt.Sprint(err)))
+	}
+	if h.Active("mac-a") != 0 {
+		t.Fatalf("%d tunnels active after a refused one", h.Active("mac-a"))
 	}
 }
