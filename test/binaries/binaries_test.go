@@ -5,9 +5,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -36,6 +36,9 @@ import (
 	"github.com/macvirt/macvirt/internal/domainhook/contract"
 	"github.com/macvirt/macvirt/internal/domainhook/contract/contracttest"
 	"github.com/macvirt/macvirt/internal/guestagent"
+	"github.com/macvirt/macvirt/internal/guestendpoint"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
+	"github.com/macvirt/macvirt/internal/tunnel"
 	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 	"github.com/macvirt/macvirt/test/infrastructure/faketart/build"
@@ -138,12 +141,17 @@ func TestHostAgentStartsAndHeartbeats(t *testing.T) {
 	}
 	dir := t.TempDir()
 	kubeconfig := hostKubeconfig(t, w, host, filepath.Join(dir, "kubeconfig"))
-	// The agent reaches the endpoint only to start a VM; here it needs a
-	// CA file to start at all.
-	ca := filepath.Join(dir, "endpoint-ca.crt")
-	if err := os.WriteFile(ca, w.Config.CAData, 0o600); err != nil {
+	// The agent endpoint's host routes, as the operator serves them: the
+	// agent holds its tunnel connection there from its start (it fetches a
+	// VM's configuration there too, which this test starts none of).
+	hosts := &tunnel.Hosts{}
+	srv := httptest.NewTLSServer(&guestendpoint.Handler{Hosts: &guestendpoint.HostConfigHandler{Client: w.Admin, Tunnels: hosts}})
+	defer srv.Close()
+	srvCA := filepath.Join(dir, "srv-ca.crt")
+	if err := os.WriteFile(srvCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	ca := srvCA
 	tartBin, err := build.To(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +172,7 @@ func TestHostAgentStartsAndHeartbeats(t *testing.T) {
 	// Started as a LaunchDaemon with launchd's bare environment, it says
 	// what is missing instead of failing at the first VM.
 	args := []string{"--kubeconfig=" + kubeconfig, "--host=" + host, "--state-dir=" + filepath.Join(dir, "state"),
-		"--endpoint=https://127.0.0.1:9444", "--endpoint-ca=" + ca}
+		"--endpoint=" + srv.URL, "--endpoint-ca=" + ca}
 	for _, tc := range []struct {
 		env  []string
 		args []string
@@ -182,7 +190,7 @@ func TestHostAgentStartsAndHeartbeats(t *testing.T) {
 	}
 	agent := cluster.StartProcess(t, dir, []string{"TART_HOME=" + home}, bin, "--kubeconfig="+kubeconfig, "--host="+host,
 		"--tool=tart", "--tart="+tartBin, "--state-dir="+filepath.Join(dir, "state"), "--lease=10s",
-		"--endpoint=https://127.0.0.1:9444", "--endpoint-ca="+ca)
+		"--endpoint="+srv.URL, "--endpoint-ca="+ca)
 	h := &macvirtv1alpha1.MacHost{}
 	eventually(t, agent, 2*time.Minute, "the agent registers MacHost "+host+" and reports tart reachable", func() error {
 		if err := w.Admin.Get(ctx, client.ObjectKey{Name: host}, h); err != nil {
@@ -216,18 +224,35 @@ func TestHostAgentStartsAndHeartbeats(t *testing.T) {
 		}
 		return nil
 	})
+	// Its tunnel connection, out to the endpoint with its token: asked for
+	// a machine that is not on its Mac, or a port it never carries, it
+	// answers why, in its words, over the connection it brings back.
+	eventually(t, agent, time.Minute, "the agent holds its tunnel connection", func() error {
+		if !hosts.Connected(host) {
+			return errors.New("not connected")
+		}
+		return nil
+	})
+	for _, tc := range []struct {
+		port int32
+		says string
+	}{{22, "no machine of that name and UID is placed on MacHost " + host}, {8080, "carries no tunnel to port 8080"}} {
+		_, err := hosts.Dial(ctx, host, guestprotocol.MachineRef{Namespace: "elsewhere", Name: "m"}, "some-uid", tc.port)
+		if err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("a tunnel to port %d of a machine not on the Mac: %v; want the agent to say %q", tc.port, err, tc.says)
+		}
+	}
 	agent.Stop(t, syscall.SIGTERM)
+	for deadline := time.Now().Add(30 * time.Second); hosts.Connected(host); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stopped agent's tunnel connection did not end within 30s")
+		}
+	}
 
 	// "macvirt-host-agent doctor" with the agent's own flags checks the Mac
 	// as the agent runs there, and starts nothing. Off macOS what only a
 	// Mac tells is unknown; the rest is checked for real: the fake tart's
 	// answers and version, the token's identity, and the endpoint's TLS.
-	srv := httptest.NewTLSServer(http.NotFoundHandler())
-	defer srv.Close()
-	srvCA := filepath.Join(dir, "srv-ca.crt")
-	if err := os.WriteFile(srvCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	doctor := func(hostName string) (string, int) {
 		cmd := exec.Command(bin, "doctor", "--kubeconfig="+kubeconfig, "--host="+hostName, "--tool=tart", "--tart="+tartBin, //nolint:gosec,noctx // the binary just built.
 			"--state-dir="+filepath.Join(dir, "state"), "--endpoint="+srv.URL, "--endpoint-ca="+srvCA, "--min-free-disk=1Mi")
