@@ -139,7 +139,10 @@ type ImageSpec struct {
 	// DataImportCron in the images namespace that polls source.registry on
 	// schedule and imports each new digest, and machines clone the newest
 	// import. The class's revision follows the digest, so pools roll their
-	// idle machines to it; bound machines are never touched.
+	// idle machines to it; bound machines are never touched. On a
+	// Virtualization class, each host agent that caches the image pulls
+	// its tag again on schedule (importsToKeep does not apply), and pools
+	// replace the idle machines made from an older digest on that host.
 	// +optional
 	Refresh *ImageRefresh `json:"refresh,omitempty"`
 
@@ -513,7 +516,7 @@ const (
 // MacClassSpec is a hardware and image recipe for macOS machines.
 // +kubebuilder:validation:XValidation:rule="(has(self.runtime) && self.runtime == 'Virtualization') || has(self.bootloader)",message="bootloader is required for a KubeVirt class: give the OpenCore disk's source, or set runtime: Virtualization"
 // +kubebuilder:validation:XValidation:rule="!has(self.runtime) || self.runtime != 'Virtualization' || !has(self.bootloader)",message="a Virtualization class has no bootloader (the Virtualization framework boots macOS itself): remove spec.bootloader"
-// +kubebuilder:validation:XValidation:rule="!has(self.runtime) || self.runtime != 'Virtualization' || (has(self.image.source) && has(self.image.source.registry) && !has(self.image.refresh))",message="a Virtualization class takes its VM image from image.source.registry.url (an OCI reference tart or lume can pull, such as docker://ghcr.io/cirruslabs/macos-sequoia-base:latest), without image.refresh"
+// +kubebuilder:validation:XValidation:rule="!has(self.runtime) || self.runtime != 'Virtualization' || (has(self.image.source) && has(self.image.source.registry) && (!has(self.image.refresh) || !has(self.image.refresh.importsToKeep)))",message="a Virtualization class takes its VM image from image.source.registry.url (an OCI reference tart or lume can pull, such as docker://ghcr.io/cirruslabs/macos-sequoia-base:latest); image.refresh.importsToKeep is CDI's, for KubeVirt classes"
 // +kubebuilder:validation:XValidation:rule="!has(self.runtime) || self.runtime != 'Virtualization' || !has(self.installer)",message="installer classes run on KubeVirt only: remove spec.installer or the runtime"
 // +kubebuilder:validation:XValidation:rule="!has(self.lifecycle) || !has(self.lifecycle.afterShutdownGracePeriod) || self.lifecycle.afterShutdownGracePeriod == 'Wait' || (has(self.runtime) && self.runtime == 'Virtualization')",message="lifecycle.afterShutdownGracePeriod PowerOff is for Virtualization classes: on KubeVirt, KubeVirt forces the VM off after shutdownGracePeriod itself; remove it"
 // +kubebuilder:validation:XValidation:rule="!has(self.image.pullPolicy) || (has(self.runtime) && self.runtime == 'Virtualization')",message="image.pullPolicy is for Virtualization classes (a Mac's tool pulls their image); a KubeVirt class's image is CDI's: remove it, or use image.refresh"
@@ -708,7 +711,9 @@ const DefaultImportsToKeep int32 = 3
 // import is done it has no source, and machines wait.
 func (c *MacClass) EffectiveImage() ImageSpec {
 	img := *c.Spec.Image.DeepCopy()
-	if img.Refresh == nil {
+	if img.Refresh == nil || c.Spec.OnHosts() {
+		// A Virtualization class's hosts pull and refresh the image
+		// themselves.
 		return img
 	}
 	img.Refresh, img.Source, img.SourceRef = nil, nil, nil
@@ -726,8 +731,9 @@ func (c *MacClass) EffectiveImage() ImageSpec {
 }
 
 // ImageUnresolved reports a refreshed image whose first import is not done.
+// A Virtualization class's image is its hosts' to pull: never unresolved.
 func (c *MacClass) ImageUnresolved() bool {
-	return c.Spec.Image.Refresh != nil && (c.Status.Image == nil || c.Status.Image.Resolved == nil)
+	return c.Spec.Image.Refresh != nil && !c.Spec.OnHosts() && (c.Status.Image == nil || c.Status.Image.Resolved == nil)
 }
 
 // RuntimeOrDefault is the class's runtime: KubeVirt when unset.

@@ -231,6 +231,13 @@ type HostVMStatus struct {
 	// +kubebuilder:validation:MaxLength=128
 	// +optional
 	ImageDigest string `json:"imageDigest,omitempty"`
+	// latestImageDigest is the digest the host's cache holds for the
+	// class's image now, for a class whose image.refresh pulls it again: it
+	// differs from imageDigest once the tag was pushed again, and a pool
+	// then replaces the VM while it is idle.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	LatestImageDigest string `json:"latestImageDigest,omitempty"`
 	// pull is the image pull that makes the VM, while the agent makes it;
 	// cleared once the VM exists.
 	// +optional

@@ -208,6 +208,9 @@ func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
 	if err := mgr.Add(manager.RunnableFunc(a.holdTunnels)); err != nil {
 		return nil, err
 	}
+	if err := mgr.Add(manager.RunnableFunc(a.refreshImages)); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 

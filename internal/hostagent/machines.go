@@ -190,6 +190,15 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			report.Address = vm.IP
 		}
 	}
+	report.LatestImageDigest = ""
+	if class != nil && class.Spec.Image.Refresh != nil && report.ImageDigest != "" && report.State != macvirtv1alpha1.HostVMDeleted {
+		// What the Mac's cache holds for the class's image now: a refresh
+		// that pulled a re-pushed tag shows here, and the pool replaces
+		// the VM while it is idle.
+		if latest, err := a.driver.ImageDigest(ctx, class.Spec.VMImage()); err == nil {
+			report.LatestImageDigest = latest
+		}
+	}
 	if stepErr != nil {
 		report.Error = stepErr.Error()
 	}

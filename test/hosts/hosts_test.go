@@ -28,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -531,5 +532,86 @@ var _ = Describe("An image the registry does not have", func() {
 		vms, err := macs.VMs(ctx, a)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(vms).To(HaveLen(1), "only the good claim's VM is on the Mac")
+	})
+})
+
+var _ = Describe("A tag pushed again, of a Virtualization class with image.refresh", func() {
+	It("is pulled again on the class's schedule, and the pool's idle Mac is replaced by one of the new digest; a bound Mac is never touched", func() {
+		const spec = "refresh"
+		a, b := "refresh-mac-a", "refresh-mac-b"
+		macs := startMacs(spec, nil, a, b)
+		class := vzClassOf(spec, spec, image, func(s *macvirtv1alpha1.MacClassSpec) {
+			s.Tenancy.OnDemand = ptr.To(false)
+			s.Image.Refresh = &macvirtv1alpha1.ImageRefresh{Schedule: "* * * * *"}
+		})
+		ns := namespace(spec)
+		// Room for the roll's surge beside the bound Mac (the default is
+		// twice idle).
+		p := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: spec},
+			Spec: macvirtv1alpha1.MacPoolSpec{ClassName: class, Idle: ptr.To[int32](1), MaxMachines: ptr.To[int32](3)}}
+		Expect(admin.Create(ctx, p)).To(Succeed())
+		DeferCleanup(func() { deleteAndWait(p) })
+
+		By("a bound Mac and an idle one, both of the image's first digest")
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+			g.Expect(p.Status.Idle).To(BeEquivalentTo(1))
+		}).Should(Succeed())
+		bound := claimOf(ns, "kept", class)
+		awaitReady(bound)
+		kept := machineOf(bound)
+		first := kept.Status.Host.ImageDigest
+		Expect(first).To(HavePrefix("sha256:"))
+		var idle *macvirtv1alpha1.MacMachine
+		Eventually(func(g Gomega) {
+			idle = nil
+			for _, m := range machinesOf(class) {
+				if m.Spec.ClaimRef == nil && m.Status.Phase == macvirtv1alpha1.MachineReady {
+					idle = m.DeepCopy()
+				}
+			}
+			g.Expect(idle).NotTo(BeNil())
+			g.Expect(idle.Status.Host.ImageDigest).To(Equal(first))
+		}).Should(Succeed())
+
+		By("the tag is pushed again: the hosts pull it on the next minute, and the idle Mac is rolled")
+		second := "sha256:" + strings.Repeat("2", 64)
+		for _, h := range []string{a, b} {
+			knobs, err := build.ReadKnobs(macs.Home(h))
+			Expect(err).NotTo(HaveOccurred())
+			knobs.Digests = map[string]string{image: second}
+			Expect(build.WriteKnobs(macs.Home(h), knobs)).To(Succeed())
+		}
+		pushed := time.Now()
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(kept), kept)).To(Succeed())
+			g.Expect(kept.Status.Host.LatestImageDigest).To(Equal(second), "the host's cache holds the new digest")
+			g.Expect(apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(idle), &macvirtv1alpha1.MacMachine{}))).To(BeTrue(),
+				"the idle Mac of the old digest is replaced")
+			n := 0
+			for _, m := range machinesOf(class) {
+				if m.Spec.ClaimRef == nil && m.Status.Phase == macvirtv1alpha1.MachineReady {
+					g.Expect(m.Status.Host.ImageDigest).To(Equal(second))
+					n++
+				}
+			}
+			g.Expect(n).To(Equal(1), "one idle Mac, of the new digest")
+		}, 3*time.Minute).Should(Succeed())
+		rolled := time.Since(pushed)
+		Expect(kept.Status.Host.ImageDigest).To(Equal(first), "the bound Mac keeps the VM it was given")
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(bound), bound)).To(Succeed())
+		Expect(bound.Status.MachineRef.Name).To(Equal(kept.Name))
+		pulls := 0
+		for _, h := range []string{a, b} {
+			cmds, err := build.Commands(macs.Home(h))
+			Expect(err).NotTo(HaveOccurred())
+			for _, c := range cmds {
+				if c == "pull "+image {
+					pulls++
+				}
+			}
+		}
+		Expect(pulls).To(BeNumerically(">=", 1), "tart pull, on schedule")
+		GinkgoWriter.Printf("a re-pushed tag: pulled on schedule and the pool's idle Mac rolled %s after the push\n", rolled.Round(time.Second))
 	})
 })

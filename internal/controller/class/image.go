@@ -69,7 +69,8 @@ func (r *Reconciler) ensureImageImport(ctx context.Context, s *classScope) (bool
 		return false, err
 	}
 	refresh := s.Class.Spec.Image.Refresh
-	if refresh == nil {
+	if refresh == nil || s.Class.Spec.OnHosts() {
+		// A Virtualization class's hosts pull the image again themselves.
 		if have.Name != "" && metav1.IsControlledBy(have, s.Class) {
 			if err := r.Delete(ctx, have); err != nil && !apierrors.IsNotFound(err) {
 				return false, fmt.Errorf("deleting DataImportCron %s of a class no longer refreshed: %w", key, err)
@@ -221,7 +222,7 @@ func (r *Reconciler) observeCloneStrategy(ctx context.Context, s *classScope) (b
 // withImage is the class as machines of its current revision see it: its
 // refreshed image resolved as s.Image says.
 func withImage(class *macvirtv1alpha1.MacClass, img *macvirtv1alpha1.ClassImageStatus) *macvirtv1alpha1.MacClass {
-	if class.Spec.Image.Refresh == nil {
+	if class.Spec.Image.Refresh == nil || class.Spec.OnHosts() {
 		return class
 	}
 	c := class.DeepCopy()

@@ -24,7 +24,7 @@ func computeClassStatus(s *classScope) macvirtv1alpha1.MacClassStatus {
 	}
 	st.ObservedGeneration = class.Generation
 	st.Revision = s.Revision
-	if class.Spec.Image.Refresh == nil {
+	if class.Spec.Image.Refresh == nil || class.Spec.OnHosts() {
 		st.Image = nil
 	} else if s.Image != nil {
 		st.Image = s.Image

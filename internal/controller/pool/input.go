@@ -25,13 +25,24 @@ func poolInputFor(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass
 	}
 	for i := range items {
 		m := &items[i]
-		pm := poolMachine{Name: m.Name, Revision: m.Spec.ClassRevision, State: poolMachineState(m)}
+		pm := poolMachine{Name: m.Name, Revision: machineRevision(m), State: poolMachineState(m)}
 		if c := silentGuest(m); pm.State == stateFailed && c != nil && m.Status.Phase != macvirtv1alpha1.MachineFailed {
 			pm.ReplaceAt = silentReplaceAt(m, c, class)
 		}
 		in.Machines = append(in.Machines, pm)
 	}
 	return in
+}
+
+// machineRevision is the class revision a machine was made at; a VM whose
+// host now caches a newer digest of the class's image (its image.refresh
+// pulled a re-pushed tag) counts as of an older revision, so the pool
+// replaces it while idle, as after a class change.
+func machineRevision(m *macvirtv1alpha1.MacMachine) string {
+	if hv := m.Status.Host; hv != nil && hv.ImageDigest != "" && hv.LatestImageDigest != "" && hv.ImageDigest != hv.LatestImageDigest {
+		return m.Spec.ClassRevision + "@" + hv.ImageDigest
+	}
+	return m.Spec.ClassRevision
 }
 
 // poolMachineState classifies a machine for its pool. A machine that was

@@ -180,3 +180,40 @@ func TestPoolMachineStateReplacesAMachineWhoseAgentFellSilent(t *testing.T) {
 		}
 	}
 }
+
+// A Mac whose host now caches a newer digest of its class's image (a
+// refresh pulled a re-pushed tag) is of an older revision: the pool
+// replaces it while idle, as after a class change; one whose tool does not
+// say is left alone.
+func TestARefreshedImageRollsIdleMacsOnHosts(t *testing.T) {
+	machine := func(name, digest, latest string) macvirtv1alpha1.MacMachine {
+		m := macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		m.Spec.ClassRevision, m.Spec.HostName = "r1", "mac-a"
+		m.Status.Host = &macvirtv1alpha1.HostVMStatus{ImageDigest: digest, LatestImageDigest: latest}
+		return m
+	}
+	for _, c := range []struct {
+		m    macvirtv1alpha1.MacMachine
+		want string
+	}{
+		{machine("same", "sha256:a", "sha256:a"), "r1"},
+		{machine("re-pushed", "sha256:a", "sha256:b"), "r1@sha256:a"},
+		{machine("lume", "", ""), "r1"},
+		{machine("not refreshed", "sha256:a", ""), "r1"},
+	} {
+		if got := machineRevision(&c.m); got != c.want {
+			t.Errorf("%s: revision %q, want %q", c.m.Name, got, c.want)
+		}
+	}
+	in := poolInput{Pool: "p", Idle: 1, Max: 4, MaxProv: 2, Revision: "r1",
+		Machines: []poolMachine{{Name: "p-0", Revision: machineRevision(ptr.To(machine("p-0", "sha256:a", "sha256:b"))), State: stateIdle}}}
+	plan := planPool(in)
+	if len(plan.Create) != 1 || len(plan.Delete) != 0 {
+		t.Fatalf("one idle Mac of an old digest: create %v, delete %v; want a replacement first", plan.Create, plan.Delete)
+	}
+	in.Machines = append(in.Machines, poolMachine{Name: "p-1", Revision: "r1", State: stateIdle})
+	plan = planPool(in)
+	if len(plan.Create) != 0 || !slices.Equal(plan.Delete, []string{"p-0"}) {
+		t.Fatalf("its replacement Ready: create %v, delete %v; want the old one deleted", plan.Create, plan.Delete)
+	}
+}

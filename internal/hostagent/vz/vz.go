@@ -149,6 +149,10 @@ type Driver interface {
 	Slots(ctx context.Context) (Slots, error)
 	// Images lists the images the host has cached.
 	Images(ctx context.Context) ([]string, error)
+	// Pull asks the registry for image's tag and pulls what changed since
+	// the host cached it (a re-pushed tag); ErrUnsupported when the tool
+	// cannot.
+	Pull(ctx context.Context, image string) error
 	// ImageDigest is the digest the host has cached image under
 	// ("sha256:..."), or ErrUnsupported when the tool does not say.
 	ImageDigest(ctx context.Context, image string) (string, error)

@@ -194,8 +194,9 @@ func validateOnHosts(spec *field.Path, s *macvirtv1alpha1.MacClassSpec) field.Er
 			errs = append(errs, field.Invalid(spec.Child("image", "source", "registry", "url"), *s.Image.Source.Registry.URL, err.Error()))
 		}
 	}
-	if s.Image.Refresh != nil {
-		errs = append(errs, field.Forbidden(spec.Child("image", "refresh"), "a Mac's tool pulls the image itself: remove refresh (image.pullPolicy: Always takes a re-pushed tag for each new machine)"))
+	if s.Image.Refresh != nil && s.Image.Refresh.ImportsToKeep != nil {
+		errs = append(errs, field.Forbidden(spec.Child("image", "refresh", "importsToKeep"),
+			"a Mac's tool keeps one copy of each tag it pulls, not CDI's imports: remove importsToKeep (refresh.schedule is when the hosts pull the tag again)"))
 	}
 	if s.Installer != nil {
 		errs = append(errs, field.Forbidden(spec.Child("installer"), "installer classes run on KubeVirt only: remove installer, or runtime"))

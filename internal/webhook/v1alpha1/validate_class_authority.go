@@ -56,7 +56,7 @@ func classRights(c *macvirtv1alpha1.MacClass, imagesNamespace string) ([]classRi
 		src     macvirtv1alpha1.DiskSource
 		refresh bool
 	}{
-		{spec.Child("image"), c.Spec.Image.DiskSource, c.Spec.Image.Refresh != nil},
+		{spec.Child("image"), c.Spec.Image.DiskSource, c.Spec.Image.Refresh != nil && !c.Spec.OnHosts()},
 		{spec.Child("bootloader"), c.Spec.Bootloader.DiskSource, false},
 	}
 	if in := c.Spec.Installer; in != nil {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -49,10 +50,10 @@ func TestValidateVirtualizationClassRejections(t *testing.T) {
 			"spec.image.source.registry.url", "names no registry"},
 		"an option for tart": {imageSource(cdiv1.DataVolumeSource{Registry: &cdiv1.DataVolumeSourceRegistry{URL: strPtr("docker://--insecure")}}),
 			"spec.image.source.registry.url", "not an image reference"},
-		"a refreshed image": {func(c *macvirtv1alpha1.MacClass) {
-			c.Spec.Image.Refresh = &macvirtv1alpha1.ImageRefresh{Schedule: "0 * * * *"}
+		"CDI's imports to keep": {func(c *macvirtv1alpha1.MacClass) {
+			c.Spec.Image.Refresh = &macvirtv1alpha1.ImageRefresh{Schedule: "0 * * * *", ImportsToKeep: ptr.To[int32](2)}
 		},
-			"spec.image.refresh", "pulls the image itself"},
+			"spec.image.refresh.importsToKeep", "one copy of each tag"},
 		"an installer": {func(c *macvirtv1alpha1.MacClass) {
 			c.Spec.Installer = &macvirtv1alpha1.InstallerSpec{RecoverySourceRef: cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: strPtr("img"), Name: "r"}}
 		}, "spec.installer", "KubeVirt only"},

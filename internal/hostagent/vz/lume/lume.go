@@ -787,6 +787,12 @@ func (d *Driver) Version(ctx context.Context) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// Pull is unsupported: lume keeps a cached image under its manifest id
+// and says nothing of a tag's digest, so a re-pushed tag cannot be told.
+func (d *Driver) Pull(context.Context, string) error {
+	return fmt.Errorf("lume cannot tell a re-pushed tag from the one it cached: %w", errors.ErrUnsupported)
+}
+
 // ImageDigest is unsupported: lume lists a cached image by 12 characters
 // of its manifest id, not its digest.
 func (d *Driver) ImageDigest(context.Context, string) (string, error) {

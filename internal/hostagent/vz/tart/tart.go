@@ -561,6 +561,15 @@ func (d *Driver) Images(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// Pull runs tart pull: it asks the registry for the tag's digest, and
+// pulls the image when it changed.
+func (d *Driver) Pull(ctx context.Context, image string) error {
+	if err := d.pulling(ctx, nil, "pull", image); err != nil {
+		return fmt.Errorf("pulling image %s with tart: %w", image, err)
+	}
+	return nil
+}
+
 // ImageDigest reads which digest tart has image's tag linked to: tart
 // keeps a pulled image under its digest, OCIs/<host>/<namespace>/sha256:...,
 // and the tag as a symbolic link to it (VMStorageOCI.link).

@@ -559,4 +559,16 @@ func TestPullAlwaysTakesARepushedTag(t *testing.T) {
 	if err != nil || !used {
 		t.Fatalf("tart pull was not run (%v, %v)", used, err)
 	}
+	// Pull alone (a class's image.refresh) moves the tag too.
+	const again = "sha256:00000000000000000000000000000000000000000000000000000000000000bb"
+	k.Digests = map[string]string{image: again}
+	if err := build.WriteKnobs(home, k); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Pull(ctx, image); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := d.ImageDigest(ctx, image); got != again {
+		t.Fatalf("after Pull, the tag is at %s; want %s", got, again)
+	}
 }
