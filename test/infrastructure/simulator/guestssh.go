@@ -34,8 +34,23 @@ import (
 // kubectl mac cp quotes them), as zsh and cat would; and "command not
 // found" (exit 127) for anything else.
 
+// guestOS is what a guest's commands say of its macOS.
+type guestOS struct {
+	version, build, release, kernel, machine string
+}
+
+// The simulated guests' systems: macOS 14.5 on an Intel Mac (KubeVirt's
+// guests), and macOS 15.5 in a VM on Apple silicon (the fake Macs').
+var (
+	intelSonoma = guestOS{version: "14.5", build: "23F79", release: "23.5.0", machine: "x86_64",
+		kernel: "Darwin Kernel Version 23.5.0: Wed May  1 20:09:52 PDT 2024; root:xnu-10063.121.3~5/RELEASE_X86_64"}
+	appleSequoia = guestOS{version: "15.5", build: "24F74", release: "24.5.0", machine: "arm64",
+		kernel: "Darwin Kernel Version 24.5.0: Tue Apr 22 19:54:43 PDT 2025; root:xnu-11417.121.6~2/RELEASE_ARM64_VMAPPLE"}
+)
+
 // guestSSHD is one guest's stand-in sshd.
 type guestSSHD struct {
+	os       guestOS
 	disk     *GuestDisk
 	mu       sync.Mutex
 	user     string
@@ -138,9 +153,10 @@ type GuestSSH struct {
 }
 
 // ServeGuestSSH serves a guest's sshd for disk on a local port until ctx
-// ends: the host key on the disk, the user and keys of the last Update.
+// ends: the host key on the disk, the user and keys of the last Update;
+// its commands answer as macOS 15.5 (24F74) in a VM on Apple silicon.
 func ServeGuestSSH(ctx context.Context, disk *GuestDisk) (*GuestSSH, error) {
-	d := &guestSSHD{disk: disk}
+	d := &guestSSHD{disk: disk, os: appleSequoia}
 	cfg, err := sshServerConfig(disk, d)
 	if err != nil {
 		return nil, err
@@ -321,14 +337,18 @@ func (d *guestSSHD) shell(ch ssh.Channel) int {
 	return 0
 }
 
-// run answers a command as macOS 14.5 would, from the guest's facts.
+// run answers a command as the guest's macOS would, from its facts.
 func (d *guestSSHD) run(command string) (string, int) {
 	user, host := d.facts()
 	f := strings.Fields(command)
 	if len(f) == 0 {
 		return "", 0
 	}
-	const release, kernel = "23.5.0", "Darwin Kernel Version 23.5.0: Wed May  1 20:09:52 PDT 2024; root:xnu-10063.121.3~5/RELEASE_X86_64"
+	sys := d.os
+	if sys.version == "" {
+		sys = intelSonoma
+	}
+	release, kernel := sys.release, sys.kernel
 	switch strings.Join(f, " ") {
 	case "true":
 		return "", 0
@@ -337,17 +357,17 @@ func (d *guestSSHD) run(command string) (string, int) {
 	case "uname", "uname -s":
 		return "Darwin\n", 0
 	case "uname -a":
-		return fmt.Sprintf("Darwin %s %s %s x86_64\n", host, release, kernel), 0
+		return fmt.Sprintf("Darwin %s %s %s %s\n", host, release, kernel, sys.machine), 0
 	case "uname -r":
 		return release + "\n", 0
 	case "uname -m":
-		return "x86_64\n", 0
+		return sys.machine + "\n", 0
 	case "uname -n", "hostname":
 		return host + "\n", 0
 	case "whoami":
 		return user + "\n", 0
 	case "sw_vers":
-		return "ProductName:\t\tmacOS\nProductVersion:\t\t14.5\nBuildVersion:\t\t23F79\n", 0
+		return fmt.Sprintf("ProductName:\t\tmacOS\nProductVersion:\t\t%s\nBuildVersion:\t\t%s\n", sys.version, sys.build), 0
 	}
 	if f[0] == "echo" {
 		words, err := shellWords(command)
