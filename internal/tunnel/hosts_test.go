@@ -94,9 +94,7 @@ func TestHostsCarryATunnelOnlyThroughTheAskedHost(t *testing.T) {
 		}
 		return "mac-a", ""
 	})
-	for !h.Connected("mac-a") {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitConnected(h, "mac-a")
 	conn, err := h.Dial(ctx, "mac-a", machine, "u1", 22)
 	if err != nil {
 		t.Fatal(err)
@@ -120,15 +118,11 @@ func TestHostsCarryATunnelOnlyThroughTheAskedHost(t *testing.T) {
 	// Another host's agent bringing back mac-a's connection is refused,
 	// and the dial gives up.
 	fakeAgent(t, url, "mac-b", func(guestprotocol.HostDial) (string, string) { return "mac-b", "" })
-	for !h.Connected("mac-b") {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitConnected(h, "mac-b")
 	h2 := &Hosts{DialTimeout: 500 * time.Millisecond}
 	url2 := hostsServer(t, h2)
 	fakeAgent(t, url2, "mac-a", func(guestprotocol.HostDial) (string, string) { return "mac-b", "" })
-	for !h2.Connected("mac-a") {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitConnected(h2, "mac-a")
 	if _, err := h2.Dial(ctx, "mac-a", machine, "u1", 22); err == nil || !strings.Contains(err.Error(), "did not bring the connection back") {
 		t.Fatalf("mac-a's tunnel brought back by mac-b: %v; want refused", err)
 	}
@@ -149,9 +143,7 @@ func TestHostsBoundTunnelsAndWhatAnAgentSays(t *testing.T) {
 		}
 		return "mac-a", ""
 	})
-	for !h.Connected("mac-a") {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitConnected(h, "mac-a")
 	first, err := h.Dial(ctx, "mac-a", machine, "u1", 22)
 	if err != nil {
 		t.Fatal(err)
@@ -174,5 +166,12 @@ func TestHostsBoundTunnelsAndWhatAnAgentSays(t *testing.T) {
 	}
 	if h.Active("mac-a") != 0 {
 		t.Fatalf("%d tunnels active after a refused one", h.Active("mac-a"))
+	}
+}
+
+// waitConnected waits until host's agent holds its connection to h.
+func waitConnected(h *Hosts, host string) {
+	for !h.Connected(host) {
+		time.Sleep(10 * time.Millisecond)
 	}
 }

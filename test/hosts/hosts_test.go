@@ -46,10 +46,7 @@ var _ = Describe("Machines on Apple-silicon hosts", func() {
 
 		By("a pool of 3: two on one host, one on the other, all Ready")
 		p := pool(spec, class, 3)
-		Eventually(func(g Gomega) {
-			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
-			g.Expect(p.Status.Idle).To(BeEquivalentTo(3))
-		}).Should(Succeed())
+		awaitIdle(p, 3)
 		Expect(perHost(class)).To(Equal(map[string]int{a: 2, b: 1}))
 		Expect(running(macs, a)).To(Equal(2), "the first host's tart runs its two VMs")
 		Expect(running(macs, b)).To(Equal(1))
@@ -86,10 +83,7 @@ var _ = Describe("Machines on Apple-silicon hosts", func() {
 
 		By("a pool of 2 on the first host (the second is cordoned), and a claim bound to one of them")
 		p := pool(spec, class, 2)
-		Eventually(func(g Gomega) {
-			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
-			g.Expect(p.Status.Idle).To(BeEquivalentTo(2))
-		}).Should(Succeed())
+		awaitIdle(p, 2)
 		Expect(perHost(class)).To(Equal(map[string]int{a: 2}))
 		claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dev"},
 			Spec: macvirtv1alpha1.MacClaimSpec{ClassName: class}}
@@ -204,10 +198,7 @@ var _ = Describe("Releasing a Mac on an Apple-silicon host", func() {
 		// idle Mac needs the host's other slot, which only the claim before
 		// it frees.
 		p := pool(spec, class, 1)
-		Eventually(func(g Gomega) {
-			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
-			g.Expect(p.Status.Idle).To(BeEquivalentTo(1))
-		}).Should(Succeed())
+		awaitIdle(p, 1)
 		seen := map[string]bool{}
 		for i := range 5 {
 			By(fmt.Sprintf("claim %d is Ready on the host's free slot", i+1))
@@ -553,10 +544,7 @@ var _ = Describe("A tag pushed again, of a Virtualization class with image.refre
 		DeferCleanup(func() { deleteAndWait(p) })
 
 		By("a bound Mac and an idle one, both of the image's first digest")
-		Eventually(func(g Gomega) {
-			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
-			g.Expect(p.Status.Idle).To(BeEquivalentTo(1))
-		}).Should(Succeed())
+		awaitIdle(p, 1)
 		bound := claimOf(ns, "kept", class)
 		awaitReady(bound)
 		kept := machineOf(bound)

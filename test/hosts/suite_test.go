@@ -183,6 +183,14 @@ func pool(name, class string, idle int32) *macvirtv1alpha1.MacPool {
 	return p
 }
 
+// awaitIdle waits until the pool has n idle Macs.
+func awaitIdle(p *macvirtv1alpha1.MacPool, n int32) {
+	Eventually(func(g Gomega) {
+		g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+		g.Expect(p.Status.Idle).To(Equal(n))
+	}).Should(Succeed())
+}
+
 // deleteAndWait deletes obj and waits until it is gone.
 func deleteAndWait(obj client.Object) {
 	Expect(client.IgnoreNotFound(admin.Delete(ctx, obj))).To(Succeed())

@@ -47,10 +47,7 @@ var _ = Describe("A tenant's ssh to a Mac on an Apple-silicon host", func() {
 		class := vzClass(spec)
 		ns := namespace(spec)
 		p := pool(spec, class, 1)
-		Eventually(func(g Gomega) {
-			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
-			g.Expect(p.Status.Idle).To(BeEquivalentTo(1))
-		}).Should(Succeed())
+		awaitIdle(p, 1)
 
 		By("a tenant with the shipped roles claims a Mac with kubectl mac, from a laptop that reaches only the API server")
 		dir := GinkgoT().TempDir()
