@@ -373,7 +373,8 @@ func (e *env) ip(name string) error {
 	if e.lockOwner(name) == 0 {
 		return failf("no IP address found, is your VM running?")
 	}
-	// tart ip reads the lease vmnet's DHCP server gave the VM's MAC: two
+	// tart ip reads the lease vmnet's DHCP server gave the VM's MAC
+	// (MACAddressResolver/Leases.swift, /var/db/dhcpd_leases): two
 	// VMs that run at once never share an address. The fake leases one per
 	// MAC, under a lock, skipping the addresses of the other running VMs.
 	lock, err := os.OpenFile(filepath.Join(e.home, "leases.lock"), os.O_CREATE|os.O_RDWR, 0o600)

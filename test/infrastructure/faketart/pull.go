@@ -37,7 +37,8 @@ func (e *env) known(ref string) error {
 		}
 	}
 	// tart's Registry.pullManifest throws RegistryError on a status that is
-	// not 200, and ArgumentParser prints the enum case as it is, with the
+	// not 200, and Root.swift hands it to ArgumentParser's exit(withError:),
+	// which prints "Error: " and the enum case as it is, with the
 	// registry's body.
 	_, _, reference := remoteName(ref)
 	return failf(`Error: UnexpectedHTTPStatusCode(when: "pulling manifest", code: 404, details: "{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\",\"message\":\"manifest unknown\",\"detail\":\"%s\"}]}")`, reference)
