@@ -49,6 +49,11 @@ const (
 	// HostConditionToolOutdated: the tool is older than the version the
 	// host agent follows (a warning; it does not stop placement).
 	HostConditionToolOutdated = "ToolOutdated"
+	// HostConditionImageRefreshFailed: the last scheduled pull of a class
+	// image the Mac caches (image.refresh) failed, or the tool cannot
+	// refresh one; the Mac's idle machines keep the digest they have (a
+	// warning; it does not stop placement).
+	HostConditionImageRefreshFailed = "ImageRefreshFailed"
 	// HostConditionSchedulable: the operator places new machines here.
 	HostConditionSchedulable = "Schedulable"
 )

@@ -130,6 +130,9 @@ type Agent struct {
 	stopWarnings map[string]string
 	// creations are the VMs being made beside the machine loop.
 	creations *creations
+	// refreshFailures are, by image, the last scheduled refreshes that
+	// failed (image.refresh).
+	refreshFailures map[string]error
 	// tunnelSlots holds a token per tunnel the agent carries.
 	tunnelSlots chan struct{}
 	// facts and toolVersion are what heartbeats last read of the Mac.
@@ -185,7 +188,7 @@ func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
 	}
 	a := &Agent{opts: opts, driver: driver, client: mgr.GetClient(), reader: mgr.GetAPIReader(), clock: opts.Clock, mgr: mgr,
 		endpoint: endpoint, unused: map[string]string{}, stopWarnings: map[string]string{}, creations: newCreations(opts.MaxPulls, opts.Clock),
-		tunnelSlots: make(chan struct{}, maxTunnels)}
+		tunnelSlots: make(chan struct{}, maxTunnels), refreshFailures: map[string]error{}}
 	name := "hostagent"
 	if opts.Name != "" {
 		name += "-" + opts.Name

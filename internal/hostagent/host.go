@@ -167,6 +167,10 @@ func (a *Agent) report(ctx context.Context, was *macvirtv1alpha1.HostAgentReport
 	if facts.ConsoleUser != "" {
 		problem(macvirtv1alpha1.HostConditionNoLoginSession, CheckLoginSession(facts.User, facts.ConsoleUser, facts.AutoLoginUser))
 	}
+	a.mu.Lock()
+	status, reason, msg := refreshCondition(a.refreshFailures)
+	a.mu.Unlock()
+	set(macvirtv1alpha1.HostConditionImageRefreshFailed, status, reason, truncate(msg))
 	if v, err := a.toolVersion.get(a.clock.Now(), toolVersionTTL, func() (string, error) { return a.driver.Version(ctx) }); err == nil {
 		problem(macvirtv1alpha1.HostConditionToolOutdated, CheckToolVersion(a.driver.Name(), v))
 	}

@@ -3,10 +3,13 @@ package hostagent
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
@@ -40,11 +43,20 @@ func (a *Agent) refreshImages(ctx context.Context) error {
 		if err := a.client.List(ctx, classes); err != nil {
 			continue
 		}
+		due := dueRefreshes(classes.Items, last, a.clock.Now())
+		if len(due) == 0 {
+			continue
+		}
+		// Only the images the Mac caches: another Mac's next machine
+		// pulls the tag as it is then.
 		cached, err := a.driver.Images(ctx)
 		if err != nil {
 			continue
 		}
-		for _, image := range dueRefreshes(classes.Items, cached, last, a.clock.Now()) {
+		for _, image := range due {
+			if !cachedImage(cached, image) {
+				continue
+			}
 			select {
 			case a.creations.pulls <- struct{}{}:
 			case <-ctx.Done():
@@ -61,15 +73,47 @@ func (a *Agent) refreshImages(ctx context.Context) error {
 			default:
 				log.Info("refreshed a class image", "image", image, "took", time.Since(began).Round(time.Millisecond).String())
 			}
+			a.recordRefresh(image, err)
 		}
 	}
 }
 
+// recordRefresh keeps how the last refresh of image went, for the
+// MacHost's ImageRefreshFailed condition.
+func (a *Agent) recordRefresh(image string, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err == nil {
+		delete(a.refreshFailures, image)
+		return
+	}
+	a.refreshFailures[image] = err
+}
+
+// refreshCondition is ImageRefreshFailed from the last refresh of each
+// image: the tool's words of the failures, by image.
+func refreshCondition(failures map[string]error) (metav1.ConditionStatus, string, string) {
+	if len(failures) == 0 {
+		return metav1.ConditionFalse, macvirtv1alpha1.ReasonAsExpected, "no refresh of a class image failed the last time"
+	}
+	images := slices.Sorted(maps.Keys(failures))
+	reason, msgs := "PullFailed", make([]string, 0, len(images))
+	for _, image := range images {
+		err := failures[image]
+		if errors.Is(err, errors.ErrUnsupported) {
+			reason = "Unsupported"
+		}
+		msgs = append(msgs, image+": "+err.Error())
+	}
+	return metav1.ConditionTrue, reason, "refreshing class images (image.refresh) failed, and the Mac's idle machines keep the digest they have: " +
+		strings.Join(msgs, "; ")
+}
+
 // dueRefreshes are the images to pull again now: those of Virtualization
-// classes with image.refresh whose schedule came due since last (by class)
-// and which the Mac caches. last is updated; a class seen the first time
-// starts its schedule now, as a Mac that just started has nothing stale.
-func dueRefreshes(classes []macvirtv1alpha1.MacClass, cached []string, last map[string]time.Time, now time.Time) []string {
+// classes with image.refresh whose schedule came due since last (by
+// class). last is updated; a class seen the first time starts its
+// schedule now, as a Mac that just started has nothing stale.
+func dueRefreshes(classes []macvirtv1alpha1.MacClass, last map[string]time.Time, now time.Time) []string {
 	var due []string
 	for i := range classes {
 		c := &classes[i]
@@ -90,7 +134,7 @@ func dueRefreshes(classes []macvirtv1alpha1.MacClass, cached []string, last map[
 			continue
 		}
 		last[c.Name] = now
-		if image := c.Spec.VMImage(); cachedImage(cached, image) && !slices.Contains(due, image) {
+		if image := c.Spec.VMImage(); !slices.Contains(due, image) {
 			due = append(due, image)
 		}
 	}

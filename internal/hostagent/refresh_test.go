@@ -1,7 +1,10 @@
 package hostagent
 
 import (
+	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,11 +50,34 @@ func TestDueRefreshes(t *testing.T) {
 		{t0.Add(11 * time.Minute), nil},
 		{t0.Add(2 * time.Hour), []string{seq}}, // due once, however late
 	} {
-		if got := dueRefreshes(classes, cached, last, step.at); !slices.Equal(got, step.want) {
+		// What the Mac pulls: the due images it caches.
+		var got []string
+		for _, image := range dueRefreshes(classes, last, step.at) {
+			if cachedImage(cached, image) {
+				got = append(got, image)
+			}
+		}
+		if !slices.Equal(got, step.want) {
 			t.Fatalf("at %s: %v, want %v", step.at.Format("15:04"), got, step.want)
 		}
 	}
 	if _, ok := last["kubevirt"]; ok {
 		t.Error("a KubeVirt class's schedule is kept by the agent")
+	}
+}
+
+// ImageRefreshFailed carries the tool's words for each image whose last
+// refresh failed, and says Unsupported where the tool cannot refresh.
+func TestRefreshCondition(t *testing.T) {
+	if st, _, _ := refreshCondition(nil); st != metav1.ConditionFalse {
+		t.Fatalf("no failure: %s", st)
+	}
+	st, reason, msg := refreshCondition(map[string]error{
+		"ghcr.io/a:1": errors.New(`Error: UnexpectedHTTPStatusCode(when: "pulling manifest", code: 404, ...)`)})
+	if st != metav1.ConditionTrue || reason != "PullFailed" || !strings.Contains(msg, `ghcr.io/a:1: Error: UnexpectedHTTPStatusCode(when: "pulling manifest", code: 404`) {
+		t.Fatalf("a failed pull: %s %s %q", st, reason, msg)
+	}
+	if _, reason, _ := refreshCondition(map[string]error{"ghcr.io/a:1": fmt.Errorf("lume: %w", errors.ErrUnsupported)}); reason != "Unsupported" {
+		t.Fatalf("a tool that cannot refresh: reason %s", reason)
 	}
 }

@@ -601,5 +601,20 @@ var _ = Describe("A tag pushed again, of a Virtualization class with image.refre
 		}
 		Expect(pulls).To(BeNumerically(">=", 1), "tart pull, on schedule")
 		GinkgoWriter.Printf("a re-pushed tag: pulled on schedule and the pool's idle Mac rolled %s after the push\n", rolled.Round(time.Second))
+
+		By("the registry loses the tag: the next refresh fails, and the Mac says so in tart's words")
+		knobs, err := build.ReadKnobs(macs.Home(a))
+		Expect(err).NotTo(HaveOccurred())
+		knobs.Images = nil
+		Expect(build.WriteKnobs(macs.Home(a), knobs)).To(Succeed())
+		Eventually(func(g Gomega) {
+			h := &macvirtv1alpha1.MacHost{}
+			g.Expect(admin.Get(ctx, client.ObjectKey{Name: a}, h)).To(Succeed())
+			g.Expect(h.Status.Agent).NotTo(BeNil())
+			c := meta.FindStatusCondition(h.Status.Agent.Conditions, macvirtv1alpha1.HostConditionImageRefreshFailed)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(c.Message).To(ContainSubstring("MANIFEST_UNKNOWN"))
+		}, 3*time.Minute).Should(Succeed())
 	})
 })
