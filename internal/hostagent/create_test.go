@@ -52,6 +52,10 @@ func (d *gateDriver) gate(name string) chan error {
 
 func (d *gateDriver) ImageDigest(context.Context, string) (string, error) { return "sha256:0", nil }
 
+func (d *gateDriver) Suspend(context.Context, string) error { return errors.ErrUnsupported }
+
+func (d *gateDriver) CanSuspend(context.Context) error { return errors.ErrUnsupported }
+
 func (d *gateDriver) Create(ctx context.Context, name string, opts vz.CreateOptions) error {
 	d.entered <- name
 	opts.Progress(vz.PullProgress{TotalBytes: 40e9, CompletedBytes: 4e9})

@@ -33,6 +33,10 @@ const (
 	StateStarting State = "Starting"
 	// StateRunning: the Virtualization framework runs the VM.
 	StateRunning State = "Running"
+	// StateSuspended: the VM does not run and its memory is saved beside
+	// its disk (tart's state.vzvmsave); its next start restores it. It
+	// holds no licence slot.
+	StateSuspended State = "Suspended"
 )
 
 // VM is one VM on the host.
@@ -44,6 +48,9 @@ type VM struct {
 	// IP is the guest's address on the host's NAT network, when the VM
 	// runs and the driver knows it.
 	IP string
+	// MAC is the VM's network MAC address, as its configuration says; ""
+	// when the tool does not say.
+	MAC string
 }
 
 // Slots is what the host says about its VM licence slots.
@@ -91,6 +98,10 @@ type StartOptions struct {
 	// last element, so macOS shows it at /Volumes/My Shared Files/<last
 	// element of ConfigDir>.
 	ConfigDir string
+	// Suspendable starts the VM so that it may be suspended later (tart's
+	// --suspendable: no audio or entropy device, Mac input devices only).
+	// A suspended VM is restored this way whatever it says.
+	Suspendable bool
 }
 
 // Errors a driver returns, wrapped with the tool's own words.
@@ -142,6 +153,16 @@ type Driver interface {
 	// stop): only for a deleted machine's VM whose class says PowerOff
 	// once its grace period passed. ErrNotRunning when it does not run.
 	ForceStop(ctx context.Context, name string) error
+	// Suspend pauses a running VM, saves its memory beside its disk and
+	// stops it (tart suspend), and returns once it is Suspended: the next
+	// Start restores it where it was. ErrNotRunning when it does not run;
+	// ErrUnsupported when the tool or the host cannot (lume, macOS before
+	// 14). A VM not started Suspendable cannot be saved: the tool ends it
+	// as if forced, so callers suspend only VMs they started Suspendable.
+	Suspend(ctx context.Context, name string) error
+	// CanSuspend is nil when the tool can suspend VMs on this host, and
+	// says why not otherwise (wrapping ErrUnsupported).
+	CanSuspend(ctx context.Context) error
 	// Delete removes a stopped VM and its disk; ErrRunning when it runs,
 	// nil when it does not exist.
 	Delete(ctx context.Context, name string) error

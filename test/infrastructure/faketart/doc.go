@@ -15,4 +15,14 @@ limitations under the License.
 */
 
 // Command faketart imitates the tart command for tests, keeping its state under TART_HOME.
+//
+// It imitates suspend and restore as tart 2.32.1 does them: tart suspend
+// signals SIGUSR1 to the VM's tart run and returns (Commands/Suspend.swift);
+// a run started --suspendable saves the VM's memory to state.vzvmsave and
+// exits, any other fails and ends the VM, and a run of a VM with that file
+// restores it instead of booting (Commands/Run.swift); a VM not running
+// with that file is "suspended", a new MAC address drops the file, and a
+// clone of a suspended VM keeps its MAC address and the file
+// (VMDirectory.swift, Commands/Clone.swift); set --random-serial gives a
+// macOS VM a machine identifier of its own (Commands/Set.swift).
 package main

@@ -18,6 +18,9 @@ package main
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,7 +43,8 @@ import (
 // source it follows.
 const Version = "2.32.1"
 
-// tartError is a failure printed to stderr with tart's exit code.
+// tartError is a failure printed to stderr with tart's exit code; one
+// with no msg printed its words already.
 type tartError struct {
 	code int
 	msg  string
@@ -59,7 +63,9 @@ func main() {
 	if err == nil {
 		os.Exit(0)
 	}
-	fmt.Fprintln(os.Stderr, err.Error())
+	if msg := err.Error(); msg != "" {
+		fmt.Fprintln(os.Stderr, msg)
+	}
 	var te *tartError
 	if errors.As(err, &te) {
 		os.Exit(te.code)
@@ -77,12 +83,17 @@ type vmConfig struct {
 	Source  string `json:"source"`
 	// MAC is the VM's MAC address, tart's config.json "macAddress".
 	MAC string `json:"macAddress"`
+	// ECID is the macOS VM's machine identifier, base64 as tart's
+	// config.json "ecid": macOS shows it as the serial number.
+	ECID string `json:"ecid,omitempty"`
 }
 
 // runInfo is what a fake "tart run" records of its invocation.
 type runInfo struct {
 	PID  int      `json:"pid"`
 	Args []string `json:"args"`
+	// Suspendable: run with --suspendable, or made so by a saved state.
+	Suspendable bool `json:"suspendable"`
 }
 
 type env struct {
@@ -154,7 +165,12 @@ func run(args []string) error {
 		if err := need(1); err != nil {
 			return err
 		}
-		return e.run(pos[0], args, opts["dir"])
+		return e.run(pos[0], args, opts)
+	case "suspend":
+		if err := need(1); err != nil {
+			return err
+		}
+		return e.suspend(pos[0])
 	case "stop":
 		if err := need(1); err != nil {
 			return err
@@ -185,7 +201,7 @@ func logCommand(home string, args []string) {
 }
 
 // parseArgs splits positional arguments from options; an option's value
-// follows it or an "=", and "--no-graphics" takes none.
+// follows it or an "=", and flags ("--no-graphics") take none.
 func parseArgs(args []string) ([]string, map[string][]string) {
 	var pos []string
 	opts := map[string][]string{}
@@ -199,7 +215,8 @@ func parseArgs(args []string) ([]string, map[string][]string) {
 		k = strings.TrimLeft(k, "-")
 		switch {
 		case ok:
-		case k == "no-graphics" || k == "q" || k == "quiet" || k == "insecure":
+		case k == "no-graphics" || k == "q" || k == "quiet" || k == "insecure" ||
+			k == "suspendable" || k == "random-serial":
 			v = "true"
 		case i+1 < len(args):
 			i++
@@ -212,7 +229,9 @@ func parseArgs(args []string) ([]string, map[string][]string) {
 
 func (e *env) vmDir(name string) string { return filepath.Join(e.home, "vms", name) }
 
-func (e *env) configPath(name string) string { return filepath.Join(e.vmDir(name), "config.json") }
+func (e *env) configPath(name string) string { return filepath.Join(e.vmDir(name), build.ConfigFile) }
+
+func (e *env) statePath(name string) string { return filepath.Join(e.vmDir(name), build.StateFile) }
 
 func (e *env) readConfig(name string) (vmConfig, error) {
 	var c vmConfig
@@ -265,9 +284,14 @@ func (e *env) lockOwner(name string) int {
 	return build.LockOwner(e.configPath(name))
 }
 
-func state(running bool) string {
-	if running {
+// state is the VM's state as tart's VMDirectory.state says it: running
+// while its lock is held, else suspended when its memory is saved.
+func (e *env) state(name string) string {
+	if e.lockOwner(name) > 0 {
 		return "running"
+	}
+	if _, err := os.Stat(e.statePath(name)); err == nil {
+		return "suspended"
 	}
 	return "stopped"
 }
@@ -333,8 +357,8 @@ func (e *env) list(opts map[string][]string) error {
 	if source == "" || source == "local" {
 		for _, n := range e.names() {
 			c, _ := e.readConfig(n)
-			r := e.lockOwner(n) > 0
-			out = append(out, entry{"local", n, c.Disk, c.Disk / 2, now, r, state(r)})
+			st := e.state(n)
+			out = append(out, entry{"local", n, c.Disk, c.Disk / 2, now, st == "running", st})
 		}
 	}
 	if source == "" || source == "oci" {
@@ -357,11 +381,11 @@ func (e *env) get(name string) error {
 	if err != nil {
 		return err
 	}
-	r := e.lockOwner(name) > 0
+	st := e.state(name)
 	return printJSON(map[string]any{
 		"OS": c.OS, "CPU": c.CPU, "Memory": c.Memory, "Disk": c.Disk, "DiskFormat": "raw",
 		"Size": fmt.Sprintf("%.3f", float64(c.Disk)/2), "Display": c.Display,
-		"Running": r, "State": state(r),
+		"Running": st == "running", "State": st,
 	})
 }
 
@@ -426,6 +450,21 @@ func imageMAC(ref string) string {
 	return fmt.Sprintf("02:00:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3])
 }
 
+// imageECID is the machine identifier an image carries: every clone of
+// it has this one until tart set --random-serial.
+func imageECID(ref string) string {
+	sum := sha256.Sum256([]byte("ecid " + ref))
+	return base64.StdEncoding.EncodeToString(sum[:8])
+}
+
+// randomECID is a new machine identifier, as VZMacMachineIdentifier()
+// gives.
+func randomECID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return base64.StdEncoding.EncodeToString(b)
+}
+
 // randomMAC is a new locally administered MAC address, as
 // VZMACAddress.randomLocallyAdministered gives.
 func randomMAC() string {
@@ -450,7 +489,9 @@ func (e *env) hasMAC(mac, except string, runningOnly bool) bool {
 }
 
 func (e *env) clone(src, dst string) error {
-	c := vmConfig{OS: "darwin", CPU: 4, Memory: 8192, Disk: 50, Display: "1024x768", Source: src, MAC: imageMAC(src)}
+	c := vmConfig{OS: "darwin", CPU: 4, Memory: 8192, Disk: 50, Display: "1024x768", Source: src,
+		MAC: imageMAC(src), ECID: imageECID(src)}
+	suspended := false
 	if strings.Contains(src, "/") {
 		if err := e.known(src); err != nil {
 			return err
@@ -465,14 +506,16 @@ func (e *env) clone(src, dst string) error {
 	} else if sc, err := e.readConfig(src); err != nil {
 		return err
 	} else {
-		c = sc
+		c, suspended = sc, e.state(src) == "suspended"
 	}
 	if dst == "" || strings.ContainsAny(dst, `/\`) {
 		return failf("faketart: bad VM name %q", dst)
 	}
 	// tart's Clone.swift: the copy gets a new MAC address when any local
-	// VM (running or not) has the source's.
-	if e.hasMAC(c.MAC, dst, false) {
+	// VM (running or not) has the source's, unless the source is
+	// suspended: its saved memory holds its MAC address.
+	newMAC := e.hasMAC(c.MAC, dst, false) && !suspended
+	if newMAC {
 		c.MAC = randomMAC()
 	}
 	// tart moves the new VM over one of the same name; so does the fake.
@@ -480,7 +523,46 @@ func (e *env) clone(src, dst string) error {
 	if err := os.MkdirAll(e.vmDir(dst), 0o750); err != nil {
 		return err
 	}
-	return e.writeConfig(dst, c)
+	if err := e.writeConfig(dst, c); err != nil {
+		return err
+	}
+	// VMDirectory.clone copies the saved memory too (regenerateMACAddress
+	// then drops it); with it goes the guest's boot.
+	if suspended && !newMAC {
+		if err := e.copyState(src, dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyState copies the source's saved memory (sparse, as APFS's clone
+// keeps it) and its guest's boot id.
+func (e *env) copyState(src, dst string) error {
+	st, err := os.Stat(e.statePath(src))
+	if err != nil {
+		return err
+	}
+	if err := e.sparse(e.statePath(dst), st.Size()); err != nil {
+		return err
+	}
+	if b, err := os.ReadFile(filepath.Join(e.vmDir(src), build.BootIDFile)); err == nil {
+		return os.WriteFile(filepath.Join(e.vmDir(dst), build.BootIDFile), b, 0o600) //nolint:gosec // G703: TART_HOME is the fake's to use.
+	}
+	return nil
+}
+
+// sparse makes path a file of size bytes holding no blocks.
+func (e *env) sparse(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600) //nolint:gosec // G304: a VM of TART_HOME.
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func (e *env) set(name string, opts map[string][]string) error {
@@ -497,25 +579,37 @@ func (e *env) set(name string, opts map[string][]string) error {
 			*p = n
 		}
 	}
+	// Set.swift: --random-serial gives a macOS VM a new machine identifier.
+	if len(opts["random-serial"]) > 0 && c.OS == "darwin" {
+		c.ECID = randomECID()
+	}
 	return e.writeConfig(name, c)
 }
 
 // run imitates tart run: it takes the VM's lock, fails on the knobs' VM
-// limit as the framework would, then stays in the foreground until the
-// guest shuts down (SIGUSR2) or a forced stop (SIGINT).
-func (e *env) run(name string, args, dirs []string) error {
+// limit as the framework would, restores the VM's saved memory or boots it,
+// then stays in the foreground until the guest shuts down (SIGUSR2), a
+// forced stop (SIGINT) or tart suspend (SIGUSR1).
+func (e *env) run(name string, args []string, opts map[string][]string) error {
 	if _, err := e.readConfig(name); err != nil {
 		return err
 	}
-	shares, err := parseDirs(dirs)
+	shares, err := parseDirs(opts["dir"])
 	if err != nil {
 		return err
 	}
+	// Run.swift's validate: a suspended VM runs suspendable whatever the
+	// flags say.
+	suspendable := len(opts["suspendable"]) > 0 || e.state(name) == "suspended"
 	// tart's Run.swift: a VM whose MAC address another running VM has gets
-	// a new one before it starts (before the
-	// lock: writing the config replaces the file the lock is on).
+	// a new one before it starts (before the lock: writing the config
+	// replaces the file the lock is on), and VMDirectory's
+	// regenerateMACAddress drops its saved memory: it boots cold.
 	if c, err := e.readConfig(name); err == nil && e.hasMAC(c.MAC, name, true) {
+		fmt.Println("There is already a running VM with the same MAC address!")
+		fmt.Println("Resetting VM to assign a new MAC address...")
 		c.MAC = randomMAC()
+		_ = os.Remove(e.statePath(name))
 		if err := e.writeConfig(name, c); err != nil {
 			return err
 		}
@@ -528,7 +622,14 @@ func (e *env) run(name string, args, dirs []string) error {
 	if !build.TryLock(f) {
 		return &tartError{2, fmt.Sprintf("VM %q is already running!", name)}
 	}
-	time.Sleep(time.Duration(e.knobs.BootMillis) * time.Millisecond)
+	_, err = os.Stat(e.statePath(name))
+	restore := err == nil
+	if restore {
+		fmt.Println("restoring VM state from a snapshot...")
+		time.Sleep(time.Duration(e.knobs.ResumeMillis) * time.Millisecond)
+	} else {
+		time.Sleep(time.Duration(e.knobs.BootMillis) * time.Millisecond)
+	}
 	var others []string
 	for _, n := range e.names() {
 		if n != name && e.lockOwner(n) > 0 {
@@ -539,6 +640,7 @@ func (e *env) run(name string, args, dirs []string) error {
 	if maxVMs <= 0 {
 		maxVMs = 2
 	}
+	// A refused restore keeps the saved memory.
 	if e.knobs.Stuck || len(others) >= maxVMs {
 		hint := ""
 		if len(others) > 0 {
@@ -546,12 +648,20 @@ func (e *env) run(name string, args, dirs []string) error {
 		}
 		return failf("The number of VMs exceeds the system limit%s", hint)
 	}
+	if restore {
+		if err := os.Remove(e.statePath(name)); err != nil {
+			return err
+		}
+		fmt.Println("resuming VM...")
+	} else if err := e.boot(name); err != nil {
+		return err
+	}
 	if err := e.mountShares(name, shares); err != nil {
 		return failf("faketart: the guest's shares: %v", err)
 	}
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGUSR2, syscall.SIGINT)
-	info, _ := json.Marshal(runInfo{PID: os.Getpid(), Args: args})
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGINT)
+	info, _ := json.Marshal(runInfo{PID: os.Getpid(), Args: args, Suspendable: suspendable})
 	_ = os.WriteFile(filepath.Join(e.vmDir(name), "run.json"), info, 0o600)
 	// tart makes the control socket once the VM started; a plain file
 	// does for the driver, which only looks at it.
@@ -580,10 +690,13 @@ func (e *env) run(name string, args, dirs []string) error {
 	for {
 		select {
 		case s := <-sigs:
-			if s == syscall.SIGINT {
+			switch s {
+			case syscall.SIGINT:
 				fmt.Println("forced stop")
 				e.lastExit(name, "forced")
 				return nil
+			case syscall.SIGUSR1:
+				return e.suspendRun(name, suspendable)
 			}
 			fmt.Println("Requesting guest OS to stop...")
 			knobs, err := build.ReadKnobs(e.home)
@@ -603,6 +716,41 @@ func (e *env) run(name string, args, dirs []string) error {
 			}
 		}
 	}
+}
+
+// boot is a cold boot of the guest: a new boot id.
+func (e *env) boot(name string) error {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return os.WriteFile(filepath.Join(e.vmDir(name), build.BootIDFile), []byte(hex.EncodeToString(b)+"\n"), 0o600)
+}
+
+// suspendRun is a run's answer to SIGUSR1 (Run.swift): a suspendable VM's
+// memory is saved beside its disk, as large as the VM's memory, and the
+// run exits 0; any other VM fails validateSaveRestoreSupport (its audio
+// and entropy devices), and the run exits 1, ending the VM abruptly.
+func (e *env) suspendRun(name string, suspendable bool) error {
+	// The framework's words are the fake's guess.
+	why := "The virtual machine configuration does not support save and restore."
+	if suspendable {
+		fmt.Println("pausing VM to take a snapshot...")
+		fmt.Println("creating a snapshot...")
+		c, err := e.readConfig(name)
+		if err == nil {
+			err = e.sparse(e.statePath(name), int64(c.Memory)<<20)
+		}
+		if err == nil {
+			fmt.Println("snapshot created successfully! shutting down the VM...")
+			e.lastExit(name, "suspended")
+			return nil
+		}
+		_ = os.Remove(e.statePath(name))
+		why = err.Error()
+	}
+	// RuntimeError.SuspendFailed, printed to standard output.
+	fmt.Println("Failed to suspend the VM: " + why)
+	e.lastExit(name, "killed")
+	return &tartError{1, ""}
 }
 
 // automountTag is the Virtualization framework's automount tag, tart's
@@ -691,9 +839,27 @@ func (e *env) mountShares(name string, shares []share) error {
 }
 
 // lastExit records how the VM last stopped: "shutdown" (the guest shut
-// down) or "forced" (SIGINT, tart stop's way).
+// down), "forced" (SIGINT, tart stop's way), "suspended" or "killed" (a
+// suspend that could not save the VM).
 func (e *env) lastExit(name, how string) {
 	_ = os.WriteFile(filepath.Join(e.vmDir(name), build.LastExitFile), []byte(how), 0o600)
+}
+
+// suspend imitates tart suspend (Suspend.swift): it signals SIGUSR1 to the
+// tart run holding the VM's lock and returns at once. tart wraps its
+// message in RuntimeError.VMNotRunning's own, so it says "VM" twice.
+func (e *env) suspend(name string) error {
+	if _, err := e.readConfig(name); err != nil {
+		return err
+	}
+	pid := e.lockOwner(name)
+	if pid == 0 {
+		return &tartError{2, fmt.Sprintf(`VM "VM "%s" is not running" is not running`, name)}
+	}
+	if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
+		return failf(`Failed to suspend the VM: failed to send SIGUSR1 signal to the "tart run" process running VM "%s"`, name)
+	}
+	return nil
 }
 
 func (e *env) stop(name string, opts map[string][]string) error {

@@ -421,6 +421,7 @@ type runRequest struct {
 // its log, so the driver checks first, then polls the VM, and reads the
 // host status and lume's log (GET /lume/logs, when lume runs as a daemon
 // with log files) to tell the framework's VM limit from other failures.
+// opts.Suspendable is ignored: lume cannot suspend.
 func (d *Driver) Start(ctx context.Context, name string, opts vz.StartOptions) error {
 	vm, err := d.Get(ctx, name)
 	if err != nil {
@@ -798,3 +799,14 @@ func (d *Driver) Pull(context.Context, string) error {
 func (d *Driver) ImageDigest(context.Context, string) (string, error) {
 	return "", fmt.Errorf("lume does not say an image's digest: %w", errors.ErrUnsupported)
 }
+
+// errNoSuspend is why lume cannot suspend a VM.
+var errNoSuspend = fmt.Errorf("lume cannot suspend a VM (no saved-state support in lume 0.5.3): %w", errors.ErrUnsupported)
+
+// Suspend is unsupported: lume has no saved-state support.
+func (d *Driver) Suspend(_ context.Context, name string) error {
+	return fmt.Errorf("suspending VM %s: %w", name, errNoSuspend)
+}
+
+// CanSuspend says lume cannot suspend, whatever the host.
+func (d *Driver) CanSuspend(context.Context) error { return errNoSuspend }

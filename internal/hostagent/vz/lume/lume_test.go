@@ -463,3 +463,19 @@ func TestRequestStopWithLumeShutdown(t *testing.T) {
 	}
 	mustErr(t, d.RequestStop(ctx, "vm1"), vz.ErrNoGracefulStop)
 }
+
+// lume has no saved state: a Suspendable start is a plain one, and
+// Suspend leaves the VM running.
+func TestNoSuspend(t *testing.T) {
+	d, _ := setup(t, fakelume.Options{})
+	ctx := context.Background()
+	mustErr(t, d.CanSuspend(ctx), errors.ErrUnsupported)
+	create(t, d, "vm1")
+	if err := d.Start(ctx, "vm1", vz.StartOptions{Suspendable: true}); err != nil {
+		t.Fatal(err)
+	}
+	mustErr(t, d.Suspend(ctx, "vm1"), errors.ErrUnsupported)
+	if s := state(t, d, "vm1"); s != vz.StateRunning {
+		t.Fatalf("after Suspend: %s; want Running", s)
+	}
+}

@@ -42,8 +42,10 @@ const (
 	DefaultMaxVMs = 2
 	// DefaultStartTimeout bounds how long Start waits for a VM to run.
 	DefaultStartTimeout = 2 * time.Minute
-	// DefaultPollInterval is how often Start asks tart about the VM.
-	DefaultPollInterval = 500 * time.Millisecond
+	// DefaultPollInterval is how often Start asks tart about the VM: a
+	// resumed VM runs within its restore, and a claim waits for the agent
+	// to see it (one tart list, tens of milliseconds, only while starting).
+	DefaultPollInterval = 100 * time.Millisecond
 	// DefaultStartSettle is how long a "tart run" must stay alive after tart
 	// lists its VM running before Start trusts the start, when tart made no
 	// control socket (macOS 13): tart holds the VM's lock before the
@@ -173,6 +175,22 @@ func lastLine(s string) string {
 	return ""
 }
 
+// lastLines is the last n non-empty lines of s, trimmed and joined by
+// " | "; "(no output)" when none.
+func lastLines(s string, n int) string {
+	var out []string
+	lines := strings.Split(s, "\n")
+	for i := len(lines) - 1; i >= 0 && len(out) < n; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" {
+			out = append([]string{l}, out...)
+		}
+	}
+	if len(out) == 0 {
+		return "(no output)"
+	}
+	return strings.Join(out, " | ")
+}
+
 // listEntry is one element of "tart list --format json".
 type listEntry struct {
 	Source  string `json:"Source"`
@@ -200,17 +218,33 @@ func (d *Driver) list(ctx context.Context, source string) ([]listEntry, error) {
 }
 
 // vm builds a vz.VM from tart's view and the driver's own: a VM whose
-// "tart run" lives but holds no lock yet is Starting.
-func (d *Driver) vm(ctx context.Context, name string, running bool) vz.VM {
-	v := vz.VM{Name: name, State: vz.StateStopped}
+// "tart run" lives but holds no lock yet is Starting; one tart says is
+// "suspended" (not running, its memory saved) is Suspended.
+func (d *Driver) vm(ctx context.Context, name string, running bool, state string) vz.VM {
+	v := vz.VM{Name: name, State: vz.StateStopped, MAC: d.mac(name)}
 	switch {
 	case running:
 		v.State = vz.StateRunning
 		v.IP = d.ip(ctx, name)
 	case d.runPID(name) > 0:
 		v.State = vz.StateStarting
+	case state == "suspended":
+		v.State = vz.StateSuspended
 	}
 	return v
+}
+
+// mac reads the VM's MAC address from its config.json, which tart get
+// does not show; "" when unreadable.
+func (d *Driver) mac(name string) string {
+	var c struct {
+		MAC string `json:"macAddress"`
+	}
+	b, err := os.ReadFile(d.vmConfig(name))
+	if err != nil || json.Unmarshal(b, &c) != nil {
+		return ""
+	}
+	return c.MAC
 }
 
 // ip asks tart for a running VM's address without waiting; "" when tart
@@ -231,7 +265,7 @@ func (d *Driver) List(ctx context.Context) ([]vz.VM, error) {
 	}
 	out := make([]vz.VM, 0, len(l))
 	for _, e := range l {
-		out = append(out, d.vm(ctx, e.Name, e.Running))
+		out = append(out, d.vm(ctx, e.Name, e.Running, e.State))
 	}
 	return out, nil
 }
@@ -246,13 +280,14 @@ func (d *Driver) Get(ctx context.Context, name string) (vz.VM, error) {
 	if err := json.Unmarshal([]byte(out), &g); err != nil {
 		return vz.VM{}, fmt.Errorf("decoding tart get %s: %w", name, err)
 	}
-	return d.vm(ctx, name, g.Running), nil
+	return d.vm(ctx, name, g.Running, g.State), nil
 }
 
 // Create clones the image into a new VM ("tart clone" pulls it when not
-// cached, telling opts.Progress how far), then sets CPUs and memory when
-// asked. tart clone replaces a VM
-// of the same name, so the driver checks first.
+// cached, telling opts.Progress how far), then gives it a serial number of
+// its own (every clone of an image has the image's) and sets CPUs and
+// memory when asked. tart clone replaces a VM of the same name, so the
+// driver checks first.
 func (d *Driver) Create(ctx context.Context, name string, opts vz.CreateOptions) error {
 	_, err := d.Get(ctx, name)
 	switch {
@@ -271,10 +306,7 @@ func (d *Driver) Create(ctx context.Context, name string, opts vz.CreateOptions)
 	if err := d.pulling(ctx, opts.Progress, "clone", opts.Image, name); err != nil {
 		return fmt.Errorf("creating VM %s with tart from image %s: %w", name, opts.Image, err)
 	}
-	if opts.CPUs == 0 && opts.MemoryMiB == 0 {
-		return nil
-	}
-	args := []string{"set", name}
+	args := []string{"set", name, "--random-serial"}
 	if opts.CPUs > 0 {
 		args = append(args, "--cpu", strconv.Itoa(opts.CPUs))
 	}
@@ -282,7 +314,7 @@ func (d *Driver) Create(ctx context.Context, name string, opts vz.CreateOptions)
 		args = append(args, "--memory", strconv.Itoa(opts.MemoryMiB))
 	}
 	if _, err := d.tart(ctx, args...); err != nil {
-		return fmt.Errorf("setting CPUs and memory of VM %s with tart: %w", name, mapped(err))
+		return fmt.Errorf("setting the serial number, CPUs and memory of VM %s with tart: %w", name, mapped(err))
 	}
 	return nil
 }
@@ -309,7 +341,8 @@ func (d *Driver) runPID(name string) int {
 // session, so the VM outlives the host agent, and returns when tart lists
 // the VM running and the process stays up (tart made a new control socket,
 // or StartSettle passed); when the process exits first, its output says
-// why (the framework's VM limit, most often).
+// why (the framework's VM limit, most often). A Suspended VM is restored,
+// and run --suspendable as tart would anyway.
 func (d *Driver) Start(ctx context.Context, name string, opts vz.StartOptions) error {
 	if _, busy := d.starting.LoadOrStore(name, struct{}{}); busy {
 		return fmt.Errorf("starting VM %s with tart: %w: another Start of it is under way", name, vz.ErrAlreadyRunning)
@@ -338,6 +371,9 @@ func (d *Driver) Start(ctx context.Context, name string, opts vz.StartOptions) e
 		// /Volumes/My Shared Files/NAME. The name is the directory's last
 		// element, as lume names its shares.
 		args = append(args, "--dir="+filepath.Base(opts.ConfigDir)+":"+opts.ConfigDir+":ro")
+	}
+	if opts.Suspendable || vm.State == vz.StateSuspended {
+		args = append(args, "--suspendable")
 	}
 	logf, err := os.OpenFile(d.logFile(name), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -495,8 +531,8 @@ func (d *Driver) ForceStop(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("forcing VM %s off with tart: %w", name, err)
 	}
-	if vm.State == vz.StateStopped {
-		return fmt.Errorf("forcing VM %s off with tart: %w", name, vz.ErrNotRunning)
+	if vm.State == vz.StateStopped || vm.State == vz.StateSuspended {
+		return fmt.Errorf("forcing VM %s off with tart: %w (%s)", name, vz.ErrNotRunning, vm.State)
 	}
 	if _, err := d.tart(ctx, "stop", name, "--timeout", "30"); err != nil {
 		return fmt.Errorf("forcing VM %s off with tart: %w", name, mapped(err))
@@ -504,8 +540,69 @@ func (d *Driver) ForceStop(ctx context.Context, name string) error {
 	return nil
 }
 
-// Delete removes a stopped VM ("tart delete"); nil when it does not exist,
-// vz.ErrRunning when it runs.
+// Suspend runs "tart suspend", on which the VM's tart run saves the VM's
+// memory to state.vzvmsave and exits, and waits, as long as a start may
+// take, until the VM no longer runs. A tart run that could not save (the
+// VM was not started --suspendable) ends the VM: the error says so, with
+// the run's last words.
+func (d *Driver) Suspend(ctx context.Context, name string) error {
+	vm, err := d.Get(ctx, name)
+	if err != nil {
+		return fmt.Errorf("suspending VM %s with tart: %w", name, err)
+	}
+	switch vm.State {
+	case vz.StateSuspended:
+		return nil
+	case vz.StateRunning:
+	default:
+		return fmt.Errorf("suspending VM %s with tart: %w (%s)", name, vz.ErrNotRunning, vm.State)
+	}
+	if _, err := d.tart(ctx, "suspend", name); err != nil {
+		return fmt.Errorf("suspending VM %s with tart: %w", name, mapped(err))
+	}
+	return d.waitSuspended(ctx, name)
+}
+
+// waitSuspended polls tart until the VM no longer runs, and tells whether
+// tart saved it.
+func (d *Driver) waitSuspended(ctx context.Context, name string) error {
+	timeout := orDefault(d.StartTimeout, DefaultStartTimeout)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(orDefault(d.PollInterval, DefaultPollInterval))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for VM %s to suspend with tart: %w", name, ctx.Err())
+		case <-deadline.C:
+			return fmt.Errorf("suspending VM %s with tart: it still ran after %s (see %s)", name, timeout, d.logFile(name))
+		case <-tick.C:
+		}
+		vm, err := d.Get(ctx, name)
+		switch {
+		case errors.Is(err, vz.ErrNotFound):
+			return fmt.Errorf("suspending VM %s with tart: %w", name, err)
+		case err != nil:
+			continue
+		}
+		switch vm.State {
+		case vz.StateSuspended:
+			return nil
+		case vz.StateStopped:
+			b, _ := os.ReadFile(d.logFile(name))
+			return fmt.Errorf("suspending VM %s with tart: tart ended the VM without saving it: %s",
+				name, lastLines(string(b), 3))
+		}
+	}
+}
+
+// CanSuspend is nil: tart suspends on macOS 14 and later, and says so
+// itself on older; the host agent checks the host's version.
+func (d *Driver) CanSuspend(context.Context) error { return nil }
+
+// Delete removes a stopped or suspended VM ("tart delete"); nil when it
+// does not exist, vz.ErrRunning when it runs.
 func (d *Driver) Delete(ctx context.Context, name string) error {
 	vm, err := d.Get(ctx, name)
 	if errors.Is(err, vz.ErrNotFound) {
@@ -514,7 +611,7 @@ func (d *Driver) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("deleting VM %s with tart: %w", name, err)
 	}
-	if vm.State != vz.StateStopped {
+	if vm.State != vz.StateStopped && vm.State != vz.StateSuspended {
 		return fmt.Errorf("deleting VM %s with tart: %w (%s)", name, vz.ErrRunning, vm.State)
 	}
 	if _, err := d.tart(ctx, "delete", name); err != nil {

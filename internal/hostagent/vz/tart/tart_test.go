@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -154,7 +155,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("CPU and memory not set: %s %v", b, err)
 	}
 	vms, err := d.List(ctx)
-	if err != nil || len(vms) != 1 || vms[0] != (vz.VM{Name: "vm1", State: vz.StateStopped}) {
+	if err != nil || len(vms) != 1 || vms[0] != (vz.VM{Name: "vm1", State: vz.StateStopped, MAC: macOf(t, home, "vm1")}) {
 		t.Fatalf("List = %+v, %v", vms, err)
 	}
 	dir := filepath.Join(t.TempDir(), "macvirt")
@@ -177,7 +178,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("the share in the guest: %q, %v", b, err)
 	}
 	vm, err := d.Get(ctx, "vm1")
-	if err != nil || vm.State != vz.StateRunning || !strings.HasPrefix(vm.IP, "192.168.64.") {
+	if err != nil || vm.State != vz.StateRunning || !strings.HasPrefix(vm.IP, "192.168.64.") || vm.MAC != macOf(t, home, "vm1") {
 		t.Fatalf("Get = %+v, %v", vm, err)
 	}
 	mustErr(t, d.Start(ctx, "vm1", vz.StartOptions{}), vz.ErrAlreadyRunning)
@@ -227,7 +228,7 @@ func TestNotFound(t *testing.T) {
 // first, to prove the exit-code mapping against the fake's words.
 func TestTartWordsMapped(t *testing.T) {
 	d, home := setup(t, build.Knobs{})
-	create(t, d, "a")
+	create(t, d, "a", "b")
 	start(t, d, "a")
 	run := func(args ...string) (int, string) {
 		cmd := exec.Command(fakeTart, args...) //nolint:gosec // G204: the test's fake.
@@ -243,6 +244,9 @@ func TestTartWordsMapped(t *testing.T) {
 		{[]string{"delete", "a"}, 1, `VM "a" is running`},
 		{[]string{"run", "a", "--no-graphics"}, 2, `VM "a" is already running!`},
 		{[]string{"get", "x", "--format", "json"}, 2, `the specified VM "x" does not exist`},
+		// Suspend.swift wraps its message in RuntimeError.VMNotRunning's.
+		{[]string{"suspend", "b"}, 2, `VM "VM "b" is not running" is not running`},
+		{[]string{"suspend", "x"}, 2, `the specified VM "x" does not exist`},
 	} {
 		if code, out := run(c.args...); code != c.code || out != c.text {
 			t.Errorf("tart %v = %d %q, want %d %q", c.args, code, out, c.code, c.text)
@@ -570,5 +574,204 @@ func TestPullAlwaysTakesARepushedTag(t *testing.T) {
 	}
 	if got, _ := d.ImageDigest(ctx, image); got != again {
 		t.Fatalf("after Pull, the tag is at %s; want %s", got, again)
+	}
+}
+
+// tartRun runs the fake tart as the test, not the driver, would.
+func tartRun(t *testing.T, home string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(fakeTart, args...) //nolint:gosec // G204: the test's fake.
+	cmd.Env = append(os.Environ(), "TART_HOME="+home)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("tart %v: %v: %s", args, err, out)
+	}
+}
+
+func runArgs(t *testing.T, home, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(home, "vms", name, "run.json")) //nolint:gosec // G304: the test's temp dir.
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func exists(home, name, file string) bool {
+	_, err := os.Stat(filepath.Join(home, "vms", name, file))
+	return err == nil
+}
+
+// TestSuspendAndRestore: a VM started Suspendable is saved beside its
+// disk, as large as its memory, holds no slot, and its next start, even
+// one not asked Suspendable, restores it without booting it.
+func TestSuspendAndRestore(t *testing.T) {
+	d, home := setup(t, build.Knobs{ResumeMillis: 50})
+	ctx := context.Background()
+	if err := d.CanSuspend(ctx); err != nil {
+		t.Fatalf("CanSuspend: %v", err)
+	}
+	if err := d.Create(ctx, "a", vz.CreateOptions{Image: image, MemoryMiB: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	mustErr(t, d.Suspend(ctx, "a"), vz.ErrNotRunning)
+	_, err := d.Get(ctx, "nope")
+	mustErr(t, err, vz.ErrNotFound)
+	mustErr(t, d.Suspend(ctx, "nope"), vz.ErrNotFound)
+	if err := d.Start(ctx, "a", vz.StartOptions{Suspendable: true}); err != nil {
+		t.Fatal(err)
+	}
+	if args := runArgs(t, home, "a"); !strings.Contains(args, `"--suspendable"`) {
+		t.Fatalf("tart run arguments: %s", args)
+	}
+	boot := build.BootID(home, "a")
+	if boot == "" {
+		t.Fatal("the guest has no boot id")
+	}
+	if err := d.Suspend(ctx, "a"); err != nil {
+		t.Fatalf("Suspend: %v", err)
+	}
+	if st := state(t, d, "a"); st != vz.StateSuspended {
+		t.Fatalf("state after Suspend = %s", st)
+	}
+	if how := build.LastExit(home, "a"); how != "suspended" {
+		t.Fatalf("the run ended %q, want suspended", how)
+	}
+	fi, err := os.Stat(filepath.Join(home, "vms", "a", build.StateFile))
+	if err != nil || fi.Size() != 4096<<20 {
+		t.Fatalf("the saved state: %v, %v; want 4096 MiB", fi, err)
+	}
+	if vms, err := d.List(ctx); err != nil || len(vms) != 1 || vms[0].State != vz.StateSuspended {
+		t.Fatalf("List = %+v, %v", vms, err)
+	}
+	if s, err := d.Slots(ctx); err != nil || s.Running != 0 {
+		t.Fatalf("Slots = %+v, %v; want none running", s, err)
+	}
+	if err := d.Suspend(ctx, "a"); err != nil {
+		t.Fatalf("Suspend of a suspended VM: %v", err)
+	}
+	mustErr(t, d.ForceStop(ctx, "a"), vz.ErrNotRunning)
+	mustErr(t, d.RequestStop(ctx, "a"), vz.ErrNotRunning)
+
+	start(t, d, "a")
+	if st := state(t, d, "a"); st != vz.StateRunning {
+		t.Fatalf("state after the restore = %s", st)
+	}
+	if exists(home, "a", build.StateFile) {
+		t.Fatal("the saved state outlived its restore")
+	}
+	if got := build.BootID(home, "a"); got != boot {
+		t.Fatalf("boot id %s after the restore, want %s: the guest booted", got, boot)
+	}
+	if args := runArgs(t, home, "a"); !strings.Contains(args, `"--suspendable"`) {
+		t.Fatalf("a suspended VM was restored with %s; want --suspendable", args)
+	}
+	if b, _ := os.ReadFile(filepath.Join(d.StateDir, "a.log")); !strings.Contains(string(b), "restoring VM state from a snapshot...") {
+		t.Fatalf("the run's output: %s", b)
+	}
+	// Restored, it is suspendable again; suspended, it may be deleted.
+	if err := d.Suspend(ctx, "a"); err != nil {
+		t.Fatalf("Suspend after a restore: %v", err)
+	}
+	if err := d.Delete(ctx, "a"); err != nil {
+		t.Fatalf("Delete of a suspended VM: %v", err)
+	}
+	if _, err := d.Get(ctx, "a"); !errors.Is(err, vz.ErrNotFound) {
+		t.Fatalf("Get after Delete: %v", err)
+	}
+	noStop(t, home)
+}
+
+// TestSuspendUnsuspendable: tart cannot save a VM not started Suspendable;
+// its run exits, ending the VM, and Suspend says so in tart's words.
+func TestSuspendUnsuspendable(t *testing.T) {
+	d, home := setup(t, build.Knobs{})
+	ctx := context.Background()
+	create(t, d, "a")
+	start(t, d, "a")
+	boot := build.BootID(home, "a")
+	err := d.Suspend(ctx, "a")
+	if err == nil || !strings.Contains(err.Error(), "without saving") || !strings.Contains(err.Error(), "Failed to suspend the VM") {
+		t.Fatalf("Suspend of a VM not started suspendable: %v", err)
+	}
+	if errors.Is(err, vz.ErrNotRunning) {
+		t.Fatalf("Suspend error %v is not a refusal of a stopped VM", err)
+	}
+	if st := state(t, d, "a"); st != vz.StateStopped {
+		t.Fatalf("state = %s, want Stopped", st)
+	}
+	if how := build.LastExit(home, "a"); how != "killed" {
+		t.Fatalf("the run ended %q, want killed", how)
+	}
+	if exists(home, "a", build.StateFile) {
+		t.Fatal("a state file was written")
+	}
+	mustErr(t, d.Suspend(ctx, "a"), vz.ErrNotRunning)
+	start(t, d, "a")
+	if got := build.BootID(home, "a"); got == "" || got == boot {
+		t.Fatalf("boot id %q after a start, want a new one (was %s)", got, boot)
+	}
+}
+
+// TestMACCollisionDropsSavedState: a clone of a suspended VM keeps its MAC
+// address and its saved state (Clone.swift); run once the source runs, it
+// gets a new MAC address, which drops the saved state
+// (VMDirectory.regenerateMACAddress), and boots cold.
+func TestMACCollisionDropsSavedState(t *testing.T) {
+	d, home := setup(t, build.Knobs{})
+	ctx := context.Background()
+	create(t, d, "a")
+	if err := d.Start(ctx, "a", vz.StartOptions{Suspendable: true}); err != nil {
+		t.Fatal(err)
+	}
+	boot := build.BootID(home, "a")
+	if err := d.Suspend(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	tartRun(t, home, "clone", "a", "b")
+	mac := macOf(t, home, "a")
+	if got := macOf(t, home, "b"); got != mac {
+		t.Fatalf("the clone of a suspended VM has MAC %s, want its source's %s", got, mac)
+	}
+	if st := state(t, d, "b"); st != vz.StateSuspended {
+		t.Fatalf("the clone is %s, want Suspended", st)
+	}
+	start(t, d, "a")
+	if got := build.BootID(home, "a"); got != boot {
+		t.Fatalf("a booted (boot id %s, want %s)", got, boot)
+	}
+	start(t, d, "b")
+	if got := macOf(t, home, "b"); got == mac {
+		t.Fatalf("b runs beside a with one MAC address %s", got)
+	}
+	if exists(home, "b", build.StateFile) {
+		t.Fatal("b kept the saved state")
+	}
+	if got := build.BootID(home, "b"); got == "" || got == boot {
+		t.Fatalf("b's boot id %q: want a cold boot's new one", got)
+	}
+	b, _ := os.ReadFile(filepath.Join(d.StateDir, "b.log"))
+	if !strings.Contains(string(b), "Resetting VM to assign a new MAC address...") || strings.Contains(string(b), "restoring") {
+		t.Fatalf("b's run: %s", b)
+	}
+}
+
+// TestRandomSerial: every clone of an image has the image's machine
+// identifier, the serial number macOS shows; Create gives each VM its own.
+func TestRandomSerial(t *testing.T) {
+	d, home := setup(t, build.Knobs{})
+	tartRun(t, home, "clone", image, "x")
+	tartRun(t, home, "clone", image, "y")
+	if x, y := build.Serial(home, "x"), build.Serial(home, "y"); x == "" || x != y {
+		t.Fatalf("two plain clones of one image have serials %q and %q; want the image's", x, y)
+	}
+	create(t, d, "a", "b")
+	a, b := build.Serial(home, "a"), build.Serial(home, "b")
+	if a == "" || a == b || a == build.Serial(home, "x") || b == build.Serial(home, "x") {
+		t.Fatalf("serials %q and %q (the image's %q); want one of its own each", a, b, build.Serial(home, "x"))
+	}
+	cmds, err := build.Commands(home)
+	if err != nil || !slices.Contains(cmds, "set a --random-serial") {
+		t.Fatalf("commands %v, %v; want one set with --random-serial", cmds, err)
 	}
 }

@@ -40,8 +40,23 @@ const (
 	// spaces.
 	CommandsFile = "commands.log"
 	// LastExitFile, in a VM's directory, says how its last run ended:
-	// "shutdown" (the guest shut down) or "forced" (SIGINT).
+	// "shutdown" (the guest shut down), "forced" (SIGINT), "suspended"
+	// (its memory saved on SIGUSR1) or "killed" (a SIGUSR1 it could not
+	// save on: tart exits, ending the VM abruptly).
 	LastExitFile = "last-exit"
+)
+
+// Files in a VM's directory.
+const (
+	// ConfigFile is the VM's configuration, tart's config.json; its
+	// "macAddress" and "ecid" are tart's.
+	ConfigFile = "config.json"
+	// StateFile is the VM's saved memory, tart's state.vzvmsave: a sparse
+	// file as large as the VM's memory.
+	StateFile = "state.vzvmsave"
+	// BootIDFile holds the guest's boot id: new on every cold boot, kept
+	// by a restore from StateFile.
+	BootIDFile = "boot-id"
 )
 
 // HaltFile is the file, in a VM's directory, that tells its macOS to shut
@@ -62,11 +77,31 @@ const SharedFilesDir = "Volumes/My Shared Files"
 // fake lays the VM's --dir shares out under it where macOS shows them.
 func GuestRoot(home, name string) string { return filepath.Join(home, "vms", name, "guest-root") }
 
-// LastExit says how the VM's last fake run ended: "shutdown", "forced", or
-// "" when none ended.
+// LastExit says how the VM's last fake run ended: "shutdown", "forced",
+// "suspended", "killed", or "" when none ended.
 func LastExit(home, name string) string {
 	b, _ := os.ReadFile(filepath.Join(home, "vms", name, LastExitFile)) //nolint:gosec // G304: the test's TART_HOME.
 	return string(b)
+}
+
+// BootID is the boot id of the fake VM's guest: what macOS would say of
+// its boot session; "" when it never booted.
+func BootID(home, name string) string {
+	b, _ := os.ReadFile(filepath.Join(home, "vms", name, BootIDFile)) //nolint:gosec // G304: the test's TART_HOME.
+	return strings.TrimSpace(string(b))
+}
+
+// Serial is the fake VM's machine identifier, its config.json "ecid", which
+// macOS in it shows as its serial number; "" when it has none.
+func Serial(home, name string) string {
+	var c struct {
+		ECID string `json:"ecid"`
+	}
+	b, err := os.ReadFile(filepath.Join(home, "vms", name, ConfigFile)) //nolint:gosec // G304: the test's TART_HOME.
+	if err != nil || json.Unmarshal(b, &c) != nil {
+		return ""
+	}
+	return c.ECID
 }
 
 // Knobs tune the fake; they live in TART_HOME/fake.json, read by every
@@ -80,6 +115,9 @@ type Knobs struct {
 	// BootMillis is how long run holds the VM's lock (tart lists the VM
 	// running) before the framework starts, or refuses, the VM.
 	BootMillis int `json:"bootMillis,omitempty"`
+	// ResumeMillis replaces BootMillis for a run that restores the VM's
+	// saved memory.
+	ResumeMillis int `json:"resumeMillis,omitempty"`
 	// NoControlSocket makes run not create control.sock, as tart on
 	// macOS 13.
 	NoControlSocket bool `json:"noControlSocket,omitempty"`
