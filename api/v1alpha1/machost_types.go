@@ -123,6 +123,17 @@ type HostAgentReport struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	RunningVMs int32 `json:"runningVMs,omitempty"`
+	// suspendedVMs is how many of the tool's VMs are suspended: their
+	// memory is saved beside their disk and they hold no slot.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	SuspendedVMs int32 `json:"suspendedVMs,omitempty"`
+	// suspendUnsupported says why the host cannot suspend VMs (lume; macOS
+	// before 14); empty when it can. A suspended pool keeps its idle
+	// machines on such a host running.
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	SuspendUnsupported string `json:"suspendUnsupported,omitempty"`
 	// freeDisk is the free space where the tool keeps its VMs.
 	// +optional
 	FreeDisk *resource.Quantity `json:"freeDisk,omitempty"`
@@ -175,6 +186,10 @@ type MacHostStatus struct {
 	// machines is how many MacMachines the operator placed on the host.
 	// +optional
 	Machines int32 `json:"machines,omitempty"`
+	// suspendedMachines is how many of them are idle with their VM
+	// suspended: they hold no licence slot.
+	// +optional
+	SuspendedMachines int32 `json:"suspendedMachines,omitempty"`
 }
 
 // MacHost is an Apple-silicon Mac whose macvirt host agent runs the
@@ -189,6 +204,7 @@ type MacHostStatus struct {
 // +kubebuilder:printcolumn:name="macOS",type=string,JSONPath=`.status.agent.macOSVersion`
 // +kubebuilder:printcolumn:name="Slots",type=integer,JSONPath=`.status.agent.slots`
 // +kubebuilder:printcolumn:name="Machines",type=integer,JSONPath=`.status.machines`
+// +kubebuilder:printcolumn:name="Suspended",type=integer,JSONPath=`.status.suspendedMachines`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Schedulable",type=string,JSONPath=`.status.conditions[?(@.type=="Schedulable")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1

@@ -24,7 +24,7 @@ import (
 // MachinePhase summarises a machine for humans; conditions are the API.
 // Every phase is derived from observation, so a restarted operator lands on
 // the same phase.
-// +kubebuilder:validation:Enum=Pending;Provisioning;Starting;Booting;Ready;Stopping;Stopped;Failed;Terminating
+// +kubebuilder:validation:Enum=Pending;Provisioning;Starting;Booting;Ready;Suspended;Stopping;Stopped;Failed;Terminating
 type MachinePhase string
 
 // Machine phases.
@@ -39,6 +39,9 @@ const (
 	MachineBooting MachinePhase = "Booting"
 	// MachineReady: the last heartbeat is fresher than heartbeatTimeout.
 	MachineReady MachinePhase = "Ready"
+	// MachineSuspended: unbound and Ready to bind, its VM suspended on its
+	// MacHost (it holds no licence slot); a binding resumes it.
+	MachineSuspended MachinePhase = "Suspended"
 	// MachineStopping: a graceful stop was requested; the VMI still runs.
 	MachineStopping MachinePhase = "Stopping"
 	// MachineStopped: spec.running is false and the VMI is gone; disks are kept.
@@ -108,6 +111,15 @@ type MacMachineSpec struct {
 	// +kubebuilder:default=true
 	// +optional
 	Running *bool `json:"running,omitempty"`
+
+	// suspendWhenIdle: while the machine has never been bound, its host
+	// agent keeps its VM suspended once the guest agent has reported (its
+	// memory saved beside its disk, holding no licence slot), and a binding
+	// resumes it. A pool whose idleState is Suspended sets it. Only hosts
+	// whose tool can suspend (tart on macOS 14 or later) do; elsewhere the
+	// VM runs.
+	// +optional
+	SuspendWhenIdle bool `json:"suspendWhenIdle,omitempty"`
 }
 
 // ProvisioningStatus reports disk import progress.
@@ -180,7 +192,7 @@ type GuestStatus struct {
 }
 
 // HostVMState is a Virtualization machine's VM as its host agent sees it.
-// +kubebuilder:validation:Enum=Creating;Stopped;Starting;Running;Stopping;Deleted
+// +kubebuilder:validation:Enum=Creating;Stopped;Starting;Running;Stopping;Suspending;Suspended;Deleted
 type HostVMState string
 
 // Host VM states.
@@ -196,6 +208,11 @@ const (
 	HostVMRunning HostVMState = "Running"
 	// HostVMStopping: macOS was asked to shut down and still runs.
 	HostVMStopping HostVMState = "Stopping"
+	// HostVMSuspending: the tool is saving the VM's memory.
+	HostVMSuspending HostVMState = "Suspending"
+	// HostVMSuspended: the VM's memory is saved beside its disk and it does
+	// not run; its next start resumes it where it was.
+	HostVMSuspended HostVMState = "Suspended"
 	// HostVMDeleted: the machine is being deleted and its VM is gone from
 	// the host.
 	HostVMDeleted HostVMState = "Deleted"
@@ -215,12 +232,28 @@ type HostVMStatus struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	Address string `json:"address,omitempty"`
+	// macAddress is the VM's network MAC address, as its tool's
+	// configuration says (tart); the Mac's DHCP server leases its address
+	// by it, so no two VMs that run on one Mac have one.
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	MACAddress string `json:"macAddress,omitempty"`
 	// runningSince is when the agent saw the VM start running.
 	// +optional
 	RunningSince *metav1.Time `json:"runningSince,omitempty"`
 	// stopRequestedAt is when the agent asked macOS to shut down.
 	// +optional
 	StopRequestedAt *metav1.Time `json:"stopRequestedAt,omitempty"`
+	// suspendedAt is when the agent suspended the VM, once its guest agent
+	// had reported; it stays set after a resume.
+	// +optional
+	SuspendedAt *metav1.Time `json:"suspendedAt,omitempty"`
+	// resumedAt is when the agent resumed the suspended VM for the
+	// machine's claim. The guest it restores wakes with what it was when
+	// suspended: it must take the new token and make new SSH host keys
+	// before the operator counts it Ready.
+	// +optional
+	ResumedAt *metav1.Time `json:"resumedAt,omitempty"`
 	// error is the agent's or the tool's last failure with this VM, in
 	// their words; empty once the step succeeds.
 	// +kubebuilder:validation:MaxLength=1024
@@ -243,6 +276,11 @@ type HostVMStatus struct {
 	// +optional
 	Pull *HostPullStatus `json:"pull,omitempty"`
 }
+
+// HostErrorKeptRunning starts status.host.error for an idle machine its
+// host agent keeps running rather than suspended (spec.suspendWhenIdle),
+// followed by why.
+const HostErrorKeptRunning = "kept running: "
 
 // HostPullStatus is a host agent's pull of a machine's image. Pulls run
 // beside the agent's other work: a long one delays no stop or start of

@@ -79,6 +79,19 @@ type MacPoolSpec struct {
 	// +optional
 	MaxUnhealthy *intstr.IntOrString `json:"maxUnhealthy,omitempty"`
 
+	// idleState is how the pool keeps its idle machines: Running (default),
+	// or Suspended: on Apple-silicon hosts whose tool can suspend (tart on
+	// macOS 14 or later), each idle machine boots once, its guest agent
+	// reports, and its VM is suspended (memory saved to disk, about the
+	// class's memory per machine), holding no licence slot until a claim
+	// binds and resumes it. A class on KubeVirt, or a host that cannot
+	// suspend, keeps them running, and condition IdleSuspended says so.
+	// Changing it replaces the idle machines.
+	// +kubebuilder:validation:Enum=Running;Suspended
+	// +kubebuilder:default=Running
+	// +optional
+	IdleState IdleState `json:"idleState,omitempty"`
+
 	// paused stops the pool from creating or deleting machines.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
@@ -109,6 +122,10 @@ type MacPoolStatus struct {
 	// deleting. An admin deletes them when done.
 	// +optional
 	Released int32 `json:"released"`
+	// suspended is the idle machines whose VM is suspended: they hold no
+	// licence slot.
+	// +optional
+	Suspended int32 `json:"suspended"`
 	// bound is the machines bound to a claim.
 	// +optional
 	Bound int32 `json:"bound"`
@@ -129,6 +146,38 @@ type MacPoolStatus struct {
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// ConditionIdleSuspended is True on a pool whose idleState is Suspended
+// while its idle machines can be suspended: False, with reason
+// SuspendUnsupported, names what keeps them running (a KubeVirt class, or
+// hosts whose tool cannot suspend).
+const ConditionIdleSuspended = "IdleSuspended"
+
+// Reasons of a machine or pool that suspends.
+const (
+	// ReasonSuspendUnsupported: the class's runtime or the hosts cannot
+	// suspend a VM; idle machines run.
+	ReasonSuspendUnsupported = "SuspendUnsupported"
+	// ReasonSuspended: the machine's VM is suspended, Ready to bind.
+	ReasonSuspended = "Suspended"
+	// ReasonResuming: a bound machine's VM is being resumed, and its guest
+	// has not reported with its new identity yet.
+	ReasonResuming = "Resuming"
+	// ReasonStaleIdentity: a resumed guest reported the SSH host keys it had
+	// before it was suspended (its agent did not renew its identity).
+	ReasonStaleIdentity = "StaleIdentity"
+)
+
+// IdleState is how a pool keeps its idle machines.
+type IdleState string
+
+// Idle states.
+const (
+	// IdleRunning keeps idle machines running.
+	IdleRunning IdleState = "Running"
+	// IdleSuspended keeps idle machines suspended where the host can.
+	IdleSuspended IdleState = "Suspended"
+)
 
 // EffectiveMaxMachines is the cap on the pool's machines: maxMachines, or
 // twice idle when it is unset, so that a pool that only says "keep N warm"
@@ -179,6 +228,7 @@ func (s *MacPoolSpec) EffectiveIdle() int32 {
 // +kubebuilder:printcolumn:name="Namespace",type=string,JSONPath=`.spec.namespace`,priority=1
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.idle`
 // +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.idle`
+// +kubebuilder:printcolumn:name="Suspended",type=integer,JSONPath=`.status.suspended`
 // +kubebuilder:printcolumn:name="Bound",type=integer,JSONPath=`.status.bound`
 // +kubebuilder:printcolumn:name="Released",type=integer,JSONPath=`.status.released`,priority=1
 // +kubebuilder:printcolumn:name="Unhealthy",type=integer,JSONPath=`.status.unhealthy`,priority=1

@@ -604,6 +604,14 @@ func (in *HostVMStatus) DeepCopyInto(out *HostVMStatus) {
 		in, out := &in.StopRequestedAt, &out.StopRequestedAt
 		*out = (*in).DeepCopy()
 	}
+	if in.SuspendedAt != nil {
+		in, out := &in.SuspendedAt, &out.SuspendedAt
+		*out = (*in).DeepCopy()
+	}
+	if in.ResumedAt != nil {
+		in, out := &in.ResumedAt, &out.ResumedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.Pull != nil {
 		in, out := &in.Pull, &out.Pull
 		*out = new(HostPullStatus)

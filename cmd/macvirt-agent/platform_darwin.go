@@ -223,6 +223,17 @@ const firstPersonUID = 501
 // TaskPath: files go where the task says.
 func (darwin) TaskPath(path string) string { return path }
 
+// SetClock sets the system clock as date(1) does as root
+// (mmddHHMMccyy.ss, in UTC): a Mac restored from saved state wakes with
+// the time it was saved at.
+func (darwin) SetClock(t time.Time) error {
+	out, err := exec.Command("/bin/date", "-u", t.UTC().Format("010215042006.05")).CombinedOutput() //nolint:gosec // a fixed macOS tool and a formatted time.
+	if err != nil {
+		return fmt.Errorf("date -u: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
 // RegenerateHostKeys makes the SSH host keys that are missing, as macOS's
 // sshd-keygen-wrapper would at sshd's next start.
 func (darwin) RegenerateHostKeys() error {

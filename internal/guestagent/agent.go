@@ -321,6 +321,22 @@ func RetryWait(failures int, interval time.Duration) time.Duration {
 	return Backoff(failures, time.Second, max(interval, time.Second))
 }
 
+// renewIfResumed renews the clock, host keys and token of a guest the host
+// resumed (resume.go), on a platform with a task directory.
+func renewIfResumed(p Platform, logf func(string, ...any)) (bool, error) {
+	tp, ok := p.(TaskPlatform)
+	if !ok {
+		return false, nil
+	}
+	dir, err := p.ConfigDir()
+	if err != nil || filepath.Base(dir) != guestprotocol.ConfigShareName {
+		return false, nil
+	}
+	gh, _ := p.(GeneralizeHost)
+	cs, _ := p.(ClockSetter)
+	return RenewAfterResume(cs, gh, filepath.Dir(tp.TaskDir()), dir, logf)
+}
+
 // generalizeIfClone generalises the disk when it first boots in another
 // machine, on a platform that can (generalize.go).
 func generalizeIfClone(p Platform, cfg *Config, logf func(string, ...any)) error {
@@ -341,6 +357,8 @@ func generalizeIfClone(p Platform, cfg *Config, logf func(string, ...any)) error
 // after each; failures are retried after RetryWait.
 func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 	go WatchShutdown(ctx, p, logf)
+	woke := make(chan struct{}, 1)
+	go WatchResume(ctx, p, woke)
 	var client *Client
 	var cfg *Config
 	failures := 0
@@ -354,9 +372,15 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 			return nil
 		case <-time.After(wait):
 		case <-v2.Changed():
+		case <-woke:
 		}
 		var err error
-		if client == nil {
+		if renewed, rerr := renewIfResumed(p, logf); rerr != nil {
+			err = rerr
+		} else if renewed {
+			client = nil
+		}
+		if err == nil && client == nil {
 			var dir string
 			if dir, err = p.ConfigDir(); err == nil && dir == "" {
 				err = errors.New("config disk not mounted yet")

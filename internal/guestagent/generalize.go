@@ -110,17 +110,8 @@ func Generalize(h GeneralizeHost, taskDir string, cfg *Config, logf func(string,
 			logf("generalising: %v", err)
 		}
 	}
-	keys, err := filepath.Glob(filepath.Join(h.TaskPath("/etc/ssh"), "ssh_host_*"))
-	if err != nil {
+	if err := renewHostKeys(h); err != nil {
 		return false, err
-	}
-	for _, k := range keys {
-		if err := os.Remove(k); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return false, fmt.Errorf("removing SSH host key %s: %w", filepath.Base(k), err)
-		}
-	}
-	if err := h.RegenerateHostKeys(); err != nil {
-		return false, fmt.Errorf("making new SSH host keys: %w", err)
 	}
 	if err := writeFileAtomic(idPath, []byte(want+"\n")); err != nil {
 		return false, fmt.Errorf("recording the disk's identity: %w", err)

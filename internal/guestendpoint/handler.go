@@ -126,6 +126,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, guestprotocol.ReasonRateLimited, "heartbeats too frequent; wait for the interval the last reply gave")
 		return
 	}
+	if msg := staleIdentity(m, hb.SSHHostKeys); msg != "" {
+		ctrl.LoggerFrom(ctx).Info("refused a resumed guest's heartbeat", "machine", key, "reason", msg)
+		writeError(w, http.StatusConflict, guestprotocol.ReasonStaleIdentity, msg)
+		return
+	}
 	state, tasks, err := h.desiredState(ctx, m, version, hb.Tasks)
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "reading a machine's desired state", "machine", key)
@@ -144,6 +149,32 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = json.NewEncoder(w).Encode(state)
+}
+
+// staleIdentity says why the heartbeat of a guest resumed from a saved state
+// is refused: its first report since the resume names the SSH host keys the
+// machine reported before it was suspended (any one of them). The saved memory, on its host's
+// disk, held their private halves; a resumed guest makes new ones first
+// (guestagent.RenewAfterResume). Empty when it is not refused.
+func staleIdentity(m *macvirtv1alpha1.MacMachine, keys []string) string {
+	hv, g := m.Status.Host, m.Status.Guest
+	if hv == nil || hv.ResumedAt == nil || g == nil || g.LastHeartbeat == nil || !g.LastHeartbeat.Before(hv.ResumedAt) ||
+		len(g.SSHHostKeys) == 0 {
+		return ""
+	}
+	before := map[string]bool{}
+	for _, k := range g.SSHHostKeys {
+		before[k] = true
+	}
+	kept := false
+	for _, k := range keys {
+		kept = kept || before[k]
+	}
+	if !kept {
+		return ""
+	}
+	return fmt.Sprintf("this guest was resumed at %s from the state saved when it was suspended, and reports an SSH host key it had then; "+
+		"its agent must make new ones on resume (update the guest agent in the image)", hv.ResumedAt.UTC().Format(time.RFC3339))
 }
 
 // decode reads a heartbeat of the version; a v1 heartbeat is one with no

@@ -424,3 +424,32 @@ func TestWhatTheGuestWritesIsRecordedWithoutEscapeSequences(t *testing.T) {
 		t.Errorf("message = %q, want %q", got, want)
 	}
 }
+
+func TestStaleIdentity(t *testing.T) {
+	before := metav1.NewTime(time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC))
+	resumed := metav1.NewTime(before.Add(time.Hour))
+	after := metav1.NewTime(resumed.Add(time.Second))
+	mk := func(resumedAt, last *metav1.Time) *macvirtv1alpha1.MacMachine {
+		m := &macvirtv1alpha1.MacMachine{}
+		m.Status.Host = &macvirtv1alpha1.HostVMStatus{ResumedAt: resumedAt}
+		m.Status.Guest = &macvirtv1alpha1.GuestStatus{LastHeartbeat: last, SSHHostKeys: []string{"ssh-ed25519 OLD"}}
+		return m
+	}
+	for name, tc := range map[string]struct {
+		m       *macvirtv1alpha1.MacMachine
+		keys    []string
+		refused bool
+	}{
+		"a resumed guest with the old key is refused":       {m: mk(&resumed, &before), keys: []string{"ssh-ed25519 OLD"}, refused: true},
+		"one old key among new ones is refused":             {m: mk(&resumed, &before), keys: []string{"ssh-ed25519 NEW", "ssh-ed25519 OLD"}, refused: true},
+		"a resumed guest with new keys is heard":            {m: mk(&resumed, &before), keys: []string{"ssh-ed25519 NEW"}},
+		"a guest never suspended is heard":                  {m: mk(nil, &before), keys: []string{"ssh-ed25519 OLD"}},
+		"once heard after the resume, its keys are its own": {m: mk(&resumed, &after), keys: []string{"ssh-ed25519 OLD"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := staleIdentity(tc.m, tc.keys); (got != "") != tc.refused {
+				t.Fatalf("staleIdentity = %q; want refused %v", got, tc.refused)
+			}
+		})
+	}
+}

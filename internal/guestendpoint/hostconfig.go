@@ -147,7 +147,14 @@ func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			break
 		}
-		if apierrors.IsConflict(err) && attempt < 3 {
+		if apierrors.IsConflict(err) && attempt < issueAttempts {
+			// The machine's controllers write it in bursts (a binding,
+			// the status after it): wait a little, then read it again.
+			select {
+			case <-time.After(time.Duration(attempt) * 25 * time.Millisecond):
+			case <-ctx.Done():
+				return
+			}
 			continue
 		}
 		log.Info("issuing a machine's token for its host failed; the host retries", "machine", key, "host", host, "error", err.Error())
@@ -162,6 +169,10 @@ func (h *HostConfigHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(out)
 }
+
+// issueAttempts is how many times a start's token is drawn when the
+// machine changed under the write.
+const issueAttempts = 6
 
 // forget drops a token that is no host's any more.
 func (h *HostConfigHandler) forget(token string) {

@@ -208,14 +208,16 @@ func TestHostConfigJunkTokensStarveOnlyTheirSender(t *testing.T) {
 }
 
 // The machine's controllers write it too: a start whose token record
-// loses that race is retried with the machine read again, twice, and
-// only then refused (the host retries later).
+// loses that race is retried with the machine read again, a little later
+// each time, up to issueAttempts, and only then refused (the host retries
+// later).
 func TestHostConfigRetriesAConflictingRecord(t *testing.T) {
 	for name, tc := range map[string]struct {
 		conflicts, patches, code int
 	}{
 		"one conflict":       {conflicts: 1, patches: 2, code: http.StatusOK},
-		"conflicts go on":    {conflicts: 9, patches: 3, code: http.StatusServiceUnavailable},
+		"a burst of them":    {conflicts: 4, patches: 5, code: http.StatusOK},
+		"conflicts go on":    {conflicts: 9, patches: issueAttempts, code: http.StatusServiceUnavailable},
 		"no conflict at all": {conflicts: 0, patches: 1, code: http.StatusOK},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -25,6 +25,13 @@ const (
 	// watches for it, shuts macOS down as root. It is never a file of the
 	// configuration the operator sends (ConfigKeys).
 	ShutdownFile = "shutdown"
+	// ResumedFile is what the host agent writes into the share of a VM it
+	// resumes from a saved state, beside a configuration with a new token:
+	// the host's time (RFC 3339). The guest agent, which wakes with the
+	// state it was saved with, sets its clock when behind, makes new SSH
+	// host keys and reads the new token before it reports. Never a file of
+	// the configuration the operator sends.
+	ResumedFile = "resumed"
 )
 
 // HostConfigRequest asks for the configuration of one machine placed on

@@ -143,6 +143,10 @@ const (
 	ReasonUnsupported      = "Unsupported"
 	ReasonInternal         = "Internal"
 	ReasonMethodNotAllowed = "MethodNotAllowed"
+	// ReasonStaleIdentity: a guest resumed from a saved state reported the
+	// SSH host keys it had before it was suspended (its agent does not
+	// renew them on resume).
+	ReasonStaleIdentity = "StaleIdentity"
 )
 
 // DecodeHeartbeat reads one heartbeat strictly: unknown fields, trailing

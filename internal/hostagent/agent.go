@@ -223,7 +223,7 @@ func (a *Agent) Start(ctx context.Context) error { return a.mgr.Start(ctx) }
 // start starts machine m's VM with the configuration of this start shared
 // into it, and tells the framework's VM limit with no VM running (the
 // stuck count) from a host that is only full.
-func (a *Agent) start(ctx context.Context, m *macvirtv1alpha1.MacMachine, name string) error {
+func (a *Agent) start(ctx context.Context, m *macvirtv1alpha1.MacMachine, name string, mode startMode) error {
 	a.mu.Lock()
 	dir := a.unused[name]
 	a.mu.Unlock()
@@ -236,7 +236,15 @@ func (a *Agent) start(ctx context.Context, m *macvirtv1alpha1.MacMachine, name s
 		a.unused[name] = dir
 		a.mu.Unlock()
 	}
-	err := a.driver.Start(ctx, name, vz.StartOptions{ConfigDir: dir})
+	if mode.resume {
+		if err := writeResumed(dir, mode.resumedAt); err != nil {
+			return err
+		}
+	}
+	if err := a.markSuspendable(name, mode.suspendable); err != nil {
+		return fmt.Errorf("recording that the VM starts suspendable: %w", err)
+	}
+	err := a.driver.Start(ctx, name, vz.StartOptions{ConfigDir: dir, Suspendable: mode.suspendable})
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err == nil || errors.Is(err, vz.ErrAlreadyRunning) {
@@ -251,6 +259,15 @@ func (a *Agent) start(ctx context.Context, m *macvirtv1alpha1.MacMachine, name s
 		}
 	}
 	return err
+}
+
+// startMode says how a VM starts.
+type startMode struct {
+	// suspendable: it may be suspended later (an idle machine of a
+	// suspended pool); resume: it is restored from its saved state.
+	suspendable, resume bool
+	// resumedAt is when the resume began, as status.host.resumedAt says.
+	resumedAt time.Time
 }
 
 // stuckCount is the last stuck-count failure, or "".

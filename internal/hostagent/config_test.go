@@ -78,7 +78,7 @@ func TestAConfigurationWithAFileOutsideTheProtocolIsRefused(t *testing.T) {
 	a, fetches := configAgent(t, d, map[string]string{"../escape": "x"})
 	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "m", UID: "u"}}
 
-	if err := a.start(context.Background(), m, "vm"); err == nil {
+	if err := a.start(context.Background(), m, "vm", startMode{}); err == nil {
 		t.Fatal("a configuration with a file outside the protocol's was written")
 	}
 	if fetches.Load() != 1 || len(d.dirs) != 0 {
@@ -94,7 +94,7 @@ func TestAStartRefusedIsRetriedWithoutANewToken(t *testing.T) {
 	a, fetches := configAgent(t, d, nil)
 	m := &macvirtv1alpha1.MacMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "p", Name: "m", UID: "u"}}
 	for range 3 {
-		_ = a.start(context.Background(), m, "vm")
+		_ = a.start(context.Background(), m, "vm", startMode{})
 	}
 	if fetches.Load() != 1 || len(d.dirs) != 3 {
 		t.Fatalf("three starts (two refused): %d fetches, %d starts; want 1 and 3", fetches.Load(), len(d.dirs))
@@ -103,7 +103,7 @@ func TestAStartRefusedIsRetriedWithoutANewToken(t *testing.T) {
 	if err != nil || string(tok) != "b" || filepath.Base(d.dirs[2]) != guestprotocol.ConfigShareName {
 		t.Fatalf("the shared directory %s holds token %q (%v)", d.dirs[2], tok, err)
 	}
-	if err := a.start(context.Background(), m, "vm"); err != nil {
+	if err := a.start(context.Background(), m, "vm", startMode{}); err != nil {
 		t.Fatal(err)
 	}
 	if fetches.Load() != 2 {

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"time"
 
+	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/hostagent/vz"
 )
 
@@ -53,6 +54,12 @@ const (
 	ActDelete Action = "Delete"
 	// ActDeleted: the machine is deleted and its VM is gone.
 	ActDeleted Action = "Deleted"
+	// ActSuspend: save the idle VM's memory and stop it; it then holds no
+	// licence slot.
+	ActSuspend Action = "Suspend"
+	// ActResume: restore the suspended VM for its claim, with a new
+	// configuration (a new token) that tells its guest agent it woke.
+	ActResume Action = "Resume"
 )
 
 // Input is what the agent knows about one machine's VM.
@@ -81,6 +88,20 @@ type Input struct {
 	// PowerOff: the class says a deleted machine's VM is forced off past
 	// Grace (afterShutdownGracePeriod PowerOff).
 	PowerOff bool
+	// SuspendWanted: the machine asks to be kept suspended while idle
+	// (spec.suspendWhenIdle) and was never bound, so its memory holds
+	// nothing of a tenant.
+	SuspendWanted bool
+	// StartedSuspendable: the agent started the running VM so that it can
+	// be suspended (a VM started otherwise would be ended, not saved).
+	StartedSuspendable bool
+	// GuestReported: the guest agent heartbeat since the VM last started
+	// (it booted, generalised the disk and took its token).
+	GuestReported bool
+	// SuspendProblem says why this VM may not be suspended now (the host's
+	// tool cannot, or its saved memory would not fit the free disk); empty
+	// when it may.
+	SuspendProblem string
 }
 
 // Decision is the next action, and a problem to report with it.
@@ -108,6 +129,14 @@ func Decide(in Input) Decision {
 		return Decision{Action: ActWaitCreate, Problem: in.CreateError, RecheckAfter: createRetry - in.Now.Sub(*in.CreateFailedAt)}
 	case !in.Exists:
 		return Decision{Action: ActCreate, RecheckAfter: pullPoll}
+	case in.State == vz.StateSuspended && in.Deleting:
+		// Never forced: a suspended VM does not run, and its saved memory
+		// is a never-bound Mac's.
+		return Decision{Action: ActDelete}
+	case in.State == vz.StateSuspended && (stopping || in.SuspendWanted):
+		return Decision{Action: ActNone}
+	case in.State == vz.StateSuspended:
+		return Decision{Action: ActResume}
 	case stopping && in.State == vz.StateStopped && in.Deleting:
 		return Decision{Action: ActDelete}
 	case stopping && in.State == vz.StateStopped:
@@ -134,8 +163,17 @@ func Decide(in Input) Decision {
 		return Decision{Action: ActWaitStop, RecheckAfter: stopPoll}
 	case in.State == vz.StateStopped:
 		return Decision{Action: ActStart}
+	case in.State != vz.StateRunning || !in.SuspendWanted || !in.GuestReported:
+		// Not idle, or still preparing: the guest has not reported yet.
+		return Decision{Action: ActNone}
+	case in.SuspendProblem != "":
+		return Decision{Action: ActNone, Problem: macvirtv1alpha1.HostErrorKeptRunning + in.SuspendProblem, RecheckAfter: resync}
+	case !in.StartedSuspendable:
+		return Decision{Action: ActNone, Problem: macvirtv1alpha1.HostErrorKeptRunning + "the VM was not started suspendable (an agent from before " +
+			"suspension started it, or the host could not suspend then), and tart would end it rather than save it; stop and start the machine " +
+			"(spec.running) to have it started suspendable"}
 	}
-	return Decision{Action: ActNone}
+	return Decision{Action: ActSuspend}
 }
 
 // pullPoll is how often a VM being made is looked at, to report its

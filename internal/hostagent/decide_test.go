@@ -57,6 +57,22 @@ func TestDecide(t *testing.T) {
 			in: Input{Deleting: true, Exists: true, State: vz.StateRunning, StopRequestedAt: &longAgo, PowerOff: true}, want: ActPowerOff, wantProblem: true},
 		"a PowerOff class's deleted machine is waited for within the grace period": {
 			in: Input{Deleting: true, Exists: true, State: vz.StateRunning, StopRequestedAt: &asked, PowerOff: true}, want: ActWaitStop},
+		"an idle machine's VM is suspended once its guest reported": {
+			in: Input{WantsRunning: true, Exists: true, State: vz.StateRunning, SuspendWanted: true, StartedSuspendable: true, GuestReported: true}, want: ActSuspend},
+		"an idle machine's VM is not suspended before its guest reported": {
+			in: Input{WantsRunning: true, Exists: true, State: vz.StateRunning, SuspendWanted: true, StartedSuspendable: true}, want: ActNone},
+		"a VM not started suspendable is never suspended (tart would end it)": {
+			in: Input{WantsRunning: true, Exists: true, State: vz.StateRunning, SuspendWanted: true, GuestReported: true}, want: ActNone, wantProblem: true},
+		"a host that cannot suspend keeps the VM running and says why": {
+			in: Input{WantsRunning: true, Exists: true, State: vz.StateRunning, SuspendWanted: true, StartedSuspendable: true, GuestReported: true,
+				SuspendProblem: "the free disk would fall below 60Gi"}, want: ActNone, wantProblem: true},
+		"a bound machine's VM is never suspended": {
+			in: Input{WantsRunning: true, Exists: true, State: vz.StateRunning, StartedSuspendable: true, GuestReported: true}, want: ActNone},
+		"an idle suspended VM stays suspended":   {in: Input{WantsRunning: true, Exists: true, State: vz.StateSuspended, SuspendWanted: true}, want: ActNone},
+		"a bound suspended VM is resumed":        {in: Input{WantsRunning: true, Exists: true, State: vz.StateSuspended}, want: ActResume},
+		"a stopped machine's suspended VM stays": {in: Input{Exists: true, State: vz.StateSuspended}, want: ActNone},
+		"a deleted machine's suspended VM is deleted, never resumed": {
+			in: Input{Deleting: true, WantsRunning: true, Exists: true, State: vz.StateSuspended, SuspendWanted: true}, want: ActDelete},
 		"a PowerOff class's machine only stopped keeps its disk, and is never forced": {
 			in: Input{Exists: true, State: vz.StateRunning, StopRequestedAt: &longAgo, PowerOff: true}, want: ActWaitStop, wantProblem: true},
 	} {

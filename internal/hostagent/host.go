@@ -142,6 +142,20 @@ func (a *Agent) report(ctx context.Context, was *macvirtv1alpha1.HostAgentReport
 		set(macvirtv1alpha1.HostConditionToolReachable, metav1.ConditionTrue, macvirtv1alpha1.ReasonAsExpected, a.driver.Name()+" answers")
 		r.Slots, r.RunningVMs = clamp32(int64(slots.Max)), clamp32(int64(slots.Running))
 	}
+	if vms, err := a.driver.List(ctx); err == nil {
+		n := 0
+		for _, vm := range vms {
+			if vm.State == vz.StateSuspended {
+				n++
+			}
+		}
+		r.SuspendedVMs = clamp32(int64(n))
+	}
+	if p := a.hostSuspendProblem(ctx); len(p) > 256 {
+		r.SuspendUnsupported = p[:256]
+	} else {
+		r.SuspendUnsupported = p
+	}
 	if images, err := a.driver.Images(ctx); err == nil {
 		slices.Sort(images)
 		if len(images) > 64 {
@@ -212,6 +226,7 @@ func (a *Agent) removeOrphans(ctx context.Context, stopAsked map[string]time.Tim
 			}
 			delete(stopAsked, name)
 			a.forgetMade(name)
+			_ = a.markSuspendable(name, false)
 			ctrl.LoggerFrom(ctx).Info("removed a VM it made whose machine no longer exists", "vm", name)
 		}
 	}

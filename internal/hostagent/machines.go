@@ -43,6 +43,9 @@ func VMName(m *macvirtv1alpha1.MacMachine) string { return VMPrefix + string(m.U
 // a VM that stops by itself reports no event.
 const resync = 10 * time.Second
 
+// startRetry is how soon a start or resume that failed is tried again.
+const startRetry = 2 * time.Second
+
 // machineReconciler runs the VMs of the machines placed on the host.
 type machineReconciler struct {
 	agent *Agent
@@ -89,6 +92,15 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		t := report.StopRequestedAt.Time
 		in.StopRequestedAt = &t
 	}
+	in.SuspendWanted = m.Spec.SuspendWhenIdle && m.Spec.ClaimRef == nil
+	if in.SuspendWanted && exists && vm.State == vz.StateRunning {
+		in.StartedSuspendable = a.startedSuspendable(name)
+		g := m.Status.Guest
+		in.GuestReported = g != nil && g.LastHeartbeat != nil && report.RunningSince != nil && !g.LastHeartbeat.Before(report.RunningSince)
+		if in.GuestReported {
+			in.SuspendProblem = a.suspendProblem(ctx, classMemory(class))
+		}
+	}
 	in.Creating = made && cv.Running
 	if made && !cv.Running && cv.Err != nil {
 		in.CreateFailedAt, in.CreateError = &cv.FinishedAt, cv.Err.Error()
@@ -97,6 +109,9 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		report.ImageDigest = cv.Digest
 	}
 	report.Pull = nil
+	if exists {
+		report.MACAddress = vm.MAC
+	}
 	d := Decide(in)
 	result := ctrl.Result{RequeueAfter: resync}
 	if d.RecheckAfter > 0 {
@@ -141,15 +156,46 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if cv.Running {
 			report.Pull = pullStatus(cv)
 		}
-	case ActStart:
+	case ActStart, ActResume:
 		report.State, report.StopRequestedAt = macvirtv1alpha1.HostVMStarting, nil
-		stepErr = a.start(ctx, m, name)
+		mode := startMode{resume: d.Action == ActResume}
+		// An idle machine of a suspended pool starts so that it can be
+		// suspended once its guest reported; a resumed one is restored so
+		// whatever it says.
+		mode.suspendable = mode.resume || (in.SuspendWanted && a.hostSuspendProblem(ctx) == "")
+		if mode.resume {
+			// Recorded before the VM runs: the operator judges every
+			// heartbeat after it by the keys the guest had before, and the
+			// guest may report before the start returns.
+			now := metav1.NewTime(a.clock.Now())
+			report.ResumedAt, mode.resumedAt = &now, now.Time
+			if _, stepErr = r.write(ctx, m, report.DeepCopy(), result, nil); stepErr != nil {
+				break
+			}
+		}
+		stepErr = a.start(ctx, m, name, mode)
+		if stepErr != nil {
+			// The endpoint busy, the VM limit: a claim may be waiting.
+			result.RequeueAfter = startRetry
+		}
 		if stepErr == nil {
 			now := metav1.NewTime(a.clock.Now())
 			report.State, report.RunningSince = macvirtv1alpha1.HostVMRunning, &now
+			if mode.resume {
+				ctrl.LoggerFrom(ctx).Info("resumed a suspended VM for its claim", "vm", name)
+			}
 			if vm, err := a.driver.Get(ctx, name); err == nil {
 				report.Address = vm.IP
 			}
+		}
+	case ActSuspend:
+		report.State = macvirtv1alpha1.HostVMSuspending
+		if stepErr = a.driver.Suspend(ctx, name); stepErr == nil {
+			now := metav1.NewTime(a.clock.Now())
+			report.State, report.SuspendedAt, report.Address, report.RunningSince = macvirtv1alpha1.HostVMSuspended, &now, "", nil
+			ctrl.LoggerFrom(ctx).Info("suspended an idle VM: it holds no licence slot until a claim binds it", "vm", name)
+		} else if vm, err := a.driver.Get(ctx, name); err == nil {
+			report.State = hostState(vm.State)
 		}
 	case ActRequestStop:
 		stepErr = a.requestStop(ctx, name)
@@ -178,12 +224,13 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if stepErr == nil {
 			a.creations.forget(name)
 			a.forgetMade(name)
+			_ = a.markSuspendable(name, false)
 			report.State, report.Address, report.RunningSince, report.StopRequestedAt = macvirtv1alpha1.HostVMDeleted, "", nil, nil
 			return r.write(ctx, m, report, ctrl.Result{}, nil)
 		}
 	case ActNone:
 		report.State = hostState(vm.State)
-		if vm.State == vz.StateStopped {
+		if vm.State == vz.StateStopped || vm.State == vz.StateSuspended {
 			report.Address, report.RunningSince, report.StopRequestedAt = "", nil, nil
 			a.forgetStopWarning(name)
 		} else {
@@ -233,6 +280,8 @@ func hostState(s vz.State) macvirtv1alpha1.HostVMState {
 		return macvirtv1alpha1.HostVMRunning
 	case vz.StateStarting:
 		return macvirtv1alpha1.HostVMStarting
+	case vz.StateSuspended:
+		return macvirtv1alpha1.HostVMSuspended
 	}
 	return macvirtv1alpha1.HostVMStopped
 }

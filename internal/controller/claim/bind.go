@@ -14,6 +14,7 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
 	"github.com/macvirt/macvirt/internal/controller/index"
+	"github.com/macvirt/macvirt/internal/controller/state"
 	"github.com/macvirt/macvirt/internal/render"
 	"github.com/macvirt/macvirt/internal/tenancy"
 )
@@ -59,10 +60,18 @@ func (r *Reconciler) bind(ctx context.Context, s *claimScope) (bool, error) {
 	for i := range list.Items {
 		candidates = append(candidates, &list.Items[i])
 	}
+	if anySuspended(candidates) {
+		r.resuming.Lock()
+		defer r.resuming.Unlock()
+	}
+	free, err := r.freeSlots(ctx, candidates)
+	if err != nil {
+		return false, err
+	}
 	// Checked in the order they are tried, so a bind looks closer only at
 	// the machines it tries, usually one.
 	pools, held := poolLookup{}, 0
-	for m := range candidateOrder(s.claim.UID, candidates) {
+	for m := range tieredOrder(s.claim.UID, candidates, free) {
 		pool, err := pools.get(ctx, r.Client, m.Labels[macvirtv1alpha1.LabelPool])
 		if err != nil {
 			return false, err
@@ -332,4 +341,62 @@ func (r *Reconciler) retainsInProgress(ctx context.Context, claim *macvirtv1alph
 		}
 	}
 	return out, nil
+}
+
+// +kubebuilder:rbac:groups=macvirt.io,resources=machosts,verbs=list;watch
+
+// anySuspended says whether a candidate is suspended.
+func anySuspended(candidates []*macvirtv1alpha1.MacMachine) bool {
+	for _, m := range candidates {
+		if m.Status.Phase == macvirtv1alpha1.MachineSuspended {
+			return true
+		}
+	}
+	return false
+}
+
+// freeSlots reads, for the hosts of the suspended candidates, how many
+// licence slots are free to resume one in: the host's slots less the
+// machines placed on it that hold one (state.HoldsSlot). A host not read
+// counts none free; its machines are tried last. Called with r.resuming
+// held.
+func (r *Reconciler) freeSlots(ctx context.Context, candidates []*macvirtv1alpha1.MacMachine) (map[string]int, error) {
+	free := map[string]int{}
+	// Machines this process bound that the cache may not show bound yet.
+	bound := map[types.UID]bool{}
+	for _, m := range r.assumed.All(r.now()) {
+		bound[m.UID] = true
+	}
+	for _, m := range candidates {
+		host := m.Spec.HostName
+		if m.Status.Phase != macvirtv1alpha1.MachineSuspended || host == "" {
+			continue
+		}
+		if _, done := free[host]; done {
+			continue
+		}
+		free[host] = 0
+		h := &macvirtv1alpha1.MacHost{}
+		if err := r.Get(ctx, types.NamespacedName{Name: host}, h); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("reading MacHost %s: %w", host, err)
+		}
+		if h.Status.Agent == nil {
+			continue
+		}
+		var on macvirtv1alpha1.MacMachineList
+		if err := r.List(ctx, &on, client.MatchingFields{index.MachineHost: host}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("listing the machines on MacHost %s: %w", host, err)
+		}
+		held := 0
+		for i := range on.Items {
+			if state.HoldsSlot(&on.Items[i]) || bound[on.Items[i].UID] {
+				held++
+			}
+		}
+		free[host] = max(0, int(h.Status.Agent.Slots)-max(held, int(h.Status.Agent.RunningVMs)))
+	}
+	return free, nil
 }

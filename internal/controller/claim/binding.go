@@ -51,6 +51,34 @@ func candidateOrder(claimUID types.UID, machines []*macvirtv1alpha1.MacMachine) 
 	}
 }
 
+// tieredOrder yields the idle machines a claim tries: running ones first
+// (usable at once), then suspended ones whose MacHost has a free licence
+// slot to resume them in, then the other suspended ones (they wait for a
+// slot); each tier in candidateOrder. free is the free slots per host, for
+// the hosts of suspended machines.
+func tieredOrder(claimUID types.UID, machines []*macvirtv1alpha1.MacMachine, free map[string]int) iter.Seq[*macvirtv1alpha1.MacMachine] {
+	tiers := make([][]*macvirtv1alpha1.MacMachine, 3)
+	for _, m := range machines {
+		switch {
+		case m.Status.Phase != macvirtv1alpha1.MachineSuspended:
+			tiers[0] = append(tiers[0], m)
+		case free[m.Spec.HostName] > 0:
+			tiers[1] = append(tiers[1], m)
+		default:
+			tiers[2] = append(tiers[2], m)
+		}
+	}
+	return func(yield func(*macvirtv1alpha1.MacMachine) bool) {
+		for _, tier := range tiers {
+			for m := range candidateOrder(claimUID, tier) {
+				if !yield(m) {
+					return
+				}
+			}
+		}
+	}
+}
+
 // onDemandName is the deterministic name of the machine a claim creates
 // for itself: a recreated claim (new UID) gets a new name, a retried
 // reconcile of the same claim gets the same one.

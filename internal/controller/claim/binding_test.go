@@ -171,3 +171,27 @@ func TestCandidateOrder(t *testing.T) {
 		t.Errorf("no machines yielded %v", got)
 	}
 }
+
+func TestTieredOrder(t *testing.T) {
+	mk := func(name, host string, phase macvirtv1alpha1.MachinePhase) *macvirtv1alpha1.MacMachine {
+		m := &macvirtv1alpha1.MacMachine{}
+		m.Name, m.Spec.HostName, m.Status.Phase = name, host, phase
+		return m
+	}
+	machines := []*macvirtv1alpha1.MacMachine{
+		mk("s-full", "full", macvirtv1alpha1.MachineSuspended),
+		mk("s-free", "free", macvirtv1alpha1.MachineSuspended),
+		mk("running", "full", macvirtv1alpha1.MachineReady),
+		mk("s-unread", "unread", macvirtv1alpha1.MachineSuspended),
+	}
+	var got []string
+	for m := range tieredOrder("claim-1", machines, map[string]int{"full": 0, "free": 1}) {
+		got = append(got, m.Name)
+	}
+	if len(got) != 4 || got[0] != "running" || got[1] != "s-free" {
+		t.Fatalf("order %v: want the running machine, then the suspended one whose host has a free slot, then the rest", got)
+	}
+	if got[2] == "s-free" || got[3] == "s-free" {
+		t.Fatalf("order %v yields a machine twice", got)
+	}
+}

@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -46,6 +47,12 @@ type Reconciler struct {
 	// processes (a leader hand-over) both try the same machine first
 	// (candidateOrder), so the second adopts the first one's binding.
 	assumed base.Assumed[types.UID, *macvirtv1alpha1.MacMachine]
+
+	// resuming is held while a claim weighs and binds suspended machines:
+	// each takes a licence slot of its host to resume in, counted from the
+	// cache and the bindings assumed above, one claim at a time, so two
+	// claims never count the same free slot.
+	resuming sync.Mutex
 
 	// namespaceServices holds, for reservationTTL, the namespaces whose
 	// headless Service this process has just made (false), or found to be

@@ -106,7 +106,7 @@ func bindingStatus(s *claimScope, now metav1.Time) macvirtv1alpha1.MacClaimStatu
 		st.ExpiresAt = expiresAt(now, lifetimeOf(c, s.accessClass()))
 	}
 	set(macvirtv1alpha1.ConditionBound, true, macvirtv1alpha1.ReasonBound, "bound to "+m.Namespace+"/"+m.Name)
-	if !state.MachineReady(m) {
+	if !state.MachineUsable(m) {
 		st.Phase = macvirtv1alpha1.ClaimBound
 		msg := "machine is " + string(m.Status.Phase)
 		if m.Status.Phase == "" {
@@ -192,7 +192,7 @@ func connectionOf(s *claimScope) *macvirtv1alpha1.ClaimConnection {
 	switch {
 	case s.lost != "":
 		return nil
-	case m == nil || !state.MachineReady(m) || machineAddress(m) == "" && m.Spec.HostName == "":
+	case m == nil || !state.MachineUsable(m) || machineAddress(m) == "" && m.Spec.HostName == "":
 		return c.Status.Connection.DeepCopy()
 	}
 	conn := &macvirtv1alpha1.ClaimConnection{Address: machineAddress(m), SSHPort: defaultSSHPort, User: defaultSSHUser}
@@ -277,7 +277,7 @@ func setConnectionSecret(s *claimScope, st *macvirtv1alpha1.MacClaimStatus) {
 func statusHold(s *claimScope, now time.Time) time.Duration {
 	c, m := s.claim, s.machine
 	if m == nil || s.lost != "" || s.exposed || s.boundAt.IsZero() || c.Status.BoundAt != nil || s.writeFailed != nil ||
-		!state.MachineReady(m) || machineAddress(m) == "" {
+		!state.MachineUsable(m) || machineAddress(m) == "" {
 		return 0
 	}
 	return max(0, exposureHold-now.Sub(s.boundAt))

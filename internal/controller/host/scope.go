@@ -25,14 +25,16 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/index"
+	"github.com/macvirt/macvirt/internal/controller/state"
 )
 
 // scope is everything a reconcile read about one host.
 type scope struct {
 	Now  time.Time
 	Host *macvirtv1alpha1.MacHost
-	// Placed is how many machines are placed on the host.
-	Placed int
+	// Placed is how many machines are placed on the host; Suspended how
+	// many of them hold no slot (idle, their VM suspended).
+	Placed, Suspended int
 	// BeatSeenAt is when this operator first saw the agent's current
 	// heartbeat, by its own clock: the lease runs from then, so a Mac
 	// whose clock is off is judged by the operator's time, and no Mac is
@@ -49,6 +51,11 @@ func (r *Reconciler) countMachines(ctx context.Context, s *scope) (bool, error) 
 	if err := r.List(ctx, list, client.MatchingFields{index.MachineHost: s.Host.Name}); err != nil {
 		return false, fmt.Errorf("listing the machines on MacHost %s: %w", s.Host.Name, err)
 	}
-	s.Placed, s.Observed = len(list.Items), true
+	s.Placed, s.Suspended, s.Observed = len(list.Items), 0, true
+	for i := range list.Items {
+		if !state.HoldsSlot(&list.Items[i]) {
+			s.Suspended++
+		}
+	}
 	return true, nil
 }

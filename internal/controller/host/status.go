@@ -41,7 +41,7 @@ func computeHostStatus(s *scope) hostStatus {
 	h := s.Host
 	st := h.Status.DeepCopy()
 	st.ObservedGeneration = h.Generation
-	st.Machines = base.Int32(s.Placed)
+	st.Machines, st.SuspendedMachines = base.Int32(s.Placed), base.Int32(s.Suspended)
 	ready, requeue := readiness(s)
 	schedulable := schedulability(s, ready)
 	set := func(t string, c base.Condition) {
@@ -96,10 +96,14 @@ func schedulability(s *scope, ready base.Condition) base.Condition {
 			return base.CondFalse(t, "%s", c.Message)
 		}
 	}
-	if s.Placed >= int(a.Slots) {
-		return base.CondFalse(macvirtv1alpha1.ReasonHostFull, "%d of %d slots hold machines", s.Placed, a.Slots)
+	held, note := s.Placed-s.Suspended, ""
+	if s.Suspended > 0 {
+		note = fmt.Sprintf(" (%d suspended machines hold none)", s.Suspended)
 	}
-	return base.CondTrue(fmt.Sprintf("%d of %d slots hold machines", s.Placed, a.Slots))
+	if held >= int(a.Slots) {
+		return base.CondFalse(macvirtv1alpha1.ReasonHostFull, "%d of %d slots hold machines%s", held, a.Slots, note)
+	}
+	return base.CondTrue(fmt.Sprintf("%d of %d slots hold machines%s", held, a.Slots, note))
 }
 
 func toolName(a *macvirtv1alpha1.HostAgentReport) string {

@@ -89,6 +89,20 @@ func observeHosted(o machineObservation) hostedState {
 	}
 	s.disks = base.CondTrue(fmt.Sprintf("the VM %s and its disk are on MacHost %s", hv.VMName, m.Spec.HostName))
 	running := hv.State == macvirtv1alpha1.HostVMRunning || hv.State == macvirtv1alpha1.HostVMStopping
+	suspended := hv.State == macvirtv1alpha1.HostVMSuspended || hv.State == macvirtv1alpha1.HostVMSuspending
+	if suspended && m.Spec.ClaimRef == nil && wantsRunning(m) {
+		// Idle and Ready to bind: the binding resumes it. Its guest is not
+		// heard while it sleeps, and is not held to heartbeatTimeout.
+		since := "now"
+		if hv.SuspendedAt != nil {
+			since = "at " + hv.SuspendedAt.UTC().Format(time.RFC3339)
+		}
+		msg := fmt.Sprintf("suspended on MacHost %s %s (its memory saved beside its disk): it holds no licence slot; a claim's binding resumes it", m.Spec.HostName, since)
+		s.vm = base.CondFalse(macvirtv1alpha1.ReasonSuspended, "%s", msg)
+		s.guest = base.Condition{Status: metav1.ConditionTrue, Problem: base.Problem{Reason: macvirtv1alpha1.ReasonSuspended,
+			Message: "the guest agent reported before the VM was suspended; it reports again, with a new token and host keys, once resumed"}}
+		return final(macvirtv1alpha1.MachineSuspended, base.Condition{Status: metav1.ConditionTrue, Problem: base.Problem{Reason: macvirtv1alpha1.ReasonSuspended, Message: msg}})
+	}
 	if !wantsRunning(m) {
 		s.vm = base.CondFalse(macvirtv1alpha1.ReasonStopped, "stopped (spec.running is false); its disk is kept on MacHost %s", m.Spec.HostName)
 		if running {
@@ -104,18 +118,33 @@ func observeHosted(o machineObservation) hostedState {
 	}
 	if hv.State != macvirtv1alpha1.HostVMRunning {
 		s.vm = base.CondFalse(macvirtv1alpha1.ReasonStarting, "the host agent on MacHost %s is starting the VM", m.Spec.HostName)
+		if suspended {
+			s.vm = base.CondFalse(macvirtv1alpha1.ReasonResuming, "the host agent on MacHost %s is resuming the suspended VM for its claim", m.Spec.HostName)
+		}
 		if hv.Error != "" {
 			s.vm = base.CondFalse(macvirtv1alpha1.ReasonHostVMFailed, "the host agent on MacHost %s could not start the VM: %s", m.Spec.HostName, hv.Error)
 		}
 		return final(macvirtv1alpha1.MachineStarting, s.vm)
 	}
 	s.vm = base.CondTrue(fmt.Sprintf("the VM runs on MacHost %s", m.Spec.HostName))
-	guest := observeGuest(o, hv.RunningSince)
+	since := hv.RunningSince
+	if r := hv.ResumedAt; r != nil && since != nil && r.Before(since) {
+		// A resumed guest runs on from where it was, and may report
+		// before the agent saw its VM run: it is heard from the resume on.
+		since = r
+	}
+	guest := observeGuest(o, since)
 	if guest.cond.Reason == macvirtv1alpha1.ReasonBootTimeout {
 		guest.cond.Message = fmt.Sprintf("no guest-agent heartbeat within bootTimeout %s of the VM's start on MacHost %s: "+
 			"macOS did not boot, its guest agent is not installed, or it found no configuration at /Volumes/My Shared Files/macvirt "+
 			"(the host agent's log says whether it fetched and shared it; docs/guest-agent.md)",
 			o.Class.Spec.Lifecycle.BootTimeoutOrDefault(), m.Spec.HostName)
+	}
+	if hv.ResumedAt != nil && guest.cond.Reason == macvirtv1alpha1.ReasonBooting {
+		guest.cond.Reason = macvirtv1alpha1.ReasonResuming
+		guest.cond.Message = fmt.Sprintf("resumed on MacHost %s at %s; waiting for its guest agent to report with the new token and new SSH host keys "+
+			"(one that reports the host keys it had before it was suspended is refused; bootTimeout %s)",
+			m.Spec.HostName, hv.ResumedAt.UTC().Format(time.RFC3339), o.Class.Spec.Lifecycle.BootTimeoutOrDefault())
 	}
 	s.guest, s.recheckAfter = guest.cond, guest.recheckAfter
 	switch {

@@ -18,6 +18,9 @@ func TestComputeHostedStatus(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	started := metav1.NewTime(now.Add(-time.Minute))
 	beat := metav1.NewTime(now.Add(-10 * time.Second))
+	longAgo := metav1.NewTime(now.Add(-time.Hour))
+	resumed := metav1.NewTime(now.Add(-12 * time.Second))
+	heardAtResume := metav1.NewTime(now.Add(-11 * time.Second))
 	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "arm"},
 		Spec: macvirtv1alpha1.MacClassSpec{Runtime: macvirtv1alpha1.RuntimeVirtualization}}
 	readyHost := &macvirtv1alpha1.MacHost{ObjectMeta: metav1.ObjectMeta{Name: "mac-a"}, Status: macvirtv1alpha1.MacHostStatus{
@@ -31,6 +34,7 @@ func TestComputeHostedStatus(t *testing.T) {
 		vm        *macvirtv1alpha1.HostVMStatus
 		guest     *metav1.Time
 		running   *bool
+		claimed   bool
 		unplaced  string
 		phase     macvirtv1alpha1.MachinePhase
 		reason    string
@@ -61,6 +65,20 @@ func TestComputeHostedStatus(t *testing.T) {
 		"ready": {hostName: "mac-a", host: readyHost, guest: &beat,
 			vm:    &macvirtv1alpha1.HostVMStatus{VMName: "macvirt-x", State: macvirtv1alpha1.HostVMRunning, RunningSince: &started},
 			phase: macvirtv1alpha1.MachineReady, reason: macvirtv1alpha1.ReasonAsExpected, inMessage: "MacHost mac-a", stalled: metav1.ConditionFalse},
+		"idle and suspended: Ready to bind, no heartbeat expected": {hostName: "mac-a", host: readyHost, guest: &longAgo,
+			vm:    &macvirtv1alpha1.HostVMStatus{VMName: "macvirt-x", State: macvirtv1alpha1.HostVMSuspended, SuspendedAt: &started},
+			phase: macvirtv1alpha1.MachineSuspended, reason: macvirtv1alpha1.ReasonSuspended, inMessage: "holds no licence slot", stalled: metav1.ConditionFalse},
+		"bound and still suspended: resuming": {hostName: "mac-a", host: readyHost, guest: &longAgo, claimed: true,
+			vm:    &macvirtv1alpha1.HostVMStatus{VMName: "macvirt-x", State: macvirtv1alpha1.HostVMSuspended, SuspendedAt: &started},
+			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonResuming, inMessage: "resuming", stalled: metav1.ConditionFalse},
+		"resumed, its guest not heard since": {hostName: "mac-a", host: readyHost, guest: &longAgo, claimed: true,
+			vm: &macvirtv1alpha1.HostVMStatus{VMName: "macvirt-x", State: macvirtv1alpha1.HostVMRunning, SuspendedAt: &started,
+				ResumedAt: &resumed, RunningSince: &beat},
+			phase: macvirtv1alpha1.MachineBooting, reason: macvirtv1alpha1.ReasonResuming, inMessage: "new SSH host keys", stalled: metav1.ConditionFalse},
+		"resumed, its guest heard before the agent saw it run": {hostName: "mac-a", host: readyHost, guest: &heardAtResume, claimed: true,
+			vm: &macvirtv1alpha1.HostVMStatus{VMName: "macvirt-x", State: macvirtv1alpha1.HostVMRunning, SuspendedAt: &started,
+				ResumedAt: &resumed, RunningSince: &beat},
+			phase: macvirtv1alpha1.MachineReady, reason: macvirtv1alpha1.ReasonAsExpected, inMessage: "MacHost mac-a", stalled: metav1.ConditionFalse},
 		"a stop past its grace period": {hostName: "mac-a", host: readyHost, running: &stopped,
 			vm: &macvirtv1alpha1.HostVMStatus{VMName: "macvirt-x", State: macvirtv1alpha1.HostVMStopping, RunningSince: &started,
 				Error: "macOS did not shut down within shutdownGracePeriod 5m0s; the VM is left running, never forced"},
@@ -77,6 +95,9 @@ func TestComputeHostedStatus(t *testing.T) {
 				Status: macvirtv1alpha1.MacMachineStatus{Host: tc.vm}}
 			if tc.guest != nil {
 				m.Status.Guest = &macvirtv1alpha1.GuestStatus{LastHeartbeat: tc.guest}
+			}
+			if tc.claimed {
+				m.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: "t", Name: "c"}
 			}
 			o := machineObservation{Now: now, Machine: m, Class: class, Host: tc.host, HostObserved: tc.hostName != ""}
 			if tc.unplaced != "" {

@@ -19,6 +19,7 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
 	"github.com/macvirt/macvirt/internal/controller/index"
+	"github.com/macvirt/macvirt/internal/controller/state"
 )
 
 // +kubebuilder:rbac:groups=macvirt.io,resources=machosts,verbs=list;watch
@@ -36,12 +37,15 @@ type hostCandidate struct {
 	Refused string
 	// Cached: the host already holds the class's image.
 	Cached bool
+	// Machines is every machine placed on the host, suspended ones too.
+	Machines int
 }
 
 // choosePlacement picks the host for a machine: among the hosts the class
 // selects that take machines and have a free slot, one that has cached the
-// image first, then the one with the most free slots, then by name, so the
-// choice is deterministic. With none, the problem says why each host was
+// image first, then the one with the most free slots, then the one with the
+// fewest machines (suspended ones hold no slot, and are spread so), then
+// by name, so the choice is deterministic. With none, the problem says why each host was
 // passed over.
 func choosePlacement(hosts []hostCandidate) (string, *base.Problem) {
 	var fit []hostCandidate
@@ -71,6 +75,11 @@ func choosePlacement(hosts []hostCandidate) (string, *base.Problem) {
 		}
 		if fa, fb := a.Slots-a.Placed, b.Slots-b.Placed; fa != fb {
 			return fa > fb
+		}
+		if a.Machines != b.Machines {
+			// Suspended machines hold no slot: spread them, so claims
+			// find one to resume on every Mac with a free slot.
+			return a.Machines < b.Machines
 		}
 		return a.Name < b.Name
 	})
@@ -156,11 +165,11 @@ func (r *Reconciler) hostCandidates(ctx context.Context, class *macvirtv1alpha1.
 	var out []hostCandidate
 	for i := range hosts.Items {
 		h := &hosts.Items[i]
-		placed, err := r.placedOn(ctx, h.Name, now)
+		placed, machines, err := r.placedOn(ctx, h.Name, now)
 		if err != nil {
 			return nil, err
 		}
-		c := hostCandidate{Name: h.Name, Placed: placed, Refused: hostRefusal(h)}
+		c := hostCandidate{Name: h.Name, Placed: placed, Machines: machines, Refused: hostRefusal(h)}
 		if a := h.Status.Agent; a != nil {
 			// VMs no machine accounts for (a user's, one left while the
 			// Mac was lost) hold slots too.
@@ -189,20 +198,27 @@ func (r *Reconciler) pruneInFlight(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// placedOn counts the machines placed on a host: those the cache shows,
-// and those placed here that it does not show yet.
-func (r *Reconciler) placedOn(ctx context.Context, host string, now time.Time) (int, error) {
+// placedOn counts the machines placed on a host, those that hold a slot
+// (all but the idle suspended ones) and all: those the cache shows, and
+// those placed here that it does not show yet.
+func (r *Reconciler) placedOn(ctx context.Context, host string, now time.Time) (holding, all int, err error) {
 	list := &macvirtv1alpha1.MacMachineList{}
 	if err := r.List(ctx, list, client.MatchingFields{index.MachineHost: host}); err != nil {
-		return 0, fmt.Errorf("listing the machines on MacHost %s: %w", host, err)
+		return 0, 0, fmt.Errorf("listing the machines on MacHost %s: %w", host, err)
 	}
-	n := len(list.Items)
-	for _, p := range r.placed.All(now) {
-		if p.host == host {
-			n++
+	all = len(list.Items)
+	for i := range list.Items {
+		if state.HoldsSlot(&list.Items[i]) {
+			holding++
 		}
 	}
-	return n, nil
+	for _, p := range r.placed.All(now) {
+		if p.host == host {
+			holding++
+			all++
+		}
+	}
+	return holding, all, nil
 }
 
 // observeHost reads the host a machine is placed on (nil once it is gone).

@@ -29,6 +29,10 @@ func TestChoosePlacement(t *testing.T) {
 			hosts: []hostCandidate{{Name: "a", Slots: 2, Placed: 1, Cached: true}, {Name: "b", Slots: 2}},
 			want:  "a",
 		},
+		"with free slots alike, the host with fewer machines (suspended ones hold no slot)": {
+			hosts: []hostCandidate{{Name: "a", Slots: 2, Machines: 4}, {Name: "b", Slots: 2, Machines: 2}},
+			want:  "b",
+		},
 		"ties go by name": {
 			hosts: []hostCandidate{{Name: "b", Slots: 2}, {Name: "a", Slots: 2}},
 			want:  "a",

@@ -123,7 +123,7 @@ var PoolMachineOps = prometheus.NewCounterVec(prometheus.CounterOpts{
 // PoolMachines is each pool's machines by state, as last reconciled.
 var PoolMachines = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Name: "macvirt_pool_machines",
-	Help: "MacPool machines by state (idle, bound, provisioning, terminating).",
+	Help: "MacPool machines by state (idle, suspended (of the idle ones), bound, provisioning, terminating).",
 }, []string{"pool", "state"})
 
 // ClaimBindSeconds is the time from a claim's creation to its binding.
@@ -198,6 +198,7 @@ var poolIdleTarget = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 // them, and its idle target.
 func PoolGauges(pool *macvirtv1alpha1.MacPool, st macvirtv1alpha1.MacPoolStatus) {
 	PoolMachines.WithLabelValues(pool.Name, "idle").Set(float64(st.Idle))
+	PoolMachines.WithLabelValues(pool.Name, "suspended").Set(float64(st.Suspended))
 	PoolMachines.WithLabelValues(pool.Name, "bound").Set(float64(st.Bound))
 	PoolMachines.WithLabelValues(pool.Name, "provisioning").Set(float64(st.Provisioning))
 	PoolMachines.WithLabelValues(pool.Name, "terminating").Set(float64(st.Terminating))

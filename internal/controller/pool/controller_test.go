@@ -24,8 +24,8 @@ func TestADeletedPoolsSeriesGo(t *testing.T) {
 	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: "gone"}}); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(metrics.PoolMachines); n != 4 {
-		t.Errorf("%d pool series; want the 4 of the pool that is left", n)
+	if n := testutil.CollectAndCount(metrics.PoolMachines); n != 5 {
+		t.Errorf("%d pool series; want the 5 of the pool that is left", n)
 	}
 	if v := testutil.ToFloat64(metrics.PoolMachines.WithLabelValues("kept", "idle")); v != 2 {
 		t.Errorf("kept idle = %v; want 2", v)

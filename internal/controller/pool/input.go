@@ -25,13 +25,27 @@ func poolInputFor(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass
 	}
 	for i := range items {
 		m := &items[i]
-		pm := poolMachine{Name: m.Name, Revision: machineRevision(m), State: poolMachineState(m)}
+		pm := poolMachine{Name: m.Name, Revision: machineRevision(m), State: poolMachineState(m),
+			Suspended: m.Status.Phase == macvirtv1alpha1.MachineSuspended}
+		if class != nil && m.Spec.SuspendWhenIdle != suspendsIdle(pool, class) {
+			// Made under another idleState: replaced while idle, as after
+			// a class change.
+			pm.Revision += "@idleState"
+		}
 		if c := silentGuest(m); pm.State == stateFailed && c != nil && m.Status.Phase != macvirtv1alpha1.MachineFailed {
 			pm.ReplaceAt = silentReplaceAt(m, c, class)
 		}
 		in.Machines = append(in.Machines, pm)
 	}
 	return in
+}
+
+// suspendsIdle says whether the pool's machines are made to be suspended
+// while idle: its idleState is Suspended and its class runs on MacHosts
+// (KubeVirt's pause frees no licence slot, a node's macos-slots resource
+// stays taken by the paused VM's pod).
+func suspendsIdle(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass) bool {
+	return pool.Spec.IdleState == macvirtv1alpha1.IdleSuspended && class.Spec.OnHosts()
 }
 
 // machineRevision is the class revision a machine was made at; a VM whose

@@ -177,7 +177,8 @@ func newPoolMachine(pool *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacCla
 			Labels:          map[string]string{macvirtv1alpha1.LabelPool: pool.Name, macvirtv1alpha1.LabelClass: class.Name},
 			OwnerReferences: []metav1.OwnerReference{base.ControllerRef("MacPool", pool.Name, pool.UID)},
 		},
-		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: class.Name, ClassRevision: render.ClassRevision(class)},
+		Spec: macvirtv1alpha1.MacMachineSpec{ClassName: class.Name, ClassRevision: render.ClassRevision(class),
+			SuspendWhenIdle: suspendsIdle(pool, class)},
 	}
 }
 

@@ -31,6 +31,8 @@ type poolMachine struct {
 	Name     string
 	Revision string
 	State    machineState
+	// Suspended: its VM is suspended on its MacHost.
+	Suspended bool
 	// ReplaceAt, for an unhealthy machine, is when it may be replaced: at
 	// once for a Failed one, a while after its guest fell silent.
 	ReplaceAt time.Time
@@ -115,6 +117,9 @@ func planPool(in poolInput) poolPlan {
 			p.Counts.Provisioning++
 		case stateIdle:
 			p.Counts.Idle++
+			if m.Suspended {
+				p.Counts.Suspended++
+			}
 			idle = append(idle, m)
 			if m.Revision != in.Revision {
 				oldIdle = append(oldIdle, m)

@@ -18,6 +18,24 @@ func MachineReady(m *macvirtv1alpha1.MacMachine) bool {
 	return meta.IsStatusConditionTrue(m.Status.Conditions, macvirtv1alpha1.ConditionReady)
 }
 
+// MachineUsable reports whether a tenant can use the machine now: Ready,
+// and not suspended (a suspended machine is Ready to bind; its binding
+// resumes it, and it is usable once its guest reports again).
+func MachineUsable(m *macvirtv1alpha1.MacMachine) bool {
+	return MachineReady(m) && m.Status.Phase != macvirtv1alpha1.MachineSuspended
+}
+
+// HoldsSlot reports whether a machine placed on a MacHost holds one of its
+// licence slots: every one does, but an unbound one whose VM is suspended
+// (a bound one is about to be resumed, and needs its slot).
+func HoldsSlot(m *macvirtv1alpha1.MacMachine) bool {
+	hv := m.Status.Host
+	if hv == nil || m.Spec.ClaimRef != nil {
+		return true
+	}
+	return hv.State != macvirtv1alpha1.HostVMSuspended
+}
+
 // Retains reports whether the machine is released, or bound under Retain
 // and so released once its claim goes.
 func Retains(m *macvirtv1alpha1.MacMachine) bool {

@@ -108,6 +108,9 @@ func DefaultMacPool(p *macvirtv1alpha1.MacPool) {
 	if s.MaxProvisioning == 0 {
 		s.MaxProvisioning = macvirtv1alpha1.DefaultMaxProvisioning
 	}
+	if s.IdleState == "" {
+		s.IdleState = macvirtv1alpha1.IdleRunning
+	}
 }
 
 // DefaultMacClaim fills a claim's reclaimPolicy. It is idempotent.

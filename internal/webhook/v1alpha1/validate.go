@@ -46,6 +46,10 @@ func ValidateMacPool(p *macvirtv1alpha1.MacPool, class *macvirtv1alpha1.MacClass
 	if p.Spec.MaxProvisioning < 0 {
 		errs = append(errs, field.Invalid(spec.Child("maxProvisioning"), p.Spec.MaxProvisioning, "must be at least 1"))
 	}
+	if p.Spec.IdleState == macvirtv1alpha1.IdleSuspended && class != nil && !class.Spec.OnHosts() {
+		warns = append(warns, fmt.Sprintf("idleState Suspended: MacClass %s runs on KubeVirt, which cannot save a VM's memory; its idle machines "+
+			"keep running, each holding its node's macOS slot (condition IdleSuspended says so)", class.Name))
+	}
 	if class != nil && class.Spec.Tenancy.OnDemand != nil && !*class.Spec.Tenancy.OnDemand && p.Spec.Idle != nil && *p.Spec.Idle == 0 {
 		warns = append(warns, fmt.Sprintf("idle is 0 and MacClass %s has onDemand false: claims of this pool wait until idle is raised", class.Name))
 	}
