@@ -154,7 +154,7 @@ verify-modules: ## Fetch every module each go.mod needs into an empty module cac
 BENCH_ARGS ?=
 
 .PHONY: bench
-bench: envtest $(ENVTEST_DIR)/kube-controller-manager ## Benchmark claim binding against Kubernetes' PV binder and report memory (prints figures).
+bench: envtest kubevirt $(ENVTEST_DIR)/kube-controller-manager ## Benchmark claim binding against Kubernetes' PV binder, claims on a suspended pool of fake Apple-silicon Macs, and memory (prints figures).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./test/bench -kube-controller-manager "$(ENVTEST_DIR)/kube-controller-manager" $(BENCH_ARGS)
 
 ##@ Build

@@ -92,9 +92,10 @@ func TestSandboxRunsABuildkiteJob(t *testing.T) {
 }
 
 // TestSandboxRunsAClaimOnAnAppleSiliconMac runs the sandbox with the
-// Virtualization runtime: a claim of the sandbox's Virtualization class is
-// Ready on one of its fake Apple-silicon Macs, next to the sample claim on
-// the simulated KubeVirt nodes.
+// Virtualization runtime: the pool of the sandbox's Virtualization class
+// suspends its six idle Macs, and a claim of the class resumes one, Ready
+// on one of its fake Apple-silicon Macs, next to the sample claim on the
+// simulated KubeVirt nodes.
 func TestSandboxRunsAClaimOnAnAppleSiliconMac(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole sandbox")
@@ -105,8 +106,8 @@ func TestSandboxRunsAClaimOnAnAppleSiliconMac(t *testing.T) {
 		t.Fatalf("macvirt-sandbox --until-ready --runtime vz failed: %v\n%s", err, p.Output())
 	}
 	out := p.Output()
-	for _, want := range []string{"claim default/ios-build is Ready", "vz: claim default/arm-build Ready after",
-		"on MacHost mac-", "tart VM macvirt-", "macOS 15.5 heartbeating"} {
+	for _, want := range []string{"claim default/ios-build is Ready", "vz: pool sequoia-arm: 6 idle Macs suspended;",
+		"vz: claim default/arm-build Ready after", "resumed on MacHost mac-", "tart VM macvirt-", "macOS 15.5 heartbeating"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}

@@ -74,6 +74,8 @@ func main() {
 	runs := flag.Int("runs", 3, "runs per size, the sides in alternating order, each against an API server of its own; the median is the headline")
 	single := flag.Int("single", 50, "claims created one at a time on a warm pool of as many idle machines, for the latency a user sees (0 skips it)")
 	cacheN := flag.Int("cache-machines", 5000, "MacMachines in the cache for the memory figure (0 skips it)")
+	suspended := flag.Int("suspended", 50, "claims made one at a time on a pool of suspended Macs on two fake Apple-silicon hosts (0 skips it)")
+	resume := flag.Duration("resume", 3*time.Second, "how long the fake tart takes to restore a suspended VM (-suspended)")
 	kcm := flag.String("kube-controller-manager", filepath.Join(cluster.RepoRoot(), "bin", "envtest", "kube-controller-manager"),
 		"kube-controller-manager binary (make envtest builds it)")
 	flag.IntVar(&benchWorkers, "workers", 16, "claim workers of the operator")
@@ -97,6 +99,13 @@ func main() {
 		}
 		if err == nil {
 			err = run(ns, *runs, *single, *cacheN, *kcm)
+		}
+		if err == nil && *suspended > 0 {
+			fmt.Fprintf(os.Stderr, "bench: %d claims one at a time on a suspended pool...\n", *suspended)
+			var r suspendedResult
+			if r, err = benchSuspended(context.Background(), *suspended, *resume); err == nil {
+				reportSuspended(r)
+			}
 		}
 	}
 	if err != nil {

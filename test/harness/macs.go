@@ -40,6 +40,7 @@ import (
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/guestagent"
 	"github.com/macvirt/macvirt/internal/hostagent"
+	"github.com/macvirt/macvirt/internal/hostagent/vz"
 	"github.com/macvirt/macvirt/internal/hostagent/vz/tart"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 	"github.com/macvirt/macvirt/test/infrastructure/faketart/build"
@@ -250,6 +251,25 @@ func (m *Macs) VMs(ctx context.Context, name string) ([]string, error) {
 	return out, err
 }
 
+// RunningVMs are a Mac's running VMs as its tart driver reports them (name,
+// state, address, MAC).
+func (m *Macs) RunningVMs(ctx context.Context, name string) ([]vz.VM, error) {
+	vms, err := m.driver(name).List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []vz.VM
+	for _, vm := range vms {
+		if vm.State == vz.StateRunning {
+			out = append(out, vm)
+		}
+	}
+	return out, nil
+}
+
+// Serial is the serial number the fake tart gave a VM of a Mac.
+func (m *Macs) Serial(name, vm string) string { return build.Serial(m.Home(name), vm) }
+
 // Stop stops the agents and guests, and kills every fake VM left.
 func (m *Macs) Stop() {
 	for _, name := range m.opts.Names {
@@ -302,14 +322,16 @@ func (m *Macs) hostIdentities(ctx context.Context) error {
 }
 
 // runHostedGuests gives every running VM on the Macs a guest, and ends a
-// guest whose VM stopped or whose boot (runningSince) is another.
+// guest whose VM stopped or whose boot (the fake tart's boot id) is
+// another. A suspended VM's guest is kept, frozen, and thaws with the
+// memory it had when its VM is resumed, as a restored macOS does.
 func (m *Macs) runHostedGuests(ctx context.Context) {
 	on := map[string]bool{}
 	for _, h := range m.opts.Names {
 		on[h] = true
 	}
 	type guest struct {
-		boot   time.Time
+		boot   string
 		cancel context.CancelFunc
 	}
 	running := map[types.UID]guest{}
@@ -328,18 +350,26 @@ func (m *Macs) runHostedGuests(ctx context.Context) {
 			for i := range list.Items {
 				mm := &list.Items[i]
 				hv := mm.Status.Host
-				if !on[mm.Spec.HostName] || hv == nil || hv.State != macvirtv1alpha1.HostVMRunning || hv.RunningSince == nil {
+				if !on[mm.Spec.HostName] || hv == nil {
+					continue
+				}
+				home := m.Home(mm.Spec.HostName)
+				boot := build.BootID(home, hv.VMName)
+				if g, ok := running[mm.UID]; ok && boot != "" && g.boot == boot && hv.State != macvirtv1alpha1.HostVMStopped {
+					// The same boot: running, or frozen while suspended.
+					seen[mm.UID] = true
+					continue
+				}
+				if hv.State != macvirtv1alpha1.HostVMRunning || hv.RunningSince == nil || boot == "" {
 					continue
 				}
 				seen[mm.UID] = true
-				if g, ok := running[mm.UID]; ok && g.boot.Equal(hv.RunningSince.Time) {
-					continue
-				} else if ok {
+				if g, ok := running[mm.UID]; ok {
 					g.cancel()
 				}
 				gctx, cancel := context.WithCancel(ctx)
-				running[mm.UID] = guest{boot: hv.RunningSince.Time, cancel: cancel}
-				go m.hostedGuest(gctx, build.GuestRoot(m.Home(mm.Spec.HostName), hv.VMName), mm.DeepCopy())
+				running[mm.UID] = guest{boot: boot, cancel: cancel}
+				go m.hostedGuest(gctx, home, hv.VMName, mm.DeepCopy())
 			}
 			for uid, g := range running {
 				if !seen[uid] {
@@ -385,7 +415,8 @@ func (m *Macs) haltAskedGuests() {
 // Its sshd (the simulator's stand-in) answers at the VM's address on the
 // Mac's NAT network from its first heartbeat on, with the disk's host key
 // and the keys the operator sent.
-func (m *Macs) hostedGuest(ctx context.Context, root string, mm *macvirtv1alpha1.MacMachine) {
+func (m *Macs) hostedGuest(ctx context.Context, home, vm string, mm *macvirtv1alpha1.MacMachine) {
+	root := build.GuestRoot(home, vm)
 	log := ctrl.Log.WithName("fake-mac-guest").WithValues("machine", client.ObjectKeyFromObject(mm))
 	disk, err := simulator.NewGuestDisk(root, m.opts.GuestFiles)
 	if err != nil {
@@ -405,12 +436,42 @@ func (m *Macs) hostedGuest(ctx context.Context, root string, mm *macvirtv1alpha1
 	}()
 	var c *guestagent.Client
 	wait := time.Second
+	// runs says whether the VM runs (its tart run holds its lock): a
+	// suspended VM's guest does nothing until it is resumed.
+	runs := func() bool { return build.LockOwner(filepath.Join(home, "vms", vm, "config.json")) > 0 }
+	// stamp is the share's resumed file, which the real agent watches
+	// (guestagent.WatchResume): a resume wakes the guest at once.
+	stamp := func() string {
+		dir, _ := guestagent.ConfigDirUnder(root)
+		return guestagent.ResumedStamp(dir)
+	}
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		case <-speaker.Changed():
+		due, seen := time.Now().Add(wait), stamp()
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-speaker.Changed():
+				waiting = false
+			case <-time.After(100 * time.Millisecond):
+				waiting = time.Now().Before(due) && stamp() == seen
+			}
+		}
+		if !runs() {
+			wait = 100 * time.Millisecond
+			continue
+		}
+		// The real agent's resume: new host keys on the disk (the fake
+		// sshd reads them per connection) and the new token.
+		if dir, err := guestagent.ConfigDirUnder(root); err == nil && dir != "" {
+			renewed, err := guestagent.RenewAfterResume(nil, disk, filepath.Dir(disk.TaskDir()), dir,
+				func(f string, args ...any) { log.Info(fmt.Sprintf(f, args...)) })
+			if err != nil {
+				log.Error(err, "renewing a resumed guest")
+			}
+			if renewed {
+				c = nil
+			}
 		}
 		if c == nil {
 			dir, err := guestagent.ConfigDirUnder(root)

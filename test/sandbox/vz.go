@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -60,12 +61,46 @@ func ApplyVZClass(ctx context.Context, c client.Client) error {
 				Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://" + VZImage)}}}},
 			Placement: macvirtv1alpha1.PlacementSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{vzHostLabel: "true"}}},
 		}}
-	return client.IgnoreAlreadyExists(c.Create(ctx, class))
+	if err := client.IgnoreAlreadyExists(c.Create(ctx, class)); err != nil {
+		return err
+	}
+	// Its pool keeps six Macs warm and suspended: they hold none of the
+	// four slots of the two Macs until claims resume them.
+	pool := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: VZClass},
+		Spec: macvirtv1alpha1.MacPoolSpec{ClassName: VZClass, Idle: ptr.To(vzPoolIdle), IdleState: macvirtv1alpha1.IdleSuspended}}
+	return client.IgnoreAlreadyExists(c.Create(ctx, pool))
 }
+
+// vzPoolIdle is the sandbox's suspended pool's idle target.
+const vzPoolIdle int32 = 6
 
 // runVZClaim claims a Mac of VZClass and says where it became Ready.
 func runVZClaim(ctx context.Context, c client.Client, out io.Writer) error {
 	say := func(format string, args ...any) { _, _ = fmt.Fprintf(out, "vz: "+format+"\n", args...) }
+	pool := &macvirtv1alpha1.MacPool{}
+	err := poll(ctx, func() (bool, error) {
+		if err := c.Get(ctx, types.NamespacedName{Name: VZClass}, pool); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return pool.Status.Suspended >= vzPoolIdle, nil
+	})
+	if err != nil {
+		return fmt.Errorf("pool %s did not suspend its %d idle Macs: %w", VZClass, vzPoolIdle, err)
+	}
+	hosts := &macvirtv1alpha1.MacHostList{}
+	if err := c.List(ctx, hosts, client.MatchingLabels{vzHostLabel: "true"}); err != nil {
+		return err
+	}
+	var held []string
+	for _, h := range hosts.Items {
+		slots := int32(0)
+		if a := h.Status.Agent; a != nil {
+			slots = a.Slots
+		}
+		held = append(held, fmt.Sprintf("%s %d machines, %d suspended, %d of %d slots held", h.Name, h.Status.Machines, h.Status.SuspendedMachines,
+			h.Status.Machines-h.Status.SuspendedMachines, slots))
+	}
+	say("pool %s: %d idle Macs suspended; %s (kubectl get macpool,machosts)", VZClass, pool.Status.Suspended, strings.Join(held, "; "))
 	start := time.Now()
 	claim := &macvirtv1alpha1.MacClaim{ObjectMeta: metav1.ObjectMeta{Namespace: vzClaim.Namespace, Name: vzClaim.Name},
 		Spec: macvirtv1alpha1.MacClaimSpec{ClassName: VZClass}}
@@ -73,7 +108,7 @@ func runVZClaim(ctx context.Context, c client.Client, out io.Writer) error {
 		return err
 	}
 	say("claim %s of class %s (runtime Virtualization), on fake Apple-silicon Macs %v", vzClaim, VZClass, VZMacs)
-	err := poll(ctx, func() (bool, error) {
+	err = poll(ctx, func() (bool, error) {
 		if err := c.Get(ctx, vzClaim, claim); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
@@ -95,7 +130,11 @@ func runVZClaim(ctx context.Context, c client.Client, out io.Writer) error {
 	if g := m.Status.Guest; g != nil {
 		osVersion = g.OSVersion
 	}
-	say("claim %s Ready after %s: machine %s/%s on MacHost %s, tart VM %s at %s, macOS %s heartbeating",
-		vzClaim, time.Since(start).Round(100*time.Millisecond), m.Namespace, m.Name, m.Spec.HostName, vm, addr, osVersion)
+	how := "booted"
+	if h := m.Status.Host; h != nil && h.ResumedAt != nil {
+		how = "resumed"
+	}
+	say("claim %s Ready after %s: machine %s/%s %s on MacHost %s, tart VM %s at %s, macOS %s heartbeating",
+		vzClaim, time.Since(start).Round(100*time.Millisecond), m.Namespace, m.Name, how, m.Spec.HostName, vm, addr, osVersion)
 	return nil
 }

@@ -157,8 +157,7 @@ type GuestSSH struct {
 // its commands answer as macOS 15.5 (24F74) in a VM on Apple silicon.
 func ServeGuestSSH(ctx context.Context, disk *GuestDisk) (*GuestSSH, error) {
 	d := &guestSSHD{disk: disk, os: appleSequoia}
-	cfg, err := sshServerConfig(disk, d)
-	if err != nil {
+	if _, err := sshServerConfig(disk, d); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -171,6 +170,14 @@ func ServeGuestSSH(ctx context.Context, disk *GuestDisk) (*GuestSSH, error) {
 			conn, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			// macOS's launchd starts an sshd per connection, which reads
+			// the host keys then: keys made anew (a resumed guest's) count
+			// from the next connection.
+			cfg, err := sshServerConfig(disk, d)
+			if err != nil {
+				_ = conn.Close()
+				continue
 			}
 			go serveSSHConn(conn, cfg, d)
 		}
