@@ -162,6 +162,12 @@ type GuestStatus struct {
 	// lastHeartbeat is when the operator last received a heartbeat.
 	// +optional
 	LastHeartbeat *metav1.Time `json:"lastHeartbeat,omitempty"`
+	// resumes is status.host.resumes when the operator heard this
+	// heartbeat: a guest heard since its VM's last resume reports with
+	// the identity it renewed then.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Resumes int32 `json:"resumes,omitempty"`
 	// ipAddresses are the guest's IP addresses.
 	// +listType=atomic
 	// +optional
@@ -254,6 +260,12 @@ type HostVMStatus struct {
 	// before the operator counts it Ready.
 	// +optional
 	ResumedAt *metav1.Time `json:"resumedAt,omitempty"`
+	// resumes counts the agent's resumes of the VM from a saved state; it
+	// is raised before the VM runs, so the operator tells a guest heard
+	// since the last one (status.guest.resumes) without comparing clocks.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Resumes int32 `json:"resumes,omitempty"`
 	// error is the agent's or the tool's last failure with this VM, in
 	// their words; empty once the step succeeds.
 	// +kubebuilder:validation:MaxLength=1024

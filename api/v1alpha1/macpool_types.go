@@ -160,6 +160,9 @@ const (
 	ReasonSuspendUnsupported = "SuspendUnsupported"
 	// ReasonSuspended: the machine's VM is suspended, Ready to bind.
 	ReasonSuspended = "Suspended"
+	// ReasonSuspending: the host agent is saving the idle machine's
+	// memory; it is not bindable meanwhile.
+	ReasonSuspending = "Suspending"
 	// ReasonResuming: a bound machine's VM is being resumed, and its guest
 	// has not reported with its new identity yet.
 	ReasonResuming = "Resuming"

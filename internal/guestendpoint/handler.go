@@ -152,14 +152,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // staleIdentity says why the heartbeat of a guest resumed from a saved state
-// is refused: its first report since the resume names the SSH host keys the
-// machine reported before it was suspended (any one of them). The saved memory, on its host's
+// is refused: its first report since the resume (the first heard since
+// status.host.resumes was raised, counted, not timed: the Mac's clock may be
+// off) names one of the SSH host keys the machine reported before. The saved memory, on its host's
 // disk, held their private halves; a resumed guest makes new ones first
 // (guestagent.RenewAfterResume). Empty when it is not refused.
 func staleIdentity(m *macvirtv1alpha1.MacMachine, keys []string) string {
 	hv, g := m.Status.Host, m.Status.Guest
-	if hv == nil || hv.ResumedAt == nil || g == nil || g.LastHeartbeat == nil || !g.LastHeartbeat.Before(hv.ResumedAt) ||
-		len(g.SSHHostKeys) == 0 {
+	if hv == nil || hv.Resumes == 0 || g == nil || g.Resumes >= hv.Resumes || len(g.SSHHostKeys) == 0 {
 		return ""
 	}
 	before := map[string]bool{}
@@ -173,8 +173,8 @@ func staleIdentity(m *macvirtv1alpha1.MacMachine, keys []string) string {
 	if !kept {
 		return ""
 	}
-	return fmt.Sprintf("this guest was resumed at %s from the state saved when it was suspended, and reports an SSH host key it had then; "+
-		"its agent must make new ones on resume (update the guest agent in the image)", hv.ResumedAt.UTC().Format(time.RFC3339))
+	return "this guest was resumed from the state saved when it was suspended, and reports an SSH host key it had then; " +
+		"its agent must make new ones on resume (update the guest agent in the image)"
 }
 
 // decode reads a heartbeat of the version; a v1 heartbeat is one with no
@@ -260,6 +260,9 @@ func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb 
 	if !hb.BootTime.IsZero() {
 		bt := metav1.NewTime(hb.BootTime)
 		g.BootTime = &bt
+	}
+	if hv := m.Status.Host; hv != nil {
+		g.Resumes = hv.Resumes
 	}
 	m.Status.Guest = g
 	return h.Client.Status().Patch(ctx, m, client.MergeFrom(before))

@@ -426,13 +426,10 @@ func TestWhatTheGuestWritesIsRecordedWithoutEscapeSequences(t *testing.T) {
 }
 
 func TestStaleIdentity(t *testing.T) {
-	before := metav1.NewTime(time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC))
-	resumed := metav1.NewTime(before.Add(time.Hour))
-	after := metav1.NewTime(resumed.Add(time.Second))
-	mk := func(resumedAt, last *metav1.Time) *macvirtv1alpha1.MacMachine {
+	mk := func(resumes, heardAt int32) *macvirtv1alpha1.MacMachine {
 		m := &macvirtv1alpha1.MacMachine{}
-		m.Status.Host = &macvirtv1alpha1.HostVMStatus{ResumedAt: resumedAt}
-		m.Status.Guest = &macvirtv1alpha1.GuestStatus{LastHeartbeat: last, SSHHostKeys: []string{"ssh-ed25519 OLD"}}
+		m.Status.Host = &macvirtv1alpha1.HostVMStatus{Resumes: resumes}
+		m.Status.Guest = &macvirtv1alpha1.GuestStatus{Resumes: heardAt, SSHHostKeys: []string{"ssh-ed25519 OLD"}}
 		return m
 	}
 	for name, tc := range map[string]struct {
@@ -440,11 +437,12 @@ func TestStaleIdentity(t *testing.T) {
 		keys    []string
 		refused bool
 	}{
-		"a resumed guest with the old key is refused":       {m: mk(&resumed, &before), keys: []string{"ssh-ed25519 OLD"}, refused: true},
-		"one old key among new ones is refused":             {m: mk(&resumed, &before), keys: []string{"ssh-ed25519 NEW", "ssh-ed25519 OLD"}, refused: true},
-		"a resumed guest with new keys is heard":            {m: mk(&resumed, &before), keys: []string{"ssh-ed25519 NEW"}},
-		"a guest never suspended is heard":                  {m: mk(nil, &before), keys: []string{"ssh-ed25519 OLD"}},
-		"once heard after the resume, its keys are its own": {m: mk(&resumed, &after), keys: []string{"ssh-ed25519 OLD"}},
+		"a resumed guest with the old key is refused":       {m: mk(1, 0), keys: []string{"ssh-ed25519 OLD"}, refused: true},
+		"one old key among new ones is refused":             {m: mk(1, 0), keys: []string{"ssh-ed25519 NEW", "ssh-ed25519 OLD"}, refused: true},
+		"a second resume is judged as the first":            {m: mk(2, 1), keys: []string{"ssh-ed25519 OLD"}, refused: true},
+		"a resumed guest with new keys is heard":            {m: mk(1, 0), keys: []string{"ssh-ed25519 NEW"}},
+		"a guest never suspended is heard":                  {m: mk(0, 0), keys: []string{"ssh-ed25519 OLD"}},
+		"once heard after the resume, its keys are its own": {m: mk(1, 1), keys: []string{"ssh-ed25519 OLD"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := staleIdentity(tc.m, tc.keys); (got != "") != tc.refused {

@@ -133,6 +133,9 @@ type Agent struct {
 	// refreshFailures are, by image, the last scheduled refreshes that
 	// failed (image.refresh).
 	refreshFailures map[string]error
+	// resumeFailures counts, by VM, the resumes in a row the tool failed
+	// for another reason than the VM limit.
+	resumeFailures map[string]int
 	// tunnelSlots holds a token per tunnel the agent carries.
 	tunnelSlots chan struct{}
 	// facts and toolVersion are what heartbeats last read of the Mac.
@@ -188,7 +191,7 @@ func New(cfg *rest.Config, driver vz.Driver, opts Options) (*Agent, error) {
 	}
 	a := &Agent{opts: opts, driver: driver, client: mgr.GetClient(), reader: mgr.GetAPIReader(), clock: opts.Clock, mgr: mgr,
 		endpoint: endpoint, unused: map[string]string{}, stopWarnings: map[string]string{}, creations: newCreations(opts.MaxPulls, opts.Clock),
-		tunnelSlots: make(chan struct{}, maxTunnels), refreshFailures: map[string]error{}}
+		tunnelSlots: make(chan struct{}, maxTunnels), refreshFailures: map[string]error{}, resumeFailures: map[string]int{}}
 	name := "hostagent"
 	if opts.Name != "" {
 		name += "-" + opts.Name
@@ -236,7 +239,7 @@ func (a *Agent) start(ctx context.Context, m *macvirtv1alpha1.MacMachine, name s
 		a.unused[name] = dir
 		a.mu.Unlock()
 	}
-	if mode.resume {
+	if mode.resume || mode.renew {
 		if err := writeResumed(dir, mode.resumedAt); err != nil {
 			return err
 		}
@@ -245,6 +248,9 @@ func (a *Agent) start(ctx context.Context, m *macvirtv1alpha1.MacMachine, name s
 		return fmt.Errorf("recording that the VM starts suspendable: %w", err)
 	}
 	err := a.driver.Start(ctx, name, vz.StartOptions{ConfigDir: dir, Suspendable: mode.suspendable})
+	if err != nil {
+		err = &toolStartError{err}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err == nil || errors.Is(err, vz.ErrAlreadyRunning) {
@@ -261,11 +267,20 @@ func (a *Agent) start(ctx context.Context, m *macvirtv1alpha1.MacMachine, name s
 	return err
 }
 
+// toolStartError is a start the tool refused (not the configuration's
+// fetch before it).
+type toolStartError struct{ error }
+
+func (e *toolStartError) Unwrap() error { return e.error }
+
 // startMode says how a VM starts.
 type startMode struct {
 	// suspendable: it may be suspended later (an idle machine of a
 	// suspended pool); resume: it is restored from its saved state.
 	suspendable, resume bool
+	// renew: a cold boot whose guest renews its identity as a resumed one
+	// does (its saved state was dropped).
+	renew bool
 	// resumedAt is when the resume began, as status.host.resumedAt says.
 	resumedAt time.Time
 }

@@ -56,6 +56,8 @@ func (d *gateDriver) Suspend(context.Context, string) error { return errors.ErrU
 
 func (d *gateDriver) CanSuspend(context.Context) error { return errors.ErrUnsupported }
 
+func (d *gateDriver) DiscardSavedState(context.Context, string) error { return nil }
+
 func (d *gateDriver) Create(ctx context.Context, name string, opts vz.CreateOptions) error {
 	d.entered <- name
 	opts.Progress(vz.PullProgress{TotalBytes: 40e9, CompletedBytes: 4e9})

@@ -102,6 +102,9 @@ type Input struct {
 	// tool cannot, or its saved memory would not fit the free disk); empty
 	// when it may.
 	SuspendProblem string
+	// SlotForResume: the host's free slots are all wanted by bound
+	// machines waiting to be resumed; an unbound machine does not start.
+	SlotForResume bool
 }
 
 // Decision is the next action, and a problem to report with it.
@@ -161,6 +164,8 @@ func Decide(in Input) Decision {
 				in.Grace, in.StopRequestedAt.UTC().Format(time.RFC3339))}
 		}
 		return Decision{Action: ActWaitStop, RecheckAfter: stopPoll}
+	case in.State == vz.StateStopped && in.SlotForResume:
+		return Decision{Action: ActNone, RecheckAfter: startRetry, Problem: "waiting for a slot: claims' Macs on this host resume first"}
 	case in.State == vz.StateStopped:
 		return Decision{Action: ActStart}
 	case in.State != vz.StateRunning || !in.SuspendWanted || !in.GuestReported:

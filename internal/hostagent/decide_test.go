@@ -68,7 +68,9 @@ func TestDecide(t *testing.T) {
 				SuspendProblem: "the free disk would fall below 60Gi"}, want: ActNone, wantProblem: true},
 		"a bound machine's VM is never suspended": {
 			in: Input{WantsRunning: true, Exists: true, State: vz.StateRunning, StartedSuspendable: true, GuestReported: true}, want: ActNone},
-		"an idle suspended VM stays suspended":   {in: Input{WantsRunning: true, Exists: true, State: vz.StateSuspended, SuspendWanted: true}, want: ActNone},
+		"an idle suspended VM stays suspended": {in: Input{WantsRunning: true, Exists: true, State: vz.StateSuspended, SuspendWanted: true}, want: ActNone},
+		"a warm Mac waits while claims' Macs need the free slots to resume": {
+			in: Input{WantsRunning: true, Exists: true, State: vz.StateStopped, SlotForResume: true}, want: ActNone, wantProblem: true},
 		"a bound suspended VM is resumed":        {in: Input{WantsRunning: true, Exists: true, State: vz.StateSuspended}, want: ActResume},
 		"a stopped machine's suspended VM stays": {in: Input{Exists: true, State: vz.StateSuspended}, want: ActNone},
 		"a deleted machine's suspended VM is deleted, never resumed": {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -101,6 +102,9 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			in.SuspendProblem = a.suspendProblem(ctx, classMemory(class))
 		}
 	}
+	if exists && vm.State == vz.StateStopped && m.Spec.ClaimRef == nil {
+		in.SlotForResume = a.slotForResume(ctx)
+	}
 	in.Creating = made && cv.Running
 	if made && !cv.Running && cv.Err != nil {
 		in.CreateFailedAt, in.CreateError = &cv.FinishedAt, cv.Err.Error()
@@ -169,14 +173,26 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			// guest may report before the start returns.
 			now := metav1.NewTime(a.clock.Now())
 			report.ResumedAt, mode.resumedAt = &now, now.Time
+			report.Resumes++
 			if _, stepErr = r.write(ctx, m, report.DeepCopy(), result, nil); stepErr != nil {
 				break
 			}
+		}
+		if !mode.resume && report.Resumes > 0 {
+			// A cold boot of a machine that was resumed (its saved state
+			// dropped): its guest renews its identity as after a resume,
+			// which the operator expects of it.
+			mode.renew, mode.resumedAt = true, a.clock.Now()
 		}
 		stepErr = a.start(ctx, m, name, mode)
 		if stepErr != nil {
 			// The endpoint busy, the VM limit: a claim may be waiting.
 			result.RequeueAfter = startRetry
+		}
+		if mode.resume {
+			if dropped := a.resumeFailed(ctx, name, stepErr); dropped != "" {
+				report.Error, stepErr = dropped, nil
+			}
 		}
 		if stepErr == nil {
 			now := metav1.NewTime(a.clock.Now())
@@ -189,7 +205,19 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			}
 		}
 	case ActSuspend:
+		// Suspending is written first, under the resourceVersion the
+		// decision was made from: a binding written since (spec.claimRef)
+		// makes it conflict, and the VM is not suspended; and a binding
+		// tried after it conflicts, or finds the machine not bindable.
 		report.State = macvirtv1alpha1.HostVMSuspending
+		if err := r.writeGuarded(ctx, m, report.DeepCopy()); err != nil {
+			if apierrors.IsConflict(err) {
+				// Looked at again once the cache shows what changed.
+				return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+			}
+			stepErr = err
+			break
+		}
 		if stepErr = a.driver.Suspend(ctx, name); stepErr == nil {
 			now := metav1.NewTime(a.clock.Now())
 			report.State, report.SuspendedAt, report.Address, report.RunningSince = macvirtv1alpha1.HostVMSuspended, &now, "", nil
@@ -235,6 +263,13 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			a.forgetStopWarning(name)
 		} else {
 			report.Address = vm.IP
+			if vm.State == vz.StateRunning && report.RunningSince == nil {
+				// Started by an agent that stopped before it reported (a
+				// restart, a start that outlived its timeout): running
+				// from now on, so its guest is waited for and timed.
+				now := metav1.NewTime(a.clock.Now())
+				report.RunningSince = &now
+			}
 		}
 	}
 	report.LatestImageDigest = ""
@@ -250,6 +285,18 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		report.Error = stepErr.Error()
 	}
 	return r.write(ctx, m, report, result, stepErr)
+}
+
+// writeGuarded patches status.host with the machine's resourceVersion as
+// a precondition: a conflict says the machine changed since it was read.
+func (r *machineReconciler) writeGuarded(ctx context.Context, m *macvirtv1alpha1.MacMachine, report *macvirtv1alpha1.HostVMStatus) error {
+	before := m.DeepCopy()
+	m.Status.Host = report
+	if err := r.agent.client.Status().Patch(ctx, m, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		m.Status.Host = before.Status.Host
+		return fmt.Errorf("reporting the VM of MacMachine %s/%s: %w", m.Namespace, m.Name, err)
+	}
+	return nil
 }
 
 // write patches status.host, only when it changed, and nothing else.

@@ -25,9 +25,11 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/guestprotocol"
+	"github.com/macvirt/macvirt/internal/hostagent/vz"
 )
 
 // A suspended pool's idle machine boots once; once its guest agent has
@@ -143,4 +145,61 @@ func writeResumed(dir string, now time.Time) error {
 		return fmt.Errorf("telling the guest it is resumed: %w", err)
 	}
 	return nil
+}
+
+// slotForResume says whether the host's free slots are all needed by bound
+// machines whose VM waits to be resumed (a claim waits for each): an
+// unbound machine's VM, a pool's warm Mac, does not start then.
+func (a *Agent) slotForResume(ctx context.Context) bool {
+	list := &macvirtv1alpha1.MacMachineList{}
+	if err := a.client.List(ctx, list); err != nil {
+		return false
+	}
+	waiting := 0
+	for i := range list.Items {
+		m := &list.Items[i]
+		if m.Spec.HostName == a.opts.Host && m.Spec.ClaimRef != nil && m.DeletionTimestamp.IsZero() &&
+			m.Status.Host != nil && m.Status.Host.State == macvirtv1alpha1.HostVMSuspended {
+			waiting++
+		}
+	}
+	if waiting == 0 {
+		return false
+	}
+	s, err := a.driver.Slots(ctx)
+	return err == nil && s.Running+waiting >= s.Max
+}
+
+// maxResumeFailures is how many resumes in a row may fail (for another
+// reason than the VM limit) before the saved state is dropped: tart cannot
+// restore a state after the VM's disk or MAC address changed, nor on
+// another Mac, and would fail the same way for ever.
+const maxResumeFailures = 3
+
+// resumeFailed counts a resume of vm that failed with err (nil: it did
+// not, and the count is reset). At maxResumeFailures it drops the saved
+// state, so the next start boots the never-used Mac cold, and says so;
+// "" otherwise.
+func (a *Agent) resumeFailed(ctx context.Context, vm string, err error) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var refused *toolStartError
+	if err == nil || errors.Is(err, vz.ErrVMLimit) {
+		delete(a.resumeFailures, vm)
+		return ""
+	}
+	if !errors.As(err, &refused) {
+		// The configuration's fetch failed: the state is not at fault.
+		return ""
+	}
+	a.resumeFailures[vm]++
+	if a.resumeFailures[vm] < maxResumeFailures {
+		return ""
+	}
+	if derr := a.driver.DiscardSavedState(ctx, vm); derr != nil {
+		return fmt.Sprintf("resuming failed %d times in a row (%v), and dropping its saved state failed too: %v", a.resumeFailures[vm], err, derr)
+	}
+	delete(a.resumeFailures, vm)
+	ctrl.LoggerFrom(ctx).Info("dropped a saved state that would not restore; the VM boots cold", "vm", vm, "error", err.Error())
+	return fmt.Sprintf("resuming failed %d times in a row (last: %v); its saved state was dropped and the VM boots cold", maxResumeFailures, err)
 }

@@ -17,10 +17,15 @@ limitations under the License.
 package hostagent
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/macvirt/macvirt/internal/hostagent/vz"
 )
 
 func TestDiskSuspendProblem(t *testing.T) {
@@ -50,5 +55,44 @@ func TestMacOSSuspendProblem(t *testing.T) {
 		if got := macOSSuspendProblem(version); (got != "") != refused {
 			t.Errorf("macOS %q: %q; want refused %v", version, got, refused)
 		}
+	}
+}
+
+// discardDriver records the saved states dropped.
+type discardDriver struct {
+	vz.Driver
+	dropped []string
+}
+
+func (d *discardDriver) DiscardSavedState(_ context.Context, name string) error {
+	d.dropped = append(d.dropped, name)
+	return nil
+}
+
+func TestResumeFailed(t *testing.T) {
+	d := &discardDriver{}
+	a := &Agent{driver: d, resumeFailures: map[string]int{}}
+	ctx := context.Background()
+	refused := &toolStartError{errors.New("tart exited 1: The virtual machine failed to restore")}
+	if got := a.resumeFailed(ctx, "vm", &toolStartError{fmt.Errorf("x: %w", vz.ErrVMLimit)}); got != "" || a.resumeFailures["vm"] != 0 {
+		t.Fatalf("the VM limit counted as a failed restore: %q, %d", got, a.resumeFailures["vm"])
+	}
+	if got := a.resumeFailed(ctx, "vm", errors.New("fetching the VM's configuration: 503")); got != "" || a.resumeFailures["vm"] != 0 {
+		t.Fatalf("a failed fetch counted as a failed restore: %q, %d", got, a.resumeFailures["vm"])
+	}
+	for i := 1; i < maxResumeFailures; i++ {
+		if got := a.resumeFailed(ctx, "vm", refused); got != "" || len(d.dropped) != 0 {
+			t.Fatalf("failure %d dropped the state: %q", i, got)
+		}
+	}
+	if got := a.resumeFailed(ctx, "vm", refused); !strings.Contains(got, "saved state was dropped") || len(d.dropped) != 1 {
+		t.Fatalf("failure %d: %q, dropped %v; want the state dropped", maxResumeFailures, got, d.dropped)
+	}
+	if a.resumeFailures["vm"] != 0 {
+		t.Fatalf("the count is %d after the drop; want it reset", a.resumeFailures["vm"])
+	}
+	a.resumeFailures["vm"] = 2
+	if got := a.resumeFailed(ctx, "vm", nil); got != "" || a.resumeFailures["vm"] != 0 {
+		t.Fatalf("a resume that worked left the count at %d", a.resumeFailures["vm"])
 	}
 }

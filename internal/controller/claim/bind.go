@@ -71,7 +71,8 @@ func (r *Reconciler) bind(ctx context.Context, s *claimScope) (bool, error) {
 	// Checked in the order they are tried, so a bind looks closer only at
 	// the machines it tries, usually one.
 	pools, held := poolLookup{}, 0
-	for m := range tieredOrder(s.claim.UID, candidates, free) {
+	order, noSlot := tieredOrder(s.claim.UID, candidates, free)
+	for m := range order {
 		pool, err := pools.get(ctx, r.Client, m.Labels[macvirtv1alpha1.LabelPool])
 		if err != nil {
 			return false, err
@@ -103,6 +104,15 @@ func (r *Reconciler) bind(ctx context.Context, s *claimScope) (bool, error) {
 		if err != nil || won {
 			return won, err
 		}
+	}
+	if noSlot > 0 {
+		// Resumed at once when a slot frees: looked at again soon, as no
+		// event of the suspended machines says so.
+		s.waiting = &base.Problem{Reason: macvirtv1alpha1.ReasonWaitingForMachine, Message: fmt.Sprintf(
+			"%d idle machines of %s are suspended on MacHosts with no free licence slot to resume one in; the claim binds one once a slot frees",
+			noSlot, index.BindKey(s.claim))}
+		s.waitSlot = true
+		return true, nil
 	}
 	if onDemand(s.claim, class) {
 		return r.createOnDemand(ctx, s)

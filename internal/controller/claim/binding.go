@@ -53,11 +53,13 @@ func candidateOrder(claimUID types.UID, machines []*macvirtv1alpha1.MacMachine) 
 
 // tieredOrder yields the idle machines a claim tries: running ones first
 // (usable at once), then suspended ones whose MacHost has a free licence
-// slot to resume them in, then the other suspended ones (they wait for a
-// slot); each tier in candidateOrder. free is the free slots per host, for
-// the hosts of suspended machines.
-func tieredOrder(claimUID types.UID, machines []*macvirtv1alpha1.MacMachine, free map[string]int) iter.Seq[*macvirtv1alpha1.MacMachine] {
-	tiers := make([][]*macvirtv1alpha1.MacMachine, 3)
+// slot to resume them in; each tier in candidateOrder. A suspended machine
+// on a full host is never tried: bound, it could only wait there for a
+// slot, while another host's might free first. free is the free slots per
+// host, for the hosts of suspended machines; skipped is how many were left
+// out so.
+func tieredOrder(claimUID types.UID, machines []*macvirtv1alpha1.MacMachine, free map[string]int) (yielded iter.Seq[*macvirtv1alpha1.MacMachine], skipped int) {
+	tiers := make([][]*macvirtv1alpha1.MacMachine, 2)
 	for _, m := range machines {
 		switch {
 		case m.Status.Phase != macvirtv1alpha1.MachineSuspended:
@@ -65,7 +67,7 @@ func tieredOrder(claimUID types.UID, machines []*macvirtv1alpha1.MacMachine, fre
 		case free[m.Spec.HostName] > 0:
 			tiers[1] = append(tiers[1], m)
 		default:
-			tiers[2] = append(tiers[2], m)
+			skipped++
 		}
 	}
 	return func(yield func(*macvirtv1alpha1.MacMachine) bool) {
@@ -76,7 +78,7 @@ func tieredOrder(claimUID types.UID, machines []*macvirtv1alpha1.MacMachine, fre
 				}
 			}
 		}
-	}
+	}, skipped
 }
 
 // onDemandName is the deterministic name of the machine a claim creates

@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"errors"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -123,8 +124,15 @@ func (r *Reconciler) finishReconcile(ctx context.Context, s *claimScope, key typ
 	if err == nil {
 		result.RequeueAfter = r.watchLifetime(claim, result.RequeueAfter)
 	}
+	if err == nil && s.waitSlot && (result.RequeueAfter == 0 || result.RequeueAfter > slotRetry) {
+		result.RequeueAfter = slotRetry
+	}
 	return result, err
 }
+
+// slotRetry is how often a claim whose idle machines are all suspended on
+// full MacHosts looks for a free slot: no event of theirs says one freed.
+const slotRetry = 2 * time.Second
 
 // SetupWithManager watches claims, machines (to complete, lose or wake
 // claims), machines' NetworkPolicies (a claim is Ready once its machine's

@@ -26,6 +26,9 @@ type claimScope struct {
 	// retrySoon says every idle machine tried was taken under us: look
 	// again soon, without a status write (the cache is about to catch up).
 	retrySoon bool
+	// waitSlot says the claim's idle machines are all suspended on MacHosts
+	// with no free slot: its status says so, and it looks again shortly.
+	waitSlot bool
 	// boundAt is when this process bound the machine; zero when it does
 	// not know (another process bound it, or this one restarted since).
 	boundAt time.Time

@@ -117,7 +117,8 @@ func RetainedKey(namespace, class string) string { return namespace + "/" + clas
 
 // BindableKeys indexes a machine that a claim may bind now: a pool's
 // (labelled for it and controlled by it), unbound, never released, not
-// being deleted, and Ready (running, or suspended: a binding resumes it). Whether the pool really made it (its UID, its
+// being deleted, and Ready (running, or suspended: a binding resumes it;
+// not while its host agent saves its memory, whatever the phase says yet). Whether the pool really made it (its UID, its
 // namespace) is checked against the pool when a claim takes it
 // (tenancy.PoolHolds).
 func BindableKeys(m *macvirtv1alpha1.MacMachine) []string {
@@ -125,7 +126,8 @@ func BindableKeys(m *macvirtv1alpha1.MacMachine) []string {
 	owner := metav1.GetControllerOfNoCopy(m)
 	if pool == "" || owner == nil || owner.Kind != "MacPool" || owner.Name != pool || owner.APIVersion != macvirtv1alpha1.GroupVersion.String() ||
 		m.Spec.ClaimRef != nil || m.Labels[macvirtv1alpha1.LabelReleased] != "" ||
-		!m.DeletionTimestamp.IsZero() || (m.Status.Phase != macvirtv1alpha1.MachineReady && m.Status.Phase != macvirtv1alpha1.MachineSuspended) || !state.MachineReady(m) {
+		!m.DeletionTimestamp.IsZero() || (m.Status.Phase != macvirtv1alpha1.MachineReady && m.Status.Phase != macvirtv1alpha1.MachineSuspended) || !state.MachineReady(m) ||
+		(m.Status.Host != nil && m.Status.Host.State == macvirtv1alpha1.HostVMSuspending) {
 		return nil
 	}
 	return []string{"class/" + m.Spec.ClassName, "pool/" + pool}

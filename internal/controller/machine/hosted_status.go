@@ -90,6 +90,12 @@ func observeHosted(o machineObservation) hostedState {
 	s.disks = base.CondTrue(fmt.Sprintf("the VM %s and its disk are on MacHost %s", hv.VMName, m.Spec.HostName))
 	running := hv.State == macvirtv1alpha1.HostVMRunning || hv.State == macvirtv1alpha1.HostVMStopping
 	suspended := hv.State == macvirtv1alpha1.HostVMSuspended || hv.State == macvirtv1alpha1.HostVMSuspending
+	if hv.State == macvirtv1alpha1.HostVMSuspending && m.Spec.ClaimRef == nil && wantsRunning(m) {
+		// Not bindable while its memory is saved: a binding then could
+		// hand the guest a tenant's keys and tasks before it is paused.
+		s.vm = base.CondFalse(macvirtv1alpha1.ReasonSuspending, "its host agent on MacHost %s is saving the idle VM's memory", m.Spec.HostName)
+		return final(macvirtv1alpha1.MachineSuspended, s.vm)
+	}
 	if suspended && m.Spec.ClaimRef == nil && wantsRunning(m) {
 		// Idle and Ready to bind: the binding resumes it. Its guest is not
 		// heard while it sleeps, and is not held to heartbeatTimeout.
@@ -127,20 +133,32 @@ func observeHosted(o machineObservation) hostedState {
 		return final(macvirtv1alpha1.MachineStarting, s.vm)
 	}
 	s.vm = base.CondTrue(fmt.Sprintf("the VM runs on MacHost %s", m.Spec.HostName))
-	since := hv.RunningSince
-	if r := hv.ResumedAt; r != nil && since != nil && r.Before(since) {
-		// A resumed guest runs on from where it was, and may report
-		// before the agent saw its VM run: it is heard from the resume on.
-		since = r
+	since, og := hv.RunningSince, o
+	if hv.Resumes > 0 {
+		// A resumed guest runs on from where it was. It counts as heard
+		// once the operator heard it since the last resume (the count, not
+		// the Mac's clock against the operator's), and may be heard before
+		// the agent saw its VM run; a heartbeat from before does not count.
+		g := o.Machine.Status.Guest
+		if g != nil && g.Resumes >= hv.Resumes && g.LastHeartbeat != nil {
+			if since == nil || g.LastHeartbeat.Before(since) {
+				since = g.LastHeartbeat
+			}
+		} else if g != nil {
+			m2, g2 := *o.Machine, *g
+			g2.LastHeartbeat = nil
+			m2.Status.Guest = &g2
+			og.Machine = &m2
+		}
 	}
-	guest := observeGuest(o, since)
+	guest := observeGuest(og, since)
 	if guest.cond.Reason == macvirtv1alpha1.ReasonBootTimeout {
 		guest.cond.Message = fmt.Sprintf("no guest-agent heartbeat within bootTimeout %s of the VM's start on MacHost %s: "+
 			"macOS did not boot, its guest agent is not installed, or it found no configuration at /Volumes/My Shared Files/macvirt "+
 			"(the host agent's log says whether it fetched and shared it; docs/guest-agent.md)",
 			o.Class.Spec.Lifecycle.BootTimeoutOrDefault(), m.Spec.HostName)
 	}
-	if hv.ResumedAt != nil && guest.cond.Reason == macvirtv1alpha1.ReasonBooting {
+	if hv.Resumes > 0 && guest.cond.Reason == macvirtv1alpha1.ReasonBooting {
 		guest.cond.Reason = macvirtv1alpha1.ReasonResuming
 		guest.cond.Message = fmt.Sprintf("resumed on MacHost %s at %s; waiting for its guest agent to report with the new token and new SSH host keys "+
 			"(one that reports the host keys it had before it was suspended is refused; bootTimeout %s)",

@@ -21,6 +21,7 @@ func TestComputeHostedStatus(t *testing.T) {
 	longAgo := metav1.NewTime(now.Add(-time.Hour))
 	resumed := metav1.NewTime(now.Add(-12 * time.Second))
 	heardAtResume := metav1.NewTime(now.Add(-11 * time.Second))
+	fiveAgo := metav1.NewTime(now.Add(-5 * time.Second))
 	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "arm"},
 		Spec: macvirtv1alpha1.MacClassSpec{Runtime: macvirtv1alpha1.RuntimeVirtualization}}
 	readyHost := &macvirtv1alpha1.MacHost{ObjectMeta: metav1.ObjectMeta{Name: "mac-a"}, Status: macvirtv1alpha1.MacHostStatus{
@@ -35,6 +36,7 @@ func TestComputeHostedStatus(t *testing.T) {
 		guest     *metav1.Time
 		running   *bool
 		claimed   bool
+		heardAt   int32
 		unplaced  string
 		phase     macvirtv1alpha1.MachinePhase
 		reason    string
@@ -68,16 +70,20 @@ func TestComputeHostedStatus(t *testing.T) {
 		"idle and suspended: Ready to bind, no heartbeat expected": {hostName: "mac-a", host: readyHost, guest: &longAgo,
 			vm:    &macvirtv1alpha1.HostVMStatus{VMName: "macvirt-x", State: macvirtv1alpha1.HostVMSuspended, SuspendedAt: &started},
 			phase: macvirtv1alpha1.MachineSuspended, reason: macvirtv1alpha1.ReasonSuspended, inMessage: "holds no licence slot", stalled: metav1.ConditionFalse},
+		"idle and being suspended: not bindable": {hostName: "mac-a", host: readyHost, guest: &beat,
+			vm:    &macvirtv1alpha1.HostVMStatus{VMName: "macvirt-x", State: macvirtv1alpha1.HostVMSuspending, RunningSince: &started},
+			phase: macvirtv1alpha1.MachineSuspended, reason: macvirtv1alpha1.ReasonSuspending, inMessage: "saving", stalled: metav1.ConditionFalse},
 		"bound and still suspended: resuming": {hostName: "mac-a", host: readyHost, guest: &longAgo, claimed: true,
 			vm:    &macvirtv1alpha1.HostVMStatus{VMName: "macvirt-x", State: macvirtv1alpha1.HostVMSuspended, SuspendedAt: &started},
 			phase: macvirtv1alpha1.MachineStarting, reason: macvirtv1alpha1.ReasonResuming, inMessage: "resuming", stalled: metav1.ConditionFalse},
-		"resumed, its guest not heard since": {hostName: "mac-a", host: readyHost, guest: &longAgo, claimed: true,
+		"resumed, its guest not heard since, though its last heartbeat is newer than the resume by the Mac's clock (behind)": {hostName: "mac-a",
+			host: readyHost, guest: &fiveAgo, claimed: true,
 			vm: &macvirtv1alpha1.HostVMStatus{VMName: "macvirt-x", State: macvirtv1alpha1.HostVMRunning, SuspendedAt: &started,
-				ResumedAt: &resumed, RunningSince: &beat},
+				ResumedAt: &resumed, RunningSince: &beat, Resumes: 1},
 			phase: macvirtv1alpha1.MachineBooting, reason: macvirtv1alpha1.ReasonResuming, inMessage: "new SSH host keys", stalled: metav1.ConditionFalse},
-		"resumed, its guest heard before the agent saw it run": {hostName: "mac-a", host: readyHost, guest: &heardAtResume, claimed: true,
+		"resumed, its guest heard before the agent saw it run": {hostName: "mac-a", host: readyHost, guest: &heardAtResume, heardAt: 1, claimed: true,
 			vm: &macvirtv1alpha1.HostVMStatus{VMName: "macvirt-x", State: macvirtv1alpha1.HostVMRunning, SuspendedAt: &started,
-				ResumedAt: &resumed, RunningSince: &beat},
+				ResumedAt: &resumed, RunningSince: &beat, Resumes: 1},
 			phase: macvirtv1alpha1.MachineReady, reason: macvirtv1alpha1.ReasonAsExpected, inMessage: "MacHost mac-a", stalled: metav1.ConditionFalse},
 		"a stop past its grace period": {hostName: "mac-a", host: readyHost, running: &stopped,
 			vm: &macvirtv1alpha1.HostVMStatus{VMName: "macvirt-x", State: macvirtv1alpha1.HostVMStopping, RunningSince: &started,
@@ -94,7 +100,7 @@ func TestComputeHostedStatus(t *testing.T) {
 				Spec:   macvirtv1alpha1.MacMachineSpec{ClassName: "arm", HostName: tc.hostName, Running: tc.running},
 				Status: macvirtv1alpha1.MacMachineStatus{Host: tc.vm}}
 			if tc.guest != nil {
-				m.Status.Guest = &macvirtv1alpha1.GuestStatus{LastHeartbeat: tc.guest}
+				m.Status.Guest = &macvirtv1alpha1.GuestStatus{LastHeartbeat: tc.guest, Resumes: tc.heardAt}
 			}
 			if tc.claimed {
 				m.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: "t", Name: "c"}

@@ -163,6 +163,10 @@ type Driver interface {
 	// CanSuspend is nil when the tool can suspend VMs on this host, and
 	// says why not otherwise (wrapping ErrUnsupported).
 	CanSuspend(ctx context.Context) error
+	// DiscardSavedState drops a suspended VM's saved memory (tart stop of a
+	// suspended VM), so its next start boots it cold; nil when the VM is
+	// not suspended.
+	DiscardSavedState(ctx context.Context, name string) error
 	// Delete removes a stopped VM and its disk; ErrRunning when it runs,
 	// nil when it does not exist.
 	Delete(ctx context.Context, name string) error

@@ -31,6 +31,8 @@ import (
 //     may heartbeat for the machine and which Secret its config disk is.
 //   - spec.hostName places a Virtualization machine on a Mac: that Mac's
 //     agent runs it, and the operator counts the Mac's slots by it.
+//   - spec.suspendWhenIdle has the host agent save an unbound machine's
+//     memory to the Mac's disk: only a pool's never-used machines.
 //
 // Anyone else, whatever RBAC grants them on MacMachines, is refused when a
 // create sets one of them or an update changes one. Removing a controller
@@ -57,6 +59,10 @@ func OperatorOnlyChanges(old, m *macvirtv1alpha1.MacMachine) field.ErrorList {
 	if !equality.Semantic.DeepEqual(old.Spec.ClaimRef, m.Spec.ClaimRef) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "claimRef"),
 			why+"create a MacClaim to have a machine bound to it"))
+	}
+	if old.Spec.SuspendWhenIdle != m.Spec.SuspendWhenIdle {
+		errs = append(errs, field.Forbidden(field.NewPath("spec", "suspendWhenIdle"),
+			why+"a MacPool whose idleState is Suspended sets it on the machines it makes; a machine someone uses must never be suspended"))
 	}
 	if old.Spec.HostName != m.Spec.HostName {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "hostName"),

@@ -32,6 +32,7 @@ func TestOperatorOnlyChanges(t *testing.T) {
 			m.Spec.ClaimRef = &macvirtv1alpha1.ObjectRef{Namespace: "team-b", Name: "db", UID: "claim-uid"}
 		}, "spec.claimRef"},
 		{"a host", nil, func(m *macvirtv1alpha1.MacMachine) { m.Spec.HostName = "mac-a" }, "spec.hostName"},
+		{"suspension while idle", nil, func(m *macvirtv1alpha1.MacMachine) { m.Spec.SuspendWhenIdle = true }, "spec.suspendWhenIdle"},
 		{"the pool label", nil, func(m *macvirtv1alpha1.MacMachine) {
 			m.Labels = map[string]string{macvirtv1alpha1.LabelPool: "ci"}
 		}, "metadata.labels[macvirt.io/pool]"},

@@ -868,6 +868,11 @@ func (e *env) stop(name string, opts map[string][]string) error {
 	}
 	pid := e.lockOwner(name)
 	if pid == 0 {
+		// tart's Stop.swift: a suspended VM is stopped by removing its
+		// saved state; its next run boots cold.
+		if _, err := os.Stat(filepath.Join(e.vmDir(name), build.StateFile)); err == nil {
+			return os.Remove(filepath.Join(e.vmDir(name), build.StateFile))
+		}
 		return &tartError{2, fmt.Sprintf("VM %q is not running", name)}
 	}
 	timeout := 30

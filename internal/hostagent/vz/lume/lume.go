@@ -810,3 +810,6 @@ func (d *Driver) Suspend(_ context.Context, name string) error {
 
 // CanSuspend says lume cannot suspend, whatever the host.
 func (d *Driver) CanSuspend(context.Context) error { return errNoSuspend }
+
+// DiscardSavedState does nothing: lume saves no state, so it has none to drop.
+func (d *Driver) DiscardSavedState(context.Context, string) error { return nil }

@@ -540,6 +540,22 @@ func (d *Driver) ForceStop(ctx context.Context, name string) error {
 	return nil
 }
 
+// DiscardSavedState runs "tart stop" on a suspended VM, which removes its
+// saved state (Stop.swift's stopSuspended): the next run boots cold.
+func (d *Driver) DiscardSavedState(ctx context.Context, name string) error {
+	vm, err := d.Get(ctx, name)
+	if err != nil {
+		return fmt.Errorf("discarding the saved state of VM %s with tart: %w", name, err)
+	}
+	if vm.State != vz.StateSuspended {
+		return nil
+	}
+	if _, err := d.tart(ctx, "stop", name); err != nil {
+		return fmt.Errorf("discarding the saved state of VM %s with tart: %w", name, mapped(err))
+	}
+	return nil
+}
+
 // Suspend runs "tart suspend", on which the VM's tart run saves the VM's
 // memory to state.vzvmsave and exits, and waits, as long as a start may
 // take, until the VM no longer runs. A tart run that could not save (the

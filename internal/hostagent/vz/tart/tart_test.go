@@ -775,3 +775,38 @@ func TestRandomSerial(t *testing.T) {
 		t.Fatalf("commands %v, %v; want one set with --random-serial", cmds, err)
 	}
 }
+
+// A saved state dropped (tart stop of a suspended VM, Stop.swift's
+// stopSuspended) leaves a stopped VM whose next run boots cold.
+func TestDiscardSavedState(t *testing.T) {
+	d, home := setup(t, build.Knobs{})
+	ctx := context.Background()
+	if err := d.Create(ctx, "a", vz.CreateOptions{Image: image}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.DiscardSavedState(ctx, "a"); err != nil {
+		t.Fatalf("DiscardSavedState of a stopped VM: %v", err)
+	}
+	if err := d.Start(ctx, "a", vz.StartOptions{Suspendable: true}); err != nil {
+		t.Fatal(err)
+	}
+	boot := build.BootID(home, "a")
+	if err := d.Suspend(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.DiscardSavedState(ctx, "a"); err != nil {
+		t.Fatalf("DiscardSavedState: %v", err)
+	}
+	if st := state(t, d, "a"); st != vz.StateStopped {
+		t.Fatalf("state after DiscardSavedState = %s; want Stopped", st)
+	}
+	if err := d.Start(ctx, "a", vz.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if b := build.BootID(home, "a"); b == "" || b == boot {
+		t.Fatalf("boot id %q after the drop, %q before: want a cold boot", b, boot)
+	}
+	if err := d.ForceStop(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+}
