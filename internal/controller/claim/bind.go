@@ -82,7 +82,7 @@ func (r *Reconciler) bind(ctx context.Context, s *claimScope) (bool, error) {
 			continue
 		}
 		held++
-		key := client.ObjectKeyFromObject(m)
+		key := m.UID
 		switch r.inFlight.reserve(key, r.now()) {
 		case alreadyWon:
 			continue

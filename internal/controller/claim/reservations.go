@@ -14,9 +14,11 @@ import (
 const reservationTTL = 30 * time.Second
 
 // reservations is an in-process set of machines being bound (false) or
-// just bound (true) by a worker of this operator.
+// just bound (true) by a worker of this operator, by UID: a pool makes a
+// machine again under the name of one bound and deleted (its slot), and
+// the new one is free at once.
 type reservations struct {
-	held base.Assumed[types.NamespacedName, bool]
+	held base.Assumed[types.UID, bool]
 }
 
 // A machine's standing for one more binding attempt.
@@ -32,7 +34,7 @@ const (
 )
 
 // reserve takes key for one binding attempt, or says why not.
-func (r *reservations) reserve(key types.NamespacedName, now time.Time) int {
+func (r *reservations) reserve(key types.UID, now time.Time) int {
 	won, held := r.held.LoadOrAssume(key, false, now, reservationTTL)
 	switch {
 	case !held:
@@ -44,12 +46,12 @@ func (r *reservations) reserve(key types.NamespacedName, now time.Time) int {
 }
 
 // won marks key bound by this process.
-func (r *reservations) won(key types.NamespacedName, now time.Time) {
+func (r *reservations) won(key types.UID, now time.Time) {
 	r.held.Assume(key, true, now, reservationTTL)
 }
 
 // release gives key back after a lost or failed attempt.
-func (r *reservations) release(key types.NamespacedName) {
+func (r *reservations) release(key types.UID) {
 	r.held.Forget(key)
 }
 

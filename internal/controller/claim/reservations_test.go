@@ -37,7 +37,7 @@ func TestRetainLedgerCountsBindsTheCacheHasNotShownYet(t *testing.T) {
 }
 
 func TestAReservationSaysWhetherAMachineIsFreeBeingBoundOrWon(t *testing.T) {
-	key := types.NamespacedName{Namespace: "pools", Name: "m"}
+	key := types.UID("uid-m")
 	now := time.Unix(1000, 0)
 	for name, tc := range map[string]struct {
 		before func(r *reservations)
@@ -49,7 +49,11 @@ func TestAReservationSaysWhetherAMachineIsFreeBeingBoundOrWon(t *testing.T) {
 		"bound by this process":              {before: func(r *reservations) { r.reserve(key, now); r.won(key, now) }, want: alreadyWon},
 		"given back after a lost attempt":    {before: func(r *reservations) { r.reserve(key, now); r.release(key) }, want: reserved},
 		"a won machine after the TTL":        {before: func(r *reservations) { r.won(key, now) }, at: reservationTTL, want: reserved},
-		"another machine's reservation only": {before: func(r *reservations) { r.reserve(types.NamespacedName{Namespace: "pools", Name: "n"}, now) }, want: reserved},
+		"another machine's reservation only": {before: func(r *reservations) { r.reserve("uid-n", now) }, want: reserved},
+		"a machine made again under a won one's name is another": {before: func(r *reservations) {
+			r.reserve("uid-m-before", now)
+			r.won("uid-m-before", now)
+		}, want: reserved},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var r reservations
