@@ -58,7 +58,7 @@ const resumedRecord = "resumed"
 // resumePoll is how often the agent looks for the host's resume: a resumed
 // guest's timers run on from where they were, so only a look this often
 // keeps a waiting tenant from waiting a heartbeat interval.
-const resumePoll = 250 * time.Millisecond
+const resumePoll = 100 * time.Millisecond
 
 // ResumedStamp is the resumed file in the share dir: the host's time at
 // the resume, as written; "" when there is none.

@@ -53,6 +53,9 @@ const (
 	DefaultStartSettle = 3 * time.Second
 )
 
+// socketPoll is how often Start looks for the VM's new control socket.
+const socketPoll = 20 * time.Millisecond
+
 // Driver drives the tart command. The zero value is not usable; make one
 // with New, then set the fields before the first call.
 type Driver struct {
@@ -412,6 +415,11 @@ func (d *Driver) waitRunning(ctx context.Context, name string, pid int, exited <
 	defer deadline.Stop()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	// tart makes the VM's control socket once the VM runs: looking for it
+	// costs a stat, so it is looked for far more often than tart is asked,
+	// and tart is asked at once when it appears.
+	sockTick := time.NewTicker(socketPoll)
+	defer sockTick.Stop()
 	var runningSince time.Time
 	for {
 		select {
@@ -424,6 +432,10 @@ func (d *Driver) waitRunning(ctx context.Context, name string, pid int, exited <
 			return fmt.Errorf("starting VM %s with tart: it did not run within %s (tart run PID %d goes on; see %s)",
 				name, timeout, pid, d.logFile(name))
 		case <-tick.C:
+		case <-sockTick.C:
+			if !newSocket(sock, sockBefore) {
+				continue
+			}
 		}
 		l, err := d.list(ctx, "local")
 		if err != nil {
