@@ -124,7 +124,7 @@ func observeHosted(o machineObservation) hostedState {
 	}
 	if hv.State != macvirtv1alpha1.HostVMRunning {
 		s.vm = base.CondFalse(macvirtv1alpha1.ReasonStarting, "the host agent on MacHost %s is starting the VM", m.Spec.HostName)
-		if suspended {
+		if suspended || (hv.State == macvirtv1alpha1.HostVMStarting && hv.Resumes > 0) {
 			s.vm = base.CondFalse(macvirtv1alpha1.ReasonResuming, "the host agent on MacHost %s is resuming the suspended VM for its claim", m.Spec.HostName)
 		}
 		if hv.Error != "" {
