@@ -86,9 +86,10 @@ type MacPoolSpec struct {
 	// class's memory per machine), holding no licence slot until a claim
 	// binds and resumes it. A class on KubeVirt, or a host that cannot
 	// suspend, keeps them running, and condition IdleSuspended says so.
-	// Changing it replaces the idle machines.
+	// Changing it replaces the idle machines. Unset means Running: the
+	// admission webhook writes it on create, and a pool stored before the
+	// field existed reads unchanged.
 	// +kubebuilder:validation:Enum=Running;Suspended
-	// +kubebuilder:default=Running
 	// +optional
 	IdleState IdleState `json:"idleState,omitempty"`
 
