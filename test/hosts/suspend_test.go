@@ -41,6 +41,15 @@ var _ = Describe("A suspended pool on Apple-silicon hosts", func() {
 		macs := startMacs(spec, nil, hosts...)
 		class := vzClass(spec)
 		ns := namespace(spec)
+		// Both Macs take machines before the pool makes any, so placement
+		// weighs both from the first.
+		Eventually(func(g Gomega) {
+			for _, h := range hosts {
+				host := &macvirtv1alpha1.MacHost{}
+				g.Expect(admin.Get(ctx, client.ObjectKey{Name: h}, host)).To(Succeed())
+				g.Expect(meta.IsStatusConditionTrue(host.Status.Conditions, macvirtv1alpha1.HostConditionSchedulable)).To(BeTrue(), h)
+			}
+		}).Should(Succeed())
 		p := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: spec},
 			Spec: macvirtv1alpha1.MacPoolSpec{ClassName: class, Idle: ptr.To[int32](6), MaxMachines: ptr.To[int32](6),
 				IdleState: macvirtv1alpha1.IdleSuspended}}
@@ -72,7 +81,9 @@ var _ = Describe("A suspended pool on Apple-silicon hosts", func() {
 			host := &macvirtv1alpha1.MacHost{}
 			Expect(admin.Get(ctx, client.ObjectKey{Name: h}, host)).To(Succeed())
 			suspended += host.Status.SuspendedMachines
-			Expect(host.Status.SuspendedMachines).To(Equal(int32(3)), "suspended Macs are spread, so every Mac has one to resume")
+			// Spread (3+3 on a quiet machine; the order of the suspends
+			// may make it 4+2), so each Mac has 2 to resume in its slots.
+			Expect(host.Status.SuspendedMachines).To(BeNumerically(">=", 2), "suspended Macs are spread, so every Mac has some to resume")
 			GinkgoWriter.Printf("MacHost %s: %d machines, %d suspended, %d running VMs\n", h, host.Status.Machines, host.Status.SuspendedMachines,
 				host.Status.Agent.RunningVMs)
 		}
