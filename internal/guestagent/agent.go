@@ -191,6 +191,11 @@ func (c *Client) heartbeat(facts Facts) guestprotocol.Heartbeat {
 // post sends body as JSON to path and decodes an answer of at most limit
 // bytes into out.
 func (c *Client) post(ctx context.Context, path string, body any, limit int64, out any) error {
+	return c.postWith(ctx, c.http, path, body, limit, out)
+}
+
+// postWith is post over hc.
+func (c *Client) postWith(ctx context.Context, hc *http.Client, path string, body any, limit int64, out any) error {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return err
@@ -201,7 +206,7 @@ func (c *Client) post(ctx context.Context, path string, body any, limit int64, o
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -365,15 +370,27 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 	applyErr := ""
 	interval := guestprotocol.DefaultHeartbeatInterval
 	wait := time.Duration(0)
+	tried := time.Now()
 	v2 := newSpeaker(p, logf)
+	defer v2.Stop()
 	for {
+		timer := time.NewTimer(time.Until(tried.Add(wait)))
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return nil
-		case <-time.After(wait):
+		case <-timer.C:
 		case <-v2.Changed():
 		case <-woke:
+		case <-v2.Pushed():
+			if failures > 0 {
+				// Backing off: the push waits for the next try, which
+				// takes the new state anyway.
+				timer.Stop()
+				continue
+			}
 		}
+		timer.Stop()
 		var err error
 		if renewed, rerr := renewIfResumed(p, logf); rerr != nil {
 			err = rerr
@@ -408,14 +425,14 @@ func Run(ctx context.Context, p Platform, logf func(string, ...any)) error {
 				// The token may have been replaced: read the disk again.
 				client = nil
 			}
-			wait = RetryWait(failures, interval)
+			wait, tried = RetryWait(failures, interval), time.Now()
 			failures++
 			logf("heartbeat failed (retrying in %s): %v", wait.Round(time.Millisecond), err)
 			continue
 		}
 		failures = 0
 		interval = time.Duration(max(state.HeartbeatIntervalSeconds, 1)) * time.Second
-		wait = interval
+		wait, tried = interval, time.Now()
 		// The operator heard the heartbeat; a guest-side failure to apply
 		// its answer is retried at the next one, never by backing off the
 		// heartbeats, which would make a healthy guest look silent.

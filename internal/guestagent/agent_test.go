@@ -31,6 +31,14 @@ const token = "a-machine-token-0123456789abcdef"
 // and returns the config disk an agent of that machine would see.
 func operator(t *testing.T) (configDir string, c client.Client) {
 	t.Helper()
+	dir, c, _ := operatorWithTimeout(t, 20*time.Second)
+	return dir, c
+}
+
+// operatorWithTimeout is operator whose class has the heartbeatTimeout,
+// and the handler.
+func operatorWithTimeout(t *testing.T, timeout time.Duration) (configDir string, c client.Client, h *guestendpoint.Handler) {
+	t.Helper()
 	scheme, err := macvirtscheme.New()
 	if err != nil {
 		t.Fatal(err)
@@ -48,10 +56,11 @@ func operator(t *testing.T) (configDir string, c client.Client) {
 	// The shortest heartbeatTimeout, so the agent is asked to heartbeat
 	// every 5 s (the least it is ever asked).
 	class := &macvirtv1alpha1.MacClass{ObjectMeta: metav1.ObjectMeta{Name: "sonoma"}}
-	class.Spec.Lifecycle.HeartbeatTimeout = &metav1.Duration{Duration: 20 * time.Second}
+	class.Spec.Lifecycle.HeartbeatTimeout = &metav1.Duration{Duration: timeout}
 	pool := &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: "ci"}, Spec: macvirtv1alpha1.MacPoolSpec{ClassName: "sonoma", Namespace: "macvirt-pools"}}
 	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(m, claim, class, pool).WithStatusSubresource(&macvirtv1alpha1.MacMachine{}).Build()
-	srv := httptest.NewTLSServer(&guestendpoint.Handler{Client: c})
+	h = &guestendpoint.Handler{Client: c}
+	srv := httptest.NewTLSServer(h)
 	t.Cleanup(srv.Close)
 
 	dir := t.TempDir()
@@ -62,7 +71,7 @@ func operator(t *testing.T) (configDir string, c client.Client) {
 			t.Fatal(err)
 		}
 	}
-	return dir, c
+	return dir, c, h
 }
 
 // linux is a Platform for tests: a fixed config dir, a home directory, and

@@ -21,6 +21,7 @@ type Speaker struct {
 	Logf  func(string, ...any)
 
 	v1Until time.Time
+	watch   watcher
 }
 
 func newSpeaker(p Platform, logf func(string, ...any)) *Speaker {
@@ -39,6 +40,19 @@ func (s *Speaker) Changed() <-chan struct{} {
 	}
 	return s.Tasks.Changed()
 }
+
+// Pushed is signalled when the operator's watch says the desired state
+// changed: the agent heartbeats now to take it. A Speaker holds the watch
+// from its first v2 answer on, until Stop.
+func (s *Speaker) Pushed() <-chan struct{} {
+	s.watch.mu.Lock()
+	defer s.watch.mu.Unlock()
+	s.watch.init(s.Logf)
+	return s.watch.pushed
+}
+
+// Stop ends the watch.
+func (s *Speaker) Stop() { s.watch.stop() }
 
 // Heartbeat sends one heartbeat and returns the desired state, running the
 // tasks a v2 answer hands over.
@@ -59,5 +73,6 @@ func (s *Speaker) Heartbeat(ctx context.Context, c *Client, facts Facts) (*guest
 		return nil, err
 	}
 	s.Tasks.Update(state.Binding, state.Tasks)
+	s.watch.heardFrom(ctx, c, state.Revision, s.Logf)
 	return &state.DesiredState, nil
 }

@@ -17,32 +17,34 @@ import (
 
 // bootstrap is what a heartbeat of the machine bound to claim gets and
 // records of the claim's bootstrap: the agent's reports of the binding's
-// parts (those of other bindings are dropped), and the part the agent is
+// parts (those of other bindings are dropped; reported is what the
+// heartbeat carries, or, for a watch, what status.guest recorded of the
+// last one, where a part not handed over is Pending), and the part the agent is
 // handed next (bootstrap.Next), once the agent has not reported it yet.
 // A part that cannot be handed over (a Secret the operator may not read,
 // a class that no longer allows it) is recorded as Pending with the reason,
 // and tried again with the next heartbeat. Secrets' values go only into
 // the answer, never into what is recorded.
 func (h *Handler) bootstrap(ctx context.Context, claim *macvirtv1alpha1.MacClaim, class *macvirtv1alpha1.MacClass,
-	reports []guestprotocol.TaskReport) ([]guestprotocol.Task, []macvirtv1alpha1.GuestTaskStatus, error) {
+	reported []macvirtv1alpha1.GuestTaskStatus) ([]guestprotocol.Task, []macvirtv1alpha1.GuestTaskStatus, error) {
 	parts := claim.Status.Bootstrap
 	if len(parts) == 0 {
 		return nil, nil, nil
 	}
-	byID := map[string]guestprotocol.TaskReport{}
-	for _, r := range reports {
+	byID := map[string]macvirtv1alpha1.GuestTaskStatus{}
+	for _, r := range reported {
 		byID[r.ID] = r
 	}
 	var recorded []macvirtv1alpha1.GuestTaskStatus
 	for _, p := range parts {
-		if r, ok := byID[bootstrap.TaskID(claim.UID, p.Name)]; ok {
-			recorded = append(recorded, guestTask(r))
+		if r, ok := byID[bootstrap.TaskID(claim.UID, p.Name)]; ok && r.State != macvirtv1alpha1.BootstrapPending {
+			recorded = append(recorded, r)
 		}
 	}
 	guest := &macvirtv1alpha1.GuestStatus{Tasks: recorded}
 	next, ok := bootstrap.Next(bootstrap.Observe(parts, claim.UID, guest))
 	id := bootstrap.TaskID(claim.UID, next.Name)
-	if _, taken := byID[id]; !ok || taken || next.State != macvirtv1alpha1.BootstrapPending {
+	if r, taken := byID[id]; !ok || (taken && r.State != macvirtv1alpha1.BootstrapPending) || next.State != macvirtv1alpha1.BootstrapPending {
 		// Nothing to hand over, or a part the agent took (one it no longer
 		// reports is never handed again: it ran, or may have).
 		return nil, recorded, nil
@@ -82,6 +84,15 @@ func (h *Handler) bootstrap(ctx context.Context, claim *macvirtv1alpha1.MacClaim
 // maxTaskBytes bounds a task as sent, leaving room in the agent's answer
 // (guestprotocol.MaxAnswerBytesV2) for the rest of it.
 const maxTaskBytes = guestprotocol.MaxAnswerBytesV2 - 512<<10
+
+// guestTasks are a heartbeat's task reports as status.guest records them.
+func guestTasks(reports []guestprotocol.TaskReport) []macvirtv1alpha1.GuestTaskStatus {
+	var out []macvirtv1alpha1.GuestTaskStatus
+	for _, r := range reports {
+		out = append(out, guestTask(r))
+	}
+	return out
+}
 
 // guestTask is a task report as status.guest records it, its output and
 // message without the escape sequences and control characters (but

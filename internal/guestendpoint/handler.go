@@ -57,6 +57,12 @@ type Handler struct {
 	// admin granted it. Without one, Client reads them.
 	Sources client.Reader
 
+	// WatchHold is how long a watch is held with nothing new
+	// (guestprotocol.WatchHold by default; at most that).
+	WatchHold time.Duration
+
+	watches watches
+
 	mu       sync.Mutex
 	limiters map[types.NamespacedName]*rate.Limiter
 	// sweepAt is the number of limiters at which the next new one first
@@ -81,9 +87,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == guestprotocol.HeartbeatPath {
 		version = guestprotocol.Version
 	}
+	if r.URL.Path == guestprotocol.WatchPath {
+		h.serveWatch(w, r)
+		return
+	}
 	if r.URL.Path != guestprotocol.HeartbeatPath && r.URL.Path != guestprotocol.HeartbeatPathV2 {
 		writeError(w, http.StatusNotFound, guestprotocol.ReasonUnsupported,
-			"no such endpoint; this server speaks "+guestprotocol.HeartbeatPathV2+" and "+guestprotocol.HeartbeatPath)
+			"no such endpoint; this server speaks "+guestprotocol.HeartbeatPathV2+", "+guestprotocol.WatchPath+" and "+guestprotocol.HeartbeatPath)
 		return
 	}
 	token, refused := checkBearerPost(w, r, "the machine's token")
@@ -131,7 +141,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, guestprotocol.ReasonStaleIdentity, msg)
 		return
 	}
-	state, tasks, err := h.desiredState(ctx, m, version, hb.Tasks)
+	state, tasks, err := h.desiredState(ctx, m, version, guestTasks(hb.Tasks))
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "reading a machine's desired state", "machine", key)
 		writeError(w, http.StatusInternalServerError, guestprotocol.ReasonInternal, "reading the desired state failed; retry")
@@ -142,12 +152,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, guestprotocol.ReasonInternal, "recording the heartbeat failed; retry")
 		return
 	}
+	h.watches.wrote(key, m.ResourceVersion, h.now())
 	heartbeats.WithLabelValues(resultAccepted).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	if version == guestprotocol.Version {
 		_ = json.NewEncoder(w).Encode(state.DesiredState)
 		return
 	}
+	state.Revision = guestprotocol.Revision(*state)
 	_ = json.NewEncoder(w).Encode(state)
 }
 
@@ -206,7 +218,7 @@ func init() { ctrlmetrics.Registry.MustRegister(Collectors()...) }
 
 // Collectors is every metric the endpoint exports.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{heartbeats, hostConfigs, hostTunnelRequests}
+	return []prometheus.Collector{heartbeats, watchAnswers, watchesHeld, hostConfigs, hostTunnelRequests}
 }
 
 // limiter is the machine's rate limiter. Before adding one to a map that
@@ -272,7 +284,7 @@ func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb 
 // the machine's name as hostname, and an interval a quarter of the
 // heartbeatTimeout the machine is held to (5s to 60s); with the tasks to
 // record in status.guest.
-func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachine, version string, reports []guestprotocol.TaskReport) (
+func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachine, version string, reported []macvirtv1alpha1.GuestTaskStatus) (
 	*guestprotocol.DesiredStateV2, []macvirtv1alpha1.GuestTaskStatus, error) {
 	answer := &guestprotocol.DesiredStateV2{DesiredState: guestprotocol.DesiredState{Hostname: m.Name, SSHUser: guestprotocol.DefaultSSHUser,
 		SSHAuthorizedKeys: []string{}}}
@@ -310,7 +322,7 @@ func (h *Handler) desiredState(ctx context.Context, m *macvirtv1alpha1.MacMachin
 					class = res.Class
 				}
 				if version != guestprotocol.Version {
-					if answer.Tasks, tasks, err = h.bootstrap(ctx, claim, class, reports); err != nil {
+					if answer.Tasks, tasks, err = h.bootstrap(ctx, claim, class, reported); err != nil {
 						return nil, nil, err
 					}
 					if waitingForSource(tasks) {

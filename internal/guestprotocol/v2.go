@@ -95,6 +95,9 @@ type DesiredStateV2 struct {
 	Binding string `json:"binding"`
 	// Tasks are to be run in order, one at a time, each exactly once.
 	Tasks []Task `json:"tasks,omitempty"`
+	// Revision names this answer (Revision) for the agent's watch
+	// (watch.go); an operator from before the watch sends none.
+	Revision string `json:"revision,omitempty"`
 }
 
 // Task is work the agent does once: place the files, then run the script

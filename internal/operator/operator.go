@@ -167,10 +167,14 @@ func compose(ctx context.Context, mgr ctrl.Manager, opts *Options, dev *devserve
 	}
 	var listeningSince func() time.Time
 	if agentServer != nil {
-		agentServer.Handler = &guestendpoint.Handler{Client: mgr.GetClient(), Sources: mgr.GetAPIReader(),
+		endpoint := &guestendpoint.Handler{Client: mgr.GetClient(), Sources: mgr.GetAPIReader(),
 			Classes: classhistory.Resolver{Snapshots: snapshots, Namespace: namespace},
 			Hosts: &guestendpoint.HostConfigHandler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Address: agent,
 				Tunnels: hostTunnels}}
+		if err := notifyWatches(ctx, mgr.GetCache(), endpoint.Changed); err != nil {
+			return err
+		}
+		agentServer.Handler = endpoint
 		agentServer.TLSOpts = tlsOpts
 		if err := mgr.Add(agentServer); err != nil {
 			return fmt.Errorf("adding the guest-agent endpoint: %w", err)

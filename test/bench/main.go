@@ -39,8 +39,10 @@
 // on a warm pool of a quiet cluster (-single claims, each created once
 // the one before is Ready), from its create to Ready; and the operator's
 // memory with 5,000 MacMachines in its cache, measured in a process of its
-// own. With -profile-dir it also writes CPU profiles of the API server and
-// of the operator's process. Run it with `make bench`.
+// own; and the agent endpoint's memory and goroutines with -watches guest
+// agents (10,000) holding their watch (watches.go). With -profile-dir it
+// also writes CPU profiles of the API server and of the operator's
+// process. Run it with `make bench`.
 package main
 
 import (
@@ -76,6 +78,11 @@ func main() {
 	cacheN := flag.Int("cache-machines", 5000, "MacMachines in the cache for the memory figure (0 skips it)")
 	suspended := flag.Int("suspended", 50, "claims made one at a time on a pool of suspended Macs on two fake Apple-silicon hosts (0 skips it)")
 	resume := flag.Duration("resume", 3*time.Second, "how long the fake tart takes to restore a suspended VM (-suspended)")
+	watches := flag.Int("watches", 10000, "guest agents holding their watch on the agent endpoint, for its memory and goroutines (0 skips it)")
+	watchServerN := flag.Int("watch-server", 0, "internal: be the agent endpoint's process of the watch figure, for this many agents")
+	watchAgentsN := flag.Int("watch-agents", 0, "internal: be the agents' process of the watch figure, this many agents")
+	watchEndpoint := flag.String("watch-endpoint", "", "internal: the endpoint of -watch-agents")
+	watchCA := flag.String("watch-ca", "", "internal: the CA bundle of -watch-agents")
 	kcm := flag.String("kube-controller-manager", filepath.Join(cluster.RepoRoot(), "bin", "envtest", "kube-controller-manager"),
 		"kube-controller-manager binary (make envtest builds it)")
 	flag.IntVar(&benchWorkers, "workers", 16, "claim workers of the operator")
@@ -88,6 +95,10 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel)))
 	var err error
 	switch {
+	case *watchServerN > 0:
+		err = watchServer(*watchServerN)
+	case *watchAgentsN > 0:
+		err = watchAgents(*watchAgentsN, *watchEndpoint, *watchCA)
 	case *memoryNS != "":
 		err = memoryOf(*kubeconfig, *memoryNS)
 	case *operatorKubeconfig != "":
@@ -99,6 +110,10 @@ func main() {
 		}
 		if err == nil {
 			err = run(ns, *runs, *single, *cacheN, *kcm)
+		}
+		if err == nil && *watches > 0 {
+			fmt.Fprintf(os.Stderr, "bench: %d agents holding their watch...\n", *watches)
+			err = benchWatches(context.Background(), *watches)
 		}
 		if err == nil && *suspended > 0 {
 			fmt.Fprintf(os.Stderr, "bench: %d claims one at a time on a suspended pool...\n", *suspended)

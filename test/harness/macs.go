@@ -427,6 +427,7 @@ func (m *Macs) hostedGuest(ctx context.Context, home, vm string, mm *macvirtv1al
 		Logf: func(f string, args ...any) { log.V(1).Info(fmt.Sprintf(f, args...)) }}}
 	// The VM's processes end with it.
 	defer speaker.Tasks.Stop()
+	defer speaker.Stop()
 	host, address := mm.Spec.HostName, mm.Status.Host.Address
 	var sshd *simulator.GuestSSH
 	defer func() {
@@ -452,6 +453,8 @@ func (m *Macs) hostedGuest(ctx context.Context, home, vm string, mm *macvirtv1al
 			case <-ctx.Done():
 				return
 			case <-speaker.Changed():
+				waiting = false
+			case <-speaker.Pushed():
 				waiting = false
 			case <-time.After(100 * time.Millisecond):
 				waiting = time.Now().Before(due) && stamp() == seen

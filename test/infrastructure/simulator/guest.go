@@ -112,7 +112,7 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 			Logf: func(f string, args ...any) { log.V(1).Info(fmt.Sprintf(f, args...)) }}}
 	}
 	speaker := newAgent()
-	defer func() { speaker.Tasks.Stop() }()
+	defer func() { speaker.Tasks.Stop(); speaker.Stop() }()
 	restarting := false
 	for {
 		select {
@@ -120,11 +120,13 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 			return
 		case <-time.After(wait):
 		case <-speaker.Changed():
+		case <-speaker.Pushed():
 		}
 		if s.hasFault(GuestReboot, vmi.Namespace, vmi.Name) {
 			// Rebooting: silent until the fault is cleared, then a new boot,
 			// whose processes are gone.
 			speaker.Tasks.Stop()
+			speaker.Stop()
 			rebooting, wait = true, 100*time.Millisecond
 			continue
 		}
@@ -135,6 +137,7 @@ func (s *Simulator) runGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 		}
 		if s.hasFault(GuestAgentRestart, vmi.Namespace, vmi.Name) {
 			// The agent is down; what it started runs on.
+			speaker.Stop()
 			restarting, wait = true, 100*time.Millisecond
 			continue
 		}
