@@ -82,6 +82,19 @@ func PoolHolds(pool *macvirtv1alpha1.MacPool, m *macvirtv1alpha1.MacMachine) boo
 	return ref != nil && ref.Kind == "MacPool" && ref.UID == pool.UID && ref.APIVersion == macvirtv1alpha1.GroupVersion.String()
 }
 
+// PoolServes reports whether the pool's idle machines are for the claim. A
+// pool a runner set or a Buildkite queue keeps warm for its own runners
+// (it carries the set's or the queue's label) serves only claims that name
+// it: its Macs are there for that set's next jobs, and a claim by class
+// (a tenant's, or another set's) taking them would leave those jobs
+// waiting for a boot. Any other pool serves the claims of its class.
+func PoolServes(pool *macvirtv1alpha1.MacPool, claim *macvirtv1alpha1.MacClaim) bool {
+	if claim.Spec.PoolName != "" {
+		return claim.Spec.PoolName == pool.Name
+	}
+	return pool.Labels[macvirtv1alpha1.LabelRunnerSet] == "" && pool.Labels[macvirtv1alpha1.LabelBuildkiteQueue] == ""
+}
+
 // MayServe reports whether a machine can be the machine of claims of the
 // namespace: one made on demand in that namespace, or a pool's machine in
 // that pool's namespace (pool is the pool its label names, nil when none

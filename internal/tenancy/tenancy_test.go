@@ -135,3 +135,34 @@ func TestBootstrap(t *testing.T) {
 		})
 	}
 }
+
+func TestPoolServes(t *testing.T) {
+	pool := func(name string, labels map[string]string) *macvirtv1alpha1.MacPool {
+		return &macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	}
+	byClass := &macvirtv1alpha1.MacClaim{Spec: macvirtv1alpha1.MacClaimSpec{ClassName: "sonoma"}}
+	byPool := func(name string) *macvirtv1alpha1.MacClaim {
+		return &macvirtv1alpha1.MacClaim{Spec: macvirtv1alpha1.MacClaimSpec{PoolName: name}}
+	}
+	setPool := pool("runners-ci-ios", map[string]string{macvirtv1alpha1.LabelRunnerSet: "ios", macvirtv1alpha1.LabelRunnerSetNamespace: "ci"})
+	queuePool := pool("buildkite-ci-mac", map[string]string{macvirtv1alpha1.LabelBuildkiteQueue: "mac"})
+	for _, tc := range []struct {
+		name  string
+		pool  *macvirtv1alpha1.MacPool
+		claim *macvirtv1alpha1.MacClaim
+		want  bool
+	}{
+		{"an admin's pool serves claims of its class", pool("sonoma-warm", nil), byClass, true},
+		{"an admin's pool serves claims naming it", pool("sonoma-warm", nil), byPool("sonoma-warm"), true},
+		{"a pool serves no claim naming another", pool("sonoma-warm", nil), byPool("other"), false},
+		{"a runner set's pool serves no claim by class", setPool, byClass, false},
+		{"a runner set's pool serves no other set's claims", setPool, byPool("runners-ci-macos"), false},
+		{"a runner set's pool serves its own set's claims", setPool, byPool("runners-ci-ios"), true},
+		{"a Buildkite queue's pool serves no claim by class", queuePool, byClass, false},
+		{"a Buildkite queue's pool serves its queue's claims", queuePool, byPool("buildkite-ci-mac"), true},
+	} {
+		if got := PoolServes(tc.pool, tc.claim); got != tc.want {
+			t.Errorf("%s: PoolServes = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

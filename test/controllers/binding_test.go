@@ -146,6 +146,49 @@ var _ = Describe("Binding", func() {
 		Entry("with 4 workers", 4),
 	)
 
+	It("never hands a runner set's warm Macs to a claim by class, and hands them to the set's own claims", func() {
+		DeferCleanup(startOperator(claimsOnly))
+		// Not on demand: a claim with no idle Mac for it waits.
+		class := newClass(func(c *macvirtv1alpha1.MacClass) { c.Spec.Tenancy.OnDemand = ptrTo(false) })
+		setPool, setNS := newPool(class.Name, 2, 2, paused, func(p *macvirtv1alpha1.MacPool) {
+			p.Labels = map[string]string{macvirtv1alpha1.LabelRunnerSet: "ios", macvirtv1alpha1.LabelRunnerSetNamespace: "ci"}
+		})
+		readyIdleMachines(setPool, class, 2)
+		adminPool, adminNS := newPool(class.Name, 1, 1, paused)
+		readyIdleMachines(adminPool, class, 1)
+		ns := newNamespace()
+		byClass := func() *macvirtv1alpha1.MacClaim {
+			return newClaim(ns, func(c *macvirtv1alpha1.MacClaim) { c.Spec.ClassName = class.Name })
+		}
+		first := byClass()
+		Eventually(func() string {
+			if ref := getClaim(key(first)).Status.MachineRef; ref != nil {
+				return ref.Namespace
+			}
+			return ""
+		}).WithTimeout(timeout).Should(Equal(adminNS), "the class's claim takes the admin's pool's Mac")
+		second := byClass()
+		Eventually(func() string {
+			for _, c := range getClaim(key(second)).Status.Conditions {
+				if c.Reason == macvirtv1alpha1.ReasonWaitingForMachine {
+					return c.Message
+				}
+			}
+			return ""
+		}).WithTimeout(timeout).Should(ContainSubstring("no idle machine in class/"+class.Name),
+			"with only the set's warm Macs idle, a claim by class waits")
+		for _, m := range machinesIn(setNS) {
+			Expect(m.Spec.ClaimRef).To(BeNil(), "the set's warm Mac %s was handed to a claim by class", m.Name)
+		}
+		own := newClaim(ns, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = setPool.Name })
+		Eventually(func() string {
+			if ref := getClaim(key(own)).Status.MachineRef; ref != nil {
+				return ref.Namespace
+			}
+			return ""
+		}).WithTimeout(timeout).Should(Equal(setNS), "the set's own claim takes its warm Mac")
+	})
+
 	It("stays one to one with two operators running at once and a client that conflicts and lists stale", func() {
 		var clients []*faultyClient
 		for range 2 {

@@ -56,9 +56,22 @@ func (r *Reconciler) bind(ctx context.Context, s *claimScope) (bool, error) {
 	if err := r.List(ctx, &list, client.MatchingFields{index.MachineBindable: index.BindKey(s.claim)}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, fmt.Errorf("listing idle machines for %s: %w", index.BindKey(s.claim), err)
 	}
+	pools := poolLookup{}
 	candidates := make([]*macvirtv1alpha1.MacMachine, 0, len(list.Items))
 	for i := range list.Items {
-		candidates = append(candidates, &list.Items[i])
+		m := &list.Items[i]
+		if s.claim.Spec.PoolName == "" {
+			// A claim by class never takes a runner set's or a queue's
+			// warm Mac (tenancy.PoolServes).
+			pool, err := pools.get(ctx, r.Client, m.Labels[macvirtv1alpha1.LabelPool])
+			if err != nil {
+				return false, err
+			}
+			if pool != nil && !tenancy.PoolServes(pool, s.claim) {
+				continue
+			}
+		}
+		candidates = append(candidates, m)
 	}
 	if anySuspended(candidates) {
 		r.resuming.Lock()
@@ -70,7 +83,7 @@ func (r *Reconciler) bind(ctx context.Context, s *claimScope) (bool, error) {
 	}
 	// Checked in the order they are tried, so a bind looks closer only at
 	// the machines it tries, usually one.
-	pools, held := poolLookup{}, 0
+	held := 0
 	order, noSlot := tieredOrder(s.claim.UID, candidates, free)
 	for m := range order {
 		pool, err := pools.get(ctx, r.Client, m.Labels[macvirtv1alpha1.LabelPool])
