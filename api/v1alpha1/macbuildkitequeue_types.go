@@ -48,8 +48,11 @@ type MacBuildkiteQueueSpec struct {
 	// +optional
 	PoolName string `json:"poolName,omitempty"`
 
-	// maxAgents caps the queue's agents (Macs claimed, booting or running
-	// a job) and the warm Macs of its pool together.
+	// maxAgents caps the queue's agents that may take a job (waiting for
+	// or booting a Mac, or running a job). An agent whose job ended does
+	// not count while its Mac stops gracefully: at most twice maxAgents
+	// claims exist, and the queue's own pool holds at most twice maxAgents
+	// Macs, those stopping included; licence slots bound what runs.
 	// +required
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=500

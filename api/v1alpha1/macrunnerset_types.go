@@ -63,8 +63,11 @@ type MacRunnerSetSpec struct {
 	// +optional
 	PoolName string `json:"poolName,omitempty"`
 
-	// maxRunners caps the set's runners (Macs claimed, booting, idle or
-	// running a job) and the warm Macs of its pool together.
+	// maxRunners caps the set's runners that may take a job (waiting for
+	// or booting a Mac, idle, or running a job). A runner whose job ended
+	// does not count while its Mac stops gracefully: at most twice
+	// maxRunners claims exist, and the set's own pool holds at most twice
+	// maxRunners Macs, those stopping included; licence slots bound what runs.
 	// +required
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=500

@@ -57,9 +57,10 @@ func RunnerClaim(set *Set, name string, task macvirtv1alpha1.Bootstrap) *macvirt
 }
 
 // OwnedPool is the set's warm pool: its class, idle as planned, never more
-// machines than maxRunners.
+// machines than the set keeps claims (MaxClaims: a runner's Mac being
+// released is still the pool's until it has stopped).
 func OwnedPool(set *Set, idle int32) *macvirtv1alpha1.MacPool {
-	maxMachines := set.MaxRunners
+	maxMachines := int32(MaxClaims(int(set.MaxRunners))) //nolint:gosec // twice an int32 maxRunners the schema bounds.
 	labels := map[string]string{}
 	for k, v := range set.PoolLabels {
 		labels[k] = v

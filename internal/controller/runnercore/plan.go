@@ -92,19 +92,28 @@ type Plan struct {
 // Decide is the runner set's one decision: each runner's state, which to
 // release (finished, dead, timed out, or surplus when the CI system wants
 // fewer),
-// how many to create, and the warm pool's idle target. Never more claims
-// than maxRunners exist at once, finishing ones included, and no runner
-// that runs a job is released as surplus.
+// how many to create, and the warm pool's idle target. maxRunners bounds
+// the runners that may take a job (provisioning, idle, running): a runner
+// whose job is over is not one once its release began (its claim is being
+// deleted), and a new job must not wait for its Mac's graceful stop, which
+// may take minutes; that Mac holds its licence slot
+// until it has stopped, and the slots, not this count, say when the new
+// runner's Mac may start. So that a release that never ends cannot pile up
+// claims, never more than MaxClaims(maxRunners) claims exist, finishing
+// ones included. No runner that runs a job is released as surplus.
 func Decide(in PlanInput) Plan {
 	var p Plan
 	p.Runners = make([]Decision, 0, len(in.Runners))
 	for _, r := range in.Runners {
 		p.Runners = append(p.Runners, classify(in, r))
 	}
-	active := 0
+	active, releasing := 0, 0
 	for _, d := range p.Runners {
-		if d.State != macvirtv1alpha1.RunnerFinishing {
+		switch {
+		case d.State != macvirtv1alpha1.RunnerFinishing:
 			active++
+		case d.Release:
+			releasing++
 		}
 	}
 	if in.Known {
@@ -115,7 +124,10 @@ func Decide(in PlanInput) Plan {
 			active -= surplus - remainingSurplus(p, surplus)
 		}
 		if want := p.Desired - active; want > 0 {
-			p.Create = max(0, min(want, in.MaxRunners-len(in.Runners)))
+			// A runner this very plan releases still counts: what its
+			// release does to the demand (a Buildkite job failed with it)
+			// shows in the next plan, which its claim's deletion wakes.
+			p.Create = max(0, min(want, in.MaxRunners-active-releasing, MaxClaims(in.MaxRunners)-len(in.Runners)))
 		}
 	}
 	unbound := p.Create
@@ -139,6 +151,10 @@ func Decide(in PlanInput) Plan {
 	}
 	return p
 }
+
+// MaxClaims is the most runner claims a set keeps, those of finished
+// runners whose Macs are being released included: twice maxRunners.
+func MaxClaims(maxRunners int) int { return 2 * maxRunners }
 
 // classify says where one runner is and whether it is done.
 func classify(in PlanInput, r Facts) Decision {

@@ -37,10 +37,19 @@ func TestDecide(t *testing.T) {
 		{name: "nothing assigned, nothing to do", in: baseInput(0)},
 		{name: "jobs assigned create runners", in: baseInput(3), create: 3, desired: 3},
 		{name: "creation never exceeds maxRunners", in: baseInput(9), create: 5, desired: 5, atMax: true},
-		{name: "finishing claims count against maxRunners",
+		{name: "a Mac being released does not hold back a new runner",
 			in:     baseInput(5, Facts{Name: "a", Created: recent, Deleting: true}, Facts{Name: "b", Created: recent, Deleting: true}),
-			create: 3, desired: 5,
+			create: 5, desired: 5,
 			states: map[string]macvirtv1alpha1.RunnerState{"a": macvirtv1alpha1.RunnerFinishing, "b": macvirtv1alpha1.RunnerFinishing}},
+		{name: "a runner this plan releases is replaced by the next plan, not this one",
+			in:       baseInput(5, Facts{Name: "a", Created: recent, Job: job("7", recent), Result: "succeeded"}),
+			released: map[string]string{"a": ""}, create: 4, desired: 5},
+		{name: "releases that never end hold at most twice maxRunners claims",
+			in: baseInput(5, Facts{Name: "a", Created: recent, Deleting: true}, Facts{Name: "b", Created: recent, Deleting: true},
+				Facts{Name: "c", Created: recent, Deleting: true}, Facts{Name: "d", Created: recent, Deleting: true},
+				Facts{Name: "e", Created: recent, Deleting: true}, Facts{Name: "f", Created: recent, Deleting: true},
+				Facts{Name: "g", Created: recent, Deleting: true}, Facts{Name: "h", Created: recent, Deleting: true}),
+			create: 2, desired: 5},
 		{name: "unknown statistics create and release nothing",
 			in: PlanInput{Now: t0, Assigned: 0, MaxRunners: 5, JobTimeout: time.Hour, RegistrationTimeout: time.Hour,
 				Runners: []Facts{{Name: "a", Created: recent, Bound: true}}},
@@ -125,9 +134,14 @@ func TestDecide(t *testing.T) {
 					t.Errorf("released %v, want %v", released, tc.released)
 				}
 			}
-			total := len(tc.in.Runners) + p.Create
-			if total > tc.in.MaxRunners {
-				t.Errorf("%d claims would exist, maxRunners %d", total, tc.in.MaxRunners)
+			total, active := len(tc.in.Runners)+p.Create, p.Create
+			for i, d := range p.Runners {
+				if d.State != macvirtv1alpha1.RunnerFinishing || !tc.in.Runners[i].Deleting {
+					active++
+				}
+			}
+			if active > tc.in.MaxRunners || total > MaxClaims(tc.in.MaxRunners) {
+				t.Errorf("%d runners that may take a job and %d claims would exist, maxRunners %d", active, total, tc.in.MaxRunners)
 			}
 		})
 	}
