@@ -236,6 +236,31 @@ func (c *Client) RemoveRunner(ctx context.Context, name string) (bool, error) {
 	return c.RemoveRunnerByID(ctx, int64(ref.ID), name)
 }
 
+// RemoveScaleSetRunner removes a runner whose id is known once the
+// scale-set service says it is a runner of scaleSetID: one that is
+// another scale set's (a set of the same name in another namespace, say)
+// is left alone and reported as not removed.
+func (c *Client) RemoveScaleSetRunner(ctx context.Context, scaleSetID int, id int64, name string) (bool, error) {
+	ref, err := c.actions.GetRunner(ctx, int(id))
+	switch {
+	case err != nil && errors.Is(err, scaleset.RunnerNotFoundError), err == nil && ref == nil:
+		return true, nil
+	case err != nil && notFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("asking the scale-set service for runner %s: %w", name, err)
+	case ref.RunnerScaleSetID != scaleSetID:
+		return false, nil
+	}
+	return c.RemoveRunnerByID(ctx, id, name)
+}
+
+// notFound reports whether err is the scale-set service's 404.
+func notFound(err error) bool {
+	m := statusInError.FindStringSubmatch(err.Error())
+	return m != nil && m[1] == "404"
+}
+
 // RemoveRunnerByID removes a runner whose id is known.
 func (c *Client) RemoveRunnerByID(ctx context.Context, id int64, name string) (bool, error) {
 	err := c.actions.RemoveRunner(ctx, id)
@@ -258,8 +283,13 @@ type Runner struct {
 }
 
 // ListRunners lists the scope's self-hosted runners that carry label (a
-// scale set's runners carry its name).
-func (c *Client) ListRunners(ctx context.Context, label string) ([]Runner, error) {
+// scale set's runners carry its name) or whose name owns says is the
+// set's: a scale set's runners may show no labels in this list (as
+// reported against GitHub's own scale-set controller), and a set that read
+// only labels would see its idle runners as never online, and no leak.
+// Before removing one it did not see labelled, a set asks the scale-set
+// service whose runner it is (RemoveScaleSetRunner).
+func (c *Client) ListRunners(ctx context.Context, label string, owns func(name string) bool) ([]Runner, error) {
 	opts := &gogithub.ListRunnersOptions{ListOptions: gogithub.ListOptions{PerPage: 100}}
 	var out []Runner
 	for {
@@ -277,7 +307,7 @@ func (c *Client) ListRunners(ctx context.Context, label string) ([]Runner, error
 			return nil, fmt.Errorf("listing the runners of %s: %w", c.scope.URL, err)
 		}
 		for _, r := range page.Runners {
-			if !hasLabel(r, label) {
+			if !hasLabel(r, label) && (owns == nil || !owns(r.GetName())) {
 				continue
 			}
 			out = append(out, Runner{ID: r.GetID(), Name: r.GetName(), Online: r.GetStatus() == "online", Busy: r.GetBusy()})

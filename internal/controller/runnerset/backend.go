@@ -93,7 +93,7 @@ func (g gitHub) Unregister(ctx context.Context, name string) error {
 // Forget removes a runner no claim backs from the scale set.
 func (g gitHub) Forget(ctx context.Context, reg runnercore.Registration) (bool, error) {
 	gh := g.s.Demand.Client
-	gone, err := gh.RemoveRunnerByID(ctx, reg.ID, reg.Name)
+	gone, err := gh.RemoveScaleSetRunner(ctx, g.s.Demand.ScaleSetID, reg.ID, reg.Name)
 	return gone, g.answer(gh, err)
 }
 

@@ -76,13 +76,14 @@ func (r *Reconciler) unregister(ctx context.Context, s *setScope) error {
 		}
 	}
 	r.Listeners.Stop(s.Key)
-	runners, err := c.ListRunners(ctx, s.Set.EffectiveScaleSetName())
+	owns := func(name string) bool { return runnercore.OwnsName(s.Set.Name, name) }
+	runners, err := c.ListRunners(ctx, s.Set.EffectiveScaleSetName(), owns)
 	if err != nil {
 		return err
 	}
 	for _, gr := range runners {
 		if runnercore.OwnsName(s.Set.Name, gr.Name) {
-			if _, err := c.RemoveRunnerByID(ctx, gr.ID, gr.Name); err != nil {
+			if _, err := c.RemoveScaleSetRunner(ctx, id, gr.ID, gr.Name); err != nil {
 				return err
 			}
 		}

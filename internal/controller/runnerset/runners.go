@@ -20,7 +20,7 @@ func (r *Reconciler) refreshRunners(ctx context.Context, s *setScope) (bool, err
 	if c == nil || s.Demand.ScaleSetID == 0 || r.now().Sub(s.Demand.RunnersAt) < r.resync() {
 		return true, nil
 	}
-	runners, err := c.ListRunners(ctx, s.Set.EffectiveScaleSetName())
+	runners, err := c.ListRunners(ctx, s.Set.EffectiveScaleSetName(), func(name string) bool { return runnercore.OwnsName(s.Set.Name, name) })
 	if err != nil {
 		r.githubFailed(s, c, err)
 		return true, nil

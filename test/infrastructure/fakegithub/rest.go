@@ -242,6 +242,9 @@ func (s *Server) restRunnerLocked(r *runner) restRunner {
 	if r.online {
 		out.Status = "online"
 	}
+	if s.unlabelledREST {
+		return out
+	}
 	for _, name := range r.set.labelNames() {
 		key := strings.ToLower(name)
 		id, ok := s.labelIDs[key]

@@ -78,8 +78,10 @@ type Server struct {
 	failUntil time.Time
 	// dropSessionCloses: see DropSessionCloses.
 	dropSessionCloses bool
-	failStatus        int
-	rateUntil         time.Time
+	// unlabelledREST: see UnlabelRESTRunners.
+	unlabelledREST bool
+	failStatus     int
+	rateUntil      time.Time
 
 	groups      []runnerGroup
 	instTokens  map[string]installationToken
@@ -399,6 +401,15 @@ func authToken(r *http.Request, schemes ...string) string {
 		}
 	}
 	return ""
+}
+
+// UnlabelRESTRunners makes the REST API, while on, list scale-set runners
+// without labels, as reports against GitHub's own scale-set controller say
+// it may: a client that finds a set's runners there by label finds none.
+func (s *Server) UnlabelRESTRunners(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unlabelledREST = on
 }
 
 // DropSessionCloses makes the server, while on, answer a session's close
