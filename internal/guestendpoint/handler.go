@@ -102,17 +102,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hb, err := decode(w, r, version)
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.Is(err, guestprotocol.ErrTooLarge) || errors.As(err, &tooLarge):
-		limit := guestprotocol.MaxBodyBytesV2
-		if version == guestprotocol.Version {
-			limit = guestprotocol.MaxBodyBytes
-		}
-		writeError(w, http.StatusRequestEntityTooLarge, guestprotocol.ReasonTooLarge, fmt.Sprintf("the body is larger than %d bytes", limit))
-		return
-	case err != nil:
-		writeError(w, http.StatusBadRequest, guestprotocol.ReasonMalformed, err.Error())
+	limit := guestprotocol.MaxBodyBytesV2
+	if version == guestprotocol.Version {
+		limit = guestprotocol.MaxBodyBytes
+	}
+	if refused := badBody(err, limit); refused != nil {
+		writeError(w, refused.code, refused.reason, refused.msg)
 		return
 	}
 	ctx := r.Context()
@@ -395,6 +390,19 @@ func writeError(w http.ResponseWriter, code int, reason, msg string) {
 type refusal struct {
 	code        int
 	reason, msg string
+}
+
+// badBody is the refusal of a body that could not be decoded (err) under
+// its limit in bytes; nil when err is.
+func badBody(err error, limit int) *refusal {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.Is(err, guestprotocol.ErrTooLarge) || errors.As(err, &tooLarge):
+		return &refusal{http.StatusRequestEntityTooLarge, guestprotocol.ReasonTooLarge, fmt.Sprintf("the body is larger than %d bytes", limit)}
+	case err != nil:
+		return &refusal{http.StatusBadRequest, guestprotocol.ReasonMalformed, err.Error()}
+	}
+	return nil
 }
 
 // checkBearerPost checks what both of the endpoint's routes take: a POST

@@ -3,7 +3,6 @@ package guestendpoint
 import (
 	"crypto/subtle"
 	"encoding/json"
-	"errors"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -49,13 +48,8 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, err := guestprotocol.DecodeWatch(http.MaxBytesReader(w, r.Body, guestprotocol.MaxWatchBodyBytes))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.Is(err, guestprotocol.ErrTooLarge) || errors.As(err, &tooLarge):
-		writeWatchError(w, http.StatusRequestEntityTooLarge, guestprotocol.ReasonTooLarge, "a watch request is at most 1 KiB")
-		return
-	case err != nil:
-		writeWatchError(w, http.StatusBadRequest, guestprotocol.ReasonMalformed, err.Error())
+	if refused := badBody(err, guestprotocol.MaxWatchBodyBytes); refused != nil {
+		writeWatchError(w, refused.code, refused.reason, refused.msg)
 		return
 	}
 	ctx := r.Context()
