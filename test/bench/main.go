@@ -39,8 +39,10 @@
 // on a warm pool of a quiet cluster (-single claims, each created once
 // the one before is Ready), from its create to Ready; and the operator's
 // memory with 5,000 MacMachines in its cache, measured in a process of its
-// own; and the agent endpoint's memory and goroutines with -watches guest
-// agents (10,000) holding their watch (watches.go). With -profile-dir it
+// own; the CI rows (-ci, ci.go): jobs queued at once on a runner set's
+// warm Macs with the GitHub fake and simulated guests, timed from queued to
+// running; and the agent endpoint's memory and goroutines with -watches
+// guest agents (10,000) holding their watch (watches.go). With -profile-dir it
 // also writes CPU profiles of the API server and of the operator's
 // process. Run it with `make bench`.
 package main
@@ -68,16 +70,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	macvirtscheme "github.com/macvirt/macvirt/internal/scheme"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
 func main() {
-	sizes := flag.String("n", "200,1000,2000", "claims and idle machines (and PVCs and PVs) per side: a comma-separated list of sizes")
+	// The CI rows' guests run this binary as GitHub's runner.
+	if code, played := harness.PlayGuestRole(); played {
+		os.Exit(code)
+	}
+	sizes := flag.String("n", "200,1000,2000", "claims and idle machines (and PVCs and PVs) per side: a comma-separated list of sizes (empty skips the binding rows)")
 	runs := flag.Int("runs", 3, "runs per size, the sides in alternating order, each against an API server of its own; the median is the headline")
 	single := flag.Int("single", 50, "claims created one at a time on a warm pool of as many idle machines, for the latency a user sees (0 skips it)")
 	cacheN := flag.Int("cache-machines", 5000, "MacMachines in the cache for the memory figure (0 skips it)")
 	suspended := flag.Int("suspended", 50, "claims made one at a time on a pool of suspended Macs on two fake Apple-silicon hosts (0 skips it)")
 	resume := flag.Duration("resume", 3*time.Second, "how long the fake tart takes to restore a suspended VM (-suspended)")
+	ciSizes := flag.String("ci", "500:500:500,200:50:100", "CI rows, jobs:warm:maxRunners each: jobs queued at once on a runner set's warm Macs (empty skips them)")
+	ciRuns := flag.Int("ci-runs", 3, "runs per CI row; the median is the headline")
+	ciRun := flag.String("ci-run", "", "internal: be the process of one CI run of this size")
 	watches := flag.Int("watches", 10000, "guest agents holding their watch on the agent endpoint, for its memory and goroutines (0 skips it)")
 	watchServerN := flag.Int("watch-server", 0, "internal: be the agent endpoint's process of the watch figure, for this many agents")
 	watchAgentsN := flag.Int("watch-agents", 0, "internal: be the agents' process of the watch figure, this many agents")
@@ -95,6 +105,8 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel)))
 	var err error
 	switch {
+	case *ciRun != "":
+		err = ciRunMain(*ciRun)
 	case *watchServerN > 0:
 		err = watchServer(*watchServerN)
 	case *watchAgentsN > 0:
@@ -105,11 +117,19 @@ func main() {
 		err = operatorMain(*operatorKubeconfig)
 	default:
 		var ns []int
-		if ns, err = parseSizes(*sizes); err == nil && *runs < 1 {
-			err = fmt.Errorf("-runs %d: at least one", *runs)
+		if *sizes != "" {
+			if ns, err = parseSizes(*sizes); err == nil && *runs < 1 {
+				err = fmt.Errorf("-runs %d: at least one", *runs)
+			}
 		}
 		if err == nil {
 			err = run(ns, *runs, *single, *cacheN, *kcm)
+		}
+		if err == nil && *ciSizes != "" {
+			var sizes []ciSize
+			if sizes, err = parseCISizes(*ciSizes); err == nil {
+				err = benchCIRows(context.Background(), sizes, max(*ciRuns, 1))
+			}
 		}
 		if err == nil && *watches > 0 {
 			fmt.Fprintf(os.Stderr, "bench: %d agents holding their watch...\n", *watches)
@@ -153,6 +173,16 @@ type runResult struct {
 // no run inherits another's objects, then the single claims and the memory
 // figure against others.
 func run(sizes []int, runs, single, cacheN int, kcm string) error {
+	if len(sizes) > 0 {
+		if err := runBinding(sizes, runs, kcm); err != nil {
+			return err
+		}
+	}
+	return runSingleAndMemory(single, cacheN)
+}
+
+// runBinding is the binding rows: each size's runs, both sides.
+func runBinding(sizes []int, runs int, kcm string) error {
 	fmt.Printf("binding N claims over N idle Ready machines (macvirt) and N PVCs over N PVs (the PV binder), %d runs per size, "+
 		"one envtest API server per run, %d cores\n\n", runs, runtime.NumCPU())
 	var results [][]runResult
@@ -171,6 +201,11 @@ func run(sizes []int, runs, single, cacheN int, kcm string) error {
 		results = append(results, bySize)
 	}
 	report(results)
+	return nil
+}
+
+// runSingleAndMemory is one claim at a time, and the memory figure.
+func runSingleAndMemory(single, cacheN int) error {
 	if single > 0 {
 		fmt.Fprintf(os.Stderr, "bench: %d claims one at a time...\n", single)
 		r, err := benchSingle(context.Background(), single)

@@ -85,8 +85,9 @@ func ApplySamples(ctx context.Context, c client.Client, machines int32) error {
 }
 
 // CIClass is the class for CI (Options.CIClass): the sample class whose Macs
-// heartbeat every 5 s, so a warm Mac takes its runner or agent within
-// seconds (docs/github-actions.md#how-long-a-job-waits).
+// heartbeat every 5 s, so a Mac gone silent is seen within 20 s. A warm
+// Mac takes its runner or agent through its watch, whatever the interval
+// (docs/github-actions.md#how-long-a-job-waits).
 const CIClass = "ci-runner"
 
 // ApplyCIClass creates CIClass from the sample class, unless it exists.
