@@ -3,6 +3,7 @@ package guestendpoint
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -60,11 +61,6 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request) {
 	}
 	// A fleet that watched at once does not come back at once.
 	hold -= time.Duration(rand.Int64N(int64(hold/10) + 1)) //nolint:gosec // spreading needs no cryptographic randomness.
-	// The server's read and write timeouts are for requests answered at
-	// once; this one is answered within the hold.
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(hold + 10*time.Second))
-	_ = rc.SetWriteDeadline(time.Now().Add(hold + 10*time.Second))
 	end := time.NewTimer(hold)
 	defer end.Stop()
 	for first := true; ; first = false {
@@ -97,6 +93,23 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request) {
 				writeWatchError(w, http.StatusTooManyRequests, guestprotocol.ReasonRateLimited, "watches too frequent; watch again with the revision of the last answer")
 				return
 			}
+			// An agent holds one watch (two while a restarted agent's
+			// first one overlaps its last): a guest cannot pile up held
+			// requests, each a connection and two goroutines here.
+			if !h.watches.hold(key) {
+				release()
+				w.Header().Set("Retry-After", "1")
+				writeWatchError(w, http.StatusTooManyRequests, guestprotocol.ReasonRateLimited,
+					fmt.Sprintf("this machine already holds %d watches; an agent holds one", maxHeldPerMachine))
+				return
+			}
+			defer h.watches.unhold(key)
+			// The server's read and write timeouts are for requests
+			// answered at once; this one, authenticated, is answered
+			// within the hold.
+			rc := http.NewResponseController(w)
+			_ = rc.SetReadDeadline(time.Now().Add(hold + 10*time.Second))
+			_ = rc.SetWriteDeadline(time.Now().Add(hold + 10*time.Second))
 		}
 		recheck := time.Duration(0)
 		if due := h.watches.settledAt(key, m.ResourceVersion); due.After(h.now()) {
@@ -175,10 +188,14 @@ func writeWatchError(w http.ResponseWriter, code int, reason, msg string) {
 	writeProblem(w, code, reason, msg)
 }
 
-// watches is where held watches wait for their machine's changes, and
-// when the endpoint last wrote each machine.
+// maxHeldPerMachine is the most watches one machine's token holds at once.
+const maxHeldPerMachine = 2
+
+// watches is where held watches wait for their machine's changes, how
+// many each machine holds, and when the endpoint last wrote each machine.
 type watches struct {
 	mu      sync.Mutex
+	holding map[types.NamespacedName]int
 	waiting map[types.NamespacedName]*wakeup
 	writes  map[types.NamespacedName]written
 	// sweepAt is the number of writes at which the next one first
@@ -196,6 +213,29 @@ type wakeup struct {
 type written struct {
 	version string
 	at      time.Time
+}
+
+// hold counts a watch of the machine as held, unless it holds
+// maxHeldPerMachine already.
+func (ws *watches) hold(key types.NamespacedName) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.holding == nil {
+		ws.holding = map[types.NamespacedName]int{}
+	}
+	if ws.holding[key] >= maxHeldPerMachine {
+		return false
+	}
+	ws.holding[key]++
+	return true
+}
+
+func (ws *watches) unhold(key types.NamespacedName) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.holding[key]--; ws.holding[key] <= 0 {
+		delete(ws.holding, key)
+	}
 }
 
 // wait returns a channel closed at the machine's next change, and the

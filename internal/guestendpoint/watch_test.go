@@ -234,3 +234,22 @@ func TestAWatchWaitsForTheCacheToShowAHeartbeatsWrite(t *testing.T) {
 		t.Fatalf("another version: settled at %v, want %v", got, at.Add(settle))
 	}
 }
+
+// One machine's token holds at most maxHeldPerMachine watches.
+func TestAMachineHoldsAtMostTwoWatches(t *testing.T) {
+	h, _ := setup(t)
+	h.WatchHold = 2 * time.Second
+	_, state := postV2(t, h)
+	for range maxHeldPerMachine {
+		_ = watchAsync(t, h, state.Revision)
+	}
+	for deadline := time.Now().Add(10 * time.Second); h.Watching() < maxHeldPerMachine; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d watches held, want %d", h.Watching(), maxHeldPerMachine)
+		}
+	}
+	if code, _ := watch(t, h, tokenA, state.Revision); code != http.StatusTooManyRequests {
+		t.Fatalf("a watch beyond %d: %d, want 429", maxHeldPerMachine, code)
+	}
+	h.Changed(machineA)
+}
