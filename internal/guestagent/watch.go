@@ -48,6 +48,9 @@ type watcher struct {
 // the heartbeat interval's default.
 var WatchRetry = time.Second
 
+// WatchSpacing is the least time between the starts of two watches.
+var WatchSpacing = 250 * time.Millisecond
+
 // heardFrom records an answered heartbeat: its client and revision, and
 // starts the watch with the first (an answer with no revision is an
 // operator from before the watch).
@@ -93,7 +96,15 @@ func (w *watcher) stop() {
 // so a failing operator is never asked in a loop.
 func (w *watcher) run(ctx context.Context) {
 	failures := 0
+	var last time.Time
 	for {
+		// Watches are spaced, so an endpoint that answers at once (a
+		// faulty one, or one in the middle) is not asked in a loop, nor
+		// are heartbeats pushed in one.
+		if wait := time.Until(last.Add(WatchSpacing)); wait > 0 && !sleep(ctx, wait) {
+			return
+		}
+		last = time.Now()
 		select {
 		case <-w.answered:
 		default:

@@ -163,3 +163,18 @@ func TestAnOperatorWithoutTheWatchIsNotAskedInALoop(t *testing.T) {
 	default:
 	}
 }
+
+// An endpoint that answers every watch at once is asked at most once per
+// WatchSpacing, not in a loop.
+func TestAnEndpointAnsweringAtOnceIsNotAskedInALoop(t *testing.T) {
+	f := &fakeOperator{watch: func(int32) (int, string) { return http.StatusOK, "r1" }}
+	s, c := f.speaker(t)
+	defer s.Stop()
+	if _, err := s.Heartbeat(context.Background(), c, Facts{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if n := int64(f.watches.Load()); n > int64(time.Second/WatchSpacing)+1 {
+		t.Fatalf("%d watches in a second of an endpoint that answers at once, want at most %d", n, time.Second/WatchSpacing+1)
+	}
+}

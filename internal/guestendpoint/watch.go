@@ -84,6 +84,13 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request) {
 			writeWatchError(w, http.StatusUnauthorized, guestprotocol.ReasonUnauthorized, unauthorized)
 			return
 		}
+		if msg := resumedUnheard(m); msg != "" {
+			// The resumed guest proves its new identity with a
+			// heartbeat (staleIdentity) before a watch tells it anything.
+			release()
+			writeWatchError(w, http.StatusConflict, guestprotocol.ReasonStaleIdentity, msg)
+			return
+		}
 		if first {
 			now := time.Now()
 			// A name holds no slash: the watch's limiter is its own.
@@ -157,8 +164,21 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request) {
 		}
 		stop()
 		release()
+		// Looks are spaced: however often the machine or its claim
+		// changes (a tenant may edit its claim as often as it likes),
+		// a watch reads what a look reads (a bootstrap's Secrets, from
+		// the API server) at most every minLook. Changes meanwhile are
+		// seen by the next look.
+		select {
+		case <-time.After(minLook):
+		case <-ctx.Done():
+			return
+		}
 	}
 }
+
+// minLook is the least time between two looks of one watch.
+const minLook = 250 * time.Millisecond
 
 // watchAnswers counts the endpoint's answers to watches by result.
 var watchAnswers = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -171,6 +191,17 @@ var watchesHeld = prometheus.NewGauge(prometheus.GaugeOpts{
 	Name: "macvirt_agent_watches_held",
 	Help: "Guest agents' watches this replica holds now: about one per running v2 agent connected to it.",
 })
+
+// resumedUnheard says why a watch is refused while the machine's guest,
+// resumed from a saved state, has not been heard since: its heartbeat is
+// where a stale identity is refused (staleIdentity). Empty otherwise.
+func resumedUnheard(m *macvirtv1alpha1.MacMachine) string {
+	hv, g := m.Status.Host, m.Status.Guest
+	if hv == nil || hv.Resumes == 0 || (g != nil && g.Resumes >= hv.Resumes) {
+		return ""
+	}
+	return "this guest was resumed and has not heartbeated since; heartbeat first, with new SSH host keys"
+}
 
 // The results a watch is counted by besides its refusals' reasons.
 const (

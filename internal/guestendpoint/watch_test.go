@@ -253,3 +253,25 @@ func TestAMachineHoldsAtMostTwoWatches(t *testing.T) {
 	}
 	h.Changed(machineA)
 }
+
+// A guest resumed from a saved state is told nothing by a watch before a
+// heartbeat of it was heard (where a stale identity is refused).
+func TestAResumedGuestIsToldNothingBeforeItsHeartbeat(t *testing.T) {
+	h, c := setup(t)
+	m := &macvirtv1alpha1.MacMachine{}
+	if err := c.Get(context.Background(), machineA, m); err != nil {
+		t.Fatal(err)
+	}
+	m.Status.Host = &macvirtv1alpha1.HostVMStatus{Resumes: 1}
+	m.Status.Guest = &macvirtv1alpha1.GuestStatus{SSHHostKeys: []string{hostKey}}
+	if err := c.Status().Update(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := watch(t, h, tokenA, ""); code != http.StatusConflict {
+		t.Fatalf("a watch of a resumed guest not heard since: %d, want 409", code)
+	}
+	if got := resumedUnheard(&macvirtv1alpha1.MacMachine{Status: macvirtv1alpha1.MacMachineStatus{
+		Host: &macvirtv1alpha1.HostVMStatus{Resumes: 1}, Guest: &macvirtv1alpha1.GuestStatus{Resumes: 1}}}); got != "" {
+		t.Fatalf("a guest heard since its resume: %q, want none", got)
+	}
+}
