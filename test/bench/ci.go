@@ -115,7 +115,11 @@ func benchCIRun(ctx context.Context, size ciSize) (ciResult, error) {
 	if err != nil {
 		return ciResult{}, err
 	}
-	cmd := exec.CommandContext(ctx, self, "-ci-run", fmt.Sprintf("%d:%d:%d", size.jobs, size.warm, size.maxRunners)) //nolint:gosec // this binary.
+	args := []string{"-ci-run", fmt.Sprintf("%d:%d:%d", size.jobs, size.warm, size.maxRunners)}
+	if profileDir != "" {
+		args = append(args, "-profile-dir", profileDir)
+	}
+	cmd := exec.CommandContext(ctx, self, args...) //nolint:gosec // this binary.
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -232,6 +236,10 @@ func benchCI(ctx context.Context, size ciSize) (ciResult, error) {
 	if err != nil {
 		return r, err
 	}
+	stopProfiles, err := startProfiles(ctx, w.Config, fmt.Sprintf("ci-%d-%d-%d-%d", size.jobs, size.warm, size.maxRunners, time.Now().Unix()))
+	if err != nil {
+		return r, err
+	}
 	cpu0 := processCPU()
 	first := time.Now()
 	ids := make([]string, size.jobs)
@@ -287,6 +295,7 @@ func benchCI(ctx context.Context, size ciSize) (ciResult, error) {
 	}
 	r.window = last.Sub(first)
 	r.cpu = processCPU() - cpu0
+	stopProfiles()
 	after, err := sampleServer(ctx, w.Config)
 	if err != nil {
 		return r, err
