@@ -258,12 +258,14 @@ func (ws *watches) hold(key types.NamespacedName) bool {
 		return false
 	}
 	ws.holding[key]++
+	watchesHeld.Inc()
 	return true
 }
 
 func (ws *watches) unhold(key types.NamespacedName) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	watchesHeld.Dec()
 	if ws.holding[key]--; ws.holding[key] <= 0 {
 		delete(ws.holding, key)
 	}
@@ -283,14 +285,12 @@ func (ws *watches) wait(key types.NamespacedName) (<-chan struct{}, func()) {
 		ws.waiting[key] = wu
 	}
 	wu.count++
-	watchesHeld.Inc()
 	once := sync.Once{}
 	return wu.ch, func() {
 		once.Do(func() {
 			ws.mu.Lock()
 			defer ws.mu.Unlock()
 			wu.count--
-			watchesHeld.Dec()
 			if wu.count == 0 && ws.waiting[key] == wu {
 				delete(ws.waiting, key)
 			}
@@ -307,12 +307,14 @@ func (ws *watches) notify(key types.NamespacedName) {
 	}
 }
 
+// held is the number of watches held now, between their authentication
+// and their answer (a watch spacing its looks included).
 func (ws *watches) held() int {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	n := 0
-	for _, wu := range ws.waiting {
-		n += wu.count
+	for _, c := range ws.holding {
+		n += c
 	}
 	return n
 }

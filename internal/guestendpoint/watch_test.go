@@ -123,8 +123,35 @@ func TestAHeldWatchIsAnsweredWhenTheClaimChanges(t *testing.T) {
 	if rev == state.Revision || rev != next.Revision || len(next.SSHAuthorizedKeys) != 2 {
 		t.Fatalf("the watch answered %q; before %q, the next heartbeat %q with keys %v", rev, state.Revision, next.Revision, next.SSHAuthorizedKeys)
 	}
-	if n := h.Watching(); n != 0 {
-		t.Fatalf("%d watches held after the answer, want 0", n)
+	for deadline := time.Now().Add(10 * time.Second); h.Watching() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d watches held after the answer, want 0", h.Watching())
+		}
+	}
+}
+
+// A watch is held from its authentication to its answer, also between two
+// looks (which are spaced by minLook): the gauge and Watching count it
+// while changes that change nothing keep it looking.
+func TestAWatchBetweenLooksIsStillHeld(t *testing.T) {
+	h, _ := setup(t)
+	h.WatchHold = 3 * time.Second
+	_, state := postV2(t, h)
+	answer := watchAsync(t, h, state.Revision)
+	for deadline := time.Now().Add(10 * time.Second); h.Watching() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch is not held")
+		}
+	}
+	for i := 0; i < 40; i++ {
+		h.Changed(machineA)
+		time.Sleep(25 * time.Millisecond)
+		if n := h.Watching(); n != 1 {
+			t.Fatalf("after %d changes that change nothing, %d watches held, want 1", i+1, n)
+		}
+	}
+	if rev := <-answer; rev != state.Revision {
+		t.Fatalf("the watch answered %q, want the unchanged %q", rev, state.Revision)
 	}
 }
 
