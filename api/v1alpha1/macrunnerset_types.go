@@ -241,8 +241,18 @@ type MacRunnerSetStatus struct {
 	// scaleSetID is the scale set's id on GitHub.
 	// +optional
 	ScaleSetID int64 `json:"scaleSetID,omitempty"`
+	// messageSessionID is the scale set's message session the set's
+	// listener opened last. GitHub keeps one session per scale set and
+	// refuses another until an unclosed one expires, so an operator that
+	// starts after one was killed closes this one (it is the set's own)
+	// instead of waiting.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	MessageSessionID string `json:"messageSessionID,omitempty"`
 	// assignedJobs is GitHub's count of jobs assigned to the scale set,
-	// waiting or running.
+	// waiting or running; while GitHub is not heard (an outage, or a
+	// session another listener holds), the jobs of that count whose
+	// runners have not ended, which the set works from.
 	// +optional
 	AssignedJobs int32 `json:"assignedJobs"`
 	// runners counts the set's runners, in every state.

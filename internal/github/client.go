@@ -1,9 +1,12 @@
 package github
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -14,6 +17,7 @@ import (
 	"github.com/actions/scaleset"
 	"github.com/bradleyfalzon/ghinstallation/v2"
 	gogithub "github.com/google/go-github/v90/github"
+	"github.com/google/uuid"
 	"github.com/hashicorp/go-retryablehttp"
 )
 
@@ -203,6 +207,75 @@ func (c *Client) DeleteScaleSet(ctx context.Context, id int) error {
 // session per scale set: another one open answers 409 until it expires.
 func (c *Client) Session(ctx context.Context, scaleSetID int, owner string) (*scaleset.MessageSessionClient, error) {
 	return c.actions.MessageSessionClient(ctx, scaleSetID, owner)
+}
+
+// CloseSession deletes the scale set's message session id: one the set
+// opened before and an operator that stopped without closing it left
+// open, which GitHub would keep, refusing any other, until it expired. The
+// scale-set library closes only the session it opened itself, so this
+// takes the same road it does: a registration token from the REST API,
+// exchanged for the Actions service's address and an admin token. It
+// reports whether the session was open; one already gone is no error.
+func (c *Client) CloseSession(ctx context.Context, scaleSetID int, id string) (bool, error) {
+	sid, err := uuid.Parse(id)
+	if err != nil {
+		return false, fmt.Errorf("message session id %q: %w", id, err)
+	}
+	var reg *gogithub.RegistrationToken
+	if c.scope.Repo != "" {
+		reg, _, err = c.rest.Actions.CreateRegistrationToken(ctx, c.scope.Owner, c.scope.Repo)
+	} else {
+		reg, _, err = c.rest.Actions.CreateOrganizationRegistrationToken(ctx, c.scope.Owner)
+	}
+	if err != nil {
+		return false, fmt.Errorf("a registration token to close message session %s: %w", id, err)
+	}
+	body, err := json.Marshal(map[string]string{"url": c.scope.URL, "runner_event": "register"})
+	if err != nil {
+		return false, err
+	}
+	var conn struct {
+		URL   string `json:"url"`
+		Token string `json:"token"`
+	}
+	hc := c.retrying().StandardClient()
+	if err := c.call(ctx, hc, http.MethodPost, c.scope.APIBase+"actions/runner-registration", "RemoteAuth "+reg.GetToken(),
+		bytes.NewReader(body), http.StatusOK, &conn); err != nil {
+		return false, fmt.Errorf("the Actions service's address to close message session %s: %w", id, err)
+	}
+	u := fmt.Sprintf("%s/_apis/runtime/runnerscalesets/%d/sessions/%s?api-version=6.0-preview", strings.TrimSuffix(conn.URL, "/"), scaleSetID, sid)
+	err = c.call(ctx, hc, http.MethodDelete, u, "Bearer "+conn.Token, nil, http.StatusNoContent, nil)
+	if err != nil && c.Explain(err).StatusCode == http.StatusNotFound {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// call makes one request and reads its JSON answer into out; an answer
+// other than want is an error naming its status as the libraries' do.
+func (c *Client) call(ctx context.Context, hc *http.Client, method, url, auth string, body io.Reader, want int, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", auth)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "macvirt-runner-set")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s %s: status=%q: %s", method, req.URL.Path, resp.Status, strings.TrimSpace(string(data)))
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("%s %s: %w", method, req.URL.Path, err)
+		}
+	}
+	return nil
 }
 
 // GenerateJIT registers a runner named name with the scale set and returns

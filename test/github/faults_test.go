@@ -56,31 +56,100 @@ func eventReasons(s *macvirtv1alpha1.MacRunnerSet) string {
 	return strings.Join(out, "\n")
 }
 
+// killOperator stops the operator as a kill would: its sessions stay open
+// on GitHub, which would keep them 10 minutes (until the spec ends).
+func killOperator() {
+	gh.SetSessionTTL(10 * time.Minute)
+	DeferCleanup(gh.SetSessionTTL, sessionTTL)
+	gh.DropSessionCloses(true)
+	system.StopOperator()
+	gh.DropSessionCloses(false)
+}
+
 var _ = Describe("A runner set under faults", func() {
-	It("goes on after its operator is killed mid-burst, waiting out the session the dead operator left open", func() {
+	It("closes the session a killed operator left open and goes on at once, one runner per job", func() {
 		ns := team("restart")
 		cw := watchClaims(ns, "restart")
 		set := runnerSet(ns, "restart", onDemand(3))
 		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonListening))
 		ids := queue("restart", 6, 4*time.Second)
 		Eventually(func() int32 { return getSet(set).Status.Running }).Should(BeNumerically(">=", 1))
+		Expect(getSet(set).Status.MessageSessionID).NotTo(BeEmpty())
 
-		By("killing the operator: its session is never closed")
-		gh.DropSessionCloses(true)
-		system.StopOperator()
-		gh.DropSessionCloses(false)
-		Expect(gh.Sessions()).NotTo(BeEmpty(), "the dead operator's session is still open on GitHub")
+		By("killing the operator: its session is never closed, and GitHub would keep it 10 minutes")
+		killOperator()
+		old := gh.Sessions()
+		Expect(old).To(HaveLen(1), "the dead operator's session is still open on GitHub")
 		Expect(system.StartOperator(ctx, harness.OperatorOptions{})).To(Succeed())
-		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonSessionConflict),
-			"GitHub answers 409 while the old session lives, and the set says so")
-		Expect(getSet(set).Status.LastGitHubError.StatusCode).To(Equal(int32(409)))
-		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonListening), "once it expired")
+		Eventually(func(g Gomega) {
+			g.Expect(readyReason(set)).To(Equal(macvirtv1alpha1.ReasonListening))
+			now := gh.Sessions()
+			g.Expect(now).To(HaveLen(1))
+			g.Expect(now[0].ID).NotTo(Equal(old[0].ID))
+		}).WithTimeout(time.Minute).Should(Succeed(), "the new operator closed the old session and opened its own")
+
 		Eventually(allCompleted(ids)).WithTimeout(4 * time.Minute).Should(Succeed())
 		expectOneJobPerMac(ids, cw)
 		expectNothingLeft(set, cw)
-		peak, _, _, _ := cw.peak()
+		peak, _, claims, _ := cw.peak()
+		Expect(claims).To(Equal(len(ids)), "one runner per job, none for no job")
 		Expect(cw.peakActive()).To(BeNumerically("<=", 3), "maxRunners holds for the runners that may take a job")
 		Expect(peak).To(BeNumerically("<=", runnercore.MaxClaims(3)))
+		deleteSet(set)
+	})
+
+	It("works from the jobs it held while a session it cannot close lives, and makes no runner for no job", func() {
+		ns := team("held")
+		cw := watchClaims(ns, "held")
+		set := runnerSet(ns, "held", onDemand(3))
+		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonListening))
+		ids := queue("held", 6, 4*time.Second)
+		Eventually(func() int32 { return getSet(set).Status.Running }).Should(BeNumerically(">=", 1))
+
+		By("killing the operator, and losing the session's id (another listener's session looks the same)")
+		killOperator()
+		lost := getSet(set)
+		lost.Status.MessageSessionID = "6f1c0b7e-9d1a-4c55-8a53-2f0f3b7d9e10"
+		Expect(admin.Status().Update(ctx, lost)).To(Succeed())
+		held := lost.Status.AssignedJobs
+		Expect(held).To(BeNumerically(">=", 1))
+		Expect(system.StartOperator(ctx, harness.OperatorOptions{})).To(Succeed())
+		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonSessionConflict),
+			"GitHub answers 409 while the old session lives, and the set says so")
+
+		By("the held jobs end with their runners; no runner is made for a job GitHub has not given the set")
+		Eventually(func() int32 { return getSet(set).Status.AssignedJobs }).WithTimeout(2*time.Minute).Should(BeZero(),
+			"the held jobs left with their runners")
+		Expect(readyReason(set)).To(Equal(macvirtv1alpha1.ReasonSessionConflict))
+		Expect(conditionMessage(set)).To(ContainSubstring("works from the 0 jobs GitHub had assigned"))
+		Consistently(func() int32 { return getSet(set).Status.Desired }).WithTimeout(5 * time.Second).Should(BeZero())
+
+		By("the old session expiring")
+		gh.SetSessionTTL(sessionTTL)
+		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonListening))
+		Eventually(allCompleted(ids)).WithTimeout(4 * time.Minute).Should(Succeed())
+		expectOneJobPerMac(ids, cw)
+		expectNothingLeft(set, cw)
+		_, _, claims, _ := cw.peak()
+		Expect(claims).To(Equal(len(ids)), "one runner per job, none for no job")
+		deleteSet(set)
+	})
+
+	It("keeps its session through a short outage: no second session, no 409 after it", func() {
+		ns := team("blip")
+		cw := watchClaims(ns, "blip")
+		set := runnerSet(ns, "blip", onDemand(2))
+		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonListening))
+		opened := gh.SessionsOpened()
+		gh.FailFor(sessionTTL/2, 503)
+		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonGitHubUnavailable))
+		ids := queue("blip", 2, 2*time.Second)
+		Eventually(allCompleted(ids)).WithTimeout(2 * time.Minute).Should(Succeed())
+		Expect(gh.SessionsOpened()).To(Equal(opened), "the session the outage interrupted was polled again")
+		Expect(getSet(set).Status.LastGitHubError.StatusCode).To(Equal(int32(503)), "no 409 followed the outage")
+		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonListening))
+		expectOneJobPerMac(ids, cw)
+		expectNothingLeft(set, cw)
 		deleteSet(set)
 	})
 

@@ -147,6 +147,18 @@ func getSet(s *macvirtv1alpha1.MacRunnerSet) *macvirtv1alpha1.MacRunnerSet {
 	return got
 }
 
+// sessionTTL is how long the fake keeps a message session nobody polls.
+const sessionTTL = 15 * time.Second
+
+// conditionMessage is the set's Ready message.
+func conditionMessage(s *macvirtv1alpha1.MacRunnerSet) string {
+	c := meta.FindStatusCondition(getSet(s).Status.Conditions, macvirtv1alpha1.ConditionReady)
+	if c == nil {
+		return ""
+	}
+	return c.Message
+}
+
 func readyReason(s *macvirtv1alpha1.MacRunnerSet) string {
 	c := meta.FindStatusCondition(getSet(s).Status.Conditions, macvirtv1alpha1.ConditionReady)
 	if c == nil {

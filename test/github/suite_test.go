@@ -62,7 +62,7 @@ var _ = BeforeSuite(func() {
 			GuestFiles: map[string]simulator.GuestFile{"Users/admin/hung-runner/run.sh": {Mode: 0o755, Content: []byte(hang)}},
 			RunnerSets: operator.RunnerSetOptions{Client: github.Options{RetryMax: 1, RetryWaitMax: 200 * time.Millisecond, Timeout: 20 * time.Second},
 				Backoff: 500 * time.Millisecond, MaxBackoff: 2 * time.Second, Resync: 2 * time.Second}},
-		GitHub:  &fakegithub.Options{Tokens: []string{token}, PollWait: time.Second, SessionTTL: 15 * time.Second, LostRunnerGrace: 2 * time.Second},
+		GitHub:  &fakegithub.Options{Tokens: []string{token}, PollWait: time.Second, SessionTTL: sessionTTL, LostRunnerGrace: 2 * time.Second},
 		Samples: &harness.SampleOptions{}, CIClass: true})
 	admin, system, gh, ctx = world.Admin, world.System, world.GitHub, world.Ctx
 })

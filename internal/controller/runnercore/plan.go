@@ -46,8 +46,12 @@ type Facts struct {
 type PlanInput struct {
 	Now time.Time
 	// Known: the demand is known now (for GitHub, the statistics of the
-	// open session); without it nothing is created or released as surplus.
+	// open session); without it nothing is released as surplus.
 	Known bool
+	// Held: the demand is not known now, and Assigned is what remains of
+	// the jobs assigned when the CI system last said (a Hold): runners are
+	// made for those, and none is released as surplus.
+	Held bool
 	// Assigned is the jobs that want a Mac, waiting or running.
 	Assigned int
 	// System names the CI system in runners' messages ("GitHub").
@@ -85,7 +89,9 @@ type Plan struct {
 	// WarmIdle is the idle target of the set's own pool.
 	WarmIdle int32
 	// AtMax: more were wanted than maxRunners allows.
-	AtMax                             bool
+	AtMax bool
+	// Held: the plan worked from held demand (PlanInput.Held).
+	Held                              bool
 	Pending, Idle, Running, Finishing int
 }
 
@@ -116,10 +122,11 @@ func Decide(in PlanInput) Plan {
 			releasing++
 		}
 	}
-	if in.Known {
+	if in.Known || in.Held {
+		p.Held = !in.Known
 		p.Desired = min(in.Assigned, in.MaxRunners)
 		p.AtMax = in.Assigned > in.MaxRunners
-		if surplus := active - p.Desired; surplus > 0 {
+		if surplus := active - p.Desired; surplus > 0 && in.Known {
 			releaseSurplus(&p, surplus, in.System)
 			active -= surplus - remainingSurplus(p, surplus)
 		}

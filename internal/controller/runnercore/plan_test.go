@@ -54,6 +54,25 @@ func TestDecide(t *testing.T) {
 			in: PlanInput{Now: t0, Assigned: 0, MaxRunners: 5, JobTimeout: time.Hour, RegistrationTimeout: time.Hour,
 				Runners: []Facts{{Name: "a", Created: recent, Bound: true}}},
 			states: map[string]macvirtv1alpha1.RunnerState{"a": macvirtv1alpha1.RunnerProvisioning}, pendingWant: 1},
+		{name: "held demand replaces runners for held jobs and releases none as surplus",
+			in: func() PlanInput {
+				in := baseInput(3, Facts{Name: "idle", Created: recent, Listed: true, Online: true},
+					Facts{Name: "b", Created: recent, Bound: true}, Facts{Name: "c", Created: recent, Bound: true},
+					Facts{Name: "d", Created: recent, Bound: true})
+				in.Known, in.Held, in.Assigned = false, true, 1
+				return in
+			}(),
+			desired: 1,
+			states: map[string]macvirtv1alpha1.RunnerState{"idle": macvirtv1alpha1.RunnerIdle, "b": macvirtv1alpha1.RunnerProvisioning,
+				"c": macvirtv1alpha1.RunnerProvisioning, "d": macvirtv1alpha1.RunnerProvisioning}},
+		{name: "held demand makes runners for the held jobs that lost theirs",
+			in: func() PlanInput {
+				in := baseInput(0, Facts{Name: "a", Created: recent, Job: job("1", recent), Result: "succeeded"},
+					Facts{Name: "b", Created: recent, Job: job("2", recent)})
+				in.Known, in.Held, in.Assigned = false, true, 4
+				return in
+			}(),
+			released: map[string]string{"a": ""}, create: 3, desired: 4},
 		{name: "a completed job releases its runner",
 			in:       baseInput(0, Facts{Name: "a", Created: recent, Job: job("7", recent), Result: "succeeded"}),
 			released: map[string]string{"a": ""}},
@@ -144,6 +163,45 @@ func TestDecide(t *testing.T) {
 				t.Errorf("%d runners that may take a job and %d claims would exist, maxRunners %d", active, total, tc.in.MaxRunners)
 			}
 		})
+	}
+}
+
+// TestHeld follows a hold through a gap: runners that end (since the
+// status the hold started from) take a held job with them, runners made
+// during the gap join it, and once every held job
+// has left with a runner none remains to make a runner for.
+func TestHeld(t *testing.T) {
+	recent := t0.Add(-time.Minute)
+	run := func(name string) Facts { return Facts{Name: name, Created: recent, Job: job(name, recent)} }
+	done := func(name string) Facts { f := run(name); f.Result = "succeeded"; return f }
+	steps := []struct {
+		name      string
+		runners   []Facts
+		remaining int
+	}{
+		{"at the start: the three shown active, one finished since, one finishing from before",
+			[]Facts{run("a"), run("b"), run("c"), done("x"), {Name: "old", Created: recent, Deleting: true}}, 5},
+		{"a's job completed", []Facts{done("a"), run("b"), run("c"), {Name: "old", Created: recent, Deleting: true}}, 4},
+		{"a is gone, d was made", []Facts{run("b"), run("c"), {Name: "d", Created: recent}}, 4},
+		{"b's runner exited, c's Mac was lost", []Facts{{Name: "b", Created: recent, TaskEnded: macvirtv1alpha1.BootstrapSucceeded},
+			{Name: "c", Created: recent, Lost: true}, {Name: "d", Created: recent}}, 2},
+		{"all of them gone, d never came online", []Facts{{Name: "d", Created: recent, Deleting: true}}, 1},
+		{"two more made and done, one of them between two looks", []Facts{done("e"), done("f")}, 0},
+		{"a hold never goes below none", []Facts{done("e"), done("f"), done("g")}, 0},
+	}
+	h := StartHold(6, []macvirtv1alpha1.RunnerStatus{{Name: "a", State: macvirtv1alpha1.RunnerRunning},
+		{Name: "b", State: macvirtv1alpha1.RunnerIdle}, {Name: "c", State: macvirtv1alpha1.RunnerProvisioning},
+		{Name: "x", State: macvirtv1alpha1.RunnerRunning}, {Name: "old", State: macvirtv1alpha1.RunnerFinishing}})
+	for _, st := range steps {
+		before := h.Remaining()
+		next := Held(h, st.runners)
+		if h.Remaining() != before {
+			t.Fatalf("%s: Held changed the hold it was given", st.name)
+		}
+		h = next
+		if got := h.Remaining(); got != st.remaining {
+			t.Errorf("%s: %d held jobs remain, want %d (%v)", st.name, got, st.remaining, h.Runners)
+		}
 	}
 }
 

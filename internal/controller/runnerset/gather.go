@@ -111,6 +111,7 @@ func (r *Reconciler) ensureListener(_ context.Context, s *setScope) (bool, error
 		spec := s.Set.Spec
 		labels := append([]string(nil), spec.Labels...)
 		sort.Strings(labels)
+		r.Listeners.Recall(s.Key, s.Set.Status.MessageSessionID)
 		r.Listeners.Ensure(s.Key, ListenerConfig{Scope: s.Target, Credentials: *s.Credentials, ScaleSetName: s.Set.EffectiveScaleSetName(),
 			RunnerGroup: spec.GitHub.RunnerGroup, Labels: labels, MaxRunners: int(spec.MaxRunners)})
 	}

@@ -2,6 +2,7 @@ package runnerset
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"reflect"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/metrics"
+	"github.com/macvirt/macvirt/internal/controller/runnercore"
 	"github.com/macvirt/macvirt/internal/github"
 )
 
@@ -53,6 +55,29 @@ type Listeners struct {
 	// closed, not forgotten; and what they learn is GitHub's, which no
 	// cache will ever show.
 	sets map[types.NamespacedName]*setListener
+	// recalled are the message sessions the sets' statuses name, which a
+	// listener refused a session closes (see Recall).
+	recalled map[types.NamespacedName]string
+}
+
+// Recall tells key's listener the message session the set's status names:
+// the last one an operator opened for it. Refused a session because
+// another is open, the listener closes that one, once, and opens its own
+// at once rather than after GitHub's expiry.
+func (l *Listeners) Recall(key types.NamespacedName, sessionID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sessionID == "" {
+		delete(l.recalled, key)
+		return
+	}
+	l.recalled[key] = sessionID
+}
+
+func (l *Listeners) recall(key types.NamespacedName) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.recalled[key]
 }
 
 // NewListeners makes the listeners' registry.
@@ -69,7 +94,8 @@ func NewListeners(opts github.Options, backoff, maxBackoff time.Duration) *Liste
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	return &Listeners{Owner: owner, Client: opts, Backoff: backoff, MaxBackoff: maxBackoff,
-		Events: make(chan event.GenericEvent, 1024), ctx: ctx, stop: stop, sets: map[types.NamespacedName]*setListener{}}
+		Events: make(chan event.GenericEvent, 1024), ctx: ctx, stop: stop, sets: map[types.NamespacedName]*setListener{},
+		recalled: map[types.NamespacedName]string{}}
 }
 
 // Start blocks until ctx ends, then stops every listener, closing its
@@ -130,8 +156,10 @@ type Demand struct {
 	Assigned int
 	// Known: Assigned came from the session that is open now.
 	Known bool
-	// Listening: the message session is open and polled.
+	// Listening: the message session is open and answers.
 	Listening bool
+	// SessionID is the message session opened last.
+	SessionID string
 	// Err is the last error, cleared when a session opens.
 	Err *Problem
 	// Started are jobs GitHub gave the set's runners, by runner name.
@@ -164,7 +192,7 @@ func (l *Listeners) Demand(key types.NamespacedName) Demand {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d := Demand{Running: true, Client: s.client, ScaleSetID: s.scaleSetID, Assigned: s.assigned, Known: s.known && s.listening, Listening: s.listening,
+	d := Demand{Running: true, Client: s.client, ScaleSetID: s.scaleSetID, Assigned: s.assigned, Known: s.known && s.listening, Listening: s.listening, SessionID: s.sessionID,
 		Started: make(map[string]macvirtv1alpha1.RunnerJob, len(s.started)), Completed: make(map[string]string, len(s.completed)),
 		Runners: s.runners, RunnersAt: s.runnersAt}
 	if s.err != nil {
@@ -223,6 +251,39 @@ func (l *Listeners) RecordError(key types.NamespacedName, p Problem) {
 	}
 }
 
+// Hold is the demand key's set works from while GitHub is not heard (the
+// session is being opened, refused while another lives, or failing): what
+// remains of the jobs assigned when GitHub last spoke in this process, or
+// of kept (the count the set's status kept) when it never has, after the
+// runners that ended since the status showed them (runnercore.Held). It
+// reports false while GitHub's own count is known, which ends the hold.
+func (l *Listeners) Hold(key types.NamespacedName, kept int, shown []macvirtv1alpha1.RunnerStatus, runners []runnercore.Facts) (int, bool) {
+	l.mu.Lock()
+	s, ok := l.sets[key]
+	l.mu.Unlock()
+	if !ok {
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.known && s.listening {
+		s.hold = nil
+		return 0, false
+	}
+	var h runnercore.Hold
+	switch {
+	case s.hold != nil:
+		h = *s.hold
+	case s.said:
+		h = runnercore.StartHold(s.assigned, shown)
+	default:
+		h = runnercore.StartHold(kept, shown)
+	}
+	h = runnercore.Held(h, runners)
+	s.hold = &h
+	return h.Remaining(), true
+}
+
 // trigger wakes key's reconcile; a full channel drops the event, as the
 // reconcile requeues itself while runners are active.
 func (l *Listeners) trigger(key types.NamespacedName) {
@@ -252,11 +313,16 @@ type setListener struct {
 	waitingSince time.Time
 	runners      []github.Runner
 	runnersAt    time.Time
+	// said: assigned is what GitHub said in this process (else the hold
+	// starts from the count the set's status kept).
+	said bool
+	// hold is the demand worked from while GitHub is not heard; nil while
+	// it is.
+	hold *runnercore.Hold
+	// sessionID is the message session opened last; closed, the recalled
+	// one this listener tried to close (it tries each once).
+	sessionID, closed string
 }
-
-// sessionRetries is how many times in a row a failed poll is retried on
-// the same session before it is closed and opened again.
-const sessionRetries = 3
 
 // run keeps the set's session until ctx ends, backing off after failures.
 func (s *setListener) run(ctx context.Context, l *Listeners) {
@@ -300,6 +366,21 @@ func (s *setListener) session(ctx context.Context, l *Listeners, backoff *time.D
 	}
 	l.trigger(s.key)
 	sess, err := c.Session(ctx, id, l.Owner)
+	if err != nil && c.Explain(err).Conflict {
+		if old := l.recall(s.key); old != "" && old != s.closed {
+			s.closed = old
+			log := ctrl.Log.WithName("runner-set-listener").WithValues("runnerSet", s.key, "session", old)
+			switch open, cerr := c.CloseSession(ctx, id, old); {
+			case cerr != nil:
+				log.Info("could not close the message session the set's status names", "error", cerr.Error())
+			case open:
+				log.Info("closed the message session an earlier operator left open")
+				sess, err = c.Session(ctx, id, l.Owner)
+			default:
+				log.Info("the message session the set's status names is gone; another listener holds the scale set's")
+			}
+		}
+	}
 	if err != nil {
 		return false, err
 	}
@@ -309,7 +390,7 @@ func (s *setListener) session(ctx context.Context, l *Listeners, backoff *time.D
 		_ = sess.Close(closeCtx)
 	}()
 	s.mu.Lock()
-	s.listening, s.err = true, nil
+	s.listening, s.err, s.sessionID = true, nil, sess.Session().SessionID.String()
 	s.mu.Unlock()
 	l.trigger(s.key)
 	defer func() {
@@ -317,24 +398,37 @@ func (s *setListener) session(ctx context.Context, l *Listeners, backoff *time.D
 		s.listening, s.known = false, false
 		s.mu.Unlock()
 	}()
-	var last error
-	for failures := 0; failures < sessionRetries && ctx.Err() == nil; failures++ {
-		sc := &scaler{set: s, l: l}
+	// The session is kept through failed polls: closing it in an outage
+	// would fail, and GitHub would refuse a new one (409) until the old one
+	// expired. Only a session GitHub no longer has is given up.
+	for reused := false; ; reused = true {
+		sc := &scaler{set: s, l: l, reused: reused}
 		lis, err := listener.New(sess, listener.Config{ScaleSetID: id, MaxRunners: s.cfg.MaxRunners}, listener.WithMetricsRecorder(sc))
 		if err != nil {
 			return true, err
 		}
-		last = lis.Run(ctx, sc)
+		err = lis.Run(ctx, sc)
 		if ctx.Err() != nil {
 			return true, nil
 		}
-		s.fail(last, l)
+		s.mu.Lock()
+		s.known, s.listening = false, false
+		s.mu.Unlock()
+		if sessionGone(c, err) {
+			return true, err
+		}
+		s.fail(err, l)
 		if !sleep(ctx, *backoff) {
 			return true, nil
 		}
 		*backoff = min(2**backoff, l.MaxBackoff)
 	}
-	return true, last
+}
+
+// sessionGone: GitHub no longer has the session (it expired or was
+// deleted), so polling it again cannot succeed.
+func sessionGone(c *github.Client, err error) bool {
+	return err != nil && c.Explain(err).StatusCode == http.StatusNotFound
 }
 
 // fail records err as the set's last error from GitHub.
@@ -370,13 +464,33 @@ func sleep(ctx context.Context, d time.Duration) bool {
 type scaler struct {
 	set *setListener
 	l   *Listeners
+	// reused: the session is polled again after a failure, so the
+	// statistics the listener starts with are those of the session's
+	// opening (or its last refresh), not GitHub's now; only a message's
+	// are believed.
+	reused bool
+	// opened: the listener's first statistics, its session's, went by.
+	opened bool
+	// fresh: statistics from a message arrived.
+	fresh bool
+	// counted: HandleDesiredRunnerCount was called (first with the
+	// session's statistics, then after each poll).
+	counted bool
 }
 
 func (sc *scaler) HandleDesiredRunnerCount(_ context.Context, count int) (int, error) {
 	s := sc.set
+	polled := sc.counted || !sc.reused
+	sc.counted = true
 	s.mu.Lock()
-	changed := s.assigned != count || !s.known
-	s.assigned, s.known = count, true
+	changed := !s.listening && polled
+	if polled {
+		s.listening = true
+	}
+	if !sc.reused || sc.fresh {
+		changed = changed || s.assigned != count || !s.known
+		s.assigned, s.known, s.said, s.hold = count, true, true, nil
+	}
 	s.mu.Unlock()
 	metrics.RunnerSetAssignedJobs.WithLabelValues(s.key.Namespace, s.key.Name).Set(float64(count))
 	if changed {
@@ -391,6 +505,11 @@ func (sc *scaler) RecordStatistics(st *scaleset.RunnerScaleSetStatistic) {
 	if st == nil {
 		return
 	}
+	if sc.reused && !sc.opened {
+		sc.opened = true
+		return
+	}
+	sc.fresh = true
 	s := sc.set
 	s.mu.Lock()
 	switch waiting := st.TotalAssignedJobs > st.TotalRunningJobs; {

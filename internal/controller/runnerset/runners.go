@@ -37,7 +37,8 @@ func (r *Reconciler) refreshRunners(ctx context.Context, s *setScope) (bool, err
 	return true, nil
 }
 
-// plan decides from the facts.
+// plan decides from the facts: GitHub's assigned jobs while its session
+// answers, else the jobs held from when it last did (Listeners.Hold).
 func (r *Reconciler) plan(_ context.Context, s *setScope) (bool, error) {
 	listed := map[string]github.Runner{}
 	for _, gr := range s.Demand.Runners {
@@ -67,6 +68,9 @@ func (r *Reconciler) plan(_ context.Context, s *setScope) (bool, error) {
 			f.Listed, f.Online, f.Busy = true, gr.Online, gr.Busy
 		}
 		in.Runners = append(in.Runners, f)
+	}
+	if !in.Known && s.Blocked == nil {
+		in.Assigned, in.Held = r.Listeners.Hold(s.Key, int(s.Set.Status.AssignedJobs), s.Set.Status.RunnerStatuses, in.Runners)
 	}
 	s.Assigned, s.Plan = in.Assigned, runnercore.Decide(in)
 	return true, nil

@@ -19,15 +19,24 @@ const errorShown = 10 * time.Minute
 // error around it.
 func computeRunnerSetStatus(s *setScope, now time.Time) macvirtv1alpha1.MacRunnerSetStatus {
 	set, d := s.Set, s.Demand
+	assigned := d.Assigned
+	if s.Plan.Held {
+		// Kept, so that an operator started in the gap holds what remains.
+		assigned = s.Assigned
+	}
 	st := macvirtv1alpha1.MacRunnerSetStatus{
-		ScaleSetID:     set.Status.ScaleSetID,
-		AssignedJobs:   base.Int32(d.Assigned),
-		Runners:        base.Int32(len(s.Plan.Runners)),
-		Idle:           base.Int32(s.Plan.Idle),
-		RunnerStatuses: runnercore.RunnerStatuses(s.Plan),
+		ScaleSetID:       set.Status.ScaleSetID,
+		MessageSessionID: set.Status.MessageSessionID,
+		AssignedJobs:     base.Int32(assigned),
+		Runners:          base.Int32(len(s.Plan.Runners)),
+		Idle:             base.Int32(s.Plan.Idle),
+		RunnerStatuses:   runnercore.RunnerStatuses(s.Plan),
 	}
 	if d.ScaleSetID != 0 {
 		st.ScaleSetID = int64(d.ScaleSetID)
+	}
+	if d.SessionID != "" {
+		st.MessageSessionID = d.SessionID
 	}
 	if e := d.Err; e != nil && (!d.Listening || now.Sub(e.At) < errorShown) {
 		st.LastGitHubError = runnercore.ServiceError(e.At, e.StatusCode, e.Message, e.RateLimit)
@@ -68,6 +77,11 @@ func readiness(s *setScope, scaleSetID int64) runnercore.Readiness {
 	case e.Conflict:
 		reason = macvirtv1alpha1.ReasonSessionConflict
 	}
-	r.Failing = &base.Problem{Reason: reason, Message: e.Message}
+	msg := e.Message
+	if p.Held {
+		msg += fmt.Sprintf("; meanwhile the set works from the %d jobs GitHub had assigned that have not ended: "+
+			"runners are made for those, none is released as surplus, and new jobs wait for the session", s.Assigned)
+	}
+	r.Failing = &base.Problem{Reason: reason, Message: msg}
 	return r
 }

@@ -392,6 +392,7 @@ func (s *Server) handleCreateSession(w http.ResponseWriter, r *http.Request) {
 		lastSeen: now,
 	}
 	s.sessions[sess.id] = sess
+	s.sessionsOpened++
 	writeJSON(w, http.StatusOK, s.sessionJSONLocked(sess))
 }
 

@@ -76,6 +76,8 @@ type Server struct {
 
 	requests  map[string]int
 	failUntil time.Time
+	// sessionsOpened counts the message sessions ever opened.
+	sessionsOpened int
 	// dropSessionCloses: see DropSessionCloses.
 	dropSessionCloses bool
 	// unlabelledREST: see UnlabelRESTRunners.
@@ -180,6 +182,22 @@ func (s *Server) Close() {
 	s.broadcastLocked()
 	s.mu.Unlock()
 	s.hs.Close()
+}
+
+// SetSessionTTL changes how long a message session lives unpolled
+// (Options.SessionTTL), for sessions old and new.
+func (s *Server) SetSessionTTL(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.SessionTTL = d
+}
+
+// SessionsOpened is how many message sessions were opened since the
+// server started.
+func (s *Server) SessionsOpened() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessionsOpened
 }
 
 // FailFor makes every endpoint but the fake runner's answer status (503,
