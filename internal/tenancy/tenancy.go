@@ -84,15 +84,38 @@ func PoolHolds(pool *macvirtv1alpha1.MacPool, m *macvirtv1alpha1.MacMachine) boo
 
 // PoolServes reports whether the pool's idle machines are for the claim. A
 // pool a runner set or a Buildkite queue keeps warm for its own runners
-// (it carries the set's or the queue's label) serves only claims that name
-// it: its Macs are there for that set's next jobs, and a claim by class
-// (a tenant's, or another set's) taking them would leave those jobs
-// waiting for a boot. Any other pool serves the claims of its class.
+// (it carries the set's or the queue's labels) serves only that set's or
+// queue's claims, which name it: its Macs are there for that set's next
+// jobs, and a claim by class (a tenant's, or another set's), or one naming
+// the pool from anywhere (its name is predictable), taking them would leave
+// those jobs waiting for a boot. Any other pool serves the claims of its
+// class and those naming it.
 func PoolServes(pool *macvirtv1alpha1.MacPool, claim *macvirtv1alpha1.MacClaim) bool {
+	if kind, ns, name := PoolKeptFor(pool); kind != "" {
+		label := macvirtv1alpha1.LabelRunnerSet
+		if kind == "MacBuildkiteQueue" {
+			label = macvirtv1alpha1.LabelBuildkiteQueue
+		}
+		return claim.Spec.PoolName == pool.Name && claim.Namespace == ns && claim.Labels[label] == name
+	}
 	if claim.Spec.PoolName != "" {
 		return claim.Spec.PoolName == pool.Name
 	}
-	return pool.Labels[macvirtv1alpha1.LabelRunnerSet] == "" && pool.Labels[macvirtv1alpha1.LabelBuildkiteQueue] == ""
+	return true
+}
+
+// PoolKeptFor names the runner set or Buildkite queue whose warm pool the
+// pool is (its kind, namespace and name); the kind is empty for any other
+// pool.
+func PoolKeptFor(pool *macvirtv1alpha1.MacPool) (kind, namespace, name string) {
+	l := pool.Labels
+	switch {
+	case l[macvirtv1alpha1.LabelRunnerSet] != "":
+		return "MacRunnerSet", l[macvirtv1alpha1.LabelRunnerSetNamespace], l[macvirtv1alpha1.LabelRunnerSet]
+	case l[macvirtv1alpha1.LabelBuildkiteQueue] != "":
+		return "MacBuildkiteQueue", l[macvirtv1alpha1.LabelBuildkiteQueueNamespace], l[macvirtv1alpha1.LabelBuildkiteQueue]
+	}
+	return "", "", ""
 }
 
 // MayServe reports whether a machine can be the machine of claims of the

@@ -144,8 +144,13 @@ func TestPoolServes(t *testing.T) {
 	byPool := func(name string) *macvirtv1alpha1.MacClaim {
 		return &macvirtv1alpha1.MacClaim{Spec: macvirtv1alpha1.MacClaimSpec{PoolName: name}}
 	}
+	runnerOf := func(ns, label, owner, poolName string) *macvirtv1alpha1.MacClaim {
+		c := byPool(poolName)
+		c.Namespace, c.Labels = ns, map[string]string{label: owner}
+		return c
+	}
 	setPool := pool("runners-ci-ios", map[string]string{macvirtv1alpha1.LabelRunnerSet: "ios", macvirtv1alpha1.LabelRunnerSetNamespace: "ci"})
-	queuePool := pool("buildkite-ci-mac", map[string]string{macvirtv1alpha1.LabelBuildkiteQueue: "mac"})
+	queuePool := pool("buildkite-ci-mac", map[string]string{macvirtv1alpha1.LabelBuildkiteQueue: "mac", macvirtv1alpha1.LabelBuildkiteQueueNamespace: "ci"})
 	for _, tc := range []struct {
 		name  string
 		pool  *macvirtv1alpha1.MacPool
@@ -157,9 +162,19 @@ func TestPoolServes(t *testing.T) {
 		{"a pool serves no claim naming another", pool("sonoma-warm", nil), byPool("other"), false},
 		{"a runner set's pool serves no claim by class", setPool, byClass, false},
 		{"a runner set's pool serves no other set's claims", setPool, byPool("runners-ci-macos"), false},
-		{"a runner set's pool serves its own set's claims", setPool, byPool("runners-ci-ios"), true},
+		{"a runner set's pool serves its own set's claims", setPool, runnerOf("ci", macvirtv1alpha1.LabelRunnerSet, "ios", "runners-ci-ios"), true},
+		{"a runner set's pool serves no claim naming it from another namespace", setPool,
+			runnerOf("team-b", macvirtv1alpha1.LabelRunnerSet, "ios", "runners-ci-ios"), false},
+		{"a runner set's pool serves no unlabelled claim naming it", setPool, byPool("runners-ci-ios"), false},
+		{"a runner set's pool serves no other set's runner naming it", setPool,
+			runnerOf("ci", macvirtv1alpha1.LabelRunnerSet, "macos", "runners-ci-ios"), false},
 		{"a Buildkite queue's pool serves no claim by class", queuePool, byClass, false},
-		{"a Buildkite queue's pool serves its queue's claims", queuePool, byPool("buildkite-ci-mac"), true},
+		{"a Buildkite queue's pool serves its queue's claims", queuePool,
+			runnerOf("ci", macvirtv1alpha1.LabelBuildkiteQueue, "mac", "buildkite-ci-mac"), true},
+		{"a Buildkite queue's pool serves no claim naming it from another namespace", queuePool,
+			runnerOf("team-b", macvirtv1alpha1.LabelBuildkiteQueue, "mac", "buildkite-ci-mac"), false},
+		{"a Buildkite queue's pool serves no runner set's claim naming it", queuePool,
+			runnerOf("ci", macvirtv1alpha1.LabelRunnerSet, "mac", "buildkite-ci-mac"), false},
 	} {
 		if got := PoolServes(tc.pool, tc.claim); got != tc.want {
 			t.Errorf("%s: PoolServes = %v, want %v", tc.name, got, tc.want)

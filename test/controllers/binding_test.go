@@ -146,17 +146,17 @@ var _ = Describe("Binding", func() {
 		Entry("with 4 workers", 4),
 	)
 
-	It("never hands a runner set's warm Macs to a claim by class, and hands them to the set's own claims", func() {
+	It("never hands a runner set's warm Macs to a claim by class or a stranger naming its pool, and hands them to the set's own claims", func() {
 		DeferCleanup(startOperator(claimsOnly))
 		// Not on demand: a claim with no idle Mac for it waits.
 		class := newClass(func(c *macvirtv1alpha1.MacClass) { c.Spec.Tenancy.OnDemand = ptrTo(false) })
+		ns := newNamespace()
 		setPool, setNS := newPool(class.Name, 2, 2, paused, func(p *macvirtv1alpha1.MacPool) {
-			p.Labels = map[string]string{macvirtv1alpha1.LabelRunnerSet: "ios", macvirtv1alpha1.LabelRunnerSetNamespace: "ci"}
+			p.Labels = map[string]string{macvirtv1alpha1.LabelRunnerSet: "ios", macvirtv1alpha1.LabelRunnerSetNamespace: ns}
 		})
 		readyIdleMachines(setPool, class, 2)
 		adminPool, adminNS := newPool(class.Name, 1, 1, paused)
 		readyIdleMachines(adminPool, class, 1)
-		ns := newNamespace()
 		byClass := func() *macvirtv1alpha1.MacClaim {
 			return newClaim(ns, func(c *macvirtv1alpha1.MacClaim) { c.Spec.ClassName = class.Name })
 		}
@@ -180,7 +180,13 @@ var _ = Describe("Binding", func() {
 		for _, m := range machinesIn(setNS) {
 			Expect(m.Spec.ClaimRef).To(BeNil(), "the set's warm Mac %s was handed to a claim by class", m.Name)
 		}
-		own := newClaim(ns, func(c *macvirtv1alpha1.MacClaim) { c.Spec.PoolName = setPool.Name })
+		runnerOfIOS := func(c *macvirtv1alpha1.MacClaim) {
+			c.Spec.PoolName, c.Labels = setPool.Name, map[string]string{macvirtv1alpha1.LabelRunnerSet: "ios"}
+		}
+		stranger := newClaim(newNamespace(), runnerOfIOS)
+		Consistently(func() *macvirtv1alpha1.ObjectRef { return getClaim(key(stranger)).Status.MachineRef }).
+			WithTimeout(3*time.Second).Should(BeNil(), "a claim of another namespace naming the set's pool, with the set's label, waits")
+		own := newClaim(ns, runnerOfIOS)
 		Eventually(func() string {
 			if ref := getClaim(key(own)).Status.MachineRef; ref != nil {
 				return ref.Namespace

@@ -60,16 +60,15 @@ func (r *Reconciler) bind(ctx context.Context, s *claimScope) (bool, error) {
 	candidates := make([]*macvirtv1alpha1.MacMachine, 0, len(list.Items))
 	for i := range list.Items {
 		m := &list.Items[i]
-		if s.claim.Spec.PoolName == "" {
-			// A claim by class never takes a runner set's or a queue's
-			// warm Mac (tenancy.PoolServes).
-			pool, err := pools.get(ctx, r.Client, m.Labels[macvirtv1alpha1.LabelPool])
-			if err != nil {
-				return false, err
-			}
-			if pool != nil && !tenancy.PoolServes(pool, s.claim) {
-				continue
-			}
+		// Only a runner set's (or a queue's) own runners take its warm
+		// Macs (tenancy.PoolServes); the admission webhook refuses a claim
+		// naming such a pool, and this holds for one admitted without it.
+		pool, err := pools.get(ctx, r.Client, m.Labels[macvirtv1alpha1.LabelPool])
+		if err != nil {
+			return false, err
+		}
+		if pool != nil && !tenancy.PoolServes(pool, s.claim) {
+			continue
 		}
 		candidates = append(candidates, m)
 	}

@@ -93,6 +93,11 @@ func ValidateMacClaim(c *macvirtv1alpha1.MacClaim, env ClaimEnv) (field.ErrorLis
 		errs = append(errs, field.Required(spec.Child("className"), "set spec.className, spec.poolName, or both"))
 	case c.Spec.PoolName != "" && env.Pool == nil:
 		warns = append(warns, fmt.Sprintf("MacPool %q does not exist yet: the claim stays Pending until it does", c.Spec.PoolName))
+	case c.Spec.PoolName != "" && !tenancy.PoolServes(env.Pool, c):
+		kind, ns, name := tenancy.PoolKeptFor(env.Pool)
+		errs = append(errs, field.Forbidden(spec.Child("poolName"), fmt.Sprintf(
+			"MacPool %s keeps warm Macs for %s %s/%s, and only its runners take them; name another pool, or only a className",
+			env.Pool.Name, kind, ns, name)))
 	case c.Spec.PoolName != "" && c.Spec.ClassName != "" && env.Pool.Spec.ClassName != c.Spec.ClassName:
 		errs = append(errs, field.Invalid(spec.Child("className"), c.Spec.ClassName, fmt.Sprintf(
 			"MacPool %s holds machines of MacClass %q: set className to %q or drop it", env.Pool.Name, env.Pool.Spec.ClassName, env.Pool.Spec.ClassName)))

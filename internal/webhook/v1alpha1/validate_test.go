@@ -324,6 +324,10 @@ var claimRejections = map[string]claimCase{
 	"pool of another class": {func(c *macvirtv1alpha1.MacClaim) { c.Spec.ClassName, c.Spec.PoolName = "ventura", "ci" },
 		ClaimEnv{Pool: minimalPool(), Class: tenantClass(), Namespace: allowedNamespace()}, "spec.className",
 		`MacPool ci holds machines of MacClass "sonoma": set className to "sonoma" or drop it`},
+	"a runner set's warm pool, from another namespace": {func(c *macvirtv1alpha1.MacClaim) {
+		c.Spec.PoolName, c.Labels = "ci", map[string]string{macvirtv1alpha1.LabelRunnerSet: "ios"}
+	}, ClaimEnv{Pool: setPool(), Class: tenantClass(), Namespace: allowedNamespace()}, "spec.poolName",
+		"MacPool ci keeps warm Macs for MacRunnerSet ci/ios, and only its runners take them; name another pool, or only a className"},
 	"namespace outside the class's tenancy": {func(*macvirtv1alpha1.MacClaim) {},
 		ClaimEnv{Class: tenantClass(), Namespace: &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}}, "metadata.namespace",
 		`namespace "team-a" may not claim MacClass sonoma: its labels do not match the class's spec.tenancy.allowedNamespaces (macvirt.io/tenant=true)`},
@@ -381,11 +385,24 @@ func TestValidateMacClaimAcceptsAndWarns(t *testing.T) {
 	_, warns = ValidateMacClaim(byPool, ClaimEnv{Namespace: ns})
 	expectWarning(t, warns, `MacPool "ci" does not exist yet`)
 
+	runner := minimalClaim()
+	runner.Namespace, runner.Spec.PoolName, runner.Labels = "ci", "ci", map[string]string{macvirtv1alpha1.LabelRunnerSet: "ios"}
+	if errs, _ := ValidateMacClaim(runner, ClaimEnv{Pool: setPool(), Class: class}); len(errs) != 0 {
+		t.Errorf("the set's own runner naming its pool: %v", errs)
+	}
+
 	both := minimalClaim()
 	both.Spec.PoolName = "ci"
 	if errs, warns := ValidateMacClaim(both, ClaimEnv{Pool: minimalPool(), Class: class, Namespace: ns}); len(errs) != 0 || len(warns) != 0 {
 		t.Errorf("a claim naming a pool and its class: errors %v, warnings %q", errs, warns)
 	}
+}
+
+// setPool is the warm pool runner set ci/ios keeps.
+func setPool() *macvirtv1alpha1.MacPool {
+	p := minimalPool()
+	p.Labels = map[string]string{macvirtv1alpha1.LabelRunnerSet: "ios", macvirtv1alpha1.LabelRunnerSetNamespace: "ci"}
+	return p
 }
 
 func TestValidateMacClaimUpdate(t *testing.T) {
