@@ -70,6 +70,11 @@ func TestJudge(t *testing.T) {
 			c.CreationTimestamp = metav1.NewTime(started.Add(-time.Hour))
 			c.DeletionTimestamp = &now
 		}), provider.StateDeleting, false, false, "stopping"},
+		{"an earlier process's that still runs: left alone", claimOf(func(c *macvirtv1alpha1.MacClaim) {
+			ready(c)
+			c.Annotations[AnnotationKey] = "draining"
+			c.CreationTimestamp = metav1.NewTime(started.Add(-time.Hour))
+		}), "", false, true, "still runs"},
 		{"another live process's: left alone", claimOf(func(c *macvirtv1alpha1.MacClaim) { ready(c); c.Annotations[AnnotationKey] = "other" }), "", false, true, "a name of its own"},
 		{"made in the second this process started, by another: left alone", claimOf(func(c *macvirtv1alpha1.MacClaim) {
 			c.Annotations = nil
@@ -78,7 +83,7 @@ func TestJudge(t *testing.T) {
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
-			v := judge(r.claim, "mine", started.Add(300*time.Millisecond))
+			v := judge(r.claim, "mine", started.Add(300*time.Millisecond), map[string]bool{"mine": true, "draining": true})
 			if v.state != r.state || v.release != r.release || v.foreign != r.foreign || !strings.Contains(v.why, r.why) {
 				t.Errorf("judge = %+v; want state %q, release %v, foreign %v, why containing %q", v, r.state, r.release, r.foreign, r.why)
 			}

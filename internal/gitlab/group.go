@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"gitlab.com/gitlab-org/fleeting/fleeting/provider"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -76,6 +77,10 @@ type InstanceGroup struct {
 	keys     *keyring
 	started  time.Time
 	lifetime *metav1.Duration
+	// leases: the process keeps a Lease (lease.go); false when its
+	// identity may not. leaseDone is closed once the Lease is given up.
+	leases    bool
+	leaseDone chan struct{}
 
 	mu       sync.Mutex
 	forwards map[string]*forward
@@ -124,6 +129,9 @@ func (g *InstanceGroup) Init(ctx context.Context, log hclog.Logger, settings pro
 	if err := macvirtv1alpha1.AddToScheme(s); err != nil {
 		return provider.ProviderInfo{}, err
 	}
+	if err := coordinationv1.AddToScheme(s); err != nil {
+		return provider.ProviderInfo{}, err
+	}
 	if g.client, err = client.New(g.cfg, client.Options{Scheme: s}); err != nil {
 		return provider.ProviderInfo{}, err
 	}
@@ -131,7 +139,16 @@ func (g *InstanceGroup) Init(ctx context.Context, log hclog.Logger, settings pro
 	g.forwards, g.said = map[string]*forward{}, map[string]string{}
 	// Listing now proves the kubeconfig's rights before the first job.
 	if err := g.client.List(ctx, &macvirtv1alpha1.MacClaimList{}, client.InNamespace(g.Namespace), client.MatchingLabels{LabelGroup: g.Name}); err != nil {
-		return provider.ProviderInfo{}, fmt.Errorf("listing the MacClaims of %s: %w (bind macvirt-claim-editor to the plugin's user in that namespace)", g.Namespace, err)
+		return provider.ProviderInfo{}, fmt.Errorf("listing the MacClaims of %s: %w (bind macvirt-fleeting-plugin to the plugin's user in that namespace, docs/gitlab.md)", g.Namespace, err)
+	}
+	if g.leases, err = g.renewLease(ctx, time.Now()); err != nil {
+		return provider.ProviderInfo{}, fmt.Errorf("the plugin process's Lease in %s: %w", g.Namespace, err)
+	}
+	if g.leases {
+		g.leaseDone = make(chan struct{})
+		go func() { defer close(g.leaseDone); g.keepLease(g.ctx) }()
+	} else {
+		log.Warn("the plugin's identity may not keep a Lease (bind macvirt-fleeting-plugin, docs/gitlab.md): a plugin process that starts while an earlier one still runs jobs will release that one's Macs, jobs and all")
 	}
 	log.Info("macvirt instance group ready", "namespace", g.Namespace, "name", g.Name, "class", g.Class, "pool", g.Pool, "via", g.Via, "key_id", keys.id)
 	return provider.ProviderInfo{
@@ -183,10 +200,14 @@ func (g *InstanceGroup) Update(ctx context.Context, fn func(instance string, sta
 	if err := g.client.List(ctx, list, client.InNamespace(g.Namespace), client.MatchingLabels{LabelGroup: g.Name}); err != nil {
 		return fmt.Errorf("listing the MacClaims of %s: %w", g.Namespace, err)
 	}
+	running, err := g.running(ctx, time.Now())
+	if err != nil {
+		return fmt.Errorf("listing the plugin processes' Leases in %s: %w", g.Namespace, err)
+	}
 	seen := map[string]bool{}
 	for i := range list.Items {
 		c := &list.Items[i]
-		v := judge(c, g.keys.id, g.started)
+		v := judge(c, g.keys.id, g.started, running)
 		g.say(c.Name, v)
 		if v.foreign {
 			continue
@@ -358,17 +379,26 @@ func (g *InstanceGroup) Heartbeat(ctx context.Context, instance string) error {
 		}
 		return err
 	}
-	if v := judge(c, g.keys.id, g.started); v.state != provider.StateRunning {
+	if v := judge(c, g.keys.id, g.started, nil); v.state != provider.StateRunning {
 		return fmt.Errorf("%w: MacClaim %s/%s: %s", provider.ErrInstanceUnhealthy, g.Namespace, instance, v.why)
 	}
 	return nil
 }
 
-// Shutdown closes the forwards; the claims stay for the runner to reuse or
-// release (gitlab-runner's delete_instances_on_shutdown).
-func (g *InstanceGroup) Shutdown(context.Context) error {
+// Shutdown closes the forwards and gives up the process's Lease; the
+// claims stay for the runner to reuse or release (gitlab-runner's
+// delete_instances_on_shutdown).
+func (g *InstanceGroup) Shutdown(ctx context.Context) error {
 	if g.stop != nil {
 		g.stop()
+	}
+	if g.leaseDone != nil {
+		// Its Lease deleted, the next process releases what this one
+		// leaves at once.
+		select {
+		case <-g.leaseDone:
+		case <-ctx.Done():
+		}
 	}
 	for name := range g.forwardNames() {
 		g.closeForward(name)

@@ -37,18 +37,22 @@ type verdict struct {
 	why string
 }
 
-// judge decides one claim's verdict; keyID is this process's key id, and
-// started when it started.
-func judge(c *macvirtv1alpha1.MacClaim, keyID string, started time.Time) verdict {
-	mine := c.Annotations[AnnotationKey] == keyID
+// judge decides one claim's verdict; keyID is this process's key id,
+// started when it started, and running the key ids of the group's
+// processes whose Lease says they run.
+func judge(c *macvirtv1alpha1.MacClaim, keyID string, started time.Time, running map[string]bool) verdict {
+	key := c.Annotations[AnnotationKey]
+	mine := key == keyID
 	switch {
 	case !mine && !c.CreationTimestamp.Time.Before(started.Truncate(time.Second)):
-		return verdict{foreign: true, why: fmt.Sprintf("made by another plugin process of this name after this one started (key %q, this one's %q): give each runner's plugin a name of its own", c.Annotations[AnnotationKey], keyID)}
+		return verdict{foreign: true, why: fmt.Sprintf("made by another plugin process of this name after this one started (key %q, this one's %q): give each runner's plugin a name of its own", key, keyID)}
+	case !mine && running[key]:
+		return verdict{foreign: true, why: fmt.Sprintf("made by an earlier plugin process (key %q) that still runs (its Lease is renewed): its Macs, and the jobs on them, are its own until it stops", key)}
 	case c.DeletionTimestamp != nil:
 		return verdict{state: provider.StateDeleting, why: "released, its Mac stopping"}
 	case !mine:
 		return verdict{state: provider.StateDeleting, release: true,
-			why: fmt.Sprintf("made by an earlier plugin process (key %q, this one's %q), whose key pair went with it", c.Annotations[AnnotationKey], keyID)}
+			why: fmt.Sprintf("made by an earlier plugin process (key %q, this one's %q) that no longer runs, whose key pair went with it", key, keyID)}
 	case c.Status.Phase.Ended():
 		return verdict{state: provider.StateDeleting, release: true, why: "the claim is " + string(c.Status.Phase) + ": " + readyMessage(c)}
 	case c.Status.Phase == macvirtv1alpha1.ClaimReady && c.Status.Connection != nil && c.Status.Connection.Address != "":

@@ -762,6 +762,7 @@ func TestKustomizeInstall(t *testing.T) {
 		"Certificate/macvirt-serving-cert", "MutatingWebhookConfiguration/macvirt-mutating-webhook-configuration",
 		"ValidatingWebhookConfiguration/macvirt-validating-webhook-configuration",
 		"ClusterRole/macvirt-claim-editor", "ClusterRole/macvirt-viewer", "ClusterRole/macvirt-catalog-viewer",
+		"ClusterRole/macvirt-fleeting-plugin",
 		"CustomResourceDefinition/macclasses.macvirt.io", "CustomResourceDefinition/macpools.macvirt.io",
 		"CustomResourceDefinition/macclaims.macvirt.io", "CustomResourceDefinition/macmachines.macvirt.io"} {
 		if _, ok := got[want]; !ok {
@@ -772,6 +773,9 @@ func TestKustomizeInstall(t *testing.T) {
 	const to = "rbac.authorization.k8s.io/aggregate-to-"
 	if l := agg("macvirt-claim-editor"); l[to+"edit"] != "true" || l[to+"admin"] != "true" || l[to+"view"] != "" {
 		t.Errorf("macvirt-claim-editor aggregates as %v; want edit and admin only", l)
+	}
+	if l := agg("macvirt-fleeting-plugin"); l[to+"edit"] != "" || l[to+"admin"] != "" || l[to+"view"] != "" {
+		t.Errorf("macvirt-fleeting-plugin aggregates as %v; want it bound to the runner's identity alone", l)
 	}
 	for _, name := range []string{"macvirt-viewer", "macvirt-catalog-viewer"} {
 		if l := agg(name); l[to+"view"] != "true" {

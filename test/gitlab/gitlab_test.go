@@ -2,8 +2,8 @@
 // it: the plugin binary, built here, started and driven by GitLab's own
 // fleeting library and plugin test harness, against the whole system (a
 // real API server, the operator, and the simulated KubeVirt with its
-// guests' sshd). The plugin holds the tenant's kubeconfig: the shipped
-// macvirt-claim-editor role in one namespace, nothing more.
+// guests' sshd). The plugin holds the runner's kubeconfig: the shipped
+// macvirt-fleeting-plugin role in one namespace, nothing more.
 package gitlab_test
 
 import (
@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	"gitlab.com/gitlab-org/fleeting/fleeting"
 	"gitlab.com/gitlab-org/fleeting/fleeting/integration"
 	"gitlab.com/gitlab-org/fleeting/fleeting/provider"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,11 +48,11 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 	world := harness.ForTest(t, harness.Options{Log: io.Discard, System: &harness.SystemOptions{Speed: 4, Network: true},
 		Samples: &harness.SampleOptions{}, Tenant: true})
 	ctx, scheme, admin, sys := world.Ctx, world.Scheme, world.Admin, world.System
-	// The plugin's own identity: macvirt-claim-editor in the claims'
+	// The plugin's own identity: macvirt-fleeting-plugin in the claims'
 	// namespace, bound as docs/gitlab.md binds it, and nothing else.
 	const runnerUser = "gitlab-runner"
 	if err := admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gitlab-runner-claims", Namespace: harness.TenantNamespace},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: claimEditorRole(t)},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: installPluginRole(ctx, t, admin)},
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: runnerUser}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +141,76 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 		}
 	})
 
+	t.Run("a plugin started while an earlier one still runs leaves that one's Macs alone, and releases them once it is gone", func(t *testing.T) {
+		const group = "rolling"
+		config := gitlab.Config{Name: group, Kubeconfig: kubeconfig, Class: harness.TenantClass, Via: gitlab.ViaTunnel}
+		raw, err := json.Marshal(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := fleeting.RunPlugin(plugin, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer first.Kill()
+		prov1, err := fleeting.Init(ctx, hclog.NewNullLogger(), first.InstanceGroup(), fleeting.WithMaxSize(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		prov1.Request(2)
+		for deadline := time.Now().Add(time.Minute); len(prov1.Instances()) < 2; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the first plugin has %d instances, want 2", len(prov1.Instances()))
+			}
+		}
+		firsts := &macvirtv1alpha1.MacClaimList{}
+		if err := admin.List(ctx, firsts, client.InNamespace(harness.TenantNamespace), client.MatchingLabels{gitlab.LabelGroup: group}); err != nil || len(firsts.Items) != 2 {
+			t.Fatalf("the first plugin's claims: %d, %v; want 2", len(firsts.Items), err)
+		}
+
+		second, err := fleeting.RunPlugin(plugin, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer second.Kill()
+		prov2, err := fleeting.Init(ctx, hclog.NewNullLogger(), second.InstanceGroup(), fleeting.WithMaxSize(2),
+			fleeting.WithUpdateInterval(500*time.Millisecond), fleeting.WithUpdateIntervalWhenExpecting(200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The second updates every half second: the first's Macs, maybe
+		// running jobs, stay the first's.
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+			for _, c := range firsts.Items {
+				got := &macvirtv1alpha1.MacClaim{}
+				if err := admin.Get(ctx, client.ObjectKeyFromObject(&c), got); err != nil || got.DeletionTimestamp != nil {
+					t.Fatalf("while the first plugin runs, the second released its claim %s (%v)", c.Name, err)
+				}
+			}
+			if n := len(prov2.Instances()); n != 0 {
+				t.Fatalf("the second plugin reports %d instances of the first's", n)
+			}
+		}
+
+		killed := time.Now()
+		first.Kill() // no Shutdown: its Lease lapses
+		for _, c := range firsts.Items {
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
+				got := &macvirtv1alpha1.MacClaim{}
+				err := admin.Get(ctx, client.ObjectKeyFromObject(&c), got)
+				if apierrors.IsNotFound(err) || (err == nil && got.DeletionTimestamp != nil) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the dead first plugin's claim %s was not released (%v)", c.Name, err)
+				}
+			}
+		}
+		t.Logf("the first plugin's claims released %s after it died", time.Since(killed).Round(time.Second))
+		prov2.Shutdown(ctx)
+		expectNothingLeft(ctx, t, admin, group)
+	})
+
 	t.Run("a runner that crashed leaves nothing: the next plugin releases the Macs it cannot log in to", func(t *testing.T) {
 		const group = "crash"
 		config := gitlab.Config{Name: group, Kubeconfig: kubeconfig, Class: harness.TenantClass, Via: gitlab.ViaTunnel}
@@ -168,6 +238,30 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 		if err := admin.List(ctx, left, client.InNamespace(harness.TenantNamespace), client.MatchingLabels{gitlab.LabelGroup: group}); err != nil || len(left.Items) != 2 {
 			t.Fatalf("after the crash: %d claims, %v; want the 2 the dead runner made", len(left.Items), err)
 		}
+		// Its Lease, no longer renewed, lapses: until then a plugin of its
+		// name would take it for one still draining its jobs.
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+			leases := &coordinationv1.LeaseList{}
+			if err := admin.List(ctx, leases, client.InNamespace(harness.TenantNamespace), client.MatchingLabels{gitlab.LabelGroup: group}); err != nil {
+				t.Fatal(err)
+			}
+			live := 0
+			for _, l := range leases.Items {
+				if l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil &&
+					time.Since(l.Spec.RenewTime.Time) < time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second {
+					live++
+				}
+			}
+			if len(leases.Items) != 1 {
+				t.Fatalf("the dead runner's plugin left %d Leases, want its one", len(leases.Items))
+			}
+			if live == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the dead runner's plugin's Lease did not lapse")
+			}
+		}
 		report, err := fakegitlabrunner.Run(ctx, fakegitlabrunner.Options{Plugin: plugin, PluginConfig: config,
 			Connector: provider.ConnectorConfig{Timeout: 2 * time.Minute}, MaxInstances: 2, Jobs: 1, JobTimeout: 5 * time.Minute})
 		if err != nil {
@@ -182,21 +276,18 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 	})
 }
 
-// claimEditorRole is the name of the shipped macvirt-claim-editor role as
-// the sandbox installs it.
-func claimEditorRole(t *testing.T) string {
+// installPluginRole installs the shipped macvirt-fleeting-plugin role as
+// config/rbac has it, and returns its name.
+func installPluginRole(ctx context.Context, t *testing.T, admin client.Client) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "config", "rbac", "aggregated_claim_editor_role.yaml"))
-	if err != nil {
+	objs, err := harness.ReadObjects(filepath.Join(cluster.RepoRoot(), "config", "rbac", "fleeting_plugin_role.yaml"), admin.Scheme())
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("config/rbac/fleeting_plugin_role.yaml: %d objects, %v; want the role", len(objs), err)
+	}
+	if err := admin.Create(ctx, objs[0]); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if name, ok := strings.CutPrefix(line, "  name: "); ok {
-			return strings.TrimSpace(name)
-		}
-	}
-	t.Fatal("the claim editor role has no name")
-	return ""
+	return objs[0].GetName()
 }
 
 // buildPlugin builds the plugin binary as a release would.
