@@ -328,6 +328,19 @@ func (c *Client) RemoveScaleSetRunner(ctx context.Context, scaleSetID int, id in
 	return c.RemoveRunnerByID(ctx, id, name)
 }
 
+// SessionGone reports whether err, from polling or refreshing a message
+// session, says GitHub no longer has the session, from the error's own
+// status (never an earlier answer's): 404 (deleted, or expired as a
+// refresh finds it), 410, or 400 (GitHub has answered an expired or
+// invalid session so), so that polling it again cannot succeed.
+func SessionGone(err error) bool {
+	if err == nil {
+		return false
+	}
+	m := statusInError.FindStringSubmatch(err.Error())
+	return m != nil && (m[1] == "404" || m[1] == "410" || m[1] == "400")
+}
+
 // notFound reports whether err is the scale-set service's 404.
 func notFound(err error) bool {
 	m := statusInError.FindStringSubmatch(err.Error())

@@ -143,6 +143,11 @@ var _ = Describe("A runner set under faults", func() {
 		opened := gh.SessionsOpened()
 		gh.FailFor(sessionTTL/2, 503)
 		Eventually(func() string { return readyReason(set) }).Should(Equal(macvirtv1alpha1.ReasonGitHubUnavailable))
+		By("the first answer after the outage, with no message waiting, confirms the count the set held")
+		Eventually(func(g Gomega) {
+			g.Expect(readyReason(set)).To(Equal(macvirtv1alpha1.ReasonListening))
+			g.Expect(conditionMessage(set)).NotTo(ContainSubstring("count is awaited"))
+		}).WithTimeout(time.Minute).Should(Succeed())
 		ids := queue("blip", 2, 2*time.Second)
 		Eventually(allCompleted(ids)).WithTimeout(2 * time.Minute).Should(Succeed())
 		Expect(gh.SessionsOpened()).To(Equal(opened), "the session the outage interrupted was polled again")

@@ -2,7 +2,6 @@ package runnerset
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"reflect"
 	"strconv"
@@ -116,16 +115,28 @@ func (l *Listeners) Start(ctx context.Context) error {
 }
 
 // Ensure runs key's listener with cfg, restarting it when cfg changed.
+// The old listener is waited for without the registry's lock, which it
+// may need on its way out.
 func (l *Listeners) Ensure(key types.NamespacedName, cfg ListenerConfig) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if s, ok := l.sets[key]; ok {
 		if reflect.DeepEqual(s.cfg, cfg) {
+			l.mu.Unlock()
 			return
 		}
+		delete(l.sets, key)
+		l.mu.Unlock()
 		s.cancel()
 		<-s.done
+		l.mu.Lock()
+		if _, again := l.sets[key]; again {
+			// Another reconcile of the set started one meanwhile.
+			l.mu.Unlock()
+			l.Ensure(key, cfg)
+			return
+		}
 	}
+	defer l.mu.Unlock()
 	ctx, cancel := context.WithCancel(l.ctx)
 	s := &setListener{key: key, cfg: cfg, cancel: cancel, done: make(chan struct{}),
 		started: map[string]macvirtv1alpha1.RunnerJob{}, completed: map[string]string{}}
@@ -368,11 +379,16 @@ func (s *setListener) session(ctx context.Context, l *Listeners, backoff *time.D
 	sess, err := c.Session(ctx, id, l.Owner)
 	if err != nil && c.Explain(err).Conflict {
 		if old := l.recall(s.key); old != "" && old != s.closed {
-			s.closed = old
 			log := ctrl.Log.WithName("runner-set-listener").WithValues("runnerSet", s.key, "session", old)
-			switch open, cerr := c.CloseSession(ctx, id, old); {
+			open, cerr := c.CloseSession(ctx, id, old)
+			if cerr == nil {
+				// Tried for good: closed, or gone (another listener's
+				// session is the one open). A failed try is tried again.
+				s.closed = old
+			}
+			switch {
 			case cerr != nil:
-				log.Info("could not close the message session the set's status names", "error", cerr.Error())
+				log.Info("could not close the message session the set's status names; trying again", "error", cerr.Error())
 			case open:
 				log.Info("closed the message session an earlier operator left open")
 				sess, err = c.Session(ctx, id, l.Owner)
@@ -400,7 +416,10 @@ func (s *setListener) session(ctx context.Context, l *Listeners, backoff *time.D
 	}()
 	// The session is kept through failed polls: closing it in an outage
 	// would fail, and GitHub would refuse a new one (409) until the old one
-	// expired. Only a session GitHub no longer has is given up.
+	// expired. A session GitHub says it no longer has is given up at once,
+	// and one whose polls have failed for longer than GitHub keeps an
+	// unpolled session (whatever the answers said) too.
+	var failingSince time.Time
 	for reused := false; ; reused = true {
 		sc := &scaler{set: s, l: l, reused: reused}
 		lis, err := listener.New(sess, listener.Config{ScaleSetID: id, MaxRunners: s.cfg.MaxRunners}, listener.WithMetricsRecorder(sc))
@@ -414,7 +433,11 @@ func (s *setListener) session(ctx context.Context, l *Listeners, backoff *time.D
 		s.mu.Lock()
 		s.known, s.listening = false, false
 		s.mu.Unlock()
-		if sessionGone(c, err) {
+		if failingSince.IsZero() || sc.answered || sc.fresh {
+			// The first failure, or the first since a poll answered.
+			failingSince = time.Now()
+		}
+		if github.SessionGone(err) || time.Since(failingSince) > sessionLife {
 			return true, err
 		}
 		s.fail(err, l)
@@ -425,11 +448,9 @@ func (s *setListener) session(ctx context.Context, l *Listeners, backoff *time.D
 	}
 }
 
-// sessionGone: GitHub no longer has the session (it expired or was
-// deleted), so polling it again cannot succeed.
-func sessionGone(c *github.Client, err error) bool {
-	return err != nil && c.Explain(err).StatusCode == http.StatusNotFound
-}
+// sessionLife bounds how long a session whose polls fail is kept: about
+// how long GitHub keeps a session nobody polls.
+const sessionLife = 2 * time.Minute
 
 // fail records err as the set's last error from GitHub.
 func (s *setListener) fail(err error, l *Listeners) {
@@ -474,22 +495,30 @@ type scaler struct {
 	// fresh: statistics from a message arrived.
 	fresh bool
 	// counted: HandleDesiredRunnerCount was called (first with the
-	// session's statistics, then after each poll).
-	counted bool
+	// session's statistics, then after each poll); answered: a poll was.
+	counted, answered bool
 }
 
 func (sc *scaler) HandleDesiredRunnerCount(_ context.Context, count int) (int, error) {
 	s := sc.set
 	polled := sc.counted || !sc.reused
 	sc.counted = true
+	sc.answered = sc.answered || (polled && sc.reused)
 	s.mu.Lock()
 	changed := !s.listening && polled
 	if polled {
 		s.listening = true
 	}
-	if !sc.reused || sc.fresh {
+	switch {
+	case !sc.reused || sc.fresh:
 		changed = changed || s.assigned != count || !s.known
 		s.assigned, s.known, s.said, s.hold = count, true, true, nil
+	case polled:
+		// A reused session answered with no message waiting: GitHub
+		// keeps a message until it is acknowledged, so nothing happened
+		// since the count this listener believed last, which holds again.
+		changed = changed || !s.known
+		s.known, s.hold = true, nil
 	}
 	s.mu.Unlock()
 	metrics.RunnerSetAssignedJobs.WithLabelValues(s.key.Namespace, s.key.Name).Set(float64(count))

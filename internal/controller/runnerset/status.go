@@ -63,6 +63,9 @@ func readiness(s *setScope, scaleSetID int64) runnercore.Readiness {
 			Message: fmt.Sprintf("listening to scale set %q (id %d) of %s: %d jobs assigned, %d runners (%d pending, %d idle, %d running)",
 				name, scaleSetID, url, d.Assigned, len(p.Runners), p.Pending, p.Idle, p.Running)},
 	}
+	if p.Held && d.Listening {
+		r.Serving.Message += fmt.Sprintf("; GitHub's count is awaited: the set works from the %d jobs it held since GitHub was last heard", s.Assigned)
+	}
 	e := d.Err
 	if e == nil || d.Listening {
 		return r

@@ -331,6 +331,7 @@ func (s *Server) liveLocked(sess *session) bool {
 	}
 	sess.deleted = true
 	delete(s.sessions, sess.id)
+	s.expired[sess.id] = sess.set
 	return false
 }
 
@@ -397,7 +398,8 @@ func (s *Server) handleCreateSession(w http.ResponseWriter, r *http.Request) {
 }
 
 // sessionLocked finds a live session of the path's scale set, or answers
-// 404.
+// 400 for one that expired unpolled and 404 for one it never had or that
+// was deleted.
 func (s *Server) sessionLocked(w http.ResponseWriter, r *http.Request) *session {
 	sc, ok := s.adminScopeLocked(w, r)
 	if !ok {
@@ -409,6 +411,13 @@ func (s *Server) sessionLocked(w http.ResponseWriter, r *http.Request) *session 
 	}
 	sess, ok := s.sessions[r.PathValue("sid")]
 	if !ok || sess.set != ss || !s.liveLocked(sess) {
+		if s.expired[r.PathValue("sid")] == ss {
+			// As GitHub answers a session that lapsed unpolled (seen
+			// on deleting one, actions-runner-controller#4285).
+			writeException(w, http.StatusBadRequest, nsRuntime, "RunnerScaleSetSessionExpiredException",
+				"The session identifier %s is not valid.", r.PathValue("sid"))
+			return nil
+		}
 		writeException(w, http.StatusNotFound, nsRuntime, "RunnerScaleSetSessionNotFoundException",
 			"The message session %s of runner scale set %d does not exist.", r.PathValue("sid"), ss.id)
 		return nil

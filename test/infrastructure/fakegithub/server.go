@@ -85,11 +85,14 @@ type Server struct {
 	failStatus     int
 	rateUntil      time.Time
 
-	groups      []runnerGroup
-	instTokens  map[string]installationToken
-	regTokens   map[string]registrationToken
-	scaleSets   map[int]*scaleSet
-	sessions    map[string]*session
+	groups     []runnerGroup
+	instTokens map[string]installationToken
+	regTokens  map[string]registrationToken
+	scaleSets  map[int]*scaleSet
+	sessions   map[string]*session
+	// expired are the sessions that lapsed unpolled, by id, with their
+	// scale set.
+	expired     map[string]*scaleSet
 	jobs        []*job
 	jobsByID    map[string]*job
 	runners     map[int]*runner // registered runners
@@ -143,6 +146,7 @@ func New(opts Options) *Server {
 		regTokens:  map[string]registrationToken{},
 		scaleSets:  map[int]*scaleSet{},
 		sessions:   map[string]*session{},
+		expired:    map[string]*scaleSet{},
 		jobsByID:   map[string]*job{},
 		runners:    map[int]*runner{},
 		labelIDs:   map[string]int64{},
