@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"gitlab.com/gitlab-org/fleeting/fleeting/provider"
 	"golang.org/x/crypto/ssh"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,6 +76,18 @@ func TestJudge(t *testing.T) {
 			c.Annotations[AnnotationKey] = "draining"
 			c.CreationTimestamp = metav1.NewTime(started.Add(-time.Hour))
 		}), "", false, true, "still runs"},
+		{"a process sharing this one's static key, earlier and still running: left alone", claimOf(func(c *macvirtv1alpha1.MacClaim) {
+			ready(c)
+			c.Annotations[AnnotationProcess] = "p-draining"
+			c.CreationTimestamp = metav1.NewTime(started.Add(-time.Hour))
+		}), "", false, true, "still runs"},
+		{"a process sharing this one's static key, earlier and gone: released", claimOf(func(c *macvirtv1alpha1.MacClaim) {
+			ready(c)
+			c.Annotations[AnnotationProcess] = "p-gone"
+			c.CreationTimestamp = metav1.NewTime(started.Add(-time.Hour))
+		}), provider.StateDeleting, true, false, "no longer runs"},
+		{"this process's own: its", claimOf(func(c *macvirtv1alpha1.MacClaim) { ready(c); c.Annotations[AnnotationProcess] = "p-mine" }),
+			provider.StateRunning, false, false, ""},
 		{"another live process's: left alone", claimOf(func(c *macvirtv1alpha1.MacClaim) { ready(c); c.Annotations[AnnotationKey] = "other" }), "", false, true, "a name of its own"},
 		{"made in the second this process started, by another: left alone", claimOf(func(c *macvirtv1alpha1.MacClaim) {
 			c.Annotations = nil
@@ -83,7 +96,8 @@ func TestJudge(t *testing.T) {
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
-			v := judge(r.claim, "mine", started.Add(300*time.Millisecond), map[string]bool{"mine": true, "draining": true})
+			v := judge(r.claim, process{id: "p-mine", keyID: "mine"}, started.Add(300*time.Millisecond),
+				map[string]bool{"p-mine": true, "key:draining": true, "p-draining": true})
 			if v.state != r.state || v.release != r.release || v.foreign != r.foreign || !strings.Contains(v.why, r.why) {
 				t.Errorf("judge = %+v; want state %q, release %v, foreign %v, why containing %q", v, r.state, r.release, r.foreign, r.why)
 			}
@@ -212,13 +226,17 @@ func newGroup(t *testing.T, objs ...client.Object) (*InstanceGroup, client.Clien
 	if err := macvirtv1alpha1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
+	if err := coordinationv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&macvirtv1alpha1.MacClaim{}).Build()
 	k, err := newKeyring(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := &InstanceGroup{Config: Config{Name: "g", Namespace: "ci", Class: "ci-mac"}, log: hclog.NewNullLogger(), client: c, keys: k,
-		started: started, forwards: map[string]*forward{}, said: map[string]string{}, ctx: context.Background()}
+		started: started, forwards: map[string]*forward{}, said: map[string]string{}, seen: map[string]sighting{}, ctx: context.Background(),
+		self: process{id: "p-test", keyID: k.id}}
 	if err := g.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -312,3 +330,46 @@ func TestIncreaseUpdateDecrease(t *testing.T) {
 		t.Errorf("another group's claim: %v", err)
 	}
 }
+
+// TestRunningIsJudgedByThisProcesssClock: a Lease is live while this
+// process sees its renewal change within leaseDuration, whatever clock
+// wrote it (the other host's may be minutes off), and not once it stops
+// changing.
+func TestRunningIsJudgedByThisProcesssClock(t *testing.T) {
+	ctx := context.Background()
+	lease := func(id string, renew time.Time) *coordinationv1.Lease {
+		at := metav1.NewMicroTime(renew)
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: leaseName("g", id),
+			Labels: map[string]string{LabelGroup: "g"}, Annotations: map[string]string{AnnotationProcess: id}},
+			Spec: coordinationv1.LeaseSpec{RenewTime: &at}}
+	}
+	skewed := lease("p-behind", started.Add(-10*time.Minute)) // its host's clock is 10 minutes behind
+	g, c := newGroup(t, skewed, lease("p-ahead", started.Add(time.Hour)))
+	g.leases = true
+	now := started
+	look := func(step string, want map[string]bool) {
+		t.Helper()
+		got, err := g.running(ctx, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"p-behind", "p-ahead", "p-test"} {
+			if got[id] != want[id] {
+				t.Errorf("%s: %s running %v, want %v", step, id, got[id], want[id])
+			}
+		}
+	}
+	look("first seen", map[string]bool{"p-behind": true, "p-ahead": true, "p-test": true})
+	now = now.Add(45 * time.Second)
+	skewed.Spec.RenewTime = ptrMicro(started.Add(-10*time.Minute + 40*time.Second))
+	if err := c.Update(ctx, skewed); err != nil {
+		t.Fatal(err)
+	}
+	look("the skewed one renewed, the other not yet past its minute", map[string]bool{"p-behind": true, "p-ahead": true, "p-test": true})
+	now = now.Add(30 * time.Second)
+	look("the other never renewed in 75 s", map[string]bool{"p-behind": true, "p-test": true})
+	now = now.Add(time.Minute)
+	look("neither renewed for a minute", map[string]bool{"p-test": true})
+}
+
+func ptrMicro(t time.Time) *metav1.MicroTime { m := metav1.NewMicroTime(t); return &m }

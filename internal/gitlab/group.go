@@ -75,6 +75,7 @@ type InstanceGroup struct {
 	cfg      *rest.Config
 	client   client.Client
 	keys     *keyring
+	self     process
 	started  time.Time
 	lifetime *metav1.Duration
 	// leases: the process keeps a Lease (lease.go); false when its
@@ -84,8 +85,9 @@ type InstanceGroup struct {
 
 	mu       sync.Mutex
 	forwards map[string]*forward
-	said     map[string]string // the last reason logged per claim
-	ctx      context.Context   // ends at Shutdown; the forwards live in it
+	said     map[string]string   // the last reason logged per claim
+	seen     map[string]sighting // other processes' Leases, by process id
+	ctx      context.Context     // ends at Shutdown; the forwards live in it
 	stop     context.CancelFunc
 }
 
@@ -113,6 +115,11 @@ func (g *InstanceGroup) Init(ctx context.Context, log hclog.Logger, settings pro
 		return provider.ProviderInfo{}, err
 	}
 	g.keys = keys
+	id := make([]byte, 8)
+	if _, err := rand.Read(id); err != nil {
+		return provider.ProviderInfo{}, err
+	}
+	g.self = process{id: hex.EncodeToString(id), keyID: keys.id}
 	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		&clientcmd.ClientConfigLoadingRules{ExplicitPath: g.Kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
 		&clientcmd.ConfigOverrides{})
@@ -136,7 +143,7 @@ func (g *InstanceGroup) Init(ctx context.Context, log hclog.Logger, settings pro
 		return provider.ProviderInfo{}, err
 	}
 	g.ctx, g.stop = context.WithCancel(context.Background())
-	g.forwards, g.said = map[string]*forward{}, map[string]string{}
+	g.forwards, g.said, g.seen = map[string]*forward{}, map[string]string{}, map[string]sighting{}
 	// Listing now proves the kubeconfig's rights before the first job.
 	if err := g.client.List(ctx, &macvirtv1alpha1.MacClaimList{}, client.InNamespace(g.Namespace), client.MatchingLabels{LabelGroup: g.Name}); err != nil {
 		return provider.ProviderInfo{}, fmt.Errorf("listing the MacClaims of %s: %w (bind macvirt-fleeting-plugin to the plugin's user in that namespace, docs/gitlab.md)", g.Namespace, err)
@@ -150,7 +157,7 @@ func (g *InstanceGroup) Init(ctx context.Context, log hclog.Logger, settings pro
 	} else {
 		log.Warn("the plugin's identity may not keep a Lease (bind macvirt-fleeting-plugin, docs/gitlab.md): a plugin process that starts while an earlier one still runs jobs will release that one's Macs, jobs and all")
 	}
-	log.Info("macvirt instance group ready", "namespace", g.Namespace, "name", g.Name, "class", g.Class, "pool", g.Pool, "via", g.Via, "key_id", keys.id)
+	log.Info("macvirt instance group ready", "namespace", g.Namespace, "name", g.Name, "class", g.Class, "pool", g.Pool, "via", g.Via, "key_id", keys.id, "process", g.self.id)
 	return provider.ProviderInfo{
 		ID:      "macvirt/" + g.Namespace + "/" + g.Name,
 		MaxSize: g.MaxSize,
@@ -204,11 +211,12 @@ func (g *InstanceGroup) Update(ctx context.Context, fn func(instance string, sta
 	if err != nil {
 		return fmt.Errorf("listing the plugin processes' Leases in %s: %w", g.Namespace, err)
 	}
-	seen := map[string]bool{}
+	seen, listed := map[string]bool{}, map[string]bool{}
 	for i := range list.Items {
 		c := &list.Items[i]
-		v := judge(c, g.keys.id, g.started, running)
+		v := judge(c, g.self, g.started, running)
 		g.say(c.Name, v)
+		listed[c.Name] = true
 		if v.foreign {
 			continue
 		}
@@ -222,7 +230,8 @@ func (g *InstanceGroup) Update(ctx context.Context, fn func(instance string, sta
 	}
 	g.mu.Lock()
 	for name := range g.said {
-		if !seen[name] {
+		if !listed[name] {
+			// Said once per claim and reason, foreign claims included.
 			delete(g.said, name)
 		}
 	}
@@ -281,7 +290,7 @@ func (g *InstanceGroup) claim(ctx context.Context) error {
 		c := &macvirtv1alpha1.MacClaim{
 			ObjectMeta: metav1.ObjectMeta{Namespace: g.Namespace, Name: name,
 				Labels:      map[string]string{LabelGroup: g.Name},
-				Annotations: map[string]string{AnnotationKey: g.keys.id}},
+				Annotations: map[string]string{AnnotationKey: g.keys.id, AnnotationProcess: g.self.id}},
 			Spec: macvirtv1alpha1.MacClaimSpec{ClassName: g.Class, PoolName: g.Pool, SSHAuthorizedKeys: []string{key}, Lifetime: g.lifetime},
 		}
 		err = g.client.Create(ctx, c)
@@ -379,7 +388,7 @@ func (g *InstanceGroup) Heartbeat(ctx context.Context, instance string) error {
 		}
 		return err
 	}
-	if v := judge(c, g.keys.id, g.started, nil); v.state != provider.StateRunning {
+	if v := judge(c, g.self, g.started, nil); v.state != provider.StateRunning {
 		return fmt.Errorf("%w: MacClaim %s/%s: %s", provider.ErrInstanceUnhealthy, g.Namespace, instance, v.why)
 	}
 	return nil

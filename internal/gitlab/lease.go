@@ -17,29 +17,16 @@ import (
 const (
 	// leaseRenew is how often a process renews its Lease.
 	leaseRenew = 10 * time.Second
-	// leaseDuration is how long a Lease not renewed still says its
-	// process runs.
-	leaseDuration = 30 * time.Second
+	// leaseDuration is how long after another process last saw a Lease
+	// renewed (by its own clock: the two hosts' clocks may differ) it
+	// still takes the Lease's process for running; six renewals, so a
+	// short trouble with the API server does not end it.
+	leaseDuration = time.Minute
 )
 
-// leaseName is the Lease of the process with key id keyID in group name.
-func leaseName(name, keyID string) string {
-	return "fleeting-" + name + "-" + shortID(keyID)
-}
-
-// shortID is a key id fit for an object's name: lower-case hex or the
-// fingerprint's first characters, at most 16.
-func shortID(keyID string) string {
-	out := make([]byte, 0, 16)
-	for i := 0; i < len(keyID) && len(out) < 16; i++ {
-		switch c := keyID[i]; {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-			out = append(out, c)
-		case c >= 'A' && c <= 'Z':
-			out = append(out, c+'a'-'A')
-		}
-	}
-	return string(out)
+// leaseName is the Lease of process id in group name.
+func leaseName(name, id string) string {
+	return "fleeting-" + name + "-" + id
 }
 
 // renewLease creates or renews this process's Lease. It reports false,
@@ -47,14 +34,14 @@ func shortID(keyID string) string {
 // works without one.
 func (g *InstanceGroup) renewLease(ctx context.Context, now time.Time) (bool, error) {
 	seconds := int32(leaseDuration / time.Second)
-	holder := g.keys.id
+	holder := g.self.id
 	at := metav1.NewMicroTime(now)
 	l := &coordinationv1.Lease{}
-	err := g.client.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: leaseName(g.Name, g.keys.id)}, l)
+	err := g.client.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: leaseName(g.Name, g.self.id)}, l)
 	switch {
 	case apierrors.IsNotFound(err):
-		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: g.Namespace, Name: leaseName(g.Name, g.keys.id),
-			Labels: map[string]string{LabelGroup: g.Name}, Annotations: map[string]string{AnnotationKey: g.keys.id}},
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: g.Namespace, Name: leaseName(g.Name, g.self.id),
+			Labels: map[string]string{LabelGroup: g.Name}, Annotations: map[string]string{AnnotationProcess: g.self.id}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, AcquireTime: &at, RenewTime: &at}}
 		err = g.client.Create(ctx, l)
 	case err == nil:
@@ -77,7 +64,7 @@ func (g *InstanceGroup) keepLease(ctx context.Context) {
 		case <-ctx.Done():
 			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: g.Namespace, Name: leaseName(g.Name, g.keys.id)}}
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: g.Namespace, Name: leaseName(g.Name, g.self.id)}}
 			_ = client.IgnoreNotFound(g.client.Delete(dctx, l))
 			return
 		case now := <-t.C:
@@ -88,8 +75,9 @@ func (g *InstanceGroup) keepLease(ctx context.Context) {
 	}
 }
 
-// running are the key ids of the group's processes whose Lease says they
-// run at now (this one's included).
+// running are the group's processes whose Lease this process saw renewed
+// within leaseDuration, by its own clock (seen remembers each Lease's last
+// renewal and when it was first seen), this one's included.
 func (g *InstanceGroup) running(ctx context.Context, now time.Time) (map[string]bool, error) {
 	if !g.leases {
 		return nil, nil
@@ -98,19 +86,34 @@ func (g *InstanceGroup) running(ctx context.Context, now time.Time) (map[string]
 	if err := g.client.List(ctx, list, client.InNamespace(g.Namespace), client.MatchingLabels{LabelGroup: g.Name}); err != nil {
 		return nil, err
 	}
-	out := map[string]bool{}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := map[string]bool{g.self.id: true}
+	listed := map[string]bool{}
 	for _, l := range list.Items {
-		if leaseLive(&l, now) {
-			out[l.Annotations[AnnotationKey]] = true
+		id := l.Annotations[AnnotationProcess]
+		if id == "" || l.Spec.RenewTime == nil {
+			continue
+		}
+		listed[id] = true
+		renew := l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+		if s, ok := g.seen[id]; !ok || s.renew != renew {
+			g.seen[id] = sighting{renew: renew, at: now}
+		}
+		if now.Sub(g.seen[id].at) < leaseDuration {
+			out[id] = true
+		}
+	}
+	for id := range g.seen {
+		if !listed[id] {
+			delete(g.seen, id)
 		}
 	}
 	return out, nil
 }
 
-// leaseLive: the Lease was renewed within its duration before now.
-func leaseLive(l *coordinationv1.Lease, now time.Time) bool {
-	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
-		return false
-	}
-	return now.Before(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second))
+// sighting is a Lease's renewal as a process last saw it change, and when.
+type sighting struct {
+	renew string
+	at    time.Time
 }

@@ -19,7 +19,13 @@ const (
 	// claim's public key belongs to (a digest, never key material). A
 	// claim made by an earlier process cannot be logged in to by this one.
 	AnnotationKey = "fleeting.macvirt.io/key-id"
+	// AnnotationProcess identifies the plugin process that made the claim
+	// (random per process: processes sharing a static key are told apart).
+	AnnotationProcess = "fleeting.macvirt.io/process"
 )
+
+// process is a plugin process: its random id and its key pair's id.
+type process struct{ id, keyID string }
 
 // verdict is what the runner's autoscaler is told of one claim, and
 // whether the plugin releases the claim itself.
@@ -37,22 +43,32 @@ type verdict struct {
 	why string
 }
 
-// judge decides one claim's verdict; keyID is this process's key id,
-// started when it started, and running the key ids of the group's
-// processes whose Lease says they run.
-func judge(c *macvirtv1alpha1.MacClaim, keyID string, started time.Time, running map[string]bool) verdict {
-	key := c.Annotations[AnnotationKey]
-	mine := key == keyID
+// owner is the plugin process that made a claim: its process annotation,
+// or for a claim made before processes were named, its key id.
+func owner(c *macvirtv1alpha1.MacClaim) string {
+	if p := c.Annotations[AnnotationProcess]; p != "" {
+		return p
+	}
+	return "key:" + c.Annotations[AnnotationKey]
+}
+
+// judge decides one claim's verdict; self is this process (its process id,
+// and "key:"+its key id for claims made before processes were named),
+// started when it started, and running the processes of the group whose
+// Lease says they run.
+func judge(c *macvirtv1alpha1.MacClaim, self process, started time.Time, running map[string]bool) verdict {
+	key, by := c.Annotations[AnnotationKey], owner(c)
+	mine := by == self.id || by == "key:"+self.keyID
 	switch {
 	case !mine && !c.CreationTimestamp.Time.Before(started.Truncate(time.Second)):
-		return verdict{foreign: true, why: fmt.Sprintf("made by another plugin process of this name after this one started (key %q, this one's %q): give each runner's plugin a name of its own", key, keyID)}
-	case !mine && running[key]:
-		return verdict{foreign: true, why: fmt.Sprintf("made by an earlier plugin process (key %q) that still runs (its Lease is renewed): its Macs, and the jobs on them, are its own until it stops", key)}
+		return verdict{foreign: true, why: fmt.Sprintf("made by another plugin process of this name after this one started (process %q, this one's %q): give each runner's plugin a name of its own", by, self.id)}
+	case !mine && running[by]:
+		return verdict{foreign: true, why: fmt.Sprintf("made by an earlier plugin process (%q) that still runs (its Lease is renewed): its Macs, and the jobs on them, are its own until it stops", by)}
 	case c.DeletionTimestamp != nil:
 		return verdict{state: provider.StateDeleting, why: "released, its Mac stopping"}
 	case !mine:
 		return verdict{state: provider.StateDeleting, release: true,
-			why: fmt.Sprintf("made by an earlier plugin process (key %q, this one's %q) that no longer runs, whose key pair went with it", key, keyID)}
+			why: fmt.Sprintf("made by an earlier plugin process (%q, key %q) that no longer runs: no job may land on a Mac its runner may have touched", by, key)}
 	case c.Status.Phase.Ended():
 		return verdict{state: provider.StateDeleting, release: true, why: "the claim is " + string(c.Status.Phase) + ": " + readyMessage(c)}
 	case c.Status.Phase == macvirtv1alpha1.ClaimReady && c.Status.Connection != nil && c.Status.Connection.Address != "":

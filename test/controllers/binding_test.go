@@ -184,6 +184,14 @@ var _ = Describe("Binding", func() {
 			c.Spec.PoolName, c.Labels = setPool.Name, map[string]string{macvirtv1alpha1.LabelRunnerSet: "ios"}
 		}
 		stranger := newClaim(newNamespace(), runnerOfIOS)
+		Eventually(func() string {
+			for _, c := range getClaim(key(stranger)).Status.Conditions {
+				if c.Reason == macvirtv1alpha1.ReasonWaitingForMachine {
+					return c.Message
+				}
+			}
+			return ""
+		}).WithTimeout(timeout).Should(ContainSubstring("keeps warm Macs for MacRunnerSet " + ns + "/ios, and only its runners take them"))
 		Consistently(func() *macvirtv1alpha1.ObjectRef { return getClaim(key(stranger)).Status.MachineRef }).
 			WithTimeout(3*time.Second).Should(BeNil(), "a claim of another namespace naming the set's pool, with the set's label, waits")
 		own := newClaim(ns, runnerOfIOS)

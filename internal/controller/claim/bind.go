@@ -57,6 +57,16 @@ func (r *Reconciler) bind(ctx context.Context, s *claimScope) (bool, error) {
 		return false, fmt.Errorf("listing idle machines for %s: %w", index.BindKey(s.claim), err)
 	}
 	pools := poolLookup{}
+	if named, err := pools.get(ctx, r.Client, s.claim.Spec.PoolName); err != nil {
+		return false, err
+	} else if named != nil && !tenancy.PoolServes(named, s.claim) {
+		// Admitted without the webhook, which refuses it.
+		kind, ns, name := tenancy.PoolKeptFor(named)
+		s.waiting = &base.Problem{Reason: macvirtv1alpha1.ReasonWaitingForMachine, Message: fmt.Sprintf(
+			"MacPool %s keeps warm Macs for %s %s/%s, and only its runners take them: delete this claim and name another pool, or only a className",
+			named.Name, kind, ns, name)}
+		return true, nil
+	}
 	candidates := make([]*macvirtv1alpha1.MacMachine, 0, len(list.Items))
 	for i := range list.Items {
 		m := &list.Items[i]
