@@ -19,7 +19,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -142,12 +144,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, guestprotocol.ReasonInternal, "reading the desired state failed; retry")
 		return
 	}
-	if err := h.record(ctx, m, &hb.Heartbeat, version, tasks); err != nil {
+	gap := guestprotocol.HeartbeatRecordGap(time.Duration(state.HeartbeatIntervalSeconds) * time.Second)
+	written, err := h.record(ctx, m, &hb.Heartbeat, version, tasks, gap)
+	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "recording a heartbeat", "machine", key)
 		writeError(w, http.StatusInternalServerError, guestprotocol.ReasonInternal, "recording the heartbeat failed; retry")
 		return
 	}
-	h.watches.wrote(key, m.ResourceVersion, h.now())
+	if written {
+		h.watches.wrote(key, m.ResourceVersion, h.now())
+	}
 	heartbeats.WithLabelValues(resultAccepted).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	if version == guestprotocol.Version {
@@ -254,8 +260,13 @@ func (h *Handler) limiter(key types.NamespacedName, now time.Time) *rate.Limiter
 // recorded guestprotocol.Printable: the claim's conditions quote applyError, and
 // people read both in terminals, which a guest must not drive. IP addresses
 // and host keys need nothing: they were parsed.
+//
+// A heartbeat that says nothing new, from a guest judged ready whose
+// recorded heartbeat is younger than gap, is not written (it reports
+// false): liveness needs a recorded beat about every other interval, and
+// the machine controller allows for the gap.
 func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb *guestprotocol.Heartbeat, version string,
-	tasks []macvirtv1alpha1.GuestTaskStatus) error {
+	tasks []macvirtv1alpha1.GuestTaskStatus, gap time.Duration) (bool, error) {
 	now := metav1.NewTime(h.now())
 	before := m.DeepCopy()
 	g := &macvirtv1alpha1.GuestStatus{
@@ -271,8 +282,16 @@ func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb 
 	if hv := m.Status.Host; hv != nil {
 		g.Resumes = hv.Resumes
 	}
+	if old := m.Status.Guest; old != nil && old.LastHeartbeat != nil && now.Sub(old.LastHeartbeat.Time) < gap &&
+		meta.IsStatusConditionTrue(m.Status.Conditions, macvirtv1alpha1.ConditionGuestAgentReady) {
+		same := *old
+		same.LastHeartbeat = g.LastHeartbeat
+		if equality.Semantic.DeepEqual(&same, g) {
+			return false, nil
+		}
+	}
 	m.Status.Guest = g
-	return h.Client.Status().Patch(ctx, m, client.MergeFrom(before))
+	return true, h.Client.Status().Patch(ctx, m, client.MergeFrom(before))
 }
 
 // desiredState is the bound claim's keys and bootstrap (bootstrap.go),

@@ -100,10 +100,11 @@ func post(h http.Handler, token string, body []byte) *httptest.ResponseRecorder 
 	return rec
 }
 
-func guestOf(t *testing.T, c client.Client, name string) *macvirtv1alpha1.GuestStatus {
+// guestOfA is machine a's status.guest.
+func guestOfA(t *testing.T, c client.Client) *macvirtv1alpha1.GuestStatus {
 	t.Helper()
 	m := &macvirtv1alpha1.MacMachine{}
-	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: name}, m); err != nil {
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "a"}, m); err != nil {
 		t.Fatal(err)
 	}
 	return m.Status.Guest
@@ -122,7 +123,7 @@ func TestHeartbeatIsRecordedAndAnsweredWithTheDesiredState(t *testing.T) {
 	if state.Hostname != "a" || state.SSHUser != "admin" || len(state.SSHAuthorizedKeys) != 1 || state.HeartbeatIntervalSeconds != 30 {
 		t.Errorf("desired state %+v", state)
 	}
-	g := guestOf(t, c, "a")
+	g := guestOfA(t, c)
 	if g == nil || !g.LastHeartbeat.Time.Equal(now) || g.OSVersion != "14.5" || g.OSBuild != "23F79" || g.AgentVersion != "1.0.0" ||
 		g.BootTime == nil || len(g.IPAddresses) != 1 || len(g.SSHHostKeys) != 1 || g.SSHHostKeys[0] != hostKey {
 		t.Errorf("status.guest %+v", g)
@@ -235,7 +236,7 @@ func TestRejectionsWriteNothing(t *testing.T) {
 			if rec.Code != tc.code || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Reason != tc.reason {
 				t.Errorf("got %d %s, want %d %s", rec.Code, rec.Body, tc.code, tc.reason)
 			}
-			if g := guestOf(t, c, "a"); g != nil {
+			if g := guestOfA(t, c); g != nil {
 				t.Errorf("a rejected request wrote status.guest: %+v", g)
 			}
 		})
@@ -402,7 +403,7 @@ func TestWhatTheGuestWritesIsRecordedWithoutEscapeSequences(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
-	g := guestOf(t, c, "a")
+	g := guestOfA(t, c)
 	for field, v := range map[string]struct{ got, want string }{
 		"agentVersion": {g.AgentVersion, "1.0.0"},
 		"osVersion":    {g.OSVersion, "14.5"},
@@ -447,6 +448,73 @@ func TestStaleIdentity(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := staleIdentity(tc.m, tc.keys); (got != "") != tc.refused {
 				t.Fatalf("staleIdentity = %q; want refused %v", got, tc.refused)
+			}
+		})
+	}
+}
+
+// A steady guest's heartbeat is written about every other interval: one
+// that says nothing new, from a guest judged ready, is answered and not
+// written while the written one is younger than the gap (37.5s for the
+// class's 2m timeout and 30s interval). What a guest says anew, and every
+// beat of a guest not judged ready, is written at once.
+func TestASteadyGuestsHeartbeatIsWrittenAboutEveryOtherInterval(t *testing.T) {
+	for name, tc := range map[string]struct {
+		ready bool
+		// written: which of the beats at 0s, 30s, 60s, 90s, 120s and (with
+		// a new address) 125s are written.
+		written []bool
+	}{
+		"judged ready":     {ready: true, written: []bool{true, false, true, false, true, true}},
+		"not judged ready": {ready: false, written: []bool{true, true, true, true, true, true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h, c := setup(t)
+			ctx := context.Background()
+			m := &macvirtv1alpha1.MacMachine{}
+			if err := c.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "a"}, m); err != nil {
+				t.Fatal(err)
+			}
+			status := metav1.ConditionFalse
+			if tc.ready {
+				status = metav1.ConditionTrue
+			}
+			m.Status.Conditions = []metav1.Condition{{Type: macvirtv1alpha1.ConditionGuestAgentReady, Status: status,
+				Reason: macvirtv1alpha1.ReasonAsExpected, LastTransitionTime: metav1.NewTime(now)}}
+			if err := c.Status().Update(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			patches := 0
+			h.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+				SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+					patches++
+					return cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				},
+			})
+			clock := clocktesting.NewFakeClock(now)
+			// The limiter runs on the real clock: the six beats come at once.
+			h.Clock, h.Burst = clock, 10
+			var got []bool
+			for i, at := range []time.Duration{0, 30 * time.Second, 60 * time.Second, 90 * time.Second, 120 * time.Second, 125 * time.Second} {
+				clock.SetTime(now.Add(at))
+				body := heartbeat("a")
+				if i == 5 {
+					var hb guestprotocol.Heartbeat
+					_ = json.Unmarshal(body, &hb)
+					hb.IPAddresses = []string{"10.0.2.3"}
+					body, _ = json.Marshal(hb)
+				}
+				before := patches
+				if rec := post(h, tokenA, body); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"hostname":"a"`) {
+					t.Fatalf("beat at %s: %d %s", at, rec.Code, rec.Body)
+				}
+				got = append(got, patches > before)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.written) {
+				t.Errorf("written %v; want %v", got, tc.written)
+			}
+			if g := guestOfA(t, c); !g.LastHeartbeat.Time.Equal(now.Add(125*time.Second)) || g.IPAddresses[0] != "10.0.2.3" {
+				t.Errorf("status.guest %+v", g)
 			}
 		})
 	}

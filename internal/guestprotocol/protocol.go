@@ -107,6 +107,16 @@ func HeartbeatInterval(heartbeatTimeout time.Duration) time.Duration {
 	return min(max(heartbeatTimeout/4, 5*time.Second), time.Minute)
 }
 
+// HeartbeatRecordGap is how old the recorded heartbeat of a guest that
+// reports nothing new may grow before a heartbeat is written again, for a
+// guest told interval: a little over one interval, so about every other
+// heartbeat of a steady guest is written. A guest's silence is judged from
+// its recorded heartbeat, and the beats not written were heard less than
+// this after it: the machine controller adds the gap to heartbeatTimeout.
+func HeartbeatRecordGap(interval time.Duration) time.Duration {
+	return interval + interval/4
+}
+
 // DefaultHeartbeatInterval is HeartbeatInterval of the default
 // heartbeatTimeout (2 minutes): what an agent assumes until the operator
 // first answers.

@@ -67,7 +67,7 @@ var _ = Describe("The guest agent", func() {
 		Expect(getMachine(k).Status.Guest.OSBuild).To(Equal("23F79"))
 		Eventually(claimPhase(key(claim))).WithTimeout(timeout).Should(Equal(macvirtv1alpha1.ClaimReady))
 
-		clock.Advance(macvirtv1alpha1.DefaultHeartbeatTimeout + time.Second)
+		clock.Advance(silentPast(macvirtv1alpha1.DefaultHeartbeatTimeout))
 		touch(k)
 		Eventually(conditionOf(k, macvirtv1alpha1.ConditionGuestAgentReady)).WithTimeout(timeout).
 			Should(HaveField("Reason", macvirtv1alpha1.ReasonHeartbeatStale), "silence past heartbeatTimeout")

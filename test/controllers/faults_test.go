@@ -176,7 +176,7 @@ var _ = Describe("Under faults", func() {
 
 		By("the agent endpoint becomes unreachable (a network cut) past heartbeatTimeout")
 		agents.Pause()
-		clock.Advance(macvirtv1alpha1.DefaultHeartbeatTimeout + time.Second)
+		clock.Advance(silentPast(macvirtv1alpha1.DefaultHeartbeatTimeout))
 		for name := range before {
 			touch(types.NamespacedName{Namespace: ns, Name: name})
 		}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 	"github.com/macvirt/macvirt/test/infrastructure/cluster"
 )
 
@@ -120,6 +121,13 @@ func heartbeat(k types.NamespacedName) {
 
 // touch changes an annotation so the operator reconciles the machine now.
 func touch(k types.NamespacedName) { touchObject(getMachine(k)) }
+
+// silentPast is how far the clock moves for a guest to be judged silent
+// under timeout: past it, and past the gap in which a steady guest's
+// heartbeat may go unwritten (guestprotocol.HeartbeatRecordGap).
+func silentPast(timeout time.Duration) time.Duration {
+	return timeout + guestprotocol.HeartbeatRecordGap(guestprotocol.HeartbeatInterval(timeout)) + time.Second
+}
 
 // touchObject changes an annotation of obj, so the operator looks at it
 // again (after the test moved the clock).

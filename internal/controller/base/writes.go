@@ -18,8 +18,14 @@ import (
 // read before the status was computed; every kind's one status write ends
 // here, and it writes nothing else. With optimisticLock the patch carries
 // before's resourceVersion and fails on any change since. It reports false,
-// without error, when the object is gone: there is nothing left to record.
+// without error, when the object is gone, or is being deleted and holds no
+// finalizer any more: there is nothing left to record.
 func WriteStatus(ctx context.Context, c client.Client, obj, before client.Object, optimisticLock bool) (bool, error) {
+	if !obj.GetDeletionTimestamp().IsZero() && len(obj.GetFinalizers()) == 0 {
+		// Its last finalizer was just removed: the API server has deleted
+		// it, and a patch would only be answered 404.
+		return false, nil
+	}
 	patch := client.MergeFrom(before)
 	if optimisticLock {
 		patch = client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})

@@ -9,6 +9,7 @@ import (
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/base"
+	"github.com/macvirt/macvirt/internal/guestprotocol"
 )
 
 // guestState is what the guest agent's heartbeats say.
@@ -80,10 +81,13 @@ func observeGuest(o machineObservation, since *metav1.Time) guestState {
 			recheckAfter: timeout - waited,
 		}
 	}
-	age := o.Now.Sub(last.Time)
+	// The endpoint writes a steady guest's heartbeat about every other
+	// interval: the beats it heard but did not write came less than the
+	// gap after the recorded one, so silence is judged from there.
+	age := o.Now.Sub(last.Time) - guestprotocol.HeartbeatRecordGap(guestprotocol.HeartbeatInterval(timeout))
 	if age >= timeout {
 		return guestState{cond: base.CondFalse(macvirtv1alpha1.ReasonHeartbeatStale,
-			"guest agent silent since %s, longer than heartbeatTimeout %s", last.UTC().Format(time.RFC3339), timeout)}
+			"guest agent silent for longer than heartbeatTimeout %s (last heartbeat written at %s)", timeout, last.UTC().Format(time.RFC3339))}
 	}
 	return guestState{
 		cond:         base.CondTrue(fmt.Sprintf("guest agent heartbeats within heartbeatTimeout %s", timeout)),

@@ -104,7 +104,18 @@ func TestComputeMachineStatus(t *testing.T) {
 		"ready": {obs: machineObservation{Now: t0.Add(5 * time.Minute), Machine: machine(withHeartbeat(t0.Add(4 * time.Minute))),
 			Class: class(), DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusRunning), VMI: runningVMI(t0)},
 			phase: macvirtv1alpha1.MachineReady, reason: macvirtv1alpha1.ReasonAsExpected, stalled: metav1.ConditionFalse,
-			requeueMax: time.Minute},
+			requeueMax: time.Minute + 38*time.Second},
+		// The default heartbeatTimeout (2m) asks for a beat every 30s, and
+		// a steady guest's beat is written once the written one is 37.5s old.
+		"a heartbeat written up to heartbeatTimeout and the write gap ago": {obs: machineObservation{
+			Now: t0.Add(4*time.Minute + 2*time.Minute + 37*time.Second), Machine: machine(withHeartbeat(t0.Add(4 * time.Minute))),
+			Class: class(), DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusRunning), VMI: runningVMI(t0)},
+			phase: macvirtv1alpha1.MachineReady, reason: macvirtv1alpha1.ReasonAsExpected, stalled: metav1.ConditionFalse,
+			requeueMax: time.Second},
+		"silent past heartbeatTimeout and the write gap": {obs: machineObservation{
+			Now: t0.Add(4*time.Minute + 2*time.Minute + 38*time.Second), Machine: machine(withHeartbeat(t0.Add(4 * time.Minute))),
+			Class: class(), DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusRunning), VMI: runningVMI(t0)},
+			phase: macvirtv1alpha1.MachineBooting, reason: macvirtv1alpha1.ReasonHeartbeatStale, stalled: metav1.ConditionFalse},
 		"heartbeat stale": {obs: machineObservation{Now: t0.Add(10 * time.Minute), Machine: machine(withHeartbeat(t0.Add(4 * time.Minute))),
 			Class: class(), DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusRunning), VMI: runningVMI(t0)},
 			phase: macvirtv1alpha1.MachineBooting, reason: macvirtv1alpha1.ReasonHeartbeatStale, stalled: metav1.ConditionFalse},
