@@ -159,9 +159,18 @@ type GuestStatus struct {
 	// bootTime is when macOS booted.
 	// +optional
 	BootTime *metav1.Time `json:"bootTime,omitempty"`
-	// lastHeartbeat is when the operator last received a heartbeat.
+	// lastHeartbeat is when the operator last wrote a heartbeat. A
+	// heartbeat that says nothing new is written only once this is 1.25
+	// heartbeatIntervalSeconds old, so a steady guest's is written about
+	// every other interval.
 	// +optional
 	LastHeartbeat *metav1.Time `json:"lastHeartbeat,omitempty"`
+	// heartbeatIntervalSeconds is the interval the operator gave the agent
+	// in its answer to this heartbeat; silence is judged from
+	// lastHeartbeat plus 1.25 of it.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	HeartbeatIntervalSeconds int32 `json:"heartbeatIntervalSeconds,omitempty"`
 	// resumes is status.host.resumes when the operator heard this
 	// heartbeat: a guest heard since its VM's last resume reports with
 	// the identity it renewed then.

@@ -102,7 +102,9 @@ func guestTask(r guestprotocol.TaskReport) macvirtv1alpha1.GuestTaskStatus {
 	t := macvirtv1alpha1.GuestTaskStatus{ID: r.ID, TaskOutcome: macvirtv1alpha1.TaskOutcome{State: macvirtv1alpha1.BootstrapState(r.State),
 		OutputTail: guestprotocol.Printable(r.OutputTail), Message: guestprotocol.Printable(r.Message)}}
 	if !r.StartedAt.IsZero() {
-		at := metav1.NewTime(r.StartedAt)
+		// At the API's precision (seconds), so the next report of the same
+		// task reads as unchanged.
+		at := metav1.NewTime(r.StartedAt.Truncate(time.Second))
 		t.StartedAt = &at
 	}
 	if r.ExitCode != nil {

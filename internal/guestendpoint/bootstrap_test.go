@@ -8,8 +8,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -182,4 +184,25 @@ func recordedOfA(t *testing.T, c client.Client) *macvirtv1alpha1.GuestStatus {
 		t.Fatal(err)
 	}
 	return m.Status.Guest
+}
+
+// A task's report is recorded at the API's precision, so the same report
+// heard again reads as unchanged and a steady guest running a task is not
+// written at every heartbeat.
+func TestATaskReportReadsBackUnchanged(t *testing.T) {
+	code := 0
+	r := guestprotocol.TaskReport{ID: "claim-uid/claim", State: "Running", OutputTail: "building\n",
+		StartedAt: time.Date(2026, 12, 7, 12, 0, 0, 123456789, time.UTC), ExitCode: &code}
+	recorded := guestTask(r)
+	raw, err := json.Marshal(recorded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back macvirtv1alpha1.GuestTaskStatus
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if again := guestTask(r); !equality.Semantic.DeepEqual(&back, &again) {
+		t.Errorf("the report as read back %+v differs from the same report heard again %+v", back, again)
+	}
 }

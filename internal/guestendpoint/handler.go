@@ -144,8 +144,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, guestprotocol.ReasonInternal, "reading the desired state failed; retry")
 		return
 	}
-	gap := guestprotocol.HeartbeatRecordGap(time.Duration(state.HeartbeatIntervalSeconds) * time.Second)
-	written, err := h.record(ctx, m, &hb.Heartbeat, version, tasks, gap)
+	written, err := h.record(ctx, m, &hb.Heartbeat, version, tasks, state.HeartbeatIntervalSeconds)
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "recording a heartbeat", "machine", key)
 		writeError(w, http.StatusInternalServerError, guestprotocol.ReasonInternal, "recording the heartbeat failed; retry")
@@ -261,19 +260,21 @@ func (h *Handler) limiter(key types.NamespacedName, now time.Time) *rate.Limiter
 // people read both in terminals, which a guest must not drive. IP addresses
 // and host keys need nothing: they were parsed.
 //
-// A heartbeat that says nothing new, from a guest judged ready whose
-// recorded heartbeat is younger than gap, is not written (it reports
-// false): liveness needs a recorded beat about every other interval, and
-// the machine controller allows for the gap.
+// A heartbeat that says nothing new (the interval it is answered with
+// included), from a guest judged ready whose recorded heartbeat is younger
+// than guestprotocol.HeartbeatRecordGap of that interval, is not written
+// (it reports false): liveness needs a recorded beat about every other
+// interval, and the machine controller allows for the gap of the interval
+// recorded, which is the one every unwritten beat was answered with.
 func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb *guestprotocol.Heartbeat, version string,
-	tasks []macvirtv1alpha1.GuestTaskStatus, gap time.Duration) (bool, error) {
+	tasks []macvirtv1alpha1.GuestTaskStatus, intervalSeconds int) (bool, error) {
 	now := metav1.NewTime(h.now())
 	before := m.DeepCopy()
 	g := &macvirtv1alpha1.GuestStatus{
 		AgentVersion: guestprotocol.Printable(hb.AgentVersion), OSVersion: guestprotocol.Printable(hb.OSVersion),
 		OSBuild: guestprotocol.Printable(hb.OSBuild), Hostname: guestprotocol.Printable(hb.Hostname),
 		LastHeartbeat: &now, IPAddresses: hb.IPAddresses, SSHHostKeys: hb.SSHHostKeys, ApplyError: guestprotocol.Printable(hb.ApplyError),
-		ProtocolVersion: version, Tasks: tasks,
+		ProtocolVersion: version, Tasks: tasks, HeartbeatIntervalSeconds: int32(intervalSeconds), //nolint:gosec // at most 60.
 	}
 	if !hb.BootTime.IsZero() {
 		bt := metav1.NewTime(hb.BootTime)
@@ -282,6 +283,7 @@ func (h *Handler) record(ctx context.Context, m *macvirtv1alpha1.MacMachine, hb 
 	if hv := m.Status.Host; hv != nil {
 		g.Resumes = hv.Resumes
 	}
+	gap := guestprotocol.HeartbeatRecordGap(time.Duration(intervalSeconds) * time.Second)
 	if old := m.Status.Guest; old != nil && old.LastHeartbeat != nil && now.Sub(old.LastHeartbeat.Time) < gap &&
 		meta.IsStatusConditionTrue(m.Status.Conditions, macvirtv1alpha1.ConditionGuestAgentReady) {
 		same := *old

@@ -513,7 +513,7 @@ func TestASteadyGuestsHeartbeatIsWrittenAboutEveryOtherInterval(t *testing.T) {
 			if fmt.Sprint(got) != fmt.Sprint(tc.written) {
 				t.Errorf("written %v; want %v", got, tc.written)
 			}
-			if g := guestOfA(t, c); !g.LastHeartbeat.Time.Equal(now.Add(125*time.Second)) || g.IPAddresses[0] != "10.0.2.3" {
+			if g := guestOfA(t, c); !g.LastHeartbeat.Time.Equal(now.Add(125*time.Second)) || g.IPAddresses[0] != "10.0.2.3" || g.HeartbeatIntervalSeconds != 30 {
 				t.Errorf("status.guest %+v", g)
 			}
 		})

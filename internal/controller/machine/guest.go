@@ -83,8 +83,14 @@ func observeGuest(o machineObservation, since *metav1.Time) guestState {
 	}
 	// The endpoint writes a steady guest's heartbeat about every other
 	// interval: the beats it heard but did not write came less than the
-	// gap after the recorded one, so silence is judged from there.
-	age := o.Now.Sub(last.Time) - guestprotocol.HeartbeatRecordGap(guestprotocol.HeartbeatInterval(timeout))
+	// gap of the interval recorded after the recorded one (a beat answered
+	// with another interval is written), so silence is judged from there,
+	// whatever the class's timeout became since.
+	var told time.Duration
+	if g := o.Machine.Status.Guest; g != nil {
+		told = time.Duration(g.HeartbeatIntervalSeconds) * time.Second
+	}
+	age := o.Now.Sub(last.Time) - guestprotocol.HeartbeatRecordGap(told)
 	if age >= timeout {
 		return guestState{cond: base.CondFalse(macvirtv1alpha1.ReasonHeartbeatStale,
 			"guest agent silent for longer than heartbeatTimeout %s (last heartbeat written at %s)", timeout, last.UTC().Format(time.RFC3339))}

@@ -59,6 +59,13 @@ func withHeartbeat(at time.Time) func(*macvirtv1alpha1.MacMachine) {
 	}
 }
 
+// withInterval records the interval the guest was told with its heartbeat.
+func withInterval(d time.Duration) func(*macvirtv1alpha1.MacMachine) {
+	return func(m *macvirtv1alpha1.MacMachine) {
+		m.Status.Guest.HeartbeatIntervalSeconds = int32(d / time.Second) //nolint:gosec // a test's intervals are small.
+	}
+}
+
 func class() *macvirtv1alpha1.MacClass { return &macvirtv1alpha1.MacClass{} }
 
 func TestComputeMachineStatus(t *testing.T) {
@@ -104,16 +111,30 @@ func TestComputeMachineStatus(t *testing.T) {
 		"ready": {obs: machineObservation{Now: t0.Add(5 * time.Minute), Machine: machine(withHeartbeat(t0.Add(4 * time.Minute))),
 			Class: class(), DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusRunning), VMI: runningVMI(t0)},
 			phase: macvirtv1alpha1.MachineReady, reason: macvirtv1alpha1.ReasonAsExpected, stalled: metav1.ConditionFalse,
-			requeueMax: time.Minute + 38*time.Second},
-		// The default heartbeatTimeout (2m) asks for a beat every 30s, and
-		// a steady guest's beat is written once the written one is 37.5s old.
+			requeueMax: time.Minute},
+		// A guest told a 30s interval has its steady beats written once the
+		// written one is 37.5s old: the unwritten ones came within that.
 		"a heartbeat written up to heartbeatTimeout and the write gap ago": {obs: machineObservation{
-			Now: t0.Add(4*time.Minute + 2*time.Minute + 37*time.Second), Machine: machine(withHeartbeat(t0.Add(4 * time.Minute))),
+			Now: t0.Add(4*time.Minute + 2*time.Minute + 37*time.Second), Machine: machine(withHeartbeat(t0.Add(4*time.Minute)), withInterval(30*time.Second)),
 			Class: class(), DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusRunning), VMI: runningVMI(t0)},
 			phase: macvirtv1alpha1.MachineReady, reason: macvirtv1alpha1.ReasonAsExpected, stalled: metav1.ConditionFalse,
 			requeueMax: time.Second},
 		"silent past heartbeatTimeout and the write gap": {obs: machineObservation{
-			Now: t0.Add(4*time.Minute + 2*time.Minute + 38*time.Second), Machine: machine(withHeartbeat(t0.Add(4 * time.Minute))),
+			Now: t0.Add(4*time.Minute + 2*time.Minute + 38*time.Second), Machine: machine(withHeartbeat(t0.Add(4*time.Minute)), withInterval(30*time.Second)),
+			Class: class(), DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusRunning), VMI: runningVMI(t0)},
+			phase: macvirtv1alpha1.MachineBooting, reason: macvirtv1alpha1.ReasonHeartbeatStale, stalled: metav1.ConditionFalse},
+		// The gap is the recorded interval's, not the class's now: a
+		// timeout cut from 4m (60s beats) to 1m after a beat was left
+		// unwritten does not judge the guest silent before its next beat.
+		"a cut heartbeatTimeout waits for the interval the guest was told": {obs: machineObservation{
+			Now: t0.Add(4*time.Minute + 119*time.Second), Machine: machine(withHeartbeat(t0.Add(4*time.Minute)), withInterval(time.Minute)),
+			Class: &macvirtv1alpha1.MacClass{Spec: macvirtv1alpha1.MacClassSpec{Lifecycle: macvirtv1alpha1.LifecycleSpec{
+				HeartbeatTimeout: &metav1.Duration{Duration: time.Minute}}}},
+			DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusRunning), VMI: runningVMI(t0)},
+			phase: macvirtv1alpha1.MachineReady, reason: macvirtv1alpha1.ReasonAsExpected, stalled: metav1.ConditionFalse,
+			requeueMax: time.Minute},
+		"a heartbeat recorded with no interval (an earlier operator wrote every beat)": {obs: machineObservation{
+			Now: t0.Add(4*time.Minute + 2*time.Minute + time.Second), Machine: machine(withHeartbeat(t0.Add(4 * time.Minute))),
 			Class: class(), DataVolumes: succeeded, VM: vm(kubevirtv1.RunStrategyAlways, kubevirtv1.VirtualMachineStatusRunning), VMI: runningVMI(t0)},
 			phase: macvirtv1alpha1.MachineBooting, reason: macvirtv1alpha1.ReasonHeartbeatStale, stalled: metav1.ConditionFalse},
 		"heartbeat stale": {obs: machineObservation{Now: t0.Add(10 * time.Minute), Machine: machine(withHeartbeat(t0.Add(4 * time.Minute))),

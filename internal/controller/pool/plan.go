@@ -39,11 +39,13 @@ type poolMachine struct {
 }
 
 // silenceGrace is how long a pool waits after a guest agent fell silent
-// before replacing its machine. It is longer than the heartbeat interval
-// the operator gives (at most 60 s), so when one cause silences every guest
-// (an unreachable endpoint) all of them are counted against maxUnhealthy
-// before the first is replaced.
-const silenceGrace = 90 * time.Second
+// before replacing its machine. Guests are judged silent from their
+// recorded heartbeats, which a steady guest's are written about every
+// other interval: spread over two intervals (at most 60 s each). The grace
+// is longer, so when one cause silences every guest (an unreachable
+// endpoint) all of them are counted against maxUnhealthy before the first
+// is replaced.
+const silenceGrace = 150 * time.Second
 
 // poolInput is everything the planner decides from.
 type poolInput struct {
