@@ -3,20 +3,18 @@ package github_test
 import (
 	"fmt"
 	"sort"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	macvirtv1alpha1 "github.com/macvirt/macvirt/api/v1alpha1"
 	"github.com/macvirt/macvirt/internal/controller/runnercore"
+	"github.com/macvirt/macvirt/test/harness"
 	"github.com/macvirt/macvirt/test/infrastructure/fakegithub"
 )
 
@@ -37,88 +35,13 @@ func runnerSet(ns, name string, mutate ...func(*macvirtv1alpha1.MacRunnerSet)) *
 	return s
 }
 
-// claimWatch follows a set's claims and the machines bound to them from
-// watches: the most claims that existed at once (being deleted included),
-// and, by machine UID (pools reuse names), every claim each machine served.
-type claimWatch struct {
-	mu   sync.Mutex
-	live map[string]bool
-	// active are the live claims not being released: runners that may
-	// take a job, which maxRunners bounds.
-	active         map[string]bool
-	max, maxActive int
-	served         map[types.UID]map[string]bool // machine -> claims of the namespace
-	claims         map[string]bool
-}
-
-func watchClaims(ns, set string) *claimWatch {
-	w, err := world.Admin.Watch(ctx, &macvirtv1alpha1.MacClaimList{}, client.InNamespace(ns), client.MatchingLabels{macvirtv1alpha1.LabelRunnerSet: set})
+// watchClaims follows the set's claims and the machines bound to them
+// until the spec ends.
+func watchClaims(ns, set string) *harness.ClaimWatch {
+	cw, err := harness.WatchClaims(ctx, world.Admin, ns, map[string]string{macvirtv1alpha1.LabelRunnerSet: set})
 	Expect(err).NotTo(HaveOccurred())
-	mw, err := world.Admin.Watch(ctx, &macvirtv1alpha1.MacMachineList{})
-	Expect(err).NotTo(HaveOccurred())
-	cw := &claimWatch{live: map[string]bool{}, active: map[string]bool{}, served: map[types.UID]map[string]bool{}, claims: map[string]bool{}}
-	go func() {
-		for ev := range w.ResultChan() {
-			c, ok := ev.Object.(*macvirtv1alpha1.MacClaim)
-			if !ok {
-				continue
-			}
-			cw.mu.Lock()
-			switch ev.Type {
-			case watch.Added, watch.Modified:
-				cw.live[c.Name], cw.claims[c.Name] = true, true
-				if c.DeletionTimestamp.IsZero() {
-					cw.active[c.Name] = true
-				} else {
-					delete(cw.active, c.Name)
-				}
-			case watch.Deleted:
-				delete(cw.live, c.Name)
-				delete(cw.active, c.Name)
-			}
-			cw.max, cw.maxActive = max(cw.max, len(cw.live)), max(cw.maxActive, len(cw.active))
-			cw.mu.Unlock()
-		}
-	}()
-	go func() {
-		for ev := range mw.ResultChan() {
-			m, ok := ev.Object.(*macvirtv1alpha1.MacMachine)
-			if !ok || m.Spec.ClaimRef == nil || m.Spec.ClaimRef.Namespace != ns {
-				continue
-			}
-			cw.mu.Lock()
-			if cw.served[m.UID] == nil {
-				cw.served[m.UID] = map[string]bool{}
-			}
-			cw.served[m.UID][m.Spec.ClaimRef.Name] = true
-			cw.mu.Unlock()
-		}
-	}()
-	DeferCleanup(w.Stop)
-	DeferCleanup(mw.Stop)
+	DeferCleanup(cw.Stop)
 	return cw
-}
-
-// peakActive is the most claims at once that were not being released.
-func (cw *claimWatch) peakActive() int {
-	cw.mu.Lock()
-	defer cw.mu.Unlock()
-	return cw.maxActive
-}
-
-// peak is the most claims at once (those being released included), the
-// machines that served two claims, and how many claims and machines were
-// seen.
-func (cw *claimWatch) peak() (int, []string, int, int) {
-	cw.mu.Lock()
-	defer cw.mu.Unlock()
-	var reused []string
-	for uid, claims := range cw.served {
-		if len(claims) > 1 {
-			reused = append(reused, fmt.Sprintf("%s served %v", uid, claims))
-		}
-	}
-	return cw.max, reused, len(cw.claims), len(cw.served)
 }
 
 // queue queues n jobs for the scale set named label, each running d.
@@ -169,21 +92,20 @@ func readyReason(s *macvirtv1alpha1.MacRunnerSet) string {
 
 // expectNothingLeft waits until the set has no claim, no machine that
 // served one, and no runner registered on GitHub.
-func expectNothingLeft(s *macvirtv1alpha1.MacRunnerSet, cw *claimWatch) {
+func expectNothingLeft(s *macvirtv1alpha1.MacRunnerSet, cw *harness.ClaimWatch) {
 	Eventually(func(g Gomega) {
 		var claims macvirtv1alpha1.MacClaimList
 		g.Expect(admin.List(ctx, &claims, client.InNamespace(s.Namespace), client.MatchingLabels{macvirtv1alpha1.LabelRunnerSet: s.Name})).To(Succeed())
 		g.Expect(claims.Items).To(BeEmpty(), "the set's claims are released")
 		var machines macvirtv1alpha1.MacMachineList
 		g.Expect(admin.List(ctx, &machines)).To(Succeed())
-		cw.mu.Lock()
+		served := cw.Peaks().Served
 		var left []string
 		for _, m := range machines.Items {
-			if _, was := cw.served[m.UID]; was {
+			if _, was := served[m.UID]; was {
 				left = append(left, m.Name)
 			}
 		}
-		cw.mu.Unlock()
 		g.Expect(left).To(BeEmpty(), "the machines that served runners are deleted")
 		for _, r := range gh.Runners() {
 			g.Expect(r.Name).NotTo(HavePrefix(s.Name+"-"), "runner %s is removed from GitHub", r.Name)
@@ -193,7 +115,7 @@ func expectNothingLeft(s *macvirtv1alpha1.MacRunnerSet, cw *claimWatch) {
 
 // expectOneJobPerMac checks every job succeeded, each on a runner of its
 // own, and no Mac served two runners.
-func expectOneJobPerMac(ids []string, cw *claimWatch) {
+func expectOneJobPerMac(ids []string, cw *harness.ClaimWatch) {
 	seen := map[string]string{}
 	for _, j := range jobsOf(ids) {
 		Expect(j.State).To(Equal(fakegithub.JobCompleted), "job %s", j.ID)
@@ -205,8 +127,7 @@ func expectOneJobPerMac(ids []string, cw *claimWatch) {
 	for name, n := range gh.RunnerJobCounts() {
 		Expect(n).To(BeNumerically("<=", 1), "runner %s ran %d jobs", name, n)
 	}
-	_, reused, _, _ := cw.peak()
-	Expect(reused).To(BeEmpty(), "no Mac serves two runners")
+	Expect(cw.Peaks().Reused()).To(BeEmpty(), "no Mac serves two runners")
 }
 
 // queueWaits are the jobs' waits from assignment to the scale set until
@@ -275,15 +196,16 @@ var _ = Describe("A runner set", func() {
 		}).WithTimeout(6 * time.Minute).Should(Succeed())
 		expectOneJobPerMac(ids, cw)
 		expectNothingLeft(set, cw)
-		peak, _, claims, machines := cw.peak()
-		Expect(cw.peakActive()).To(BeNumerically("<=", 5), "maxRunners holds for the runners that may take a job")
+		seen := cw.Peaks()
+		peak, claims, machines := seen.All, len(seen.Claims), len(seen.Served)
+		Expect(seen.Active).To(BeNumerically("<=", 5), "maxRunners holds for the runners that may take a job")
 		Expect(peak).To(BeNumerically("<=", runnercore.MaxClaims(5)), "at most twice maxRunners claims, those being released included")
 		Expect(claims).To(BeNumerically(">=", 20))
 		Expect(machines).To(BeNumerically(">=", 20))
 		waits := queueWaits(ids)
 		Expect(waits).To(HaveLen(20))
 		_, _ = fmt.Fprintf(GinkgoWriter, "burst: 20 jobs, %d claims, %d Macs, at most %d claims at once (%d not being released); queue wait p50 %s p99 %s max %s\n",
-			claims, machines, peak, cw.peakActive(), percentile(waits, 0.5), percentile(waits, 0.99), waits[len(waits)-1])
+			claims, machines, peak, seen.Active, percentile(waits, 0.5), percentile(waits, 0.99), waits[len(waits)-1])
 		Expect(admin.Delete(ctx, set)).To(Succeed())
 		Eventually(func() bool {
 			return admin.Get(ctx, client.ObjectKeyFromObject(set), &macvirtv1alpha1.MacRunnerSet{}) != nil

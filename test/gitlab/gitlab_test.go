@@ -92,7 +92,7 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 
 	t.Run("a burst of 10 jobs on at most 3 Macs: a fresh Mac per job, nothing left after", func(t *testing.T) {
 		const group, jobs, macs = "burst", 10, 3
-		most := watchClaims(ctx, t, admin, group)
+		claims := watchClaims(ctx, t, admin, group)
 		var log strings.Builder
 		var logMu sync.Mutex
 		report, err := fakegitlabrunner.Run(ctx, fakegitlabrunner.Options{
@@ -133,7 +133,7 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 			t.Errorf("the runner knew %d instances at once; its max_instances is %d", report.MostInstances, macs)
 		}
 		expectNothingLeft(ctx, t, admin, group)
-		if n := most(); n > macs || n == 0 {
+		if n := claims.Peaks().All; n > macs || n == 0 {
 			t.Errorf("the API server held %d claims of the group at once; want 1 to %d", n, macs)
 		} else {
 			t.Logf("at most %d claims of the group at once; %d jobs on %d Macs", n, jobs, len(hosts))
@@ -147,15 +147,7 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		first, err := fleeting.RunPlugin(plugin, raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer first.Kill()
-		prov1, err := fleeting.Init(ctx, hclog.NewNullLogger(), first.InstanceGroup(), fleeting.WithMaxSize(2))
-		if err != nil {
-			t.Fatal(err)
-		}
+		first, prov1 := startPlugin(ctx, t, plugin, raw)
 		prov1.Request(2)
 		for deadline := time.Now().Add(time.Minute); len(prov1.Instances()) < 2; time.Sleep(100 * time.Millisecond) {
 			if time.Now().After(deadline) {
@@ -167,16 +159,7 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 			t.Fatalf("the first plugin's claims: %d, %v; want 2", len(firsts.Items), err)
 		}
 
-		second, err := fleeting.RunPlugin(plugin, raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer second.Kill()
-		prov2, err := fleeting.Init(ctx, hclog.NewNullLogger(), second.InstanceGroup(), fleeting.WithMaxSize(2),
-			fleeting.WithUpdateInterval(500*time.Millisecond), fleeting.WithUpdateIntervalWhenExpecting(200*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, prov2 := startPlugin(ctx, t, plugin, raw, quickUpdates...)
 		// The second updates every half second: the first's Macs, maybe
 		// running jobs, stay the first's.
 		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
@@ -217,15 +200,7 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		first, err := fleeting.RunPlugin(plugin, raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		prov, err := fleeting.Init(ctx, hclog.NewNullLogger(), first.InstanceGroup(), fleeting.WithMaxSize(2))
-		if err != nil {
-			first.Kill()
-			t.Fatal(err)
-		}
+		first, prov := startPlugin(ctx, t, plugin, raw)
 		prov.Request(2)
 		deadline := time.Now().Add(time.Minute)
 		for len(prov.Instances()) < 2 && time.Now().Before(deadline) {
@@ -250,16 +225,7 @@ func TestGitLabRunnerGetsAFreshMacPerJob(t *testing.T) {
 		// The dead runner's Lease, no longer renewed, lapses a minute after
 		// a running plugin of its name first saw it: that one releases its
 		// Macs then.
-		next, err := fleeting.RunPlugin(plugin, raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer next.Kill()
-		prov, err = fleeting.Init(ctx, hclog.NewNullLogger(), next.InstanceGroup(), fleeting.WithMaxSize(2),
-			fleeting.WithUpdateInterval(500*time.Millisecond), fleeting.WithUpdateIntervalWhenExpecting(200*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, prov = startPlugin(ctx, t, plugin, raw, quickUpdates...)
 		expectNothingLeft(ctx, t, admin, group)
 		prov.Shutdown(ctx)
 	})
@@ -291,34 +257,38 @@ func buildPlugin(t *testing.T, dir string) string {
 	return out
 }
 
-// watchClaims samples the group's claims until the test ends; the function
-// it returns gives the most seen at once.
-func watchClaims(ctx context.Context, t *testing.T, admin client.Client, group string) func() int {
-	var mu sync.Mutex
-	most := 0
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			list := &macvirtv1alpha1.MacClaimList{}
-			if err := admin.List(ctx, list, client.InNamespace(harness.TenantNamespace), client.MatchingLabels{gitlab.LabelGroup: group}); err == nil {
-				mu.Lock()
-				most = max(most, len(list.Items))
-				mu.Unlock()
-			}
-			select {
-			case <-done:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	})
-	t.Cleanup(func() { close(done); wg.Wait() })
-	return func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return most
+// startPlugin runs the plugin built at path with raw as its config and a
+// provisioner of at most two instances over it, as gitlab-runner would;
+// the plugin's process is killed when t ends, if the test has not killed
+// it first.
+func startPlugin(ctx context.Context, t *testing.T, path string, raw []byte, opts ...fleeting.Option) (*fleeting.Runner, *fleeting.Provisioner) {
+	t.Helper()
+	run, err := fleeting.RunPlugin(path, raw)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(run.Kill)
+	prov, err := fleeting.Init(ctx, hclog.NewNullLogger(), run.InstanceGroup(), append([]fleeting.Option{fleeting.WithMaxSize(2)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run, prov
+}
+
+// quickUpdates make a provisioner ask the plugin for its instances every
+// half second (every 200 ms while it expects a change), where fleeting's
+// default is a minute.
+var quickUpdates = []fleeting.Option{fleeting.WithUpdateInterval(500 * time.Millisecond), fleeting.WithUpdateIntervalWhenExpecting(200 * time.Millisecond)}
+
+// watchClaims follows the group's claims until the test ends.
+func watchClaims(ctx context.Context, t *testing.T, admin client.WithWatch, group string) *harness.ClaimWatch {
+	t.Helper()
+	cw, err := harness.WatchClaims(ctx, admin, harness.TenantNamespace, map[string]string{gitlab.LabelGroup: group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cw.Stop)
+	return cw
 }
 
 // expectNothingLeft waits until the group has no claims and no machine is
