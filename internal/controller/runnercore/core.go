@@ -61,7 +61,9 @@ type Backend interface {
 	// task reads). done: the Mac has what it needs, or surely will
 	// without another Hand. proceed false ends the reconcile's steps (the
 	// CI system refused; the backend recorded why). fresh: the claim was
-	// made in this reconcile, so nothing was handed to it yet.
+	// made in this reconcile, so nothing was handed to it yet; Create
+	// hands fresh claims over from several goroutines at once, so what
+	// Hand records of a fresh claim it guards.
 	Hand(ctx context.Context, claim *macvirtv1alpha1.MacClaim, fresh bool) (done, proceed bool, err error)
 	// Unregister removes a released runner's registration from the CI
 	// system: ErrBusy when the system says a job runs on it, another

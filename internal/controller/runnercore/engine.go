@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -126,32 +128,93 @@ func (e *Engine) hand(ctx context.Context, b Backend, c *macvirtv1alpha1.MacClai
 	return proceed, err
 }
 
-// Create adds the runners the plan asks for: the claim first, then its
-// job handed over, so a runner the CI system lists always has a claim to
-// find it by, and a leak can be told from a new runner.
+// CreateConcurrency is how many runners Create makes at once. Each is a
+// few round trips that wait on nothing of another runner's (the claim,
+// admitted by macvirt's webhook; the registration with the CI system; its
+// Secret), so one after another a burst of jobs waits for each in turn:
+// 500 jobs at once on 500 warm Macs made runners about 2 a second.
+// GitHub's own scale-set controller registers 2 runners at a time by
+// default and lets an admin raise it; 8 keeps a set's calls to the CI
+// system well inside its limits.
+const CreateConcurrency = 8
+
+// Create adds the runners the plan asks for, CreateConcurrency at a time:
+// for each, the claim first, then its job handed over, so a runner the
+// CI system lists always has a claim to find it by, and a leak can be
+// told from a new runner. Once a claim or a hand-over is refused, no
+// further runner is started; what was made is recorded either way.
 func (e *Engine) Create(ctx context.Context, s *Scope, b Backend) (bool, error) {
-	for i := 0; i < s.Plan.Create; i++ {
-		name := RunnerName(s.Of.Object.GetName())
-		c := RunnerClaim(&s.Of, name, b.Task(name))
-		if err := e.Client.Create(ctx, c); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				continue
+	type made struct {
+		claim         *macvirtv1alpha1.MacClaim
+		createErr     error
+		started       bool
+		done, proceed bool
+		handErr       error
+	}
+	results := make([]made, max(0, s.Plan.Create))
+	var refused atomic.Bool
+	var g errgroup.Group
+	g.SetLimit(CreateConcurrency)
+	for i := range results {
+		g.Go(func() error {
+			if refused.Load() || ctx.Err() != nil {
+				return nil
 			}
-			s.Fail(macvirtv1alpha1.ReasonClassUnavailable, fmt.Sprintf("creating a runner's claim: %v", err))
-			base.RecordEvent(e.Recorder, s.Of.Object, corev1.EventTypeWarning, "ClaimRefused", "Create", err.Error())
-			return false, nil
+			r := &results[i]
+			r.started = true
+			name := RunnerName(s.Of.Object.GetName())
+			c := RunnerClaim(&s.Of, name, b.Task(name))
+			if err := e.Client.Create(ctx, c); err != nil {
+				r.createErr = err
+				if !apierrors.IsAlreadyExists(err) {
+					refused.Store(true)
+				}
+				return nil
+			}
+			r.claim = c
+			r.done, r.proceed, r.handErr = b.Hand(ctx, c, true)
+			if !r.proceed || r.handErr != nil {
+				refused.Store(true)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // the workers return no error: each records its own
+	proceed, handErr := true, error(nil)
+	for i := range results {
+		r := &results[i]
+		switch {
+		case !r.started || apierrors.IsAlreadyExists(r.createErr):
+			continue
+		case r.createErr != nil:
+			if proceed {
+				s.Fail(macvirtv1alpha1.ReasonClassUnavailable, fmt.Sprintf("creating a runner's claim: %v", r.createErr))
+				base.RecordEvent(e.Recorder, s.Of.Object, corev1.EventTypeWarning, "ClaimRefused", "Create", r.createErr.Error())
+			}
+			proceed = false
+			continue
 		}
+		c := r.claim
 		base.RecordEvent(e.Recorder, s.Of.Object, corev1.EventTypeNormal, "RunnerCreated", "Create",
 			fmt.Sprintf("claimed a Mac for runner %s: %d jobs assigned, %d runners", c.Name, s.Assigned, len(s.Claims)+1))
 		s.Claims = append(s.Claims, *c)
 		s.Plan.Runners = append(s.Plan.Runners, Decision{RunnerStatus: macvirtv1alpha1.RunnerStatus{Name: c.Name,
 			State: macvirtv1alpha1.RunnerProvisioning, Message: "waiting for a Mac"}})
 		s.Plan.Pending++
-		if proceed, err := e.hand(ctx, b, c, true); !proceed || err != nil {
-			return proceed, err
+		if r.done {
+			e.Handed.Assume(c.UID, struct{}{}, e.Now, base.UntilForgotten)
+		}
+		if !r.proceed {
+			proceed = false
+		}
+		if r.handErr != nil && handErr == nil {
+			handErr = r.handErr
 		}
 	}
-	return true, nil
+	if handErr != nil {
+		return false, handErr
+	}
+	return proceed, nil
 }
 
 // ForgetLeaked removes from the CI system each runner it lists that the

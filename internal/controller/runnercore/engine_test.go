@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 // ciSystem is a CI system that is not GitHub: it hands a Mac its job only
 // once the claim is Ready, and answers removals as told.
 type ciSystem struct {
+	mu         sync.Mutex
 	handed     []string
 	fresh      map[string]bool
 	unregister map[string]error
@@ -35,6 +37,8 @@ func (c *ciSystem) Task(name string) macvirtv1alpha1.Bootstrap {
 }
 
 func (c *ciSystem) Hand(_ context.Context, claim *macvirtv1alpha1.MacClaim, fresh bool) (bool, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.fresh == nil {
 		c.fresh = map[string]bool{}
 	}
@@ -128,6 +132,96 @@ func TestCreateMakesClaimsOfTheBackendsTaskAndHandsThemOnceReady(t *testing.T) {
 	}
 	if !slices.Equal(ci.handed, []string{ready.Name}) || ci.fresh[ready.Name] {
 		t.Errorf("handed %v (fresh %v), want only %s once, not as fresh", ci.handed, ci.fresh, ready.Name)
+	}
+}
+
+// gate is a CI system whose registrations wait until want of them are in
+// flight at once (or a generous time passed), and which refuses the
+// registration of the runners named in refuse.
+type gate struct {
+	ciSystem
+	want     int
+	refuse   map[int]bool
+	inFlight int
+	most     int
+	calls    int
+	arrived  chan struct{}
+}
+
+func (g *gate) Hand(context.Context, *macvirtv1alpha1.MacClaim, bool) (bool, bool, error) {
+	g.mu.Lock()
+	g.calls++
+	call := g.calls
+	g.inFlight++
+	g.most = max(g.most, g.inFlight)
+	if g.inFlight == g.want {
+		close(g.arrived)
+	}
+	g.mu.Unlock()
+	select {
+	case <-g.arrived:
+	case <-time.After(10 * time.Second):
+	}
+	g.mu.Lock()
+	g.inFlight--
+	g.mu.Unlock()
+	if g.refuse[call] {
+		return false, false, nil
+	}
+	return true, true, nil
+}
+
+// A burst's runners are made side by side, not one after another: each
+// is a few round trips (the claim, the registration, its Secret) that
+// wait on no other runner's.
+func TestCreateMakesABurstsRunnersSideBySide(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithStatusSubresource(&macvirtv1alpha1.MacClaim{}).Build()
+	e := &Engine{Client: c, APIReader: c, Handed: &Record{}}
+	ci := &gate{want: 5, arrived: make(chan struct{})}
+	s := &Scope{Of: queueSet(), Assigned: 5, Plan: Plan{Create: 5}}
+	if proceed, err := e.Create(ctx, s, ci); !proceed || err != nil {
+		t.Fatalf("create: %t %v", proceed, err)
+	}
+	if ci.most != 5 {
+		t.Errorf("at most %d registrations in flight at once; want all 5", ci.most)
+	}
+	var claims macvirtv1alpha1.MacClaimList
+	if err := c.List(ctx, &claims); err != nil || len(claims.Items) != 5 || len(s.Claims) != 5 || s.Plan.Pending != 5 {
+		t.Fatalf("claims %d (%v), in the scope %d, pending %d; want 5 each", len(claims.Items), err, len(s.Claims), s.Plan.Pending)
+	}
+	for _, cl := range claims.Items {
+		if _, _, handed := e.Handed.Get(cl.UID, e.Now); !handed {
+			t.Errorf("claim %s was handed its job and is not recorded so", cl.Name)
+		}
+	}
+}
+
+// A refusal stops the runners not yet started, and every claim that was
+// made is in the scope (its status counts it), none lost.
+func TestCreateStopsAtARefusalAndKeepsWhatItMade(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithStatusSubresource(&macvirtv1alpha1.MacClaim{}).Build()
+	e := &Engine{Client: c, APIReader: c, Handed: &Record{}}
+	// The first registration is refused once CreateConcurrency are in
+	// flight; none of the rest of the 3×CreateConcurrency starts.
+	ci := &gate{want: CreateConcurrency, refuse: map[int]bool{1: true}, arrived: make(chan struct{})}
+	s := &Scope{Of: queueSet(), Assigned: 3 * CreateConcurrency, Plan: Plan{Create: 3 * CreateConcurrency}}
+	if proceed, err := e.Create(ctx, s, ci); proceed || err != nil {
+		t.Fatalf("create: %t %v; want the steps to end without an error (the backend recorded why)", proceed, err)
+	}
+	var claims macvirtv1alpha1.MacClaimList
+	if err := c.List(ctx, &claims); err != nil {
+		t.Fatal(err)
+	}
+	if len(claims.Items) >= 3*CreateConcurrency || len(claims.Items) < CreateConcurrency {
+		t.Errorf("%d claims made; want the %d in flight and not all %d", len(claims.Items), CreateConcurrency, 3*CreateConcurrency)
+	}
+	if len(s.Claims) != len(claims.Items) {
+		t.Errorf("the scope holds %d claims of the %d made", len(s.Claims), len(claims.Items))
+	}
+	if ci.most != CreateConcurrency {
+		t.Errorf("at most %d registrations in flight at once; want CreateConcurrency, %d", ci.most, CreateConcurrency)
 	}
 }
 

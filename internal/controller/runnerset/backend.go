@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,9 +21,15 @@ import (
 type gitHub struct {
 	r *Reconciler
 	s *setScope
+	// mu guards what Hand records in s (Demand.Err, Failed): the core
+	// hands fresh claims over from several goroutines at once.
+	mu *sync.Mutex
 }
 
 var _ runnercore.Backend = gitHub{}
+
+// backend is GitHub as the backend of this reconcile of s.
+func (r *Reconciler) backend(s *setScope) gitHub { return gitHub{r: r, s: s, mu: &sync.Mutex{}} }
 
 // view is the set as the runner core sees it.
 func view(set *macvirtv1alpha1.MacRunnerSet) runnercore.Set {
@@ -70,10 +77,14 @@ func (g gitHub) Hand(ctx context.Context, c *macvirtv1alpha1.MacClaim, fresh boo
 	}
 	jit, err := gh.GenerateJIT(ctx, g.s.Demand.ScaleSetID, c.Name)
 	if err != nil {
+		g.mu.Lock()
+		defer g.mu.Unlock()
 		g.r.githubFailed(g.s, gh, err)
 		return false, false, nil
 	}
 	if err := g.r.Create(ctx, jitSecret(c, jit)); err != nil && !apierrors.IsAlreadyExists(err) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
 		g.s.Fail(macvirtv1alpha1.ReasonRunnerCleanup, fmt.Sprintf("creating the JIT Secret of runner %s: %v", c.Name, err))
 		return false, false, fmt.Errorf("creating Secret %s/%s: %w", c.Namespace, c.Name, err)
 	}

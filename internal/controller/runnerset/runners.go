@@ -31,7 +31,7 @@ func (r *Reconciler) refreshRunners(ctx context.Context, s *setScope) (bool, err
 	for _, gr := range runners {
 		listed = append(listed, runnercore.Registration{ID: gr.ID, Name: gr.Name})
 	}
-	if err := r.engine().ForgetLeaked(ctx, &s.Scope, gitHub{r, s}, listed); err != nil {
+	if err := r.engine().ForgetLeaked(ctx, &s.Scope, r.backend(s), listed); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -122,13 +122,13 @@ func (r *Reconciler) release(ctx context.Context, s *setScope) (bool, error) {
 		}
 	}
 	r.Listeners.Forget(s.Key, gone...)
-	return r.engine().Release(ctx, &s.Scope, gitHub{r, s})
+	return r.engine().Release(ctx, &s.Scope, r.backend(s))
 }
 
 // ensureJIT registers a runner on GitHub for each claim that has no JIT
 // Secret yet, and writes its configuration there for the Mac's task.
 func (r *Reconciler) ensureJIT(ctx context.Context, s *setScope) (bool, error) {
-	return r.engine().Hand(ctx, &s.Scope, gitHub{r, s})
+	return r.engine().Hand(ctx, &s.Scope, r.backend(s))
 }
 
 // create adds the runners the plan asks for, each registered on GitHub
@@ -137,7 +137,7 @@ func (r *Reconciler) create(ctx context.Context, s *setScope) (bool, error) {
 	if s.Plan.Create == 0 || s.Demand.Client == nil || s.Demand.ScaleSetID == 0 {
 		return true, nil
 	}
-	return r.engine().Create(ctx, &s.Scope, gitHub{r, s})
+	return r.engine().Create(ctx, &s.Scope, r.backend(s))
 }
 
 // ensureWarmPool keeps the set's own pool at the planned idle target.
