@@ -2,6 +2,8 @@ package github_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -71,5 +73,32 @@ func TestRunnersListedWithoutLabelsAreFoundByNameAndRemovedOnlyIfTheScaleSetsOwn
 	}
 	if slices.Contains(names, "ios-aaaaa") || !slices.Contains(names, "ios-bbbbb") {
 		t.Fatalf("after: %v, want only the other scale set's runner", names)
+	}
+}
+
+// A poll or refresh is given up only when GitHub's own answer says the
+// session is no more; a refused token, a conflict, a server error or a
+// broken connection are tried again.
+func TestSessionGone(t *testing.T) {
+	answer := func(status string) error {
+		return fmt.Errorf("getting the next message: %w", fmt.Errorf(`request failed: method="GET" url="https://pipelines.actions.githubusercontent.com/x/_apis/runtime/runnerscalesets/1/sessions/s/messages" status=%q`, status))
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		gone bool
+	}{
+		{"no error", nil, false},
+		{"an expired session (400, RunnerScaleSetSessionExpiredException)", answer("400 Bad Request"), true},
+		{"a deleted session", answer("404 Not Found"), true},
+		{"gone", answer("410 Gone"), true},
+		{"an expired message queue token", answer("401 Unauthorized"), false},
+		{"a session held elsewhere", answer("409 Conflict"), false},
+		{"GitHub failing", answer("503 Service Unavailable"), false},
+		{"a broken connection", errors.New("getting the next message: read tcp: connection reset by peer"), false},
+	} {
+		if got := github.SessionGone(tc.err); got != tc.gone {
+			t.Errorf("%s: SessionGone(%v) = %t, want %t", tc.name, tc.err, got, tc.gone)
+		}
 	}
 }
