@@ -80,6 +80,15 @@ type ciResult struct {
 	// after.
 	cpu  float64
 	heap uint64
+	// p50, p99 and most are the waits' figures: of waits for a run, each
+	// the median of the runs' for a median.
+	p50, p99, most time.Duration
+}
+
+// figures sets the waits' figures from the run's waits.
+func (r *ciResult) figures() {
+	r.p50, r.p99 = percentile(r.waits, 0.50), percentile(r.waits, 0.99)
+	r.most = slices.Max(append([]time.Duration{0}, r.waits...))
 }
 
 // ciWire is a ciResult as a run's process hands it to the bench.
@@ -129,8 +138,10 @@ func benchCIRun(ctx context.Context, size ciSize) (ciResult, error) {
 	if err := json.Unmarshal(out, &wire); err != nil {
 		return ciResult{}, fmt.Errorf("the run's process printed %q: %w", out, err)
 	}
-	return ciResult{size: size, warmUp: wire.WarmUp, waits: wire.Waits, window: wire.Window, cpu: wire.CPU, heap: wire.Heap,
-		load: serverLoad{cpuSeconds: wire.APICPU, mutating: wire.Mutating, byResource: wire.ByResource}}, nil
+	r := ciResult{size: size, warmUp: wire.WarmUp, waits: wire.Waits, window: wire.Window, cpu: wire.CPU, heap: wire.Heap,
+		load: serverLoad{cpuSeconds: wire.APICPU, mutating: wire.Mutating, byResource: wire.ByResource}}
+	r.figures()
+	return r, nil
 }
 
 const benchGitHubToken = "github_pat_macvirt_bench" //nolint:gosec // the fake GitHub's, not a credential.
@@ -337,7 +348,7 @@ func printCI(label string, r ciResult) {
 	n := float64(len(r.waits))
 	fmt.Printf("%s, %s: queued to running p50 %.0f ms, p99 %.0f ms, max %.0f ms; %.1f jobs/s; API server CPU %.1f ms and %.1f mutating "+
 		"requests per job; the operator's process (with the simulated node, guests and GitHub) %.1f ms CPU per job, heap %.0f MiB; warm pool Ready in %s\n",
-		label, r.size, ms(percentile(r.waits, 0.50)), ms(percentile(r.waits, 0.99)), ms(slices.Max(append([]time.Duration{0}, r.waits...))),
+		label, r.size, ms(r.p50), ms(r.p99), ms(r.most),
 		n/r.window.Seconds(), 1000*r.load.cpuSeconds/n, r.load.mutating/n, 1000*r.cpu/n, mib(r.heap), r.warmUp.Round(time.Second))
 	if len(r.load.byResource) == 0 {
 		return
@@ -361,8 +372,9 @@ func printCI(label string, r ciResult) {
 	fmt.Println(strings.TrimSuffix(line, ";"))
 }
 
-// medianCI is the run whose p50 wait is the median, with every other
-// figure the median of the runs.
+// medianCI is the run whose p50 wait is the median (its requests by
+// resource are printed), with every other figure, the waits' p99 and
+// most included, the median of the runs'.
 func medianCI(rows []ciResult) ciResult {
 	mid := func(f func(ciResult) float64) float64 {
 		v := make([]float64, 0, len(rows))
@@ -377,6 +389,8 @@ func medianCI(rows []ciResult) ciResult {
 		return int(percentile(a.waits, 0.5) - percentile(b.waits, 0.5))
 	})
 	m := byP50[len(byP50)/2]
+	m.p99 = time.Duration(mid(func(r ciResult) float64 { return float64(r.p99) }))
+	m.most = time.Duration(mid(func(r ciResult) float64 { return float64(r.most) }))
 	m.window = time.Duration(mid(func(r ciResult) float64 { return float64(r.window) }))
 	m.load.cpuSeconds = mid(func(r ciResult) float64 { return r.load.cpuSeconds })
 	m.load.mutating = mid(func(r ciResult) float64 { return r.load.mutating })
