@@ -247,7 +247,12 @@ func benchCI(ctx context.Context, size ciSize) (ciResult, error) {
 	if err != nil {
 		return r, err
 	}
-	stopProfiles, err := startProfiles(ctx, w.Config, fmt.Sprintf("ci-%d-%d-%d-%d", size.jobs, size.warm, size.maxRunners, time.Now().Unix()))
+	label := fmt.Sprintf("ci-%d-%d-%d-%d", size.jobs, size.warm, size.maxRunners, time.Now().Unix())
+	stopProfiles, err := startProfiles(ctx, w.Config, label)
+	if err != nil {
+		return r, err
+	}
+	stopRunProfile, err := profileRun(label)
 	if err != nil {
 		return r, err
 	}
@@ -306,6 +311,7 @@ func benchCI(ctx context.Context, size ciSize) (ciResult, error) {
 	}
 	r.window = last.Sub(first)
 	r.cpu = processCPU() - cpu0
+	stopRunProfile(time.Since(first))
 	stopProfiles()
 	after, err := sampleServer(ctx, w.Config)
 	if err != nil {

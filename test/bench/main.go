@@ -44,7 +44,8 @@
 // running; and the agent endpoint's memory and goroutines with -watches
 // guest agents (10,000) holding their watch (watches.go). With -profile-dir it
 // also writes CPU profiles of the API server and of the operator's
-// process. Run it with `make bench`.
+// process, and a CI run prints how busy each controller was. Run it with
+// `make bench`.
 package main
 
 import (
@@ -96,7 +97,8 @@ func main() {
 	kcm := flag.String("kube-controller-manager", filepath.Join(cluster.RepoRoot(), "bin", "envtest", "kube-controller-manager"),
 		"kube-controller-manager binary (make envtest builds it)")
 	flag.IntVar(&benchWorkers, "workers", 16, "claim workers of the operator")
-	flag.StringVar(&profileDir, "profile-dir", "", "write CPU profiles of the API server (and of the operator's process) per size, run and side, and per CI run, here; "+
+	flag.StringVar(&profileDir, "profile-dir", "", "write CPU profiles of the API server (and of the operator's process) per size, run and side, and per CI run, here, "+
+		"where a CI run also profiles its own process and prints how busy each controller's workers were; "+
 		"read them with `go tool pprof -top DIR/1000-macvirt-run1-apiserver-*.pprof`")
 	memoryNS := flag.String("memory-of", "", "internal: be the operator's process of the memory figure, for the MacMachines of this namespace")
 	kubeconfig := flag.String("memory-kubeconfig", "", "internal: the API server of -memory-of")

@@ -55,3 +55,38 @@ func processCPU() float64 {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
+
+// machineCPU is the busy and all CPU seconds of the whole machine so far
+// (the "cpu" line of /proc/stat: busy is every field but idle and iowait),
+// and its CPUs: what the API server, etcd, KubeVirt's control plane and
+// the bench's own process used together.
+func machineCPU() (busy, all float64, cpus int, err error) {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 0 && f[0] == "cpu":
+			// user nice system idle iowait irq softirq steal (guest and
+			// guest_nice are within user and nice already).
+			for k := 1; k < len(f) && k <= 8; k++ {
+				v, err := strconv.ParseUint(f[k], 10, 64)
+				if err != nil {
+					return 0, 0, 0, fmt.Errorf("/proc/stat: %w", err)
+				}
+				all += float64(v) / clockTicks
+				if k != 4 && k != 5 {
+					busy += float64(v) / clockTicks
+				}
+			}
+		case len(f) > 0 && strings.HasPrefix(f[0], "cpu"):
+			cpus++
+		}
+	}
+	if all == 0 {
+		return 0, 0, 0, fmt.Errorf("/proc/stat: no cpu line")
+	}
+	return busy, all, cpus, nil
+}
