@@ -249,19 +249,20 @@ func setUpControllers(mgr ctrl.Manager, opts *Options, d controllerDeps) error {
 	}{
 		{MachineController, func() error {
 			return (&machine.Reconciler{
-				Client:         c,
-				APIReader:      mgr.GetAPIReader(),
-				Classes:        classhistory.Resolver{Classes: c, Snapshots: d.snapshots, Namespace: namespace},
-				Recorder:       mgr.GetEventRecorder("macvirt-machine-controller"),
-				Stopper:        stopper,
-				Render:         d.hook.render,
-				DomainHook:     d.hook.ready,
-				Agent:          d.agent,
-				Tunnel:         d.tunnel,
-				ListeningSince: d.listeningSince,
-				Clock:          clk,
-				WatchHosts:     hosts,
-				ControllerName: "macmachine" + opts.NameSuffix,
+				Client:                  c,
+				APIReader:               mgr.GetAPIReader(),
+				Classes:                 classhistory.Resolver{Classes: c, Snapshots: d.snapshots, Namespace: namespace},
+				Recorder:                mgr.GetEventRecorder("macvirt-machine-controller"),
+				Stopper:                 stopper,
+				Render:                  d.hook.render,
+				DomainHook:              d.hook.ready,
+				Agent:                   d.agent,
+				Tunnel:                  d.tunnel,
+				ListeningSince:          d.listeningSince,
+				Clock:                   clk,
+				WatchHosts:              hosts,
+				ControllerName:          "macmachine" + opts.NameSuffix,
+				MaxConcurrentReconciles: workers,
 			}).SetupWithManager(mgr)
 		}},
 		{ExposureController, func() error {

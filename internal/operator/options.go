@@ -90,7 +90,9 @@ type Options struct {
 	// turns it on).
 	MonitoringObjects bool
 
-	// ClaimWorkers is the number of claims bound in parallel (default 16).
+	// ClaimWorkers is the number of claims bound in parallel, and of
+	// machines (and their network exposure) reconciled in parallel
+	// (default 16).
 	ClaimWorkers int
 	// ConnectionResync is how often Ready claims' connection Secrets are
 	// applied again (claim.DefaultConnectionResync when zero).

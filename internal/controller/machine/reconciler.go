@@ -61,6 +61,12 @@ type Reconciler struct {
 	ListeningSince func() time.Time
 
 	started time.Time
+	// MaxConcurrentReconciles is how many machines are reconciled at once
+	// (one when unset). Machines share only what is guarded here: the
+	// placement lock and the assumed records below. A burst of claims
+	// binding warm Macs is a burst of machines to reconcile, each a few
+	// round trips; one worker made them queue one after another.
+	MaxConcurrentReconciles int
 	// ControllerName overrides the controller's name, so tests can run
 	// several managers in one process.
 	ControllerName string
