@@ -437,7 +437,7 @@ func (s *setListener) session(ctx context.Context, l *Listeners, backoff *time.D
 			// The first failure, or the first since a poll answered.
 			failingSince = time.Now()
 		}
-		if github.SessionGone(err) || time.Since(failingSince) > sessionLife {
+		if giveUpSession(err, time.Since(failingSince)) {
 			return true, err
 		}
 		s.fail(err, l)
@@ -451,6 +451,15 @@ func (s *setListener) session(ctx context.Context, l *Listeners, backoff *time.D
 // sessionLife bounds how long a session whose polls fail is kept: about
 // how long GitHub keeps a session nobody polls.
 const sessionLife = 2 * time.Minute
+
+// giveUpSession decides whether a session whose polls have failed for
+// failing, the last with err, is given up for a new one: at once when
+// GitHub says it no longer has it, else once it has failed longer than
+// GitHub keeps a session nobody polls, whatever the answers said (GitHub
+// has then dropped it, and a poll of it would never succeed).
+func giveUpSession(err error, failing time.Duration) bool {
+	return github.SessionGone(err) || failing > sessionLife
+}
 
 // fail records err as the set's last error from GitHub.
 func (s *setListener) fail(err error, l *Listeners) {
