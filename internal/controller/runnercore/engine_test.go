@@ -315,3 +315,26 @@ func TestEnsureWarmPoolRefusesAPoolThatIsNotTheSets(t *testing.T) {
 		t.Fatalf("a pool of another namespace's set was taken: %t %v %+v", proceed, err, s.Blocked)
 	}
 }
+
+// The set moves its pool's idle target and leaves the pace of new Macs,
+// maxProvisioning, to the admin.
+func TestEnsureWarmPoolKeepsTheAdminsPace(t *testing.T) {
+	ctx := context.Background()
+	idle, most := int32(1), int32(6)
+	set := queueSet()
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(
+		&macvirtv1alpha1.MacPool{ObjectMeta: metav1.ObjectMeta{Name: set.OwnedPool, Labels: set.PoolLabels},
+			Spec: macvirtv1alpha1.MacPoolSpec{ClassName: set.ClassName, Idle: &idle, MaxMachines: &most, MaxProvisioning: 20}}).Build()
+	e := &Engine{Client: c, APIReader: c, Handed: &Record{}}
+	s := &Scope{Of: set, Plan: Plan{WarmIdle: 3}}
+	if proceed, err := e.EnsureWarmPool(ctx, s); !proceed || err != nil {
+		t.Fatalf("ensure: %t %v (%+v)", proceed, err, s.Blocked)
+	}
+	got := &macvirtv1alpha1.MacPool{}
+	if err := c.Get(ctx, client.ObjectKey{Name: set.OwnedPool}, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Idle == nil || *got.Spec.Idle != 3 || got.Spec.MaxProvisioning != 20 {
+		t.Errorf("pool idle %v, maxProvisioning %d; want idle 3 and the admin's 20 kept", got.Spec.Idle, got.Spec.MaxProvisioning)
+	}
+}
