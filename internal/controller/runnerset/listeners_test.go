@@ -2,32 +2,29 @@ package runnerset
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 )
 
+// What ends a session at once is github.SessionGone's (TestSessionGone);
+// here, how that meets the time the polls have failed.
 func TestGiveUpSession(t *testing.T) {
-	answer := func(status string) error {
-		return fmt.Errorf("getting the next message: %w", fmt.Errorf(`request failed: method="GET" url="https://pipelines.actions.githubusercontent.com/x/_apis/runtime/runnerscalesets/1/sessions/s/messages" status=%q`, status))
-	}
+	gone := errors.New(`getting the next message: request failed: status="400 Bad Request"`)
+	failing := errors.New(`getting the next message: request failed: status="503 Service Unavailable"`)
 	for _, tc := range []struct {
-		name    string
-		err     error
-		failing time.Duration
-		giveUp  bool
+		name   string
+		err    error
+		failed time.Duration
+		want   bool
 	}{
-		{"an expired session, on its first failed poll", answer("400 Bad Request"), 0, true},
-		{"a deleted session, on its first failed poll", answer("404 Not Found"), 0, true},
-		{"GitHub failing for a minute", answer("503 Service Unavailable"), time.Minute, false},
-		{"GitHub failing for just GitHub's two minutes", answer("503 Service Unavailable"), 2 * time.Minute, false},
-		{"GitHub failing past GitHub's two minutes: the session lapsed unpolled", answer("503 Service Unavailable"), 2*time.Minute + time.Second, true},
-		{"a broken connection for a minute", errors.New("read tcp: connection reset by peer"), time.Minute, false},
+		{"a session GitHub no longer has, on its first failed poll", gone, 0, true},
+		{"GitHub failing for a minute", failing, time.Minute, false},
+		{"GitHub failing for just GitHub's two minutes", failing, 2 * time.Minute, false},
+		{"GitHub failing past GitHub's two minutes: the session lapsed unpolled", failing, 2*time.Minute + time.Second, true},
 		{"a broken connection for three minutes", errors.New("read tcp: connection reset by peer"), 3 * time.Minute, true},
-		{"a refused message queue token for three minutes", answer("401 Unauthorized"), 3 * time.Minute, true},
 	} {
-		if got := giveUpSession(tc.err, tc.failing); got != tc.giveUp {
-			t.Errorf("%s: giveUpSession after %s = %t, want %t", tc.name, tc.failing, got, tc.giveUp)
+		if got := giveUpSession(tc.err, tc.failed); got != tc.want {
+			t.Errorf("%s: giveUpSession after %s = %t, want %t", tc.name, tc.failed, got, tc.want)
 		}
 	}
 }
